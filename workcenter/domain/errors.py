@@ -1,0 +1,61 @@
+"""Typed refusals. Every refusal is raised before any event exists, so it writes nothing."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+
+class WorkcenterError(Exception):
+    """Base class of every error Workcenter raises on purpose."""
+
+    code = "workcenter_error"
+
+
+class InvalidInput(WorkcenterError, ValueError):
+    """The command's input is malformed (missing title, unknown outcome, ...)."""
+
+    code = "invalid_input"
+
+
+class CommandRefused(WorkcenterError):
+    """The command is well-formed but the aggregate's state does not allow it."""
+
+    code = "command_refused"
+
+
+class StaleRun(CommandRefused):
+    """A Run's fence failed: stale lease epoch, other boot id, expired or finished."""
+
+    code = "stale_run"
+
+    def __init__(self, message: str = "Run is stale, cancelled, expired, or already finished") -> None:
+        super().__init__(message)
+
+
+class NotFound(WorkcenterError, LookupError):
+    """No WorkItem or Action has this id."""
+
+    code = "not_found"
+
+    def __init__(self, kind: str, aggregate_id: UUID | str) -> None:
+        super().__init__(f"{kind} {aggregate_id} not found")
+        self.kind = kind
+        self.aggregate_id = aggregate_id
+
+
+class VersionConflict(WorkcenterError):
+    """What the caller saw has changed in a way that conflicts with its command."""
+
+    code = "version_conflict"
+
+    def __init__(
+        self, aggregate_id: UUID, expected: int, actual: int, conflicting: list[str]
+    ) -> None:
+        super().__init__(
+            f"{aggregate_id} moved from version {expected} to {actual} "
+            f"through conflicting changes: {', '.join(conflicting)}"
+        )
+        self.aggregate_id = aggregate_id
+        self.expected = expected
+        self.actual = actual
+        self.conflicting = conflicting

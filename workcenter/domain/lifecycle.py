@@ -1,0 +1,326 @@
+"""WorkItem lifecycle commands (lifecycle.md 3.1, 3.2, 3.6): create, update the
+contract, start, cancel, resume, retry, guide.
+
+Each command is a pure function of the states it is given; it either raises a
+typed refusal before any event exists or returns a Unit of events to save in
+one write. Each declares the event types it conflicts with: a caller's
+expected version is refused only if an event of that class was recorded after
+it (spec README, "conflict classes").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Literal
+from uuid import UUID
+
+from workcenter.domain import action as act
+from workcenter.domain import work_item as wi
+from workcenter.domain.errors import CommandRefused, InvalidInput
+from workcenter.domain.model import DomainEvent
+from workcenter.domain.unit import Unit
+
+TEXT_LIMIT = 8_000
+
+UPDATE_CONFLICTS: tuple[type[DomainEvent], ...] = (
+    wi.ContractRefined,
+    wi.WorkItemCancelled,
+    wi.WorkItemCompleted,
+)
+START_CONFLICTS: tuple[type[DomainEvent], ...] = (wi.WorkItemStarted, wi.WorkItemCancelled)
+RESUME_CONFLICTS: tuple[type[DomainEvent], ...] = (
+    wi.ContractRefined,
+    wi.WorkItemCancelled,
+    wi.WorkItemResumed,
+    wi.WorkItemCompleted,
+)
+# Retry and guidance act on one Action as the user saw it: its generation is
+# checked exactly, and the item conflicts on contract or lifecycle changes.
+ACTION_INPUT_CONFLICTS: tuple[type[DomainEvent], ...] = RESUME_CONFLICTS
+
+
+def clip(text: object, limit: int = TEXT_LIMIT) -> str:
+    return text.strip()[:limit] if isinstance(text, str) else ""
+
+
+def stage_brief(stage: str, item: wi.WorkItemState) -> act.Brief:
+    return act.Brief(
+        objective=f"{stage.capitalize()}: {item.goal}"[:2_000],
+        expected_outcome="Evidence and one acceptance check per criterion."[:2_000],
+    )
+
+
+def add_stage_action(
+    unit: Unit, stage: str, context: tuple[act.ContextEntry, ...] = ()
+) -> act.ActionState:
+    """Linear: insert the Action for ``stage`` and make it the current one."""
+    action = unit.plan_action(
+        type=stage, brief=stage_brief(stage, unit.item), context=context, max_attempts=2
+    )
+    unit.set_status("ready", action.id)
+    return action
+
+
+def invalidate_open(
+    unit: Unit, status: Literal["superseded", "cancelled"], reason: str
+) -> None:
+    for action in list(unit.actions.values()):
+        unit.apply_action(act.invalidate(action, status=status, reason=reason, at=unit.at))
+
+
+def _open_actions(
+    item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState]
+) -> None:
+    missing = [e.action_id for e in item.entries(*act.OPEN_STATUSES) if e.action_id not in actions]
+    if missing:
+        raise ValueError(f"the command needs every open Action loaded; missing {missing}")
+
+
+def create(
+    *,
+    work_item_id: UUID,
+    mode: wi.Mode,
+    contract: wi.Contract,
+    stages: tuple[str, ...] | None,
+    start: bool,
+    at: datetime,
+) -> Unit:
+    stages = stages or wi.DEFAULT_STAGES if mode == "linear" else ()
+    if mode == "linear" and any(not s or s != s.strip().lower() for s in stages):
+        raise InvalidInput("linear stages must be lowercase slugs")
+    unit = Unit.new_item(
+        wi.create(work_item_id=work_item_id, mode=mode, contract=contract, stages=stages, at=at), at
+    )
+    if start:
+        _start(unit)
+    return unit
+
+
+def _start(unit: Unit) -> None:
+    unit.item_event(wi.WorkItemStarted)
+    if unit.item.mode == "linear":
+        add_stage_action(unit, unit.item.stages[0])
+    else:
+        unit.derive_status()
+
+
+def start(item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState], at: datetime) -> Unit:
+    wi.refuse_if_terminal(item, "start")
+    unit = Unit(item, actions, at)
+    current = actions.get(item.current_action_id) if item.current_action_id else None
+    if item.mode == "linear" and current is not None and current.status == "ready":
+        return unit  # already started: a no-op
+    if item.status != "draft":
+        raise CommandRefused(f"WorkItem is {item.status}; it must be resumed with retry")
+    _start(unit)
+    return unit
+
+
+def update_contract(
+    item: wi.WorkItemState,
+    actions: Mapping[UUID, act.ActionState],
+    contract: wi.Contract,
+    at: datetime,
+) -> Unit:
+    """A contract change (goal, criteria, delivery target) supersedes the open work."""
+    wi.refuse_if_terminal(item, "update")
+    _open_actions(item, actions)
+    unit = Unit(item, actions, at)
+    if contract.title != item.title:
+        unit.item_event(wi.TitleChanged, title=contract.title)
+    changed = tuple(
+        name
+        for name in ("goal", "acceptance_criteria", "delivery_target")
+        if getattr(contract, name) != getattr(item, name)
+    )
+    if not changed:
+        return unit
+    unit.item_event(
+        wi.ContractRefined,
+        goal=contract.goal,
+        acceptance_criteria=contract.acceptance_criteria,
+        delivery_target=contract.delivery_target,
+        contract_revision=item.contract_revision + 1,
+        changed_fields=changed,
+    )
+    invalidate_open(unit, "superseded", "contract changed")
+    if item.mode == "linear":
+        add_stage_action(unit, item.stages[0])
+    elif item.status != "draft":
+        unit.derive_status()
+    return unit
+
+
+def cancel(item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState], at: datetime, reason: str) -> Unit:
+    if item.status == "done":
+        raise CommandRefused("Completed WorkItem cannot be cancelled")
+    unit = Unit(item, actions, at)
+    if item.status == "cancelled":
+        return unit
+    _open_actions(item, actions)
+    invalidate_open(unit, "cancelled", reason or "work item cancelled")
+    unit.item_event(wi.WorkItemCancelled, reason=clip(reason))
+    return unit
+
+
+def resume(item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState], at: datetime) -> Unit:
+    if item.status != "cancelled":
+        raise CommandRefused(f"WorkItem is {item.status}; only a cancelled WorkItem can be resumed")
+    unit = Unit(item, actions, at)
+    unit.item_event(wi.WorkItemResumed)
+    cancelled = sorted(
+        (a for a in actions.values() if a.status == "cancelled"), key=lambda a: a.sequence
+    )
+    if item.mode == "dynamic":
+        for action in cancelled:
+            unit.apply_action(act.supersede_cancelled(action, reason="resumed after cancel", at=at))
+        unit.derive_status()
+        return unit
+    if not cancelled:
+        add_stage_action(unit, item.stages[0])
+        return unit
+    for action in cancelled:
+        unit.apply_action(
+            act.reset(
+                action,
+                reason="resumed",
+                add_context=(),
+                contract_revision=item.contract_revision,
+                at=at,
+            )
+        )
+    unit.set_status("ready", cancelled[-1].id)
+    return unit
+
+
+def _target(
+    item: wi.WorkItemState,
+    actions: Mapping[UUID, act.ActionState],
+    action_id: UUID,
+    expected_generation: int | None,
+    what: str,
+) -> act.ActionState:
+    action = actions.get(action_id)
+    if action is None or action.work_item_id != item.id:
+        raise CommandRefused(f"Action {action_id} does not belong to WorkItem {item.id}")
+    if expected_generation is not None and action.generation != expected_generation:
+        raise CommandRefused(f"Action changed before {what} was applied")
+    return action
+
+
+def prior_result(action: act.ActionState, answer: str = "") -> act.ContextEntry | None:
+    """The context entry carrying an Action's latest ended Run to its next attempt."""
+    run = next((r for r in reversed(action.runs) if r.result is not None), None)
+    if run is None or run.result is None:
+        return None
+    return act.ContextEntry(
+        kind="prior_result",
+        text=run.result.summary or run.result.error or "",
+        action_type=action.type,
+        run_id=run.id,
+        evidence=run.result.evidence,
+        review_decision=run.result.review_decision,
+        waiting_reason=(run.result.waiting_reason or "") + (f"\nAnswer: {answer}" if answer else "")
+        or None,
+    )
+
+
+def retry(
+    item: wi.WorkItemState,
+    actions: Mapping[UUID, act.ActionState],
+    *,
+    action_id: UUID,
+    expected_generation: int | None,
+    answer: str,
+    at: datetime,
+) -> Unit:
+    """Retry a waiting or failed Action with the previous Run as context."""
+    if item.status not in ("waiting", "needs_attention"):
+        raise CommandRefused(f"WorkItem is {item.status}; it does not need retry")
+    target = _target(item, actions, action_id, expected_generation, "input")
+    if target.status not in ("waiting", "failed"):
+        raise CommandRefused(f"Action is {target.status}; only waiting or failed Actions retry")
+    answer = clip(answer)
+    if target.status == "waiting" and not answer:
+        raise InvalidInput("a waiting Action needs an answer to retry")
+    entries = tuple(
+        e
+        for e in (
+            prior_result(target, answer),
+            act.ContextEntry(kind="input", text=answer) if answer else None,
+        )
+        if e is not None
+    )
+    unit = Unit(item, actions, at)
+    if item.mode == "dynamic":
+        unit.apply_action(
+            act.reset(
+                target,
+                reason="retried",
+                add_context=entries,
+                contract_revision=item.contract_revision,
+                at=at,
+            )
+        )
+        unit.derive_status()
+        return unit
+    # Linear: the predecessor is superseded so it cannot block or be revived.
+    unit.apply_action(act.invalidate(target, status="superseded", reason="retried", at=at))
+    replacement = unit.plan_action(
+        type=target.type,
+        brief=target.brief,
+        workspace_mode=target.workspace_mode,
+        max_attempts=target.max_attempts,
+        context=tuple(e for e in target.context if e.kind != "input") + entries,
+    )
+    unit.set_status("ready", replacement.id)
+    return unit
+
+
+def guide(
+    item: wi.WorkItemState,
+    actions: Mapping[UUID, act.ActionState],
+    *,
+    action_id: UUID,
+    expected_generation: int | None,
+    guidance: str,
+    at: datetime,
+) -> Unit:
+    """Give an Action guidance: a new generation (dynamic) or a replacement (linear)."""
+    guidance = clip(guidance)
+    if not guidance:
+        raise InvalidInput("guidance text is required")
+    allowed = ("ready", "running") if item.mode == "linear" else tuple(wi.ACTIVE)
+    if item.status not in allowed:
+        raise CommandRefused(f"WorkItem is {item.status}; no active Action for guidance")
+    target = _target(item, actions, action_id, expected_generation, "guidance")
+    guidable = ("ready", "running") if item.mode == "linear" else ("ready", "running", "waiting")
+    if target.status not in guidable or (
+        item.mode == "linear" and item.current_action_id != target.id
+    ):
+        raise CommandRefused(f"Action is {target.status}; no active Action for guidance")
+    entry = act.ContextEntry(kind="guidance", text=guidance)
+    unit = Unit(item, actions, at)
+    if item.mode == "dynamic":
+        unit.apply_action(
+            act.reset(
+                target,
+                reason="guided",
+                add_context=(entry,),
+                contract_revision=item.contract_revision,
+                at=at,
+            )
+        )
+        unit.derive_status()
+        return unit
+    unit.apply_action(act.invalidate(target, status="superseded", reason="guided", at=at))
+    replacement = unit.plan_action(
+        type=target.type,
+        brief=target.brief,
+        workspace_mode=target.workspace_mode,
+        max_attempts=target.max_attempts,
+        context=(*target.context, entry),
+    )
+    unit.set_status("ready", replacement.id)
+    return unit

@@ -1,0 +1,343 @@
+"""Dynamic planning and completion: what a Coordinator's ``create_actions`` and
+``complete`` decisions do (coordinator.md 4.3 and 4.6).
+
+Until a Coordinator exists the service layer exposes them as the commands
+``plan_actions`` and ``complete``. Both are strict about what the caller saw:
+any WorkItem event after the expected version refuses them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from pydantic import ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from workcenter.domain import action as act
+from workcenter.domain import work_item as wi
+from workcenter.domain.errors import CommandRefused, InvalidInput
+from workcenter.domain.goal_progress import GoalProgress, derive_goal_progress, is_proof
+from workcenter.domain.model import Immutable
+from workcenter.domain.unit import Unit
+
+MAX_NEW_ACTIONS = 8
+MAX_ACTIONS_PER_ITEM = 64
+BRIEF_LIMIT = 2_000
+SUMMARY_LIMIT = 8_000
+MAX_RISKS = 24
+RATIONALE_MIN = 20
+WORKSPACE_MODES: tuple[str, ...] = ("read", "shared", "isolated-write", "integrate")
+_SLUG = re.compile(r"[^a-z0-9_]+")
+
+
+class _Input(Immutable):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True
+    )
+
+
+class ActionSpec(_Input):
+    type: str = "custom"
+    objective: str
+    approach: str
+    expected_outcome: str
+    workspace_mode: str = "shared"
+    max_attempts: int = act.DEFAULT_MAX_ATTEMPTS
+
+
+class CloseAction(_Input):
+    action_id: UUID
+    reason: str
+
+
+class GoalRefs(_Input):
+    criteria: tuple[str, ...] = ()
+    blocker_action_ids: tuple[UUID, ...] = ()
+    delivery: bool = False
+
+
+class Plan(_Input):
+    actions: tuple[ActionSpec, ...]
+    close_actions: tuple[CloseAction, ...] = ()
+    supersede_action_ids: tuple[UUID, ...] = ()
+    goal_refs: GoalRefs | None = None
+    rationale: str = ""
+
+
+class AcceptanceResultInput(_Input):
+    criterion: str
+    status: str
+    evidence_run_ids: tuple[UUID, ...] = ()
+
+
+class Completion(_Input):
+    summary: str
+    acceptance_results: tuple[AcceptanceResultInput, ...]
+    evidence_run_ids: tuple[UUID, ...] = ()
+    residual_risks: tuple[str, ...] = Field(default=(), max_length=MAX_RISKS)
+    close_actions: tuple[CloseAction, ...] = ()
+
+
+def _parse(model: type[Any], payload: Any) -> Any:
+    if isinstance(payload, model):
+        return payload
+    try:
+        return model.model_validate(payload)
+    except ValidationError as error:
+        raise InvalidInput(f"malformed {model.__name__}: {error}") from None
+
+
+def progress(item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState]) -> GoalProgress:
+    return derive_goal_progress(
+        criteria=item.acceptance_criteria,
+        contract_revision=item.contract_revision,
+        delivery_target=item.delivery_target,
+        actions=list(actions.values()),
+    )
+
+
+def _slug(text: str) -> str:
+    return _SLUG.sub("_", text.strip().lower()).strip("_")
+
+
+def _brief(spec: ActionSpec) -> act.Brief:
+    fields = {
+        "objective": spec.objective.strip(),
+        "approach": spec.approach.strip(),
+        "expected_outcome": spec.expected_outcome.strip(),
+    }
+    for name, text in fields.items():
+        if not text:
+            raise InvalidInput(f"{name} is required for every planned Action")
+        if len(text) > BRIEF_LIMIT:
+            raise InvalidInput(f"{name} is longer than {BRIEF_LIMIT} characters")
+    return act.Brief(**fields)
+
+
+def _check_closures(
+    closes: Sequence[CloseAction], actions: Mapping[UUID, act.ActionState]
+) -> None:
+    ids = [c.action_id for c in closes]
+    if len(set(ids)) != len(ids):
+        raise InvalidInput("closeActions names an Action twice")
+    for close in closes:
+        target = actions.get(close.action_id)
+        if not close.reason.strip():
+            raise InvalidInput("closeActions needs a reason for every Action")
+        if target is None or target.status not in ("waiting", "failed"):
+            raise CommandRefused(f"Action {close.action_id} is not waiting or failed; it cannot close")
+
+
+def _check_goal_refs(refs: GoalRefs, goal: GoalProgress) -> None:
+    blockers = {b.action_id for b in goal.blockers}
+    named = False
+    for criterion in refs.criteria:
+        if criterion not in goal.remaining_criteria:
+            raise CommandRefused(f"goalRefs names a criterion that is not unmet: {criterion!r}")
+        named = True
+    for action_id in refs.blocker_action_ids:
+        if action_id not in blockers:
+            raise CommandRefused(f"goalRefs names {action_id}, which is not a current blocker")
+        named = True
+    if refs.delivery:
+        if goal.delivery.status == "passed":
+            raise CommandRefused("goalRefs names the delivery, which has already passed")
+        named = True
+    if not named:
+        raise InvalidInput("goalRefs must name an unmet criterion, a blocker or the delivery")
+
+
+def plan_actions(
+    item: wi.WorkItemState,
+    actions: Mapping[UUID, act.ActionState],
+    payload: Plan | Mapping[str, Any],
+    *,
+    at: datetime,
+) -> Unit:
+    plan: Plan = _parse(Plan, payload)
+    if item.mode != "dynamic":
+        raise CommandRefused("Only dynamic WorkItems take planned Actions")
+    if item.status not in wi.ACTIVE:
+        raise CommandRefused(f"Cannot plan Actions for a WorkItem in {item.status}")
+    if not 1 <= len(plan.actions) <= MAX_NEW_ACTIONS:
+        raise InvalidInput(f"plan 1 to {MAX_NEW_ACTIONS} Actions at once")
+    if len(item.plan) + len(plan.actions) > MAX_ACTIONS_PER_ITEM:
+        raise CommandRefused(f"a WorkItem holds at most {MAX_ACTIONS_PER_ITEM} Actions")
+    if item.entries("running"):
+        raise CommandRefused("Cannot plan Actions while a Run is active")
+    _check_closures(plan.close_actions, actions)
+    closing = {c.action_id for c in plan.close_actions}
+    for action_id in plan.supersede_action_ids:
+        target = actions.get(action_id)
+        if action_id in closing:
+            raise InvalidInput(f"Action {action_id} cannot be both closed and superseded")
+        if target is None or target.status not in ("ready", "waiting", "failed"):
+            raise CommandRefused(f"Action {action_id} is not ready, waiting or failed")
+
+    goal = progress(item, actions)
+    if (
+        goal.total_criteria_count
+        and not goal.remaining_criteria
+        and goal.delivery.status == "passed"
+        and not goal.blockers
+    ):
+        raise CommandRefused("The goal is already met; complete the WorkItem instead")
+    if plan.goal_refs is not None:
+        _check_goal_refs(plan.goal_refs, goal)
+
+    live = {
+        (a.type, a.brief.objective) for a in actions.values() if a.status in act.OPEN_STATUSES
+    }
+    new: list[tuple[str, act.Brief, act.WorkspaceMode, int]] = []
+    for spec in plan.actions:
+        kind = _slug(spec.type) or "custom"
+        if kind == "triage":
+            raise InvalidInput("dynamic plans never create triage Actions")
+        brief = _brief(spec)
+        mode: act.WorkspaceMode = (
+            spec.workspace_mode if spec.workspace_mode in WORKSPACE_MODES else "shared"  # type: ignore[assignment]
+        )
+        if item.delivery_target is None and mode != "read":
+            raise CommandRefused(
+                "The delivery target is unconfirmed: only read-mode Actions may be planned"
+            )
+        key = (kind, brief.objective)
+        if key in live and (plan.goal_refs is None or len(plan.rationale.strip()) < RATIONALE_MIN):
+            raise InvalidInput(
+                f"repeating a live {kind} Action needs goalRefs and a rationale of "
+                f"{RATIONALE_MIN}+ characters"
+            )
+        live.add(key)
+        new.append((kind, brief, mode, min(5, max(1, spec.max_attempts))))
+
+    unit = Unit(item, actions, at)
+    for close in plan.close_actions:
+        unit.apply_action(act.close(unit.action(close.action_id), reason=close.reason.strip(), at=at))
+    for action_id in plan.supersede_action_ids:
+        unit.apply_action(
+            act.invalidate(unit.action(action_id), status="superseded", reason="replanned", at=at)
+        )
+    for kind, brief, mode, attempts in new:
+        unit.plan_action(type=kind, brief=brief, workspace_mode=mode, max_attempts=attempts)
+    unit.derive_status()
+    return unit
+
+
+def complete(
+    item: wi.WorkItemState,
+    actions: Mapping[UUID, act.ActionState],
+    payload: Completion | Mapping[str, Any],
+    *,
+    at: datetime,
+) -> Unit:
+    completion: Completion = _parse(Completion, payload)
+    if item.mode != "dynamic":
+        raise CommandRefused("Linear WorkItems complete through their deliver stage")
+    if item.status not in wi.ACTIVE:
+        raise CommandRefused(f"Cannot complete a WorkItem in {item.status}")
+    criteria = item.acceptance_criteria
+    if not criteria:
+        raise CommandRefused("A WorkItem with no acceptance criteria cannot be completed")
+    summary = completion.summary.strip()
+    if not summary or len(summary) > SUMMARY_LIMIT:
+        raise InvalidInput(f"summary is required and at most {SUMMARY_LIMIT} characters")
+    results = completion.acceptance_results
+    if [r.criterion for r in results] != list(criteria):
+        raise InvalidInput("acceptanceResults must give one result per criterion, in order")
+    cited: list[UUID] = []
+    for result in results:
+        if result.status != "passed" or not result.evidence_run_ids:
+            raise InvalidInput(f"criterion {result.criterion!r} must be passed with evidence runs")
+        cited.extend(r for r in result.evidence_run_ids if r not in cited)
+    if not completion.evidence_run_ids or not set(cited) <= set(completion.evidence_run_ids):
+        raise InvalidInput("evidenceRunIds must be non-empty and cover every cited Run")
+    _check_closures(completion.close_actions, actions)
+
+    unit = Unit(item, actions, at)
+    for close in completion.close_actions:
+        unit.apply_action(act.close(unit.action(close.action_id), reason=close.reason.strip(), at=at))
+    unfinished = [a.id for a in unit.actions.values() if a.status in act.OPEN_STATUSES]
+    if unfinished:
+        raise CommandRefused(f"Unfinished Actions must be closed first: {unfinished}")
+
+    goal = progress(unit.item, unit.actions)
+    runs = {
+        run.id: (action, run) for action in unit.actions.values() for run in action.runs
+    }
+    for run_id in completion.evidence_run_ids:
+        found = runs.get(run_id)
+        if found is None:
+            raise CommandRefused(f"Run {run_id} does not belong to this WorkItem")
+        action, run = found
+        if not (
+            action.result_run_id == run.id
+            and run.generation == action.generation
+            and run.spec_hash == action.spec_hash
+            and run.contract_revision == item.contract_revision
+            and action.contract_revision == item.contract_revision
+            and is_proof(run, criteria)
+        ):
+            raise CommandRefused(f"Run {run_id} is not a current, canonical proof")
+    if goal.remaining_criteria:
+        raise CommandRefused(f"Criteria are not met: {list(goal.remaining_criteria)}")
+    for result, progress_row in zip(results, goal.criteria, strict=True):
+        listed = set(progress_row.evidence_run_ids)
+        if not any(r in listed for r in result.evidence_run_ids):
+            raise CommandRefused(
+                f"criterion {result.criterion!r} cites no Run that goal progress lists for it"
+            )
+    if item.delivery_target is None:
+        raise CommandRefused("The delivery target is unconfirmed")
+    delivering = [r for r in completion.evidence_run_ids if r in goal.delivery.evidence_run_ids]
+    if not delivering:
+        raise CommandRefused("No evidence Run carries current, fresh delivery evidence")
+
+    outputs: list[wi.ResultOutput] = []
+    seen: set[tuple[str, str]] = set()
+    for run_id in completion.evidence_run_ids:
+        action, run = runs[run_id]
+        for output in run.result.outputs if run.result else ():
+            if output.is_negative or output.ref is None or (output.kind, output.ref) in seen:
+                continue
+            seen.add((output.kind, output.ref))
+            outputs.append(
+                wi.ResultOutput(
+                    kind=output.kind,
+                    label=output.label,
+                    ref=output.ref,
+                    status=output.status,
+                    action_id=action.id,
+                    run_id=run.id,
+                )
+            )
+    responses: tuple[wi.ResultResponse, ...] = ()
+    if item.delivery_target == "response":
+        responses = tuple(
+            wi.ResultResponse(
+                run_id=run_id,
+                summary=runs[run_id][1].result.summary,  # type: ignore[union-attr]
+                evidence=tuple(e.label for e in runs[run_id][1].result.evidence),  # type: ignore[union-attr]
+            )
+            for run_id in delivering
+        )
+    unit.item_event(
+        wi.WorkItemCompleted,
+        final_result=wi.FinalResult(
+            summary=summary,
+            acceptance_results=tuple(
+                wi.AcceptanceResult(
+                    criterion=r.criterion, status="passed", evidence_run_ids=r.evidence_run_ids
+                )
+                for r in results
+            ),
+            evidence_run_ids=completion.evidence_run_ids,
+            residual_risks=tuple(r.strip()[:2_000] for r in completion.residual_risks),
+            outputs=tuple(outputs[:50]),
+            responses=responses,
+        ),
+    )
+    return unit

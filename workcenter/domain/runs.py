@@ -1,0 +1,215 @@
+"""Run commands (lifecycle.md 3.3 to 3.5): claim, renew, interrupt, finish, recover.
+
+The lease epoch and boot id fence workers; the aggregate version only guards
+the write. Linear items follow the stage list; dynamic items derive their
+status from their Actions after every change.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, Literal
+from uuid import UUID
+
+from workcenter.domain import action as act
+from workcenter.domain import work_item as wi
+from workcenter.domain.errors import CommandRefused, StaleRun
+from workcenter.domain.lifecycle import add_stage_action, prior_result
+from workcenter.domain.outcome import NormalisedOutcome, RunReport, normalise
+from workcenter.domain.unit import Unit
+
+DEFAULT_LEASE = timedelta(seconds=60)
+RECOVERED_REASON = "process or lease ended before a terminal outcome"
+
+
+def claimable(item: wi.WorkItemState, action: act.ActionState) -> str | None:
+    """Why ``action`` cannot be claimed now, or None when it can."""
+    if action.status != "ready" or action.current_run_id is not None:
+        return f"Action is {action.status}"
+    if item.mode == "linear":
+        if item.status != "ready" or item.current_action_id != action.id:
+            return "Action is not the current Action of a ready WorkItem"
+        if item.entries("failed"):
+            return "WorkItem has a failed Action"
+    elif item.status not in wi.ACTIVE:
+        return f"WorkItem is {item.status}"
+    return None
+
+
+def claim(
+    item: wi.WorkItemState,
+    action: act.ActionState,
+    *,
+    worker: str,
+    boot_id: str,
+    lease: timedelta,
+    at: datetime,
+) -> Unit:
+    refusal = claimable(item, action)
+    if refusal:
+        raise CommandRefused(f"Cannot claim Action {action.id}: {refusal}")
+    unit = Unit(item, {action.id: action}, at)
+    unit.apply_action(act.claim(action, worker=worker, boot_id=boot_id, lease=lease, at=at))
+    unit.set_status("running", action.id)
+    return unit
+
+
+def renew(action: act.ActionState, ref: act.RunRef, *, lease: timedelta, at: datetime) -> list[act.ActionEvent]:
+    return act.renew(action, ref, lease=lease, at=at)
+
+
+def _settle_linear_interruption(unit: Unit, action: act.ActionState) -> None:
+    after = unit.action(action.id)
+    unit.set_status("ready" if after.status == "ready" else "needs_attention", action.id)
+
+
+def interrupt(
+    item: wi.WorkItemState, action: act.ActionState, ref: act.RunRef, *, reason: str, at: datetime
+) -> Unit:
+    """The worker gives the Run up (LRF, expiry not checked)."""
+    run = act.live_run(action, ref, at=None)
+    if item.status not in wi.ACTIVE:
+        raise StaleRun()
+    unit = Unit(item, {action.id: action}, at)
+    unit.apply_action(act.interrupt(action, run, reason=reason or "interrupted", at=at))
+    if item.mode == "linear":
+        _settle_linear_interruption(unit, action)
+    else:
+        unit.derive_status()
+    return unit
+
+
+def finish(
+    item: wi.WorkItemState,
+    action: act.ActionState,
+    ref: act.RunRef,
+    report: RunReport | dict[str, Any],
+    *,
+    at: datetime,
+) -> Unit:
+    """Record a Run's terminal outcome (LRF+), then move the WorkItem on."""
+    normalised = normalise(report, item=item, action=action)
+    run = act.live_run(action, ref, at=at)
+    if item.status not in wi.ACTIVE:
+        raise StaleRun()
+    unit = Unit(item, {action.id: action}, at)
+    if normalised.contract_patch is not None:
+        _apply_patch(unit, normalised)
+    unit.apply_action(
+        act.finish(action, run, outcome=normalised.outcome, result=normalised.result, at=at)
+    )
+    if item.mode == "dynamic":
+        unit.derive_status()
+    else:
+        _advance_linear(unit, unit.action(action.id), normalised)
+    return unit
+
+
+def _apply_patch(unit: Unit, normalised: NormalisedOutcome) -> None:
+    """A triage patch refines title, goal and criteria in the same write (never the target)."""
+    patch = normalised.contract_patch
+    assert patch is not None
+    item = unit.item
+    if patch.title and patch.title != item.title:
+        unit.item_event(wi.TitleChanged, title=patch.title)
+    goal = patch.goal or item.goal
+    criteria = patch.acceptance_criteria if patch.acceptance_criteria is not None else item.acceptance_criteria
+    changed = tuple(
+        name
+        for name, new, old in (("goal", goal, item.goal), ("acceptance_criteria", criteria, item.acceptance_criteria))
+        if new != old
+    )
+    if changed:
+        unit.item_event(
+            wi.ContractRefined,
+            goal=goal,
+            acceptance_criteria=criteria,
+            delivery_target=item.delivery_target,
+            contract_revision=item.contract_revision + 1,
+            changed_fields=changed,
+        )
+
+
+def _next_stage(item: wi.WorkItemState, action: act.ActionState, decision: str | None) -> str | None:
+    stages = item.stages
+    index = stages.index(action.type) if action.type in stages else len(stages) - 1
+    if action.type == "review" and decision == "changes_requested":
+        earlier = [s for s in stages[:index] if s not in ("review", "deliver", "triage")]
+        return earlier[-1] if earlier else (stages[index - 1] if index else None)
+    return stages[index + 1] if index + 1 < len(stages) else None
+
+
+def _advance_linear(unit: Unit, action: act.ActionState, normalised: NormalisedOutcome) -> None:
+    if normalised.outcome == "waiting":
+        unit.set_status("waiting", action.id)
+    elif action.status == "ready":
+        unit.set_status("ready", action.id)
+    elif action.status == "failed":
+        unit.set_status("needs_attention", action.id)
+    else:
+        stage = _next_stage(unit.item, action, normalised.result.review_decision)
+        if stage is None:
+            unit.item_event(
+                wi.WorkItemCompleted,
+                final_result=wi.FinalResult(
+                    summary=normalised.result.summary,
+                    evidence_run_ids=(action.result_run_id,) if action.result_run_id else (),
+                ),
+            )
+            return
+        carried = tuple(e for e in action.context if e.kind != "input")
+        entry = prior_result(action)
+        add_stage_action(unit, stage, (*carried, entry) if entry else carried)
+
+
+def recover(
+    item: wi.WorkItemState,
+    action: act.ActionState,
+    *,
+    run_id: UUID,
+    at: datetime,
+) -> Unit:
+    """End a Run whose process or lease is gone (lifecycle.md 3.5)."""
+    run = action.run(run_id)
+    if run is None or run.status != "running":
+        raise CommandRefused(f"Run {run_id} is not running")
+    unit = Unit(item, {action.id: action}, at)
+    current = (
+        action.status == "running"
+        and action.current_run_id == run.id
+        and action.lease_epoch == run.lease_epoch
+        and item.status in wi.ACTIVE
+    )
+    if current:
+        unit.apply_action(act.interrupt(action, run, reason=RECOVERED_REASON, at=at))
+        if item.mode == "linear":
+            _settle_linear_interruption(unit, action)
+        else:
+            unit.derive_status()
+        return unit
+    status: Literal["cancelled", "superseded"] = (
+        "cancelled" if item.status == "cancelled" else "superseded"
+    )
+    unit.apply_action(
+        act.interrupt(
+            action, run, reason="no longer owns the current Action", at=at, run_status=status
+        )
+    )
+    if item.mode == "dynamic" and item.status in wi.ACTIVE:
+        unit.derive_status()
+    return unit
+
+
+def is_dead(run: act.Run, *, boot_id: str, worker: str | None, at: datetime) -> bool:
+    """A recovery candidate: its lease expired, or its owner restarted with a new boot id.
+
+    With ``worker`` given, only that worker's own Runs are judged by boot id, so
+    one worker restarting never interrupts another's live Runs.
+    """
+    if run.status != "running":
+        return False
+    if run.expires_at <= at:
+        return True
+    if worker is not None and run.worker != worker:
+        return False
+    return run.owner_boot_id != boot_id

@@ -1,0 +1,91 @@
+"""A unit of change: the events one command appends to a WorkItem and its Actions.
+
+A command builds its events here step by step; each step sees the states the
+earlier steps produced, and the whole unit is saved in one atomic write.
+Action status changes are mirrored onto the WorkItem automatically, so every
+claim, finish or invalidation also moves the WorkItem's version.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from uuid import UUID
+
+from workcenter.domain import action as act
+from workcenter.domain import work_item as wi
+from workcenter.domain.model import DomainEvent, Emitter
+
+
+class Unit:
+    def __init__(
+        self,
+        item: wi.WorkItemState,
+        actions: Mapping[UUID, act.ActionState],
+        at: datetime,
+    ) -> None:
+        self.at = at
+        self.item = item
+        self.actions: dict[UUID, act.ActionState] = dict(actions)
+        self.events: list[DomainEvent] = []
+
+    @classmethod
+    def new_item(cls, events: list[wi.WorkItemEvent], at: datetime) -> Unit:
+        item = wi.fold(None, events)
+        assert item is not None
+        unit = cls(item, {}, at)
+        unit.events.extend(events)
+        return unit
+
+    def item_event(self, event_class: type[wi.WorkItemEvent], **fields: object) -> None:
+        emit = Emitter[wi.WorkItemEvent].after(self.item, self.at)
+        self.apply_item(emit(event_class, **fields))
+
+    def apply_item(self, event: wi.WorkItemEvent) -> None:
+        self.item = wi.evolve(self.item, event)
+        self.events.append(event)
+
+    def apply_action(self, events: list[act.ActionEvent]) -> None:
+        for event in events:
+            before = self.actions.get(event.originator_id)
+            after = act.evolve(before, event)
+            self.actions[after.id] = after
+            self.events.append(event)
+            if before is None:
+                self.item_event(wi.ActionAdded, action_id=after.id, sequence=after.sequence, type=after.type)
+            elif after.status != before.status:
+                self.item_event(wi.ActionStatusRecorded, action_id=after.id, status=after.status)
+
+    def set_status(self, status: wi.WorkItemStatus, current_action_id: UUID | None) -> None:
+        if (self.item.status, self.item.current_action_id) != (status, current_action_id):
+            self.item_event(wi.StatusChanged, status=status, current_action_id=current_action_id)
+
+    def derive_status(self) -> None:
+        """Dynamic items derive their status from their Actions after every change."""
+        self.set_status(*wi.derived_status(self.item))
+
+    def action(self, action_id: UUID) -> act.ActionState:
+        return self.actions[action_id]
+
+    def plan_action(
+        self,
+        *,
+        type: str,
+        brief: act.Brief,
+        workspace_mode: act.WorkspaceMode = "shared",
+        max_attempts: int = act.DEFAULT_MAX_ATTEMPTS,
+        context: tuple[act.ContextEntry, ...] = (),
+    ) -> act.ActionState:
+        events = act.plan(
+            work_item_id=self.item.id,
+            sequence=self.item.next_sequence,
+            type=type,
+            brief=brief,
+            workspace_mode=workspace_mode,
+            max_attempts=max_attempts,
+            contract_revision=self.item.contract_revision,
+            context=context,
+            at=self.at,
+        )
+        self.apply_action(list(events))
+        return self.actions[events[0].originator_id]

@@ -1,0 +1,311 @@
+"""The WorkItem aggregate: a goal with acceptance criteria and a delivery target.
+
+It owns the contract (and its contract revision), its status, and the plan:
+which Actions exist and, mirrored from their own streams in the same write,
+their statuses. The mirror lets a command derive the item's status without
+loading every Action.
+
+Reads top to bottom: values, state, events, evolve, decisions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Literal
+from uuid import UUID
+
+from workcenter.domain.errors import CommandRefused, InvalidInput
+from workcenter.domain.model import AggregateState, DomainEvent, Emitter, Immutable
+
+WorkItemStatus = Literal[
+    "draft", "ready", "running", "waiting", "needs_attention", "done", "cancelled"
+]
+DeliveryTarget = Literal["response", "workspace_files", "pull_request", "merge"]
+Mode = Literal["dynamic", "linear"]
+DELIVERY_TARGETS: tuple[str, ...] = ("response", "workspace_files", "pull_request", "merge")
+DEFAULT_STAGES: tuple[str, ...] = ("triage", "implement", "review", "deliver")
+TERMINAL: frozenset[str] = frozenset({"done", "cancelled"})
+ACTIVE: frozenset[str] = frozenset({"ready", "running", "waiting", "needs_attention"})
+TITLE_LIMIT = 200
+
+
+class PlanEntry(Immutable):
+    action_id: UUID
+    sequence: int
+    type: str
+    status: str
+
+
+class AcceptanceResult(Immutable):
+    criterion: str
+    status: Literal["passed"]
+    evidence_run_ids: tuple[UUID, ...]
+
+
+class ResultOutput(Immutable):
+    kind: str
+    label: str
+    ref: str
+    status: str | None = None
+    action_id: UUID
+    run_id: UUID
+
+
+class ResultResponse(Immutable):
+    run_id: UUID
+    summary: str
+    evidence: tuple[str, ...] = ()
+
+
+class FinalResult(Immutable):
+    summary: str
+    acceptance_results: tuple[AcceptanceResult, ...] = ()
+    evidence_run_ids: tuple[UUID, ...] = ()
+    residual_risks: tuple[str, ...] = ()
+    outputs: tuple[ResultOutput, ...] = ()
+    responses: tuple[ResultResponse, ...] = ()
+
+
+# --- state -------------------------------------------------------------------
+
+
+class WorkItemState(AggregateState):
+    mode: Mode
+    title: str
+    goal: str
+    acceptance_criteria: tuple[str, ...]
+    delivery_target: DeliveryTarget | None
+    contract_revision: int
+    status: WorkItemStatus
+    stages: tuple[str, ...]
+    plan: tuple[PlanEntry, ...]
+    current_action_id: UUID | None
+    final_result: FinalResult | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def next_sequence(self) -> int:
+        return max((e.sequence for e in self.plan), default=0) + 1
+
+    def entry(self, action_id: UUID) -> PlanEntry | None:
+        return next((e for e in self.plan if e.action_id == action_id), None)
+
+    def entries(self, *statuses: str) -> list[PlanEntry]:
+        return [e for e in self.plan if e.status in statuses]
+
+
+# --- events ------------------------------------------------------------------
+
+
+class WorkItemEvent(DomainEvent):
+    pass
+
+
+class WorkItemCreated(WorkItemEvent):
+    mode: Mode
+    title: str
+    goal: str
+    acceptance_criteria: tuple[str, ...]
+    delivery_target: DeliveryTarget | None
+    stages: tuple[str, ...]
+
+
+class TitleChanged(WorkItemEvent):
+    title: str
+
+
+class ContractRefined(WorkItemEvent):
+    """Goal, criteria or delivery target changed: a new contract revision."""
+
+    goal: str
+    acceptance_criteria: tuple[str, ...]
+    delivery_target: DeliveryTarget | None
+    contract_revision: int
+    changed_fields: tuple[str, ...]
+
+
+class WorkItemStarted(WorkItemEvent):
+    pass
+
+
+class WorkItemCancelled(WorkItemEvent):
+    reason: str = ""
+
+
+class WorkItemResumed(WorkItemEvent):
+    pass
+
+
+class ActionAdded(WorkItemEvent):
+    action_id: UUID
+    sequence: int
+    type: str
+
+
+class ActionStatusRecorded(WorkItemEvent):
+    """Mirrors an Action's status change, saved in the same write as the Action's event."""
+
+    action_id: UUID
+    status: str
+
+
+class StatusChanged(WorkItemEvent):
+    status: WorkItemStatus
+    current_action_id: UUID | None
+
+
+class WorkItemCompleted(WorkItemEvent):
+    final_result: FinalResult
+
+
+# --- evolve ------------------------------------------------------------------
+
+
+def evolve(state: WorkItemState | None, event: WorkItemEvent) -> WorkItemState:
+    if state is None:
+        if not isinstance(event, WorkItemCreated):
+            raise TypeError(f"a WorkItem stream must start with WorkItemCreated, not {event!r}")
+        return WorkItemState(
+            id=event.originator_id,
+            version=event.originator_version,
+            mode=event.mode,
+            title=event.title,
+            goal=event.goal,
+            acceptance_criteria=event.acceptance_criteria,
+            delivery_target=event.delivery_target,
+            contract_revision=1,
+            status="draft",
+            stages=event.stages,
+            plan=(),
+            current_action_id=None,
+            final_result=None,
+            created_at=event.timestamp,
+            updated_at=event.timestamp,
+        )
+    changes: dict[str, object] = {"version": event.originator_version, "updated_at": event.timestamp}
+    match event:
+        case TitleChanged():
+            changes["title"] = event.title
+        case ContractRefined():
+            changes |= {
+                "goal": event.goal,
+                "acceptance_criteria": event.acceptance_criteria,
+                "delivery_target": event.delivery_target,
+                "contract_revision": event.contract_revision,
+            }
+        case WorkItemStarted() | WorkItemResumed():
+            pass  # the status follows in a StatusChanged of the same write
+        case WorkItemCancelled():
+            changes |= {"status": "cancelled", "current_action_id": None}
+        case ActionAdded():
+            entry = PlanEntry(
+                action_id=event.action_id, sequence=event.sequence, type=event.type, status="ready"
+            )
+            changes["plan"] = (*state.plan, entry)
+        case ActionStatusRecorded():
+            changes["plan"] = tuple(
+                e.model_copy(update={"status": event.status}) if e.action_id == event.action_id else e
+                for e in state.plan
+            )
+        case StatusChanged():
+            changes |= {"status": event.status, "current_action_id": event.current_action_id}
+        case WorkItemCompleted():
+            changes |= {"status": "done", "current_action_id": None, "final_result": event.final_result}
+        case _:
+            raise TypeError(f"unknown WorkItem event {event!r}")
+    return state.model_copy(update=changes)
+
+
+def fold(state: WorkItemState | None, events: Iterable[WorkItemEvent]) -> WorkItemState | None:
+    for event in events:
+        state = evolve(state, event)
+    return state
+
+
+# --- derived status ----------------------------------------------------------
+
+
+def derived_status(state: WorkItemState) -> tuple[WorkItemStatus, UUID | None]:
+    """The status of a concurrent (dynamic) item from its Actions' statuses.
+
+    Running, else ready, else the first blocker, else running with no Action:
+    the Coordinator's turn.
+    """
+    plan = sorted(state.plan, key=lambda e: (e.sequence, e.action_id))
+    for wanted, status in (("running", "running"), ("ready", "ready")):
+        for entry in plan:
+            if entry.status == wanted:
+                return status, entry.action_id  # type: ignore[return-value]
+    for entry in plan:
+        if entry.status == "waiting":
+            return "waiting", entry.action_id
+        if entry.status == "failed":
+            return "needs_attention", entry.action_id
+    return "running", None
+
+
+# --- decisions ---------------------------------------------------------------
+
+
+class Contract(Immutable):
+    """Validated contract fields, as a user or a triage patch states them."""
+
+    title: str
+    goal: str
+    acceptance_criteria: tuple[str, ...]
+    delivery_target: DeliveryTarget | None
+
+
+def validate_contract(
+    *,
+    title: object,
+    goal: object,
+    acceptance_criteria: object,
+    delivery_target: object,
+) -> Contract:
+    if not isinstance(title, str) or not title.strip():
+        raise InvalidInput("title is required")
+    if not isinstance(goal, str) or not goal.strip():
+        raise InvalidInput("goal is required")
+    if not isinstance(acceptance_criteria, list | tuple):
+        raise InvalidInput("acceptance_criteria must be a list of strings")
+    criteria: list[str] = []
+    for criterion in acceptance_criteria:
+        if not isinstance(criterion, str):
+            raise InvalidInput("acceptance_criteria must be a list of strings")
+        if criterion.strip():
+            criteria.append(criterion.strip())
+    if delivery_target is not None and delivery_target not in DELIVERY_TARGETS:
+        raise InvalidInput(
+            f"delivery_target must be one of {', '.join(DELIVERY_TARGETS)} or null, "
+            f"not {delivery_target!r}"
+        )
+    return Contract(
+        title=title.strip()[:TITLE_LIMIT],
+        goal=goal.strip(),
+        acceptance_criteria=tuple(criteria),
+        delivery_target=delivery_target,
+    )
+
+
+def create(
+    *, work_item_id: UUID, mode: Mode, contract: Contract, stages: tuple[str, ...], at: datetime
+) -> list[WorkItemEvent]:
+    emit = Emitter[WorkItemEvent](work_item_id, 0, at)
+    emit(
+        WorkItemCreated,
+        mode=mode,
+        title=contract.title,
+        goal=contract.goal,
+        acceptance_criteria=contract.acceptance_criteria,
+        delivery_target=contract.delivery_target,
+        stages=stages if mode == "linear" else (),
+    )
+    return emit.events
+
+
+def refuse_if_terminal(state: WorkItemState, verb: str) -> None:
+    if state.status in TERMINAL:
+        raise CommandRefused(f"Cannot {verb} WorkItem in {state.status}")

@@ -1,0 +1,57 @@
+"""The inline lifecycle: bring read models up to the head right after each save.
+
+Each view keeps its own position in the ``tracking`` table, written in the
+same transaction as its rows. Catching up reads only the notifications after
+the lowest position, so a view left behind by a crash (or by another process
+writing the same store) is brought up to date on the next save or read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from eventsourcing.persistence import IntegrityError
+
+from workcenter.domain.model import DomainEvent
+
+PAGE = 500
+
+
+class View(Protocol):
+    def apply(self, application_name: str, batch: Sequence[tuple[int, DomainEvent]]) -> None: ...
+
+    def max_tracking_id(self, application_name: str) -> int | None: ...
+
+
+class InlineProjections:
+    def __init__(self, recorder: Any, mapper: Any, views: dict[str, View]) -> None:
+        self._recorder = recorder
+        self._mapper = mapper
+        self.views = views
+
+    def position(self, name: str) -> int:
+        return self.views[name].max_tracking_id(name) or 0
+
+    def catch_up(self, head: int | None = None) -> int:
+        """Apply every notification up to ``head`` (default: the newest); returns events applied."""
+        applied = 0
+        while True:
+            positions = {name: self.position(name) for name in self.views}
+            start = min(positions.values(), default=0)
+            if head is not None and start >= head:
+                return applied
+            page = self._recorder.select_notifications(
+                start=start, limit=PAGE, stop=head, inclusive_of_start=False
+            )
+            if not page:
+                return applied
+            batch = [(n.id, self._mapper.to_domain_event(n)) for n in page]
+            for name, view in self.views.items():
+                mine = [entry for entry in batch if entry[0] > positions[name]]
+                try:
+                    view.apply(name, mine)
+                except IntegrityError:
+                    # Another process applied these first; re-read positions and go on.
+                    continue
+                applied += len(mine)

@@ -1,0 +1,180 @@
+"""The work queue read model: claimable Actions, live Runs, and the WorkItem list.
+
+A claim reads its candidates here, but never trusts them: the command re-checks
+each candidate against its aggregates and simply moves on when one is stale.
+Rows and the tracking position are written in one transaction, so the view can
+be resumed, measured and rebuilt from position zero.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.dispatch import singledispatchmethod
+from eventsourcing.persistence import Tracking
+from eventsourcing.projection import Projection
+from eventsourcing.sqlite import SQLiteCursor, SQLiteTrackingRecorder
+
+from workcenter.domain import action as act
+from workcenter.domain import work_item as wi
+from workcenter.domain.model import DomainEvent
+
+
+def _ts(moment: datetime) -> float:
+    return moment.timestamp()
+
+
+class WorkQueueView(SQLiteTrackingRecorder):
+    TABLES = ("wq_actions", "wq_runs", "wq_items")
+
+    def construct_create_table_statements(self) -> list[str]:
+        return [
+            *super().construct_create_table_statements(),
+            "CREATE TABLE IF NOT EXISTS wq_actions ("
+            " action_id TEXT PRIMARY KEY, work_item_id TEXT NOT NULL,"
+            " sequence INTEGER NOT NULL, status TEXT NOT NULL, ready_since REAL)",
+            "CREATE INDEX IF NOT EXISTS wq_ready ON wq_actions (ready_since, sequence)"
+            " WHERE status = 'ready'",
+            "CREATE TABLE IF NOT EXISTS wq_runs ("
+            " run_id TEXT PRIMARY KEY, action_id TEXT NOT NULL, work_item_id TEXT NOT NULL,"
+            " worker TEXT NOT NULL, boot_id TEXT NOT NULL, expires_at REAL NOT NULL)",
+            "CREATE TABLE IF NOT EXISTS wq_items ("
+            " work_item_id TEXT PRIMARY KEY, title TEXT NOT NULL, status TEXT NOT NULL,"
+            " mode TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL)",
+        ]
+
+    # --- writing --------------------------------------------------------------
+
+    def apply(self, application_name: str, batch: Sequence[tuple[int, DomainEvent]]) -> None:
+        """Apply events in order and advance the position, all in one transaction."""
+        if not batch:
+            return
+        with self.datastore.transaction(commit=True) as c:
+            for _, event in batch:
+                self._apply(c, event)
+            self._insert_tracking(c, Tracking(application_name, batch[-1][0]))
+
+    def _apply(self, c: SQLiteCursor, event: DomainEvent) -> None:
+        if isinstance(event, act.ActionEvent):
+            self._apply_action(c, event)
+        elif isinstance(event, wi.WorkItemEvent):
+            self._apply_item(c, event)
+
+    def _apply_action(self, c: SQLiteCursor, event: act.ActionEvent) -> None:
+        aid = event.originator_id.hex
+        if isinstance(event, act.ActionPlanned):
+            c.execute(
+                "INSERT INTO wq_actions VALUES (?, ?, ?, 'ready', ?)",
+                (aid, event.work_item_id.hex, event.sequence, _ts(event.timestamp)),
+            )
+            return
+        if isinstance(event, act.RunClaimed):
+            c.execute(
+                "INSERT INTO wq_runs SELECT ?, action_id, work_item_id, ?, ?, ?"
+                " FROM wq_actions WHERE action_id = ?",
+                (event.run_id.hex, event.worker, event.boot_id, _ts(event.expires_at), aid),
+            )
+        elif isinstance(event, act.LeaseRenewed):
+            c.execute(
+                "UPDATE wq_runs SET expires_at = ? WHERE run_id = ?",
+                (_ts(event.expires_at), event.run_id.hex),
+            )
+        elif isinstance(event, act.RunFinished | act.RunInterrupted):
+            c.execute("DELETE FROM wq_runs WHERE run_id = ?", (event.run_id.hex,))
+        elif isinstance(event, act.ActionReset | act.ActionInvalidated) and event.ended_run_id:
+            c.execute("DELETE FROM wq_runs WHERE run_id = ?", (event.ended_run_id.hex,))
+        status = act.status_after(event)
+        if status is not None:
+            c.execute(
+                "UPDATE wq_actions SET status = ?, ready_since = ? WHERE action_id = ?",
+                (status, _ts(event.timestamp) if status == "ready" else None, aid),
+            )
+
+    def _apply_item(self, c: SQLiteCursor, event: wi.WorkItemEvent) -> None:
+        iid = event.originator_id.hex
+        at = _ts(event.timestamp)
+        if isinstance(event, wi.WorkItemCreated):
+            c.execute(
+                "INSERT INTO wq_items VALUES (?, ?, 'draft', ?, ?, ?)",
+                (iid, event.title, event.mode, at, at),
+            )
+            return
+        if isinstance(event, wi.TitleChanged):
+            c.execute("UPDATE wq_items SET title = ? WHERE work_item_id = ?", (event.title, iid))
+        status = {
+            wi.StatusChanged: getattr(event, "status", None),
+            wi.WorkItemCancelled: "cancelled",
+            wi.WorkItemCompleted: "done",
+        }.get(type(event))
+        if status is not None:
+            c.execute("UPDATE wq_items SET status = ? WHERE work_item_id = ?", (status, iid))
+        c.execute("UPDATE wq_items SET updated_at = ? WHERE work_item_id = ?", (at, iid))
+
+    def reset(self, application_name: str) -> None:
+        """Drop every row and the position together, for a rebuild from zero."""
+        with self.datastore.transaction(commit=True) as c:
+            for table in self.TABLES:
+                c.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed table names
+            c.execute("DELETE FROM tracking WHERE application_name = ?", (application_name,))
+
+    # --- reading --------------------------------------------------------------
+
+    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(sql, tuple(params))
+            return list(c.fetchall())
+
+    def ready_actions(self, limit: int, offset: int = 0) -> list[UUID]:
+        rows = self._rows(
+            "SELECT action_id FROM wq_actions WHERE status = 'ready'"
+            " ORDER BY ready_since, sequence LIMIT ? OFFSET ?",
+            (limit, offset),
+        )
+        return [UUID(row[0]) for row in rows]
+
+    def live_runs(self) -> list[tuple[UUID, UUID, str, str, float]]:
+        """(action id, run id, worker, boot id, expires at) of every Run believed live."""
+        rows = self._rows(
+            "SELECT action_id, run_id, worker, boot_id, expires_at FROM wq_runs ORDER BY expires_at"
+        )
+        return [(UUID(r[0]), UUID(r[1]), r[2], r[3], r[4]) for r in rows]
+
+    def work_items(self, status: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+        sql = "SELECT work_item_id, title, status, mode, created_at, updated_at FROM wq_items"
+        params: list[Any] = []
+        if status:
+            sql += " WHERE status = ?"
+            params.append(status)
+        rows = self._rows(sql + " ORDER BY created_at, work_item_id LIMIT ?", [*params, limit])
+        return [
+            {
+                "id": UUID(r[0]),
+                "title": r[1],
+                "status": r[2],
+                "mode": r[3],
+                "created_at": r[4],
+                "updated_at": r[5],
+            }
+            for r in rows
+        ]
+
+    def dump(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every row of every table in a total order, to compare a rebuild with the live view."""
+        return {t: [tuple(r) for r in self._rows(f"SELECT * FROM {t} ORDER BY 1")] for t in self.TABLES}  # noqa: S608
+
+
+class WorkQueue(Projection[WorkQueueView]):
+    """The same code serves the inline lifecycle (after each save) and a runner.
+
+    Positions are keyed by the projection's name, so several views can share
+    one SQLite file and its single ``tracking`` table.
+    """
+
+    name = "work_queue"
+
+    @singledispatchmethod
+    def process_event(self, domain_event: Any, tracking: Tracking) -> None:
+        self.view.apply(self.name, [(tracking.notification_id, domain_event)])
