@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import EllipsisType
@@ -109,7 +109,9 @@ class EventStore(Application[UUID]):
 class WorkCenter:
     """The embeddable service: every command and read of Workcenter."""
 
-    def __init__(self, store: EventStore, *, clock: Clock | None = None, boot_id: str | None = None):
+    def __init__(
+        self, store: EventStore, *, clock: Clock | None = None, boot_id: str | None = None
+    ):
         self.store = store
         self.clock = clock or SystemClock()
         self.boot_id = boot_id or uuid.uuid4().hex
@@ -129,7 +131,7 @@ class WorkCenter:
         clock: Clock | None = None,
         boot_id: str | None = None,
     ) -> WorkCenter:
-        """Open (creating if needed) the SQLite store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db."""
+        """Open (or create) the SQLite store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db."""
         return cls(EventStore(env=sqlite_env(resolve_db_path(db))), clock=clock, boot_id=boot_id)
 
     def close(self) -> None:
@@ -295,7 +297,7 @@ class WorkCenter:
         title: str | None = None,
         goal: str | None = None,
         acceptance_criteria: list[str] | tuple[str, ...] | None = None,
-        delivery_target: str | None | EllipsisType = ...,
+        delivery_target: str | EllipsisType | None = ...,
     ) -> wi.WorkItemState:
         def decide(
             item: wi.WorkItemState, actions: dict[UUID, act.ActionState], at: datetime
@@ -334,7 +336,11 @@ class WorkCenter:
 
     def resume(self, work_item_id: UUID, *, expected_version: int) -> wi.WorkItemState:
         return self._item_command(
-            work_item_id, expected_version, lifecycle.RESUME_CONFLICTS, lifecycle.resume, "cancelled"
+            work_item_id,
+            expected_version,
+            lifecycle.RESUME_CONFLICTS,
+            lifecycle.resume,
+            "cancelled",
         )
 
     def retry(
@@ -390,7 +396,7 @@ class WorkCenter:
         work_item_id: UUID,
         *,
         expected_version: int,
-        actions: list[Mapping[str, Any]],
+        actions: Sequence[Mapping[str, Any]],
         close_actions: list[Mapping[str, Any]] = (),  # type: ignore[assignment]
         supersede_action_ids: list[UUID] = (),  # type: ignore[assignment]
         goal_refs: Mapping[str, Any] | None = None,
@@ -450,7 +456,9 @@ class WorkCenter:
         item = self.work_item(action.work_item_id)
         if runs.claimable(item, action) is not None:
             return None
-        unit = runs.claim(item, action, worker=worker, boot_id=self.boot_id, lease=lease, at=self.clock.now())
+        unit = runs.claim(
+            item, action, worker=worker, boot_id=self.boot_id, lease=lease, at=self.clock.now()
+        )
         try:
             self._save(unit)
         except IntegrityError:
@@ -513,12 +521,16 @@ class WorkCenter:
     ) -> act.ActionState:
         """Record the Run's outcome: completed, waiting, retryable or failed."""
         return self._run_command(
-            claim, lambda item, action, ref, at: runs.finish(item, action, ref, dict(report) if isinstance(report, Mapping) else report, at=at)
+            claim,
+            lambda item, action, ref, at: runs.finish(
+                item, action, ref, dict(report) if isinstance(report, Mapping) else report, at=at
+            ),
         )
 
     def interrupt(self, claim: Claim | act.RunRef, *, reason: str = "") -> act.ActionState:
         return self._run_command(
-            claim, lambda item, action, ref, at: runs.interrupt(item, action, ref, reason=reason, at=at)
+            claim,
+            lambda item, action, ref, at: runs.interrupt(item, action, ref, reason=reason, at=at),
         )
 
     def recover(self, *, worker: str | None = None) -> list[UUID]:
@@ -537,7 +549,9 @@ class WorkCenter:
                 at = self.clock.now()
                 if run is None or not runs.is_dead(run, boot_id=self.boot_id, worker=worker, at=at):
                     return Unit(self.work_item(action.work_item_id), {}, at)
-                return runs.recover(self.work_item(action.work_item_id), action, run_id=run_id, at=at)
+                return runs.recover(
+                    self.work_item(action.work_item_id), action, run_id=run_id, at=at
+                )
 
             if self._execute(attempt).events:
                 recovered.append(run_id)

@@ -24,7 +24,14 @@ ActionStatus = Literal[
     "ready", "running", "waiting", "completed", "failed", "superseded", "cancelled", "closed"
 ]
 RunStatus = Literal[
-    "running", "completed", "waiting", "retryable", "failed", "interrupted", "cancelled", "superseded"
+    "running",
+    "completed",
+    "waiting",
+    "retryable",
+    "failed",
+    "interrupted",
+    "cancelled",
+    "superseded",
 ]
 WorkspaceMode = Literal["shared", "read", "isolated-write", "integrate"]
 ReviewDecision = Literal["approved", "changes_requested"]
@@ -303,7 +310,10 @@ def evolve(state: ActionState | None, event: ActionEvent) -> ActionState:
             runs=(),
             updated_at=event.timestamp,
         )
-    changes: dict[str, object] = {"version": event.originator_version, "updated_at": event.timestamp}
+    changes: dict[str, object] = {
+        "version": event.originator_version,
+        "updated_at": event.timestamp,
+    }
     match event:
         case RunClaimed():
             run = Run(

@@ -28,7 +28,9 @@ class StaleRun(CommandRefused):
 
     code = "stale_run"
 
-    def __init__(self, message: str = "Run is stale, cancelled, expired, or already finished") -> None:
+    def __init__(
+        self, message: str = "Run is stale, cancelled, expired, or already finished"
+    ) -> None:
         super().__init__(message)
 
 

@@ -62,16 +62,12 @@ def add_stage_action(
     return action
 
 
-def invalidate_open(
-    unit: Unit, status: Literal["superseded", "cancelled"], reason: str
-) -> None:
+def invalidate_open(unit: Unit, status: Literal["superseded", "cancelled"], reason: str) -> None:
     for action in list(unit.actions.values()):
         unit.apply_action(act.invalidate(action, status=status, reason=reason, at=unit.at))
 
 
-def _open_actions(
-    item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState]
-) -> None:
+def _open_actions(item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState]) -> None:
     missing = [e.action_id for e in item.entries(*act.OPEN_STATUSES) if e.action_id not in actions]
     if missing:
         raise ValueError(f"the command needs every open Action loaded; missing {missing}")
@@ -152,7 +148,9 @@ def update_contract(
     return unit
 
 
-def cancel(item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState], at: datetime, reason: str) -> Unit:
+def cancel(
+    item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState], at: datetime, reason: str
+) -> Unit:
     if item.status == "done":
         raise CommandRefused("Completed WorkItem cannot be cancelled")
     unit = Unit(item, actions, at)

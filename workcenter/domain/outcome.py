@@ -102,9 +102,7 @@ def _patch(raw: Any) -> ContractPatch | None:
     return None if patch.is_empty else patch
 
 
-def _is_final_gate(
-    item: wi.WorkItemState, action: act.ActionState, decision: str | None
-) -> bool:
+def _is_final_gate(item: wi.WorkItemState, action: act.ActionState, decision: str | None) -> bool:
     """A deliver Action, or an approved review with nothing downstream to deliver."""
     if action.type == "deliver":
         return True
@@ -113,8 +111,7 @@ def _is_final_gate(
     if item.mode == "linear":
         return action.type in item.stages and item.stages[-1] == action.type
     return not any(
-        e.type == "deliver" and e.action_id != action.id
-        for e in item.entries(*act.OPEN_STATUSES)
+        e.type == "deliver" and e.action_id != action.id for e in item.entries(*act.OPEN_STATUSES)
     )
 
 
@@ -128,7 +125,11 @@ def normalise(
     if report.outcome == "waiting" and not waiting_reason:
         raise InvalidInput("a waiting outcome needs a waitingReason")
     patch = _patch(report.contract_patch)
-    decision = report.review_decision if report.review_decision in ("approved", "changes_requested") else None
+    decision = (
+        report.review_decision
+        if report.review_decision in ("approved", "changes_requested")
+        else None
+    )
     result = act.RunResult(
         summary=report.summary.strip()[:TEXT_LIMIT],
         response=report.response[:RESPONSE_LIMIT],
@@ -167,6 +168,8 @@ def normalise(
     )
     if not checks_match_criteria(result.checks, criteria):
         return failed("A completed outcome needs exactly one check per criterion, in order")
-    if _is_final_gate(item, action, decision) and any(check.status != "passed" for check in result.checks):
+    if _is_final_gate(item, action, decision) and any(
+        check.status != "passed" for check in result.checks
+    ):
         return failed("The final gate needs every acceptance check passed")
     return NormalisedOutcome(outcome="completed", result=result, contract_patch=patch)

@@ -118,9 +118,7 @@ def _brief(spec: ActionSpec) -> act.Brief:
     return act.Brief(**fields)
 
 
-def _check_closures(
-    closes: Sequence[CloseAction], actions: Mapping[UUID, act.ActionState]
-) -> None:
+def _check_closures(closes: Sequence[CloseAction], actions: Mapping[UUID, act.ActionState]) -> None:
     ids = [c.action_id for c in closes]
     if len(set(ids)) != len(ids):
         raise InvalidInput("closeActions names an Action twice")
@@ -129,7 +127,9 @@ def _check_closures(
         if not close.reason.strip():
             raise InvalidInput("closeActions needs a reason for every Action")
         if target is None or target.status not in ("waiting", "failed"):
-            raise CommandRefused(f"Action {close.action_id} is not waiting or failed; it cannot close")
+            raise CommandRefused(
+                f"Action {close.action_id} is not waiting or failed; it cannot close"
+            )
 
 
 def _check_goal_refs(refs: GoalRefs, goal: GoalProgress) -> None:
@@ -189,9 +189,7 @@ def plan_actions(
     if plan.goal_refs is not None:
         _check_goal_refs(plan.goal_refs, goal)
 
-    live = {
-        (a.type, a.brief.objective) for a in actions.values() if a.status in act.OPEN_STATUSES
-    }
+    live = {(a.type, a.brief.objective) for a in actions.values() if a.status in act.OPEN_STATUSES}
     new: list[tuple[str, act.Brief, act.WorkspaceMode, int]] = []
     for spec in plan.actions:
         kind = _slug(spec.type) or "custom"
@@ -216,7 +214,9 @@ def plan_actions(
 
     unit = Unit(item, actions, at)
     for close in plan.close_actions:
-        unit.apply_action(act.close(unit.action(close.action_id), reason=close.reason.strip(), at=at))
+        unit.apply_action(
+            act.close(unit.action(close.action_id), reason=close.reason.strip(), at=at)
+        )
     for action_id in plan.supersede_action_ids:
         unit.apply_action(
             act.invalidate(unit.action(action_id), status="superseded", reason="replanned", at=at)
@@ -259,15 +259,15 @@ def complete(
 
     unit = Unit(item, actions, at)
     for close in completion.close_actions:
-        unit.apply_action(act.close(unit.action(close.action_id), reason=close.reason.strip(), at=at))
+        unit.apply_action(
+            act.close(unit.action(close.action_id), reason=close.reason.strip(), at=at)
+        )
     unfinished = [a.id for a in unit.actions.values() if a.status in act.OPEN_STATUSES]
     if unfinished:
         raise CommandRefused(f"Unfinished Actions must be closed first: {unfinished}")
 
     goal = progress(unit.item, unit.actions)
-    runs = {
-        run.id: (action, run) for action in unit.actions.values() for run in action.runs
-    }
+    runs = {run.id: (action, run) for action in unit.actions.values() for run in action.runs}
     for run_id in completion.evidence_run_ids:
         found = runs.get(run_id)
         if found is None:

@@ -54,7 +54,9 @@ def claim(
     return unit
 
 
-def renew(action: act.ActionState, ref: act.RunRef, *, lease: timedelta, at: datetime) -> list[act.ActionEvent]:
+def renew(
+    action: act.ActionState, ref: act.RunRef, *, lease: timedelta, at: datetime
+) -> list[act.ActionEvent]:
     return act.renew(action, ref, lease=lease, at=at)
 
 
@@ -113,10 +115,17 @@ def _apply_patch(unit: Unit, normalised: NormalisedOutcome) -> None:
     if patch.title and patch.title != item.title:
         unit.item_event(wi.TitleChanged, title=patch.title)
     goal = patch.goal or item.goal
-    criteria = patch.acceptance_criteria if patch.acceptance_criteria is not None else item.acceptance_criteria
+    criteria = (
+        patch.acceptance_criteria
+        if patch.acceptance_criteria is not None
+        else item.acceptance_criteria
+    )
     changed = tuple(
         name
-        for name, new, old in (("goal", goal, item.goal), ("acceptance_criteria", criteria, item.acceptance_criteria))
+        for name, new, old in (
+            ("goal", goal, item.goal),
+            ("acceptance_criteria", criteria, item.acceptance_criteria),
+        )
         if new != old
     )
     if changed:
@@ -130,7 +139,9 @@ def _apply_patch(unit: Unit, normalised: NormalisedOutcome) -> None:
         )
 
 
-def _next_stage(item: wi.WorkItemState, action: act.ActionState, decision: str | None) -> str | None:
+def _next_stage(
+    item: wi.WorkItemState, action: act.ActionState, decision: str | None
+) -> str | None:
     stages = item.stages
     index = stages.index(action.type) if action.type in stages else len(stages) - 1
     if action.type == "review" and decision == "changes_requested":

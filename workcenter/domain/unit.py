@@ -52,7 +52,9 @@ class Unit:
             self.actions[after.id] = after
             self.events.append(event)
             if before is None:
-                self.item_event(wi.ActionAdded, action_id=after.id, sequence=after.sequence, type=after.type)
+                self.item_event(
+                    wi.ActionAdded, action_id=after.id, sequence=after.sequence, type=after.type
+                )
             elif after.status != before.status:
                 self.item_event(wi.ActionStatusRecorded, action_id=after.id, status=after.status)
 

@@ -184,7 +184,10 @@ def evolve(state: WorkItemState | None, event: WorkItemEvent) -> WorkItemState:
             created_at=event.timestamp,
             updated_at=event.timestamp,
         )
-    changes: dict[str, object] = {"version": event.originator_version, "updated_at": event.timestamp}
+    changes: dict[str, object] = {
+        "version": event.originator_version,
+        "updated_at": event.timestamp,
+    }
     match event:
         case TitleChanged():
             changes["title"] = event.title
@@ -206,13 +209,19 @@ def evolve(state: WorkItemState | None, event: WorkItemEvent) -> WorkItemState:
             changes["plan"] = (*state.plan, entry)
         case ActionStatusRecorded():
             changes["plan"] = tuple(
-                e.model_copy(update={"status": event.status}) if e.action_id == event.action_id else e
+                e.model_copy(update={"status": event.status})
+                if e.action_id == event.action_id
+                else e
                 for e in state.plan
             )
         case StatusChanged():
             changes |= {"status": event.status, "current_action_id": event.current_action_id}
         case WorkItemCompleted():
-            changes |= {"status": "done", "current_action_id": None, "final_result": event.final_result}
+            changes |= {
+                "status": "done",
+                "current_action_id": None,
+                "final_result": event.final_result,
+            }
         case _:
             raise TypeError(f"unknown WorkItem event {event!r}")
     return state.model_copy(update=changes)

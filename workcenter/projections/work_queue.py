@@ -117,7 +117,7 @@ class WorkQueueView(SQLiteTrackingRecorder):
         """Drop every row and the position together, for a rebuild from zero."""
         with self.datastore.transaction(commit=True) as c:
             for table in self.TABLES:
-                c.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed table names
+                c.execute(f"DELETE FROM {table}")
             c.execute("DELETE FROM tracking WHERE application_name = ?", (application_name,))
 
     # --- reading --------------------------------------------------------------
@@ -163,7 +163,9 @@ class WorkQueueView(SQLiteTrackingRecorder):
 
     def dump(self) -> dict[str, list[tuple[Any, ...]]]:
         """Every row of every table in a total order, to compare a rebuild with the live view."""
-        return {t: [tuple(r) for r in self._rows(f"SELECT * FROM {t} ORDER BY 1")] for t in self.TABLES}  # noqa: S608
+        return {
+            t: [tuple(r) for r in self._rows(f"SELECT * FROM {t} ORDER BY 1")] for t in self.TABLES
+        }
 
 
 class WorkQueue(Projection[WorkQueueView]):
