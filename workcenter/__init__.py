@@ -1,1 +1,26 @@
-"""Workcenter."""
+"""Workcenter: a durable, event-sourced work ledger for AI-agent orchestration."""
+
+from workcenter.application import Claim, SystemClock, WorkCenter, WriteContention
+from workcenter.domain.errors import (
+    CommandRefused,
+    InvalidInput,
+    NotFound,
+    StaleRun,
+    VersionConflict,
+    WorkcenterError,
+)
+from workcenter.domain.outcome import RunReport
+
+__all__ = [
+    "Claim",
+    "CommandRefused",
+    "InvalidInput",
+    "NotFound",
+    "RunReport",
+    "StaleRun",
+    "SystemClock",
+    "VersionConflict",
+    "WorkCenter",
+    "WorkcenterError",
+    "WriteContention",
+]

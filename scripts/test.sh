@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Sets up everything on a fresh machine, then runs the linters, the type checker and the tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python3 -m venv .venv
+.venv/bin/python -m pip install --quiet --upgrade pip
+.venv/bin/python -m pip install --quiet -e '.[dev]'
+.venv/bin/ruff check workcenter tests benchmarks
+.venv/bin/ruff format --check workcenter tests benchmarks
+.venv/bin/mypy workcenter
+.venv/bin/python -m pytest "$@"
