@@ -49,3 +49,49 @@ def test_unknown_item_is_a_clear_error(tmp_path: Path) -> None:
         cli, ["--db", str(tmp_path / "x.db"), "show", "00000000-0000-0000-0000-000000000000"]
     )
     assert result.exit_code != 0
+
+
+def test_worker_verb_runs_an_executor_until_idle(tmp_path: Path) -> None:
+    from workcenter.application import WorkCenter
+
+    db = str(tmp_path / "w.db")
+    with WorkCenter.open(db) as wc:
+        item = wc.create_work_item(
+            title="t", goal="g", acceptance_criteria=["c"], delivery_target="response", start=True
+        )
+        wc.plan_actions(
+            item.id,
+            expected_version=item.version,
+            actions=[
+                {
+                    "type": "research",
+                    "objective": f"o{i}",
+                    "approach": "a",
+                    "expectedOutcome": "e",
+                    "workspaceMode": "read",
+                }
+                for i in range(3)
+            ],
+        )
+    result = CliRunner().invoke(
+        cli,
+        [
+            "--db",
+            db,
+            "worker",
+            "--executor",
+            "workcenter.adapters.executors:echo",
+            "--exit-when-idle",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    stats = json.loads(result.output)
+    assert stats["claimed"] == 3 and stats["outcomes"] == {"completed": 3}
+
+
+def test_worker_verb_refuses_a_bad_executor(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli, ["--db", str(tmp_path / "w.db"), "worker", "--executor", "no_colon_here"]
+    )
+    assert result.exit_code == 2 and "module:callable" in result.output
