@@ -46,6 +46,10 @@ def at(ms: int) -> datetime:
     return T0 + timedelta(milliseconds=ms)
 
 
+def ms(moment: datetime) -> int:
+    return (moment - T0) // timedelta(milliseconds=1)
+
+
 def uid(name: str) -> UUID:
     return uuid5(NAMESPACE, name)
 
@@ -320,10 +324,40 @@ def test_current_run_of_a_failed_action_is_the_latest_observed_and_counts_retrya
     assert current_run(action("a1", early, late, status="failed"), ITEM_REVISION) == late
 
 
-def test_current_run_ignores_runs_of_an_earlier_generation() -> None:
+def test_current_run_ties_break_on_later_start_then_id() -> None:
+    early = run("r-1", 100, 200, status="failed")
+    late = run("r-2", 150, 200, status="failed")
+    for runs in ((early, late), (late, early)):
+        assert current_run(action("a1", *runs, status="failed"), ITEM_REVISION) == late
+    twins = (run("r-3", 100, 200, status="waiting"), run("r-4", 100, 200, status="waiting"))
+    winner = max(twins, key=lambda r: r.id)
+    for runs in (twins, twins[::-1]):
+        assert current_run(action("a1", *runs, status="waiting"), ITEM_REVISION) == winner
+
+
+def test_a_failure_ending_exactly_when_the_pass_starts_still_conflicts() -> None:
+    failing = run("r-a4", 50, 100, status="failed", checks=checks(c1="failed"))
+    progress = derive([a1(), action("a4", failing, status="failed")])
+    assert statuses(progress) == ("failed", "passed")
+
+
+def test_conflicts_are_listed_newest_start_first_then_by_id() -> None:
+    def failing(name: str, start: int) -> ActionState:
+        bad = run(f"r-{name}", start, 300, status="failed", checks=checks(c1="failed"))
+        return action(name, bad, status="failed")
+
+    actions = [failing("a1", 100), failing("a2", 200), failing("a3", 200)]
+    tied = tuple(sorted((uid("r-a2"), uid("r-a3"))))
+    for order in (actions, actions[::-1]):
+        assert derive(order).criteria[0].conflicting_run_ids == (*tied, uid("r-a1"))
+
+
+def test_current_run_ignores_runs_of_another_generation_or_spec() -> None:
     old = run("r-old", 100, 110)
     guided = action("a1", old, status="completed", generation=2, spec="spec-2")
     assert current_run(guided, ITEM_REVISION) is None
+    respecified = action("a1", old, status="completed", spec="spec-other")
+    assert current_run(respecified, ITEM_REVISION) is None
 
 
 def test_is_proof_needs_evidence_valid_checks_and_no_contradiction() -> None:
@@ -402,8 +436,9 @@ def scenarios(draw: st.DrawFn) -> list[ActionState]:
         runs = []
         for _ in range(size):
             status = "completed" if shaped else draw(st.sampled_from(get_args(RunStatus)))
-            start = draw(st.integers(40, 90) if shaped else st.integers(0, 60))
-            end = None if status == "running" else start + draw(st.integers(0, 30))
+            # Coarse times make the equal-time edge cases (strict freshness, ties) common.
+            start = 5 * draw(st.integers(8, 18) if shaped else st.integers(0, 12))
+            end = None if status == "running" else start + 5 * draw(st.integers(0, 6))
             run_generation = draw(st.sampled_from([generation, generation, 3 - generation]))
             if shaped:
                 run_generation = generation
@@ -497,7 +532,7 @@ def test_no_pass_survives_a_failure_observed_after_it_started(actions: list[Acti
 @given(scenarios())
 def test_a_fresh_proof_after_everything_passes_every_criterion(actions: list[ActionState]) -> None:
     last = max((observed_at(r) for a in actions for r in a.runs), default=T0)
-    start = int((last - T0) / timedelta(milliseconds=1)) + 1
+    start = ms(last) + 1
     proof = action("a99", run("r-a99", start, start + 5))
     progress = derive([*actions, proof])
     assert statuses(progress) == ("passed", "passed")
@@ -521,7 +556,7 @@ def test_a_writer_ending_at_or_after_a_proof_start_removes_it(
         assert all(w.id == proof_id or pass_at(proof) > observed_at(w) for w in writers)
 
     for proof_id in progress.proof_run_ids:
-        start = int((pass_at(by_id[proof_id][1]) - T0) / timedelta(milliseconds=1))
+        start = ms(pass_at(by_id[proof_id][1]))
         # A running writer is measured by its start, a finished one by its end.
         late = (
             run("r-w", start + delta, None, status="running", result=None)
@@ -569,15 +604,20 @@ def test_never_passed_with_a_later_failing_current_run(actions: list[ActionState
                 assert observed_at(current) < latest
 
 
-@given(scenarios(), st.sampled_from([0, 1]))
-def test_a_later_failing_current_run_turns_a_pass_into_a_failure(
-    actions: list[ActionState], index: int
+@given(scenarios(), st.sampled_from([0, 1]), st.integers(0, 5))
+def test_a_failing_current_run_ending_at_or_after_the_latest_pass_fails_it(
+    actions: list[ActionState], index: int, after: int
 ) -> None:
-    last = max((observed_at(r) for a in actions for r in a.runs), default=T0)
-    start = int((last - T0) / timedelta(milliseconds=1))
+    before = derive(actions).criteria[index]
+    by_id = _runs(actions)
+    if before.status == "passed":
+        # Ending exactly at the latest pass start is the sharpest case: still a conflict.
+        latest = max(pass_at(by_id[i][1]) for i in before.evidence_run_ids)
+    else:
+        latest = max((observed_at(r) for a in actions for r in a.runs), default=T0)
     statuses_: list[CheckStatus] = ["passed", "passed"]
     statuses_[index] = "failed"
-    failing = run("r-a97", start, start + 1, status="failed", checks=checks(*statuses_))
+    failing = run("r-a97", 0, ms(latest) + after, status="failed", checks=checks(*statuses_))
     failed_action = action("a97", failing, status="failed")
     assert current_run(failed_action, ITEM_REVISION) == failing
     progress = derive([*actions, failed_action])

@@ -6,7 +6,12 @@ import ast
 from pathlib import Path
 
 DOMAIN = Path(__file__).parent.parent / "workcenter" / "domain"
-FORBIDDEN = ("workcenter.adapters", "workcenter.projections", "workcenter.application", "eventsourcing")
+FORBIDDEN = (
+    "workcenter.adapters",
+    "workcenter.projections",
+    "workcenter.application",
+    "eventsourcing",
+)
 
 
 def _imports(path: Path) -> set[str]:
@@ -22,7 +27,5 @@ def _imports(path: Path) -> set[str]:
 def test_domain_imports_no_infrastructure() -> None:
     files = sorted(DOMAIN.glob("*.py"))
     assert len(files) > 5
-    offending = {
-        f.name: sorted(n for n in _imports(f) if n.startswith(FORBIDDEN)) for f in files
-    }
+    offending = {f.name: sorted(n for n in _imports(f) if n.startswith(FORBIDDEN)) for f in files}
     assert {name: names for name, names in offending.items() if names} == {}
