@@ -546,9 +546,12 @@ def reset(
     add_context: tuple[ContextEntry, ...],
     contract_revision: int,
     at: datetime,
+    keep_inputs: bool = False,
 ) -> list[ActionEvent]:
-    """A new generation: earlier Runs stop being current; user input entries are dropped."""
-    context = tuple(e for e in state.context if e.kind != "input") + add_context
+    """A new generation: earlier Runs stop being current; user input entries are
+    dropped unless ``keep_inputs`` (resume keeps accepted inputs)."""
+    kept = state.context if keep_inputs else tuple(e for e in state.context if e.kind != "input")
+    context = kept + add_context
     running = state.current_run_id if state.status == "running" else None
     emit = Emitter[ActionEvent].after(state, at)
     emit(

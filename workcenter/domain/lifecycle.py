@@ -85,6 +85,9 @@ def create(
     stages = stages or wi.DEFAULT_STAGES if mode == "linear" else ()
     if mode == "linear" and any(not s or s != s.strip().lower() for s in stages):
         raise InvalidInput("linear stages must be lowercase slugs")
+    for index, stage in enumerate(stages):
+        if stage == "review" and all(s in ("review", "deliver") for s in stages[:index]):
+            raise InvalidInput("a review stage needs an earlier stage to return to")
     unit = Unit.new_item(
         wi.create(work_item_id=work_item_id, mode=mode, contract=contract, stages=stages, at=at), at
     )
@@ -105,8 +108,8 @@ def start(item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState], at: d
     wi.refuse_if_terminal(item, "start")
     unit = Unit(item, actions, at)
     current = actions.get(item.current_action_id) if item.current_action_id else None
-    if item.mode == "linear" and current is not None and current.status == "ready":
-        return unit  # already started: a no-op
+    if current is not None and current.status == "ready":
+        return unit  # already started: a no-op (both modes, lifecycle.md 3.1)
     if item.status != "draft":
         raise CommandRefused(f"WorkItem is {item.status}; it must be resumed with retry")
     _start(unit)
@@ -186,6 +189,7 @@ def resume(item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState], at: 
                 add_context=(),
                 contract_revision=item.contract_revision,
                 at=at,
+                keep_inputs=True,
             )
         )
     unit.set_status("ready", cancelled[-1].id)

@@ -145,8 +145,11 @@ def _next_stage(
     stages = item.stages
     index = stages.index(action.type) if action.type in stages else len(stages) - 1
     if action.type == "review" and decision == "changes_requested":
-        earlier = [s for s in stages[:index] if s not in ("review", "deliver", "triage")]
-        return earlier[-1] if earlier else (stages[index - 1] if index else None)
+        # The latest earlier stage that is neither review nor deliver, triage last;
+        # create() guarantees there is one.
+        earlier = [s for s in stages[:index] if s not in ("review", "deliver")]
+        editable = [s for s in earlier if s != "triage"]
+        return (editable or earlier)[-1]
     return stages[index + 1] if index + 1 < len(stages) else None
 
 
