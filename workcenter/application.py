@@ -145,11 +145,19 @@ class WorkCenter:
 
     # --- loading --------------------------------------------------------------
 
+    def _load(self, aggregate_id: UUID, version: int | None, projector: Callable[..., Any]) -> Any:
+        repository = self.store.repository
+        state = repository.get(aggregate_id, version=version, projector_func=projector)
+        if version is None and repository.cache is not None:
+            # The library fast-forwards a cached state but keeps the old (immutable) one
+            # in the cache; put the newer state back so the next load replays only the
+            # events after it, not every event since the aggregate was first cached.
+            repository.cache.put(aggregate_id, state)
+        return state
+
     def work_item(self, work_item_id: UUID, version: int | None = None) -> wi.WorkItemState:
         try:
-            state = self.store.repository.get(
-                work_item_id, version=version, projector_func=project_work_item
-            )
+            state = self._load(work_item_id, version, project_work_item)
         except AggregateNotFoundError:
             raise NotFound("WorkItem", work_item_id) from None
         if not isinstance(state, wi.WorkItemState):
@@ -158,9 +166,7 @@ class WorkCenter:
 
     def action(self, action_id: UUID, version: int | None = None) -> act.ActionState:
         try:
-            state = self.store.repository.get(
-                action_id, version=version, projector_func=project_action
-            )
+            state = self._load(action_id, version, project_action)
         except AggregateNotFoundError:
             raise NotFound("Action", action_id) from None
         if not isinstance(state, act.ActionState):
@@ -498,9 +504,27 @@ class WorkCenter:
                 self.store.save(*events)
             except IntegrityError:
                 continue
+            self._snapshot_renewal(action, events)
             self.projections.catch_up()
             return True
         return False
+
+    def _snapshot_renewal(self, action: act.ActionState, events: list[act.ActionEvent]) -> None:
+        """Renewals bypass ``_save``; snapshot them too, or a long Run's Action never gets one."""
+        if not any(e.originator_version % SNAPSHOT_INTERVAL == 0 for e in events):
+            return
+        renewed = project_action(action, events)
+        assert self.store.snapshots is not None
+        self.store.snapshots.put(
+            [
+                ActionSnapshot(
+                    originator_id=renewed.id,
+                    originator_version=renewed.version,
+                    timestamp=events[-1].timestamp,
+                    state=renewed,
+                )
+            ]
+        )
 
     def _run_command(
         self,

@@ -47,11 +47,16 @@ class InlineProjections:
             if not page:
                 return applied
             batch = [(n.id, self._mapper.to_domain_event(n)) for n in page]
+            raced = False
             for name, view in self.views.items():
                 mine = [entry for entry in batch if entry[0] > positions[name]]
                 try:
                     view.apply(name, mine)
                 except IntegrityError:
                     # Another process applied these first; re-read positions and go on.
+                    raced = True
                     continue
                 applied += len(mine)
+            if len(page) < PAGE and not raced:
+                # A short page was the head when read: no need to ask for an empty one.
+                return applied
