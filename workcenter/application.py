@@ -358,19 +358,18 @@ class WorkCenter:
         expected_generation: int | None = None,
         answer: str = "",
     ) -> wi.WorkItemState:
-        return self._item_command(
+        return self._action_input(
             work_item_id,
+            action_id,
             expected_version,
-            lifecycle.ACTION_INPUT_CONFLICTS,
             lambda item, actions, at: lifecycle.retry(
                 item,
-                actions | {action_id: self.action(action_id)},
+                actions,
                 action_id=action_id,
                 expected_generation=expected_generation,
                 answer=answer,
                 at=at,
             ),
-            *act.OPEN_STATUSES,
         )
 
     def guide(
@@ -382,17 +381,34 @@ class WorkCenter:
         expected_generation: int | None = None,
         guidance: str,
     ) -> wi.WorkItemState:
-        return self._item_command(
+        return self._action_input(
             work_item_id,
+            action_id,
             expected_version,
-            lifecycle.ACTION_INPUT_CONFLICTS,
             lambda item, actions, at: lifecycle.guide(
                 item,
-                actions | {action_id: self.action(action_id)},
+                actions,
                 action_id=action_id,
                 expected_generation=expected_generation,
                 guidance=guidance,
                 at=at,
+            ),
+        )
+
+    def _action_input(
+        self,
+        work_item_id: UUID,
+        action_id: UUID,
+        expected_version: int,
+        decide: Callable[[wi.WorkItemState, dict[UUID, act.ActionState], datetime], Unit],
+    ) -> wi.WorkItemState:
+        """Retry and guidance: the open Actions plus the target, whatever its status."""
+        return self._item_command(
+            work_item_id,
+            expected_version,
+            lifecycle.ACTION_INPUT_CONFLICTS,
+            lambda item, actions, at: decide(
+                item, actions | {action_id: self.action(action_id)}, at
             ),
             *act.OPEN_STATUSES,
         )

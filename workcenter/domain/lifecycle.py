@@ -228,6 +228,38 @@ def prior_result(action: act.ActionState, answer: str = "") -> act.ContextEntry 
     )
 
 
+def _next_generation(
+    unit: Unit,
+    target: act.ActionState,
+    reason: Literal["guided", "retried"],
+    entries: tuple[act.ContextEntry, ...],
+) -> Unit:
+    """Dynamic: reset the Action in place. Linear: supersede it (so it can neither
+    block nor be revived) and make a replacement with the same spec current."""
+    if unit.item.mode == "dynamic":
+        unit.apply_action(
+            act.reset(
+                target,
+                reason=reason,
+                add_context=entries,
+                contract_revision=unit.item.contract_revision,
+                at=unit.at,
+            )
+        )
+        unit.derive_status()
+        return unit
+    unit.apply_action(act.invalidate(target, status="superseded", reason=reason, at=unit.at))
+    replacement = unit.plan_action(
+        type=target.type,
+        brief=target.brief,
+        workspace_mode=target.workspace_mode,
+        max_attempts=target.max_attempts,
+        context=tuple(e for e in target.context if e.kind != "input") + entries,
+    )
+    unit.set_status("ready", replacement.id)
+    return unit
+
+
 def retry(
     item: wi.WorkItemState,
     actions: Mapping[UUID, act.ActionState],
@@ -254,30 +286,7 @@ def retry(
         )
         if e is not None
     )
-    unit = Unit(item, actions, at)
-    if item.mode == "dynamic":
-        unit.apply_action(
-            act.reset(
-                target,
-                reason="retried",
-                add_context=entries,
-                contract_revision=item.contract_revision,
-                at=at,
-            )
-        )
-        unit.derive_status()
-        return unit
-    # Linear: the predecessor is superseded so it cannot block or be revived.
-    unit.apply_action(act.invalidate(target, status="superseded", reason="retried", at=at))
-    replacement = unit.plan_action(
-        type=target.type,
-        brief=target.brief,
-        workspace_mode=target.workspace_mode,
-        max_attempts=target.max_attempts,
-        context=tuple(e for e in target.context if e.kind != "input") + entries,
-    )
-    unit.set_status("ready", replacement.id)
-    return unit
+    return _next_generation(Unit(item, actions, at), target, "retried", entries)
 
 
 def guide(
@@ -303,26 +312,4 @@ def guide(
     ):
         raise CommandRefused(f"Action is {target.status}; no active Action for guidance")
     entry = act.ContextEntry(kind="guidance", text=guidance)
-    unit = Unit(item, actions, at)
-    if item.mode == "dynamic":
-        unit.apply_action(
-            act.reset(
-                target,
-                reason="guided",
-                add_context=(entry,),
-                contract_revision=item.contract_revision,
-                at=at,
-            )
-        )
-        unit.derive_status()
-        return unit
-    unit.apply_action(act.invalidate(target, status="superseded", reason="guided", at=at))
-    replacement = unit.plan_action(
-        type=target.type,
-        brief=target.brief,
-        workspace_mode=target.workspace_mode,
-        max_attempts=target.max_attempts,
-        context=(*target.context, entry),
-    )
-    unit.set_status("ready", replacement.id)
-    return unit
+    return _next_generation(Unit(item, actions, at), target, "guided", (entry,))
