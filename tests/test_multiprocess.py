@@ -51,6 +51,7 @@ def worker_main(db: str, name: str, ready: str, go: str, out: str, ids_file: str
     claims: list[list[Any]] = []
     finishes: list[list[Any]] = []
     errors: list[str] = []
+    abort = Path(go).with_name("abort")
     with WorkCenter.open(db, boot_id=f"{name}-{os.getpid()}") as wc:
         Path(ready).touch()
         deadline = time.monotonic() + WORKER_TIMEOUT
@@ -59,31 +60,37 @@ def worker_main(db: str, name: str, ready: str, go: str, out: str, ids_file: str
                 raise SystemExit("never told to go")
             time.sleep(0.001)
         drained = False
-        while time.monotonic() < deadline:
-            claim = wc.claim_next(name)
-            if claim is None:
-                # Nothing ready: done only when the other worker is not about to
-                # put a retryable Action back.
-                if all(wc.action(a).status == "completed" for a in action_ids):
-                    drained = True
+        try:
+            while time.monotonic() < deadline:
+                claim = wc.claim_next(name)
+                if claim is None:
+                    if abort.exists():
+                        break
+                    # Nothing ready: done only when the other worker is not about to
+                    # put a retryable Action back.
+                    if all(wc.action(a).status == "completed" for a in action_ids):
+                        drained = True
+                        break
+                    time.sleep(0.005)
+                    continue
+                claims.append(
+                    [str(claim.action_id), str(claim.run_id), claim.lease_epoch, claim.attempt]
+                )
+                if _retry_first_attempt(claim.run_id, claim.attempt):
+                    report: dict[str, Any] = {"outcome": "retryable", "error": "flaky network"}
+                else:
+                    report = _completed(list(claim.acceptance_criteria))
+                try:
+                    action = wc.finish_run(claim, report)
+                except Exception as error:  # recorded, so the parent can report it
+                    errors.append(f"finish {claim.run_id}: {error!r}")
                     break
-                time.sleep(0.005)
-                continue
-            claims.append(
-                [str(claim.action_id), str(claim.run_id), claim.lease_epoch, claim.attempt]
-            )
-            if _retry_first_attempt(claim.run_id, claim.attempt):
-                report: dict[str, Any] = {"outcome": "retryable", "error": "flaky network"}
-            else:
-                report = _completed(list(claim.acceptance_criteria))
-            try:
-                action = wc.finish_run(claim, report)
-            except Exception as error:  # recorded, so the parent can report it
-                errors.append(f"finish {claim.run_id}: {error!r}")
-                continue
-            finishes.append([str(claim.run_id), report["outcome"], action.status])
-        if not drained:
-            errors.append("timed out before the pool was drained")
+                finishes.append([str(claim.run_id), report["outcome"], action.status])
+        finally:
+            if not drained:
+                abort.touch()  # tell the other worker the pool can never drain
+        if not drained and not errors:
+            errors.append("stopped before the pool was drained")
     Path(out).write_text(json.dumps({"claims": claims, "finishes": finishes, "errors": errors}))
 
 
@@ -156,8 +163,9 @@ def test_two_processes_drain_one_pool(tmp_path: Path) -> None:
         assert p.returncode == 0, f"{name} exited {p.returncode}:\n{outputs[name]}"
 
     results = {n: json.loads((tmp_path / f"{n}.json").read_text()) for n in names}
+    problems = {name: r["errors"] for name, r in results.items() if r["errors"]}
+    assert not problems, problems
     for name, result in results.items():
-        assert not result["errors"], f"{name}: {result['errors']}"
         assert result["claims"], f"{name} claimed nothing: the other drained the pool alone"
 
     claims = [tuple(c) for r in results.values() for c in r["claims"]]
