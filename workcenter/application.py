@@ -17,7 +17,9 @@ from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import IntegrityError
 
 from workcenter.adapters.persistence import (
+    SNAPSHOT_CLASSES,
     ActionSnapshot,
+    LedgerSnapshot,
     WorkItemSnapshot,
     resolve_db_path,
     sqlite_env,
@@ -25,10 +27,11 @@ from workcenter.adapters.persistence import (
 )
 from workcenter.domain import action as act
 from workcenter.domain import lifecycle, planning, runs
+from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import InvalidInput, NotFound, VersionConflict, WorkcenterError
 from workcenter.domain.goal_progress import GoalProgress
-from workcenter.domain.model import DomainEvent
+from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.outcome import RunReport
 from workcenter.domain.unit import Unit
 from workcenter.projections.inline import InlineProjections
@@ -84,7 +87,8 @@ class Claim:
 
 
 def _projector(
-    evolve: Callable[[Any, Any], Any], snapshot: type[ActionSnapshot | WorkItemSnapshot]
+    evolve: Callable[[Any, Any], Any],
+    snapshot: type[ActionSnapshot | WorkItemSnapshot | LedgerSnapshot],
 ) -> Callable[[Any, Iterable[Any]], Any]:
     def project(state: Any, events: Iterable[Any]) -> Any:
         for event in events:
@@ -96,6 +100,7 @@ def _projector(
 
 project_action = _projector(act.evolve, ActionSnapshot)
 project_work_item = _projector(wi.evolve, WorkItemSnapshot)
+project_ledger = _projector(rl.evolve, LedgerSnapshot)
 
 
 class EventStore(Application[UUID]):
@@ -173,6 +178,17 @@ class WorkCenter:
             raise NotFound("Action", action_id)
         return state
 
+    def ledger(self, work_item_id: UUID, version: int | None = None) -> rl.LedgerState:
+        """The WorkItem's ResourceLedger."""
+        ledger_id = rl.ledger_id_for(work_item_id)
+        try:
+            state = self._load(ledger_id, version, project_ledger)
+        except AggregateNotFoundError:
+            raise NotFound("ResourceLedger of WorkItem", work_item_id) from None
+        if not isinstance(state, rl.LedgerState):
+            raise NotFound("ResourceLedger of WorkItem", work_item_id)
+        return state
+
     def actions(self, item: wi.WorkItemState, *statuses: str) -> dict[UUID, act.ActionState]:
         """The item's Actions (only those whose mirrored status is in ``statuses``, if given)."""
         entries = item.entries(*statuses) if statuses else item.plan
@@ -191,30 +207,32 @@ class WorkCenter:
         self.projections.catch_up()
 
     def _snapshot(self, unit: Unit) -> None:
-        crossed: dict[UUID, int] = {}
-        for event in unit.events:
-            if event.originator_version % SNAPSHOT_INTERVAL == 0:
-                crossed[event.originator_id] = event.originator_version
-        for aggregate_id in crossed:
-            state: act.ActionState | wi.WorkItemState
-            if aggregate_id == unit.item.id:
-                state = unit.item
-                snapshot: DomainEvent = WorkItemSnapshot(
-                    originator_id=state.id,
-                    originator_version=state.version,
-                    timestamp=unit.at,
-                    state=state,
-                )
-            else:
-                state = unit.actions[aggregate_id]
-                snapshot = ActionSnapshot(
-                    originator_id=state.id,
-                    originator_version=state.version,
-                    timestamp=unit.at,
-                    state=state,
-                )
+        states: dict[UUID, AggregateState] = {unit.item.id: unit.item, **unit.actions}
+        if unit.ledger is not None:
+            states[unit.ledger.id] = unit.ledger
+        self._take_snapshots(states, unit.events)
+
+    def _take_snapshots(
+        self, states: Mapping[UUID, AggregateState], events: Sequence[DomainEvent]
+    ) -> None:
+        """Snapshot every aggregate whose stream crossed a multiple of the interval.
+
+        The library snapshots only aggregates it was given, and it is given events.
+        """
+        crossed = {e.originator_id for e in events if e.originator_version % SNAPSHOT_INTERVAL == 0}
+        snapshots = [
+            SNAPSHOT_CLASSES[type(state)](
+                originator_id=state.id,
+                originator_version=state.version,
+                timestamp=events[-1].timestamp,
+                state=state,
+            )
+            for aggregate_id in crossed
+            if (state := states.get(aggregate_id)) is not None
+        ]
+        if snapshots:
             assert self.store.snapshots is not None
-            self.store.snapshots.put([snapshot])
+            self.store.snapshots.put(snapshots)
 
     def _execute(self, decide: Callable[[], Unit]) -> Unit:
         """Decide and save; on a lost race reload and decide again (the checks run again too)."""
@@ -229,7 +247,7 @@ class WorkCenter:
 
     def _check_expected(
         self,
-        item: wi.WorkItemState,
+        state: AggregateState,
         expected_version: int | None,
         conflicts: tuple[type[DomainEvent], ...] | None,
     ) -> None:
@@ -237,16 +255,16 @@ class WorkCenter:
 
         ``conflicts=None`` is the strict class: any later event conflicts.
         """
-        if expected_version is None or expected_version == item.version:
+        if expected_version is None or expected_version == state.version:
             return
-        if expected_version > item.version or expected_version < 1:
-            raise VersionConflict(item.id, expected_version, item.version, ["unknown version"])
-        later = self.store.events.get(item.id, gt=expected_version)
+        if expected_version > state.version or expected_version < 1:
+            raise VersionConflict(state.id, expected_version, state.version, ["unknown version"])
+        later = self.store.events.get(state.id, gt=expected_version)
         clashing = [
             type(e).__name__ for e in later if conflicts is None or isinstance(e, conflicts)
         ]
         if clashing:
-            raise VersionConflict(item.id, expected_version, item.version, clashing)
+            raise VersionConflict(state.id, expected_version, state.version, clashing)
 
     def _item_command(
         self,
@@ -275,7 +293,9 @@ class WorkCenter:
         mode: wi.Mode = "dynamic",
         stages: tuple[str, ...] | None = None,
         start: bool = False,
+        limits: Mapping[str, int] | None = None,
     ) -> wi.WorkItemState:
+        """Create a WorkItem and its ResourceLedger (default limits, or ``limits``)."""
         if mode not in ("dynamic", "linear"):
             raise InvalidInput(f"mode must be dynamic or linear, not {mode!r}")
         contract = wi.validate_contract(
@@ -291,9 +311,19 @@ class WorkCenter:
             stages=stages,
             start=start,
             at=self.clock.now(),
+            limits=self._limits(limits),
         )
         self._save(unit)
         return unit.item
+
+    @staticmethod
+    def _limits(limits: Mapping[str, int] | None) -> rl.Limits | None:
+        if limits is None:
+            return None
+        try:
+            return rl.Limits(**limits)
+        except (TypeError, ValueError) as error:
+            raise InvalidInput(f"invalid limits: {error}") from None
 
     def update_contract(
         self,
@@ -340,14 +370,27 @@ class WorkCenter:
             *act.OPEN_STATUSES,
         )
 
-    def resume(self, work_item_id: UUID, *, expected_version: int) -> wi.WorkItemState:
-        return self._item_command(
-            work_item_id,
-            expected_version,
-            lifecycle.RESUME_CONFLICTS,
-            lifecycle.resume,
-            "cancelled",
-        )
+    def resume(
+        self,
+        work_item_id: UUID,
+        *,
+        expected_version: int,
+        expected_ledger_version: int | None = None,
+    ) -> wi.WorkItemState:
+        """Resume a cancelled item, or one its budget stopped (after extending it)."""
+
+        def attempt() -> Unit:
+            item = self.work_item(work_item_id)
+            self._check_expected(item, expected_version, lifecycle.RESUME_CONFLICTS)
+            ledger = self.ledger(work_item_id)
+            self._check_expected(ledger, expected_ledger_version, rl.CONTROL_EVENTS)
+            actions = self.actions(item, "cancelled", *act.OPEN_STATUSES)
+            stopping = lifecycle.stopping_action_id(ledger)
+            if stopping is not None and stopping not in actions:
+                actions[stopping] = self.action(stopping)
+            return lifecycle.resume(item, actions, ledger, self.clock.now())
+
+        return self._execute(attempt).item
 
     def retry(
         self,
@@ -479,7 +522,13 @@ class WorkCenter:
         if runs.claimable(item, action) is not None:
             return None
         unit = runs.claim(
-            item, action, worker=worker, boot_id=self.boot_id, lease=lease, at=self.clock.now()
+            item,
+            action,
+            self.ledger(item.id),
+            worker=worker,
+            boot_id=self.boot_id,
+            lease=lease,
+            at=self.clock.now(),
         )
         try:
             self._save(unit)
@@ -487,7 +536,8 @@ class WorkCenter:
             return None
         claimed = unit.action(action_id)
         run = claimed.current_run
-        assert run is not None
+        if run is None:
+            return None  # the ledger had no attempt left: the stop was saved instead
         return Claim(
             work_item_id=item.id,
             action_id=action_id,
@@ -520,27 +570,10 @@ class WorkCenter:
                 self.store.save(*events)
             except IntegrityError:
                 continue
-            self._snapshot_renewal(action, events)
+            self._take_snapshots({action.id: project_action(action, events)}, events)
             self.projections.catch_up()
             return True
         return False
-
-    def _snapshot_renewal(self, action: act.ActionState, events: list[act.ActionEvent]) -> None:
-        """Renewals bypass ``_save``; snapshot them too, or a long Run's Action never gets one."""
-        if not any(e.originator_version % SNAPSHOT_INTERVAL == 0 for e in events):
-            return
-        renewed = project_action(action, events)
-        assert self.store.snapshots is not None
-        self.store.snapshots.put(
-            [
-                ActionSnapshot(
-                    originator_id=renewed.id,
-                    originator_version=renewed.version,
-                    timestamp=events[-1].timestamp,
-                    state=renewed,
-                )
-            ]
-        )
 
     def _run_command(
         self,
@@ -596,6 +629,111 @@ class WorkCenter:
             if self._execute(attempt).events:
                 recovered.append(run_id)
         return recovered
+
+    # --- ResourceLedger commands ---------------------------------------------
+
+    def _ledger_command(
+        self,
+        work_item_id: UUID,
+        decide: Callable[[wi.WorkItemState, rl.LedgerState, datetime], Unit],
+    ) -> Unit:
+        def attempt() -> Unit:
+            item = self.work_item(work_item_id)
+            return decide(item, self.ledger(work_item_id), self.clock.now())
+
+        return self._execute(attempt)
+
+    def reserve_request(
+        self,
+        work_item_id: UUID,
+        *,
+        request: Mapping[str, Any],
+        kind: rl.RequestKind = "action",
+        run_id: UUID | None = None,
+        request_id: str | None = None,
+    ) -> rl.Admission:
+        """Admit one LLM request before it is sent, at its estimated cost.
+
+        A denial is returned (and a stopping denial saved); the caller must not
+        send the request. Only a stop writes the WorkItem too.
+        """
+        request_id = request_id or uuid.uuid4().hex
+        estimate = rl.estimate_tokens(request)
+        admission: list[rl.Admission] = []
+
+        def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
+            answer = rl.reserve(
+                ledger,
+                request_id=request_id,
+                kind=kind,
+                run_id=run_id,
+                estimated_tokens=estimate,
+                item_active=item.status not in wi.TERMINAL,
+                at=at,
+            )
+            admission[:] = [answer]
+            unit = Unit(item, {}, at, ledger)
+            unit.apply_ledger(answer.events)
+            return unit
+
+        self._ledger_command(work_item_id, decide)
+        return admission[0]
+
+    def settle_request(
+        self,
+        work_item_id: UUID,
+        request_id: str,
+        *,
+        usage: Mapping[str, Any] | rl.Usage | None,
+        complete: bool = True,
+    ) -> bool:
+        """Record what a request cost; False when there was nothing to settle."""
+        normalised = (
+            usage if isinstance(usage, rl.Usage) or usage is None else rl.normalize_usage(usage)
+        )
+
+        def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
+            unit = Unit(item, {}, at, ledger)
+            unit.apply_ledger(
+                rl.settle(ledger, request_id=request_id, usage=normalised, complete=complete, at=at)
+            )
+            return unit
+
+        return bool(self._ledger_command(work_item_id, decide).events)
+
+    def extend_budget(
+        self, work_item_id: UUID, *, expected_version: int, additions: Mapping[str, Any]
+    ) -> rl.LedgerState:
+        """A user raises limits. Clears no stop: resume does, once nothing is spent."""
+
+        def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
+            self._check_expected(ledger, expected_version, rl.CONTROL_EVENTS)
+            unit = Unit(item, {}, at, ledger)
+            unit.apply_ledger(rl.extend(ledger, additions, at))
+            return unit
+
+        ledger = self._ledger_command(work_item_id, decide).ledger
+        assert ledger is not None
+        return ledger
+
+    def record_coordinator_failure(self, work_item_id: UUID, *, turn_id: str) -> rl.LedgerState:
+        def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
+            unit = Unit(item, {}, at, ledger)
+            unit.apply_ledger(rl.record_coordinator_failure(ledger, turn_id=turn_id, at=at))
+            return unit
+
+        ledger = self._ledger_command(work_item_id, decide).ledger
+        assert ledger is not None
+        return ledger
+
+    def can_coordinate_automatically(
+        self, work_item_id: UUID, *, user_message: bool = False
+    ) -> bool:
+        item = self.work_item(work_item_id)
+        if item.status in wi.TERMINAL or item.stopped:
+            return False
+        retry_after = self.ledger(work_item_id).retry_after
+        return user_message or retry_after is None or self.clock.now() >= retry_after
 
     # --- reads ----------------------------------------------------------------
 

@@ -15,7 +15,8 @@ from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 from eventsourcing.utils import get_topic, resolve_topic
 
 from workcenter.domain.action import ActionState
-from workcenter.domain.model import DomainEvent
+from workcenter.domain.model import AggregateState, DomainEvent
+from workcenter.domain.resource_ledger import LedgerState
 from workcenter.domain.work_item import WorkItemState
 
 DEFAULT_DB = "workcenter.db"
@@ -62,6 +63,19 @@ class ActionSnapshot(DomainEvent):
 
 class WorkItemSnapshot(DomainEvent):
     state: WorkItemState
+
+
+class LedgerSnapshot(DomainEvent):
+    state: LedgerState
+
+
+SNAPSHOT_CLASSES: dict[
+    type[AggregateState], type[ActionSnapshot | WorkItemSnapshot | LedgerSnapshot]
+] = {
+    ActionState: ActionSnapshot,
+    WorkItemState: WorkItemSnapshot,
+    LedgerState: LedgerSnapshot,
+}
 
 
 def sqlite_env(db_path: str) -> dict[str, str]:

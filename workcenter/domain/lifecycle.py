@@ -16,6 +16,7 @@ from typing import Literal
 from uuid import UUID
 
 from workcenter.domain import action as act
+from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.domain.model import DomainEvent
@@ -29,6 +30,7 @@ UPDATE_CONFLICTS: tuple[type[DomainEvent], ...] = (
     wi.WorkItemCompleted,
 )
 START_CONFLICTS: tuple[type[DomainEvent], ...] = (wi.WorkItemStarted, wi.WorkItemCancelled)
+# Resume also checks the ledger version the user saw against rl.CONTROL_EVENTS.
 RESUME_CONFLICTS: tuple[type[DomainEvent], ...] = (
     wi.ContractRefined,
     wi.WorkItemCancelled,
@@ -81,6 +83,7 @@ def create(
     stages: tuple[str, ...] | None,
     start: bool,
     at: datetime,
+    limits: rl.Limits | None = None,
 ) -> Unit:
     stages = stages or wi.DEFAULT_STAGES if mode == "linear" else ()
     if mode == "linear" and any(not s or s != s.strip().lower() for s in stages):
@@ -91,6 +94,7 @@ def create(
     unit = Unit.new_item(
         wi.create(work_item_id=work_item_id, mode=mode, contract=contract, stages=stages, at=at), at
     )
+    unit.apply_ledger(rl.open_ledger(work_item_id, at, limits))
     if start:
         _start(unit)
     return unit
@@ -165,13 +169,39 @@ def cancel(
     return unit
 
 
-def resume(item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState], at: datetime) -> Unit:
+def resume(
+    item: wi.WorkItemState,
+    actions: Mapping[UUID, act.ActionState],
+    ledger: rl.LedgerState,
+    at: datetime,
+) -> Unit:
+    """Resume a cancelled item, or one its ledger stopped (resource-ledger.md 3).
+
+    A stopped item's open work is cancelled first, then it resumes like a
+    cancelled one, with the stop cleared in the same write. Refused while a
+    budget is still spent. ``actions`` must hold the open and cancelled Actions,
+    and the Action that stopped the item, if one did.
+    """
+    if item.status != "cancelled" and not item.stopped:
+        raise CommandRefused(
+            f"WorkItem is {item.status}; only a cancelled or stopped WorkItem can be resumed"
+        )
+    stopping = _stopping_action(ledger, actions)
+    ledger_events: list[rl.LedgerEvent] = []
+    if ledger.stop_reason is not None or ledger.spent():
+        ledger_events = rl.resume(
+            ledger,
+            stopping_action_can_attempt=stopping is None
+            or len(stopping.runs) < ledger.effective_max_attempts(stopping.max_attempts),
+            at=at,
+        )
+    unit = Unit(item, actions, at, ledger)
     if item.status != "cancelled":
-        raise CommandRefused(f"WorkItem is {item.status}; only a cancelled WorkItem can be resumed")
-    unit = Unit(item, actions, at)
+        invalidate_open(unit, "cancelled", "stopped by its budget")
+    unit.apply_ledger(ledger_events)
     unit.item_event(wi.WorkItemResumed)
     cancelled = sorted(
-        (a for a in actions.values() if a.status == "cancelled"), key=lambda a: a.sequence
+        (a for a in unit.actions.values() if a.status == "cancelled"), key=lambda a: a.sequence
     )
     if item.mode == "dynamic":
         for action in cancelled:
@@ -194,6 +224,25 @@ def resume(item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState], at: 
         )
     unit.set_status("ready", cancelled[-1].id)
     return unit
+
+
+def _stopping_action(
+    ledger: rl.LedgerState, actions: Mapping[UUID, act.ActionState]
+) -> act.ActionState | None:
+    reason = ledger.stop_reason
+    if reason is None or reason.code != "action_attempts_exhausted":
+        return None
+    action_id = reason.details.get("action_id")
+    return next((a for a in actions.values() if str(a.id) == action_id), None)
+
+
+def stopping_action_id(ledger: rl.LedgerState) -> UUID | None:
+    """The Action whose attempts stopped the item, which resume must load."""
+    reason = ledger.stop_reason
+    if reason is None or reason.code != "action_attempts_exhausted":
+        return None
+    value = reason.details.get("action_id")
+    return UUID(value) if isinstance(value, str) else None
 
 
 def _target(

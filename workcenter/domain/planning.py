@@ -163,6 +163,8 @@ def plan_actions(
         raise CommandRefused("Only dynamic WorkItems take planned Actions")
     if item.status not in wi.ACTIVE:
         raise CommandRefused(f"Cannot plan Actions for a WorkItem in {item.status}")
+    if item.stopped:
+        raise CommandRefused(f"WorkItem is stopped by its budget ({item.stopped}); resume it first")
     if not 1 <= len(plan.actions) <= MAX_NEW_ACTIONS:
         raise InvalidInput(f"plan 1 to {MAX_NEW_ACTIONS} Actions at once")
     if len(item.plan) + len(plan.actions) > MAX_ACTIONS_PER_ITEM:
@@ -239,6 +241,8 @@ def complete(
         raise CommandRefused("Linear WorkItems complete through their deliver stage")
     if item.status not in wi.ACTIVE:
         raise CommandRefused(f"Cannot complete a WorkItem in {item.status}")
+    if item.stopped:
+        raise CommandRefused(f"WorkItem is stopped by its budget ({item.stopped}); resume it first")
     criteria = item.acceptance_criteria
     if not criteria:
         raise CommandRefused("A WorkItem with no acceptance criteria cannot be completed")

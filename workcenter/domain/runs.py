@@ -12,6 +12,7 @@ from typing import Any, Literal
 from uuid import UUID
 
 from workcenter.domain import action as act
+from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import CommandRefused, StaleRun
 from workcenter.domain.lifecycle import add_stage_action, prior_result
@@ -26,6 +27,8 @@ def claimable(item: wi.WorkItemState, action: act.ActionState) -> str | None:
     """Why ``action`` cannot be claimed now, or None when it can."""
     if action.status != "ready" or action.current_run_id is not None:
         return f"Action is {action.status}"
+    if item.stopped:
+        return f"WorkItem is stopped by its budget ({item.stopped})"
     if item.mode == "linear":
         if item.status != "ready" or item.current_action_id != action.id:
             return "Action is not the current Action of a ready WorkItem"
@@ -39,16 +42,32 @@ def claimable(item: wi.WorkItemState, action: act.ActionState) -> str | None:
 def claim(
     item: wi.WorkItemState,
     action: act.ActionState,
+    ledger: rl.LedgerState,
     *,
     worker: str,
     boot_id: str,
     lease: timedelta,
     at: datetime,
 ) -> Unit:
+    """Start a Run, unless the ledger has no attempt left for the Action.
+
+    Then the Unit holds the stop instead (the item needs attention) and no Run:
+    the stop must be saved, so it is returned rather than raised.
+    """
     refusal = claimable(item, action)
     if refusal:
         raise CommandRefused(f"Cannot claim Action {action.id}: {refusal}")
-    unit = Unit(item, {action.id: action}, at)
+    unit = Unit(item, {action.id: action}, at, ledger)
+    stop = rl.can_attempt(
+        ledger,
+        action_id=action.id,
+        attempts=len(action.runs),
+        original_max_attempts=action.max_attempts,
+        at=at,
+    )
+    if stop is not None:
+        unit.apply_ledger(stop)
+        return unit
     unit.apply_action(act.claim(action, worker=worker, boot_id=boot_id, lease=lease, at=at))
     unit.set_status("running", action.id)
     return unit

@@ -13,6 +13,7 @@ from datetime import datetime
 from uuid import UUID
 
 from workcenter.domain import action as act
+from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.model import DomainEvent, Emitter
 
@@ -23,10 +24,12 @@ class Unit:
         item: wi.WorkItemState,
         actions: Mapping[UUID, act.ActionState],
         at: datetime,
+        ledger: rl.LedgerState | None = None,
     ) -> None:
         self.at = at
         self.item = item
         self.actions: dict[UUID, act.ActionState] = dict(actions)
+        self.ledger = ledger
         self.events: list[DomainEvent] = []
 
     @classmethod
@@ -58,7 +61,21 @@ class Unit:
             elif after.status != before.status:
                 self.item_event(wi.ActionStatusRecorded, action_id=after.id, status=after.status)
 
+    def apply_ledger(self, events: list[rl.LedgerEvent] | tuple[rl.LedgerEvent, ...]) -> None:
+        """Ledger events; a stop or resume is mirrored onto the WorkItem in the same write."""
+        for event in events:
+            self.ledger = rl.evolve(self.ledger, event)
+            self.events.append(event)
+            if isinstance(event, rl.ExecutionStopped):
+                self.item_event(wi.BudgetStopRecorded, code=event.code)
+                if self.item.status not in wi.TERMINAL:
+                    self.set_status("needs_attention", self.item.current_action_id)
+            elif isinstance(event, rl.ExecutionResumed):
+                self.item_event(wi.BudgetStopCleared)
+
     def set_status(self, status: wi.WorkItemStatus, current_action_id: UUID | None) -> None:
+        if self.item.stopped and status not in wi.TERMINAL:
+            status = "needs_attention"  # while stopped an item only needs attention
         if (self.item.status, self.item.current_action_id) != (status, current_action_id):
             self.item_event(wi.StatusChanged, status=status, current_action_id=current_action_id)
 

@@ -84,6 +84,9 @@ class WorkItemState(AggregateState):
     final_result: FinalResult | None
     created_at: datetime
     updated_at: datetime
+    # Mirrors the ResourceLedger's stop (saved in the same write), so commands that
+    # do not load the ledger still know the item admits no claim.
+    stopped: str | None = None
 
     @property
     def next_sequence(self) -> int:
@@ -160,6 +163,16 @@ class WorkItemCompleted(WorkItemEvent):
     final_result: FinalResult
 
 
+class BudgetStopRecorded(WorkItemEvent):
+    """The item's ResourceLedger stopped execution (code as the ledger recorded it)."""
+
+    code: str
+
+
+class BudgetStopCleared(WorkItemEvent):
+    pass
+
+
 # --- evolve ------------------------------------------------------------------
 
 
@@ -216,6 +229,10 @@ def evolve(state: WorkItemState | None, event: WorkItemEvent) -> WorkItemState:
             )
         case StatusChanged():
             changes |= {"status": event.status, "current_action_id": event.current_action_id}
+        case BudgetStopRecorded():
+            changes["stopped"] = event.code
+        case BudgetStopCleared():
+            changes["stopped"] = None
         case WorkItemCompleted():
             changes |= {
                 "status": "done",

@@ -35,9 +35,11 @@ class WorkQueueView(SQLiteTrackingRecorder):
             *super().construct_create_table_statements(),
             "CREATE TABLE IF NOT EXISTS wq_actions ("
             " action_id TEXT PRIMARY KEY, work_item_id TEXT NOT NULL,"
-            " sequence INTEGER NOT NULL, status TEXT NOT NULL, ready_since REAL)",
+            " sequence INTEGER NOT NULL, status TEXT NOT NULL, ready_since REAL,"
+            " held INTEGER NOT NULL DEFAULT 0)",
             "CREATE INDEX IF NOT EXISTS wq_ready ON wq_actions (ready_since, sequence)"
-            " WHERE status = 'ready'",
+            " WHERE status = 'ready' AND held = 0",
+            "CREATE INDEX IF NOT EXISTS wq_by_item ON wq_actions (work_item_id)",
             "CREATE TABLE IF NOT EXISTS wq_runs ("
             " run_id TEXT PRIMARY KEY, action_id TEXT NOT NULL, work_item_id TEXT NOT NULL,"
             " worker TEXT NOT NULL, boot_id TEXT NOT NULL, expires_at REAL NOT NULL)",
@@ -67,7 +69,7 @@ class WorkQueueView(SQLiteTrackingRecorder):
         aid = event.originator_id.hex
         if isinstance(event, act.ActionPlanned):
             c.execute(
-                "INSERT INTO wq_actions VALUES (?, ?, ?, 'ready', ?)",
+                "INSERT INTO wq_actions VALUES (?, ?, ?, 'ready', ?, 0)",
                 (aid, event.work_item_id.hex, event.sequence, _ts(event.timestamp)),
             )
             return
@@ -102,6 +104,12 @@ class WorkQueueView(SQLiteTrackingRecorder):
                 (iid, event.title, event.mode, at, at),
             )
             return
+        if isinstance(event, wi.BudgetStopRecorded | wi.BudgetStopCleared):
+            # A stopped item's Actions stay out of the claim queue until it resumes.
+            c.execute(
+                "UPDATE wq_actions SET held = ? WHERE work_item_id = ?",
+                (int(isinstance(event, wi.BudgetStopRecorded)), iid),
+            )
         if isinstance(event, wi.TitleChanged):
             c.execute("UPDATE wq_items SET title = ? WHERE work_item_id = ?", (event.title, iid))
         status = {
@@ -129,7 +137,7 @@ class WorkQueueView(SQLiteTrackingRecorder):
 
     def ready_actions(self, limit: int, offset: int = 0) -> list[UUID]:
         rows = self._rows(
-            "SELECT action_id FROM wq_actions WHERE status = 'ready'"
+            "SELECT action_id FROM wq_actions WHERE status = 'ready' AND held = 0"
             " ORDER BY ready_since, sequence LIMIT ? OFFSET ?",
             (limit, offset),
         )

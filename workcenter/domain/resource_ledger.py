@@ -1,0 +1,515 @@
+"""The ResourceLedger aggregate: admits every LLM request of a WorkItem against
+its budget before the request is sent, and records what it really cost.
+
+One ledger per WorkItem (its id derived from the WorkItem's). A request is
+reserved at a pessimistic estimate before dispatch and settled afterwards;
+nothing is refunded, and a request whose outcome is unknown stays charged.
+Spent budgets stop the item durably; only a user's extend and resume undo that.
+
+Reads top to bottom: values, estimate and usage, state, events, evolve, decisions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, Literal
+from uuid import UUID, uuid5
+
+import orjson
+
+from workcenter.domain.errors import CommandRefused, InvalidInput
+from workcenter.domain.model import AggregateState, DomainEvent, Emitter, Immutable
+
+UNKNOWN_REQUEST_TOKENS = 16_384
+MAX_SAFE_INTEGER = 2**53 - 1
+LIMIT_NAMES: tuple[str, ...] = (
+    "max_requests",
+    "max_tokens",
+    "max_run_requests",
+    "max_action_attempts",
+    "max_coordinator_failures",
+)
+StopCode = Literal[
+    "work_item_requests_exhausted",
+    "work_item_tokens_exhausted",
+    "run_requests_exhausted",
+    "action_attempts_exhausted",
+    "coordinator_failures_exhausted",
+]
+RequestKind = Literal["coordinator", "action"]
+ReservationStatus = Literal["reserved", "reported", "unknown"]
+
+
+class Limits(Immutable):
+    max_requests: int = 200
+    max_tokens: int = 2_000_000
+    max_run_requests: int = 40
+    max_action_attempts: int = 3
+    max_coordinator_failures: int = 3
+
+
+class Usage(Immutable):
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    total_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            **{name: getattr(self, name) + getattr(other, name) for name in Usage.model_fields}
+        )
+
+
+def ledger_id_for(work_item_id: UUID) -> UUID:
+    return uuid5(work_item_id, "resource-ledger")
+
+
+# --- estimate and usage ----------------------------------------------------------
+
+
+def estimate_tokens(request: Mapping[str, Any]) -> int:
+    """ceil(utf8 bytes of the compact JSON of system, messages, tools / 3) + max output.
+
+    ``{}`` is 16,385: an unknown output budget is charged at 16,384 tokens.
+    """
+    body = {key: request[key] for key in ("system", "messages", "tools") if key in request}
+    size = len(orjson.dumps(body))
+    out = request.get("max_tokens", request.get("maxTokens"))
+    if isinstance(out, bool) or not isinstance(out, int) or out <= 0:
+        out = UNKNOWN_REQUEST_TOKENS
+    return math.ceil(size / 3) + out
+
+
+def _count(value: Any) -> int:
+    """Only finite numbers above zero count; booleans and strings do not."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if not math.isfinite(value) or value <= 0:
+        return 0
+    return int(value)
+
+
+def _first(payload: Mapping[str, Any], *keys: str) -> Any:
+    for key in keys:
+        if payload.get(key) is not None:
+            return payload[key]
+    return None
+
+
+def normalize_usage(payload: Mapping[str, Any] | None) -> Usage | None:
+    """A provider's usage payload in the five keys; None stays None (no usage is not zero)."""
+    if payload is None:
+        return None
+    input_tokens = _count(_first(payload, "inputTokens", "input_tokens"))
+    output_tokens = _count(_first(payload, "outputTokens", "output_tokens"))
+    cache_read = _count(
+        _first(payload, "cacheReadTokens", "cache_read_tokens", "cache_read_input_tokens")
+    )
+    cache_write = _count(
+        _first(payload, "cacheWriteTokens", "cache_write_tokens", "cache_creation_input_tokens")
+    )
+    total = _count(_first(payload, "totalTokens", "total_tokens"))
+    if not total:
+        total = input_tokens + output_tokens
+        if payload.get("cacheTokensAreIncludedInInput") is not True:
+            total += cache_read + cache_write
+    return Usage(
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+        total_tokens=total,
+    )
+
+
+def sum_usage(events: Iterable[Mapping[str, Any] | None]) -> Usage | None:
+    """A stream's usage: the normalised events summed per key; None if none had usage."""
+    total: Usage | None = None
+    for payload in events:
+        usage = normalize_usage(payload)
+        if usage is not None:
+            total = usage if total is None else total + usage
+    return total
+
+
+# --- state -------------------------------------------------------------------------
+
+
+class Reservation(Immutable):
+    request_id: str
+    kind: RequestKind
+    run_id: UUID | None
+    estimated_tokens: int
+    charged_tokens: int
+    usage: Usage | None = None
+    status: ReservationStatus = "reserved"
+    created_at: datetime
+
+
+class StopReason(Immutable):
+    code: StopCode
+    at: datetime
+    details: dict[str, str | int | None] = {}
+
+
+class LedgerState(AggregateState):
+    work_item_id: UUID
+    limits: Limits
+    attempts_extension: int
+    reservations: dict[str, Reservation]
+    stop_reason: StopReason | None
+    coordinator_failures: int
+    retry_after: datetime | None
+    control_version: int
+
+    @property
+    def request_count(self) -> int:
+        return len(self.reservations)
+
+    @property
+    def charged_tokens(self) -> int:
+        return sum(r.charged_tokens for r in self.reservations.values())
+
+    def run_requests(self, run_id: UUID) -> int:
+        return sum(1 for r in self.reservations.values() if r.run_id == run_id)
+
+    def effective_max_attempts(self, original_max_attempts: int) -> int:
+        return min(original_max_attempts + self.attempts_extension, self.limits.max_action_attempts)
+
+    def spent(self) -> str | None:
+        """The budget that is still exhausted, if any (resume is refused while one is)."""
+        if self.request_count >= self.limits.max_requests:
+            return "max_requests"
+        if self.charged_tokens >= self.limits.max_tokens:
+            return "max_tokens"
+        if self.coordinator_failures >= self.limits.max_coordinator_failures:
+            return "max_coordinator_failures"
+        return None
+
+
+# --- events ------------------------------------------------------------------------
+
+
+class LedgerEvent(DomainEvent):
+    pass
+
+
+class LedgerOpened(LedgerEvent):
+    work_item_id: UUID
+    limits: Limits
+
+
+class RequestReserved(LedgerEvent):
+    request_id: str
+    kind: RequestKind
+    run_id: UUID | None
+    estimated_tokens: int
+
+
+class RequestSettled(LedgerEvent):
+    request_id: str
+    status: Literal["reported", "unknown"]
+    charged_tokens: int
+    usage: Usage | None
+
+
+class ExecutionStopped(LedgerEvent):
+    code: StopCode
+    details: dict[str, str | int | None] = {}
+
+
+class BudgetExtended(LedgerEvent):
+    additions: dict[str, int]
+    limits: Limits
+
+
+class ExecutionResumed(LedgerEvent):
+    pass
+
+
+class CoordinatorFailureRecorded(LedgerEvent):
+    turn_id: str
+    failures: int
+    retry_after: datetime
+
+
+# Extend and resume conflict only with what the original's control revision tracked.
+CONTROL_EVENTS: tuple[type[DomainEvent], ...] = (ExecutionStopped, BudgetExtended, ExecutionResumed)
+
+
+# --- evolve ------------------------------------------------------------------------
+
+
+def evolve(state: LedgerState | None, event: LedgerEvent) -> LedgerState:
+    if state is None:
+        if not isinstance(event, LedgerOpened):
+            raise TypeError(f"a ledger stream must start with LedgerOpened, not {event!r}")
+        return LedgerState(
+            id=event.originator_id,
+            version=event.originator_version,
+            work_item_id=event.work_item_id,
+            limits=event.limits,
+            attempts_extension=0,
+            reservations={},
+            stop_reason=None,
+            coordinator_failures=0,
+            retry_after=None,
+            control_version=event.originator_version,
+        )
+    changes: dict[str, object] = {"version": event.originator_version}
+    match event:
+        case RequestReserved():
+            reservation = Reservation(
+                request_id=event.request_id,
+                kind=event.kind,
+                run_id=event.run_id,
+                estimated_tokens=event.estimated_tokens,
+                charged_tokens=event.estimated_tokens,
+                created_at=event.timestamp,
+            )
+            changes["reservations"] = {**state.reservations, event.request_id: reservation}
+        case RequestSettled():
+            settled = state.reservations[event.request_id].model_copy(
+                update={
+                    "status": event.status,
+                    "charged_tokens": event.charged_tokens,
+                    "usage": event.usage,
+                }
+            )
+            changes["reservations"] = {**state.reservations, event.request_id: settled}
+        case ExecutionStopped():
+            changes["stop_reason"] = StopReason(
+                code=event.code, at=event.timestamp, details=event.details
+            )
+        case BudgetExtended():
+            changes["limits"] = event.limits
+            changes["attempts_extension"] = state.attempts_extension + event.additions.get(
+                "max_action_attempts", 0
+            )
+        case ExecutionResumed():
+            changes |= {"stop_reason": None, "retry_after": None}
+        case CoordinatorFailureRecorded():
+            changes |= {"coordinator_failures": event.failures, "retry_after": event.retry_after}
+        case _:
+            raise TypeError(f"unknown ledger event {event!r}")
+    if isinstance(event, CONTROL_EVENTS):
+        changes["control_version"] = event.originator_version
+    return state.model_copy(update=changes)
+
+
+def fold(state: LedgerState | None, events: Iterable[LedgerEvent]) -> LedgerState | None:
+    for event in events:
+        state = evolve(state, event)
+    return state
+
+
+# --- decisions ---------------------------------------------------------------------
+
+
+class Admission(Immutable):
+    """The answer to a reservation: allowed, or denied with a code (a denial is returned,
+    not raised, so a stopping denial's events can still be saved)."""
+
+    allowed: bool
+    request_id: str
+    code: str | None = None
+    events: tuple[LedgerEvent, ...] = ()
+
+    @property
+    def stops(self) -> bool:
+        return any(isinstance(e, ExecutionStopped) for e in self.events)
+
+
+def open_ledger(
+    work_item_id: UUID, at: datetime, limits: Limits | None = None
+) -> list[LedgerEvent]:
+    emit = Emitter[LedgerEvent](ledger_id_for(work_item_id), 0, at)
+    emit(LedgerOpened, work_item_id=work_item_id, limits=limits or Limits())
+    return emit.events
+
+
+def stop(
+    state: LedgerState, code: StopCode, at: datetime, **details: str | int | None
+) -> list[LedgerEvent]:
+    """Record a stop unless one is recorded already: the first reason wins."""
+    if state.stop_reason is not None:
+        return []
+    emit = Emitter[LedgerEvent].after(state, at)
+    emit(ExecutionStopped, code=code, details=details)
+    return emit.events
+
+
+def reserve(
+    state: LedgerState,
+    *,
+    request_id: str,
+    kind: RequestKind,
+    run_id: UUID | None,
+    estimated_tokens: int,
+    item_active: bool,
+    at: datetime,
+) -> Admission:
+    """Admit one request, or deny it; the first matching rule decides (ledger.md 3)."""
+
+    def denied(code: str, events: list[LedgerEvent] | None = None) -> Admission:
+        return Admission(
+            allowed=False, request_id=request_id, code=code, events=tuple(events or ())
+        )
+
+    if request_id in state.reservations:
+        return denied("request_already_reserved")
+    if state.stop_reason is not None:
+        return denied(state.stop_reason.code)
+    if not item_active:
+        return denied("work_item_inactive")
+    details: dict[str, str | int | None] = {
+        "run_id": str(run_id) if run_id else None,
+        "estimated_next_tokens": estimated_tokens,
+    }
+    limits = state.limits
+    code: StopCode | None = None
+    if run_id is not None and state.run_requests(run_id) >= limits.max_run_requests:
+        code = "run_requests_exhausted"
+    elif state.request_count >= limits.max_requests:
+        code = "work_item_requests_exhausted"
+    elif state.charged_tokens + estimated_tokens > limits.max_tokens:
+        code = "work_item_tokens_exhausted"
+    if code is not None:
+        return denied(code, stop(state, code, at, **details))
+    emit = Emitter[LedgerEvent].after(state, at)
+    emit(
+        RequestReserved,
+        request_id=request_id,
+        kind=kind,
+        run_id=run_id,
+        estimated_tokens=estimated_tokens,
+    )
+    return Admission(allowed=True, request_id=request_id, events=tuple(emit.events))
+
+
+def settle(
+    state: LedgerState,
+    *,
+    request_id: str,
+    usage: Usage | None,
+    complete: bool,
+    at: datetime,
+) -> list[LedgerEvent]:
+    """Record what a request cost; an empty list means there was nothing to settle."""
+    reservation = state.reservations.get(request_id)
+    if reservation is None or reservation.status == "reported":
+        return []
+    if reservation.status == "unknown" and usage is None:
+        return []
+    emit = Emitter[LedgerEvent].after(state, at)
+    total = usage.total_tokens if usage else 0
+    if complete and total > 0:
+        emit(
+            RequestSettled,
+            request_id=request_id,
+            status="reported",
+            charged_tokens=total,
+            usage=usage,
+        )
+    else:
+        emit(
+            RequestSettled,
+            request_id=request_id,
+            status="unknown",
+            charged_tokens=max(reservation.estimated_tokens, total),
+            usage=usage if usage is not None else reservation.usage,
+        )
+    settled = evolve(state, emit.events[-1])
+    if settled.charged_tokens > settled.limits.max_tokens:
+        return emit.events + stop(settled, "work_item_tokens_exhausted", at)
+    return emit.events
+
+
+def can_attempt(
+    state: LedgerState,
+    *,
+    action_id: UUID,
+    attempts: int,
+    original_max_attempts: int,
+    at: datetime,
+) -> list[LedgerEvent] | None:
+    """None when the Action may start another Run; else the stop to record."""
+    effective = state.effective_max_attempts(original_max_attempts)
+    if attempts < effective:
+        return None
+    return stop(
+        state,
+        "action_attempts_exhausted",
+        at,
+        action_id=str(action_id),
+        attempts=attempts,
+        original_max_attempts=original_max_attempts,
+        effective_max_attempts=effective,
+    )
+
+
+def backoff(failures: int) -> timedelta:
+    """1, 2, 4 ... 256 seconds; the spec's 300 s cap is never reached."""
+    return timedelta(milliseconds=min(1000 * 2 ** min(failures - 1, 8), 300_000))
+
+
+def record_coordinator_failure(
+    state: LedgerState, *, turn_id: str, at: datetime
+) -> list[LedgerEvent]:
+    failures = state.coordinator_failures + 1
+    emit = Emitter[LedgerEvent].after(state, at)
+    emit(
+        CoordinatorFailureRecorded,
+        turn_id=turn_id,
+        failures=failures,
+        retry_after=at + backoff(failures),
+    )
+    if failures >= state.limits.max_coordinator_failures:
+        after = evolve(state, emit.events[-1])
+        return emit.events + stop(
+            after, "coordinator_failures_exhausted", at, turn_id=turn_id, failures=failures
+        )
+    return emit.events
+
+
+def validate_additions(state: LedgerState, additions: Mapping[str, Any]) -> dict[str, int]:
+    if not isinstance(additions, Mapping) or not additions:
+        raise InvalidInput("additions must be a non-empty mapping of limit names to integers")
+    clean: dict[str, int] = {}
+    for name, value in additions.items():
+        if name not in LIMIT_NAMES:
+            raise InvalidInput(f"{name!r} is not a limit; use one of {', '.join(LIMIT_NAMES)}")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InvalidInput(f"the addition to {name} must be a positive integer, not {value!r}")
+        if getattr(state.limits, name) + value > MAX_SAFE_INTEGER:
+            raise InvalidInput(f"{name} would exceed {MAX_SAFE_INTEGER}")
+        clean[name] = value
+    return clean
+
+
+def extend(state: LedgerState, additions: Mapping[str, Any], at: datetime) -> list[LedgerEvent]:
+    """Raise limits. Clears no stop: only resume does."""
+    clean = validate_additions(state, additions)
+    limits = state.limits.model_copy(
+        update={name: getattr(state.limits, name) + value for name, value in clean.items()}
+    )
+    emit = Emitter[LedgerEvent].after(state, at)
+    emit(BudgetExtended, additions=clean, limits=limits)
+    return emit.events
+
+
+def resume(
+    state: LedgerState, *, stopping_action_can_attempt: bool, at: datetime
+) -> list[LedgerEvent]:
+    """Clear the stop; refused while a budget is still spent."""
+    spent = state.spent()
+    if spent is not None:
+        raise CommandRefused(f"{spent} is exhausted: extend the budget first, then resume")
+    if not stopping_action_can_attempt:
+        raise CommandRefused("The stopping Action has no attempt left: extend max_action_attempts")
+    emit = Emitter[LedgerEvent].after(state, at)
+    emit(ExecutionResumed)
+    return emit.events
