@@ -27,6 +27,9 @@ ITEMS = 8
 ACTIONS_PER_ITEM = (8, 8, 8, 8, 7, 7, 7, 7)  # 60 Actions
 CRITERIA = ["Answer is cited"]
 WORKER_TIMEOUT = 45.0
+# SQLite's busy handler backs a waiting writer off for up to 100 ms while the other
+# process keeps writing; a worker that never pauses can starve the other one.
+WORK_SECONDS = 0.003
 
 
 def _completed(criteria: list[str]) -> dict[str, Any]:
@@ -76,6 +79,7 @@ def worker_main(db: str, name: str, ready: str, go: str, out: str, ids_file: str
                 claims.append(
                     [str(claim.action_id), str(claim.run_id), claim.lease_epoch, claim.attempt]
                 )
+                time.sleep(WORK_SECONDS)  # executing the Run lets the other worker in
                 if _retry_first_attempt(claim.run_id, claim.attempt):
                     report: dict[str, Any] = {"outcome": "retryable", "error": "flaky network"}
                 else:
@@ -175,7 +179,9 @@ def test_two_processes_drain_one_pool(tmp_path: Path) -> None:
     assert not [k for k, n in Counter(r for _, r, _, _ in claims).items() if n > 1]
     # Every claim was finished exactly once, by the worker that held it.
     assert len(finishes) == len(claims)
-    assert sorted(f[0] for f in finishes) == sorted(c[1] for c in claims)
+    for name, result in results.items():
+        held = sorted(c[1] for c in result["claims"])
+        assert sorted(f[0] for f in result["finishes"]) == held, name
     retried = [f for f in finishes if f[1] == "retryable"]
     assert retried, "no retryable outcome was exercised"
     assert all(f[2] == "ready" for f in retried)
