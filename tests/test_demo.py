@@ -1,13 +1,18 @@
-"""The demo is the product's smoke test: it must end done with every criterion passed."""
+"""The demo is the product's smoke test: it must end done with every criterion passed,
+and under a token budget too small for it, stop with nothing sent past the budget.
+Also the CLI's read, budget and resume verbs."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, cast
+from uuid import UUID
 
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from workcenter.adapters.cli import cli
+from workcenter.application import WorkCenter
 
 
 def test_demo_json_shows_the_item_done_with_every_criterion_passed(tmp_path: Path) -> None:
@@ -48,12 +53,11 @@ def test_unknown_item_is_a_clear_error(tmp_path: Path) -> None:
     result = CliRunner().invoke(
         cli, ["--db", str(tmp_path / "x.db"), "show", "00000000-0000-0000-0000-000000000000"]
     )
-    assert result.exit_code != 0
+    assert result.exit_code == 2
+    assert result.stderr == "NotFound: WorkItem 00000000-0000-0000-0000-000000000000 not found\n"
 
 
 def test_worker_verb_runs_an_executor_until_idle(tmp_path: Path) -> None:
-    from workcenter.application import WorkCenter
-
     db = str(tmp_path / "w.db")
     with WorkCenter.open(db) as wc:
         item = wc.create_work_item(
@@ -95,3 +99,240 @@ def test_worker_verb_refuses_a_bad_executor(tmp_path: Path) -> None:
         cli, ["--db", str(tmp_path / "w.db"), "worker", "--executor", "no_colon_here"]
     )
     assert result.exit_code == 2 and "module:callable" in result.output
+
+
+# --- the budget: the demo under a small limit, budget show/extend, resume ---------------
+
+
+def _invoke(db: str, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["--db", db, *args])
+
+
+def _events(db: str) -> int:
+    with WorkCenter.open(db) as wc:
+        return wc.event_count()
+
+
+def _stopped_demo(db: str) -> dict[str, Any]:
+    result = _invoke(db, "demo", "--max-tokens", "1000", "--json")
+    assert result.exit_code == 0, result.output
+    return cast(dict[str, Any], json.loads(result.stdout))
+
+
+def test_demo_with_default_limits_meters_every_request(tmp_path: Path) -> None:
+    result = _invoke(str(tmp_path / "demo.db"), "demo", "--json")
+    assert result.exit_code == 0, result.output
+    detail = json.loads(result.stdout)
+    budget = detail["budget"]
+    assert detail["item"]["status"] == "done" and budget["stop_reason"] is None
+    runs = sum(len(action["runs"]) for action in detail["actions"])
+    assert detail["provider_calls"] == budget["usage"]["requests"] == runs
+    usage = budget["usage"]
+    assert usage["reported_requests"] == runs and usage["unknown_requests"] == 0
+    assert usage["charged_tokens"] == usage["total_tokens"] > 0
+    assert usage["output_tokens"] == 200 * runs
+    assert budget["breakdown"]["actions"]["requests"] == runs
+    assert budget["breakdown"]["coordinator"]["requests"] == 0
+
+
+def test_demo_under_a_small_token_budget_stops_and_sends_nothing_past_it(tmp_path: Path) -> None:
+    db = str(tmp_path / "demo.db")
+    detail = _stopped_demo(db)
+
+    item, budget = detail["item"], detail["budget"]
+    assert item["status"] == "needs_attention"
+    assert item["stopped"] == "work_item_tokens_exhausted"
+    assert item["final_result"] is None
+    assert budget["stop_reason"]["code"] == "work_item_tokens_exhausted"
+    usage = budget["usage"]
+    assert detail["provider_calls"] == usage["requests"] >= 1
+    assert usage["charged_tokens"] <= 1000
+    assert (
+        usage["charged_tokens"] + budget["stop_reason"]["details"]["estimated_next_tokens"] > 1000
+    )
+
+    item_id = UUID(item["id"])
+    with WorkCenter.open(db) as wc:
+        assert wc.ledger(item_id).request_count == detail["provider_calls"]
+        types = [type(e).__name__ for e in wc.history(item_id)]
+        assert "WorkItemCompleted" not in types
+        failed = [
+            run.result
+            for action in wc.actions(wc.work_item(item_id)).values()
+            for run in action.runs
+            if run.status == "failed"
+        ]
+        assert [(r.failure_kind, r.failure_code) for r in failed if r] == [
+            ("resource_limit", "work_item_tokens_exhausted")
+        ]
+
+
+def test_demo_prints_the_stop_clearly(tmp_path: Path) -> None:
+    result = _invoke(str(tmp_path / "demo.db"), "demo", "--max-tokens", "1000")
+    assert result.exit_code == 0, result.output
+    assert "stopped by its budget: work_item_tokens_exhausted" in result.stdout
+    assert "completed: WorkItem is done" not in result.stdout
+
+
+def test_budget_show_reports_limits_usage_attempts_and_versions(tmp_path: Path) -> None:
+    db = str(tmp_path / "demo.db")
+    item_id = _stopped_demo(db)["item"]["id"]
+
+    shown = json.loads(_invoke(db, "budget", "show", item_id, "--json").stdout)
+    assert shown["limits"]["max_tokens"] == 1000
+    assert shown["limits"]["max_requests"] == 200
+    assert shown["stop_reason"]["code"] == "work_item_tokens_exhausted"
+    assert shown["control_version"] == shown["ledger_version"]  # the stop came last
+    assert {row["type"]: row["attempts"] for row in shown["action_attempts"]} == {
+        "diagnose": 1,
+        "implement": 1,
+        "test": 0,
+    }
+    assert {row["original_max_attempts"] for row in shown["action_attempts"]} == {2}
+    assert {row["effective_max_attempts"] for row in shown["action_attempts"]} == {2}
+    assert set(shown["usage"]) >= {
+        "requests",
+        "charged_tokens",
+        "reserved_requests",
+        "unknown_requests",
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "total_tokens",
+    }
+
+    table = _invoke(db, "budget", "show", item_id)
+    assert table.exit_code == 0 and "work_item_tokens_exhausted" in table.stdout
+
+
+def test_budget_extend_and_resume_undo_the_stop(tmp_path: Path) -> None:
+    db = str(tmp_path / "demo.db")
+    detail = _stopped_demo(db)
+    item_id, budget = detail["item"]["id"], detail["budget"]
+
+    extended = _invoke(
+        db,
+        "budget",
+        "extend",
+        item_id,
+        "--expected-version",
+        str(budget["control_version"]),
+        "--tokens",
+        "5000",
+        "--action-attempts",
+        "1",
+        "--json",
+    )
+    assert extended.exit_code == 0, extended.output
+    after = json.loads(extended.stdout)
+    assert after["limits"]["max_tokens"] == 6000
+    assert after["limits"]["max_action_attempts"] == 4
+    assert after["action_attempts_extension"] == 1
+    assert after["stop_reason"] is not None, "extend clears no stop"
+    assert after["control_version"] > budget["control_version"]
+
+    resumed = _invoke(
+        db,
+        "resume",
+        item_id,
+        "--expected-version",
+        str(after["item_version"]),
+        "--expected-ledger-version",
+        str(after["control_version"]),
+        "--json",
+    )
+    assert resumed.exit_code == 0, resumed.output
+    state = json.loads(resumed.stdout)
+    assert state["item"]["stopped"] is None
+    assert state["item"]["status"] not in ("needs_attention", "cancelled", "done")
+    assert state["budget"]["stop_reason"] is None
+    assert state["budget"]["usage"] == after["usage"], "resume resets no usage"
+
+
+def _assert_refused(db: str, args: list[str], error: str) -> None:
+    before = _events(db)
+    result = _invoke(db, *args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{error}: "), result.stderr
+    assert _events(db) == before, "a refused command wrote events"
+
+
+def test_budget_and_resume_refusals_exit_non_zero_and_write_nothing(tmp_path: Path) -> None:
+    db = str(tmp_path / "demo.db")
+    detail = _stopped_demo(db)
+    item_id, budget = detail["item"]["id"], detail["budget"]
+    version = str(budget["control_version"])
+
+    # The stop came after ledger version 1: an extend based on it must refresh first.
+    _assert_refused(
+        db,
+        ["budget", "extend", item_id, "--expected-version", "1", "--tokens", "5"],
+        "VersionConflict",
+    )
+    _assert_refused(
+        db,
+        ["budget", "extend", item_id, "--expected-version", version, "--tokens", "0"],
+        "InvalidInput",
+    )
+    missing = "00000000-0000-0000-0000-000000000000"
+    _assert_refused(db, ["budget", "show", missing], "NotFound")
+    _assert_refused(
+        db, ["budget", "extend", missing, "--expected-version", "1", "--tokens", "5"], "NotFound"
+    )
+    before = _events(db)
+    bare = _invoke(db, "budget", "extend", item_id, "--expected-version", version)
+    assert bare.exit_code == 2 and "--tokens" in bare.stderr
+    assert _events(db) == before
+
+    # An extend moves the control version: a resume based on the version before it conflicts.
+    extended = _invoke(
+        db, "budget", "extend", item_id, "--expected-version", version, "--tokens", "5000"
+    )
+    assert extended.exit_code == 0, extended.output
+    assert "still stopped" in extended.stdout
+    item_version = str(budget["item_version"])
+    _assert_refused(
+        db,
+        [
+            "resume",
+            item_id,
+            "--expected-version",
+            item_version,
+            "--expected-ledger-version",
+            version,
+        ],
+        "VersionConflict",
+    )
+
+
+def test_resume_is_refused_while_a_budget_is_spent_or_nothing_is_stopped(tmp_path: Path) -> None:
+    db = str(tmp_path / "spent.db")
+    with WorkCenter.open(db) as wc:
+        item = wc.create_work_item(
+            title="t", goal="g", acceptance_criteria=["c"], start=True, limits={"max_requests": 1}
+        )
+        running = wc.create_work_item(title="r", goal="g", acceptance_criteria=["c"], start=True)
+        assert wc.reserve_request(item.id, request={}).allowed
+        assert not wc.reserve_request(item.id, request={}).allowed
+        stopped, ledger = wc.work_item(item.id), wc.ledger(item.id)
+    assert stopped.stopped == "work_item_requests_exhausted"
+
+    _assert_refused(
+        db,
+        [
+            "resume",
+            str(item.id),
+            "--expected-version",
+            str(stopped.version),
+            "--expected-ledger-version",
+            str(ledger.version),
+        ],
+        "CommandRefused",
+    )
+    _assert_refused(
+        db,
+        ["resume", str(running.id), "--expected-version", str(running.version)],
+        "CommandRefused",
+    )

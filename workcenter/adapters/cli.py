@@ -1,4 +1,8 @@
-"""The ``workcenter`` command line: the demo, reads for operators, and the worker loop."""
+"""The ``workcenter`` command line: the demo, reads for operators, budgets, and the worker loop.
+
+A typed refusal (any ``WorkcenterError``) ends every verb the same way: one
+line ``ErrorName: message`` on stderr and exit status 2; nothing was written.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +17,12 @@ from rich.console import Console
 from rich.table import Table
 
 from workcenter.adapters import presenters
-from workcenter.adapters.demo import run_demo
+from workcenter.adapters.demo import ScriptedProvider, run_demo
 from workcenter.adapters.worker import load_executor, run_worker
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain.errors import WorkcenterError
 
 console = Console()
-errors = Console(stderr=True)
 
 
 def _emit_json(data: Any) -> None:
@@ -61,7 +64,22 @@ def _item_table(detail: dict[str, Any]) -> Table:
     return table
 
 
-@click.group()
+def _refusal_line(error: WorkcenterError) -> str:
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+
+
+class WorkcenterGroup(click.Group):
+    """Turns a typed refusal raised by any verb into one line on stderr and exit 2."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except WorkcenterError as error:
+            click.echo(_refusal_line(error), err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=WorkcenterGroup)
 @click.option(
     "--db",
     type=click.Path(dir_okay=False),
@@ -75,19 +93,53 @@ def cli(ctx: click.Context, db: str | None) -> None:
     ctx.obj["db"] = db
 
 
+def _budget_line(budget: dict[str, Any]) -> str:
+    usage, limits = budget["usage"], budget["limits"]
+    return (
+        f"{usage['requests']} of {limits['max_requests']} LLM requests, "
+        f"{usage['charged_tokens']} of {limits['max_tokens']} tokens charged"
+    )
+
+
+def _stop_hint(budget: dict[str, Any]) -> str:
+    return (
+        f"[red]stopped by its budget: {budget['stop_reason']['code']}[/] "
+        f"({_budget_line(budget)}). Raise the limit with `workcenter budget extend "
+        f"{budget['work_item_id']} --expected-version {budget['ledger_version']} --tokens N`; "
+        "it prints the `workcenter resume` command to run next."
+    )
+
+
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the final item as JSON only.")
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Create the item with this token budget (default: the ledger's default).",
+)
 @click.pass_context
-def demo(ctx: click.Context, as_json: bool) -> None:
-    """Run a complete scripted scenario on the embedded store."""
+def demo(ctx: click.Context, as_json: bool, max_tokens: int | None) -> None:
+    """Run a complete scripted scenario on the embedded store.
+
+    A budget too small for the script stops the item: the demo then ends with the
+    item needing attention (exit status 0: the budget held).
+    """
+    provider = ScriptedProvider()
     with _open(ctx) as wc:
         say = (lambda _: None) if as_json else (lambda line: console.print(line))
-        item_id = run_demo(wc, say=say)
+        limits = {"max_tokens": max_tokens} if max_tokens is not None else None
+        item_id = run_demo(wc, say=say, provider=provider, limits=limits)
         detail = presenters.detail_json(wc, wc.work_item(item_id))
+        budget = presenters.budget_json(wc, item_id)
     if as_json:
-        _emit_json(detail)
+        _emit_json(detail | {"budget": budget, "provider_calls": provider.calls})
+        return
+    console.print(_item_table(detail))
+    if budget["stop_reason"] is not None:
+        console.print(_stop_hint(budget), soft_wrap=True)
     else:
-        console.print(_item_table(detail))
+        console.print(f"budget: {_budget_line(budget)}", soft_wrap=True)
 
 
 @cli.command(name="list")
@@ -153,6 +205,175 @@ def history(ctx: click.Context, item_id: str, at_version: int | None, as_json: b
         console.print_json(data=state)
 
 
+def _budget_table(budget: dict[str, Any]) -> Table:
+    usage, limits = budget["usage"], budget["limits"]
+    stop = budget["stop_reason"]
+    table = Table(title=f"Budget of {budget['work_item_id']}  [{budget['status']}]")
+    table.add_column("field", style="bold")
+    table.add_column("value")
+    table.add_row(
+        "stop",
+        f"[red]{stop['code']}[/] at {stop['at']} {json.dumps(stop['details'])}" if stop else "none",
+    )
+    table.add_row(
+        "requests",
+        f"{usage['requests']} / {limits['max_requests']} (reported {usage['reported_requests']}, "
+        f"in flight {usage['in_flight_requests']}, unknown {usage['unknown_requests']})",
+    )
+    table.add_row(
+        "charged tokens",
+        f"{usage['charged_tokens']} / {limits['max_tokens']} "
+        f"(of which reserved {usage['reserved_tokens']})",
+    )
+    table.add_row(
+        "reported usage",
+        ", ".join(
+            f"{key.removesuffix('_tokens')} {usage[key]}"
+            for key in (
+                "input_tokens",
+                "output_tokens",
+                "cache_read_tokens",
+                "cache_write_tokens",
+                "total_tokens",
+            )
+        ),
+    )
+    for part, totals in budget["breakdown"].items():
+        table.add_row(
+            part, f"{totals['requests']} requests, {totals['charged_tokens']} tokens charged"
+        )
+    table.add_row("max run requests", str(limits["max_run_requests"]))
+    table.add_row(
+        "coordinator failures",
+        f"{budget['coordinator_failures']} / {limits['max_coordinator_failures']}",
+    )
+    for row in budget["action_attempts"]:
+        table.add_row(
+            f"action {row['sequence']}",
+            f"{row['type']}: {row['attempts']} attempts of {row['effective_max_attempts']} "
+            f"(planned {row['original_max_attempts']}, cap {limits['max_action_attempts']})",
+        )
+    table.add_row(
+        "versions",
+        f"item {budget['item_version']}, ledger {budget['ledger_version']}, "
+        f"control {budget['control_version']}",
+    )
+    return table
+
+
+@cli.group()
+def budget() -> None:
+    """Show or extend a WorkItem's execution budget (its ResourceLedger)."""
+
+
+@budget.command(name="show")
+@click.argument("item_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def budget_show(ctx: click.Context, item_id: str, as_json: bool) -> None:
+    """Limits, usage, attempts per Action, the stop reason and the versions to expect."""
+    with _open(ctx) as wc:
+        snapshot = presenters.budget_json(wc, _uuid(item_id))
+    if as_json:
+        _emit_json(snapshot)
+    else:
+        console.print(_budget_table(snapshot))
+
+
+@budget.command(name="extend")
+@click.argument("item_id")
+@click.option(
+    "--expected-version",
+    type=int,
+    required=True,
+    help="The ledger (or control) version you saw in `budget show`.",
+)
+@click.option("--tokens", type=int, default=None, help="Add to max_tokens.")
+@click.option("--requests", type=int, default=None, help="Add to max_requests.")
+@click.option("--run-requests", type=int, default=None, help="Add to max_run_requests.")
+@click.option("--action-attempts", type=int, default=None, help="Add to max_action_attempts.")
+@click.option(
+    "--coordinator-failures", type=int, default=None, help="Add to max_coordinator_failures."
+)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def budget_extend(
+    ctx: click.Context,
+    item_id: str,
+    expected_version: int,
+    tokens: int | None,
+    requests: int | None,
+    run_requests: int | None,
+    action_attempts: int | None,
+    coordinator_failures: int | None,
+    as_json: bool,
+) -> None:
+    """Raise limits. This clears no stop: `resume` does, once no budget is spent."""
+    amounts = {
+        "max_tokens": tokens,
+        "max_requests": requests,
+        "max_run_requests": run_requests,
+        "max_action_attempts": action_attempts,
+        "max_coordinator_failures": coordinator_failures,
+    }
+    additions = {name: value for name, value in amounts.items() if value is not None}
+    if not additions:
+        raise click.UsageError(
+            "give at least one of --tokens, --requests, --run-requests, --action-attempts, "
+            "--coordinator-failures"
+        )
+    with _open(ctx) as wc:
+        work_item_id = _uuid(item_id)
+        wc.extend_budget(work_item_id, expected_version=expected_version, additions=additions)
+        snapshot = presenters.budget_json(wc, work_item_id)
+    if as_json:
+        _emit_json(snapshot)
+        return
+    limits = snapshot["limits"]
+    added = ", ".join(f"{name} +{value} = {limits[name]}" for name, value in additions.items())
+    console.print(f"extended: {added}; ledger version {snapshot['ledger_version']}", soft_wrap=True)
+    if snapshot["stop_reason"] is not None:
+        console.print(
+            f"still stopped ({snapshot['stop_reason']['code']}): run `workcenter resume "
+            f"{item_id} --expected-version {snapshot['item_version']} "
+            f"--expected-ledger-version {snapshot['ledger_version']}`",
+            soft_wrap=True,
+        )
+
+
+@cli.command()
+@click.argument("item_id")
+@click.option("--expected-version", type=int, required=True, help="The WorkItem version you saw.")
+@click.option(
+    "--expected-ledger-version",
+    type=int,
+    default=None,
+    help="The ledger (or control) version you saw; refused if a stop, extend or resume came after.",
+)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def resume(
+    ctx: click.Context,
+    item_id: str,
+    expected_version: int,
+    expected_ledger_version: int | None,
+    as_json: bool,
+) -> None:
+    """Resume a cancelled WorkItem, or one its budget stopped (extend the budget first)."""
+    with _open(ctx) as wc:
+        work_item_id = _uuid(item_id)
+        item = wc.resume(
+            work_item_id,
+            expected_version=expected_version,
+            expected_ledger_version=expected_ledger_version,
+        )
+        snapshot = presenters.budget_json(wc, work_item_id)
+    if as_json:
+        _emit_json({"item": presenters.item_json(item), "budget": snapshot})
+    else:
+        console.print(f"resumed: WorkItem is {item.status} (version {item.version})")
+
+
 @cli.command()
 @click.option("--executor", "executor_spec", required=True, help="module:callable")
 @click.option("--name", default="worker-1", show_default=True, help="Worker name.")
@@ -207,6 +428,6 @@ def worker(
 def main() -> None:
     try:
         cli(standalone_mode=True)
-    except WorkcenterError as error:
-        errors.print(f"[red]{type(error).__name__}[/]: {error}")
+    except WorkcenterError as error:  # raised outside a verb; verbs report their own
+        click.echo(_refusal_line(error), err=True)
         sys.exit(2)

@@ -4,15 +4,26 @@ It walks the main paths of the lifecycle on the embedded default: actions
 planned, a retryable failure retried automatically, an Action waiting for a
 human answer and resumed with it, every criterion proven by evidence, and the
 item completed only once goal progress says the proof is current and fresh.
+
+Every scripted LLM request goes through a metered provider around a scripted
+fake provider, so the item's ResourceLedger admits and settles real requests.
+With a budget too small for the script the ledger stops the item: the demo
+then ends needing attention, without completing it, and no request past the
+budget reaches the provider.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
+
+from workcenter.adapters.metered import MeteredProvider
 from workcenter.adapters.worker import WorkerStats, run_one
 from workcenter.application import Claim, WorkCenter
+from workcenter.domain.errors import ResourceStopError
 
 CRITERIA = (
     "The failing import is reproduced by a test",
@@ -54,20 +65,87 @@ def _checks(statuses: tuple[str, str, str]) -> list[dict[str, str]]:
     ]
 
 
+SYSTEM_PROMPT = (
+    "You are a careful software engineer working on one Action of a WorkItem. "
+    "Follow the brief, keep changes minimal, run the relevant tests, and report "
+    "evidence for every acceptance criterion: the command you ran, what it printed, "
+    "and whether the criterion passed. If you need information only a human has, "
+    "stop and ask one precise question instead of guessing. Never claim a check "
+    "passed without evidence from this Run."
+)
+MAX_OUTPUT_TOKENS = 512
+OUTPUT_TOKENS = 200
+
+LlmCall = Callable[[str], str]
+
+
+class ScriptedProvider:
+    """A fake LLM provider with realistic usage: input about the prompt's size (four
+    bytes a token), 200 output tokens. It counts the requests that reached it."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        self.calls += 1
+        prompt = {key: request[key] for key in ("system", "messages") if key in request}
+        return {
+            "content": f"ok ({self.calls})",
+            "stop_reason": "end_turn",
+            "usage": {
+                "input_tokens": math.ceil(len(orjson.dumps(prompt)) / 4),
+                "output_tokens": OUTPUT_TOKENS,
+            },
+        }
+
+
+def llm_request(prompt: str) -> dict[str, Any]:
+    return {
+        "system": SYSTEM_PROMPT,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": MAX_OUTPUT_TOKENS,
+    }
+
+
+def metered_llm(wc: WorkCenter, provider: ScriptedProvider) -> Callable[[Claim], LlmCall]:
+    """Per claim, a metered provider around ``provider``, billed to the claim's Run."""
+
+    def for_claim(claim: Claim) -> LlmCall:
+        metered = MeteredProvider.for_claim(wc, claim, provider=provider)
+
+        def call(prompt: str) -> str:
+            return str(metered(llm_request(prompt))["content"])
+
+        return call
+
+    return for_claim
+
+
 class ScriptedExecutor:
     """Answers like an agent would, following a fixed script per Action type and attempt.
 
-    ``llm_call`` is the seam every scripted LLM request goes through, so a
-    metered provider can wrap it.
+    ``llm_for(claim)`` gives the seam every scripted LLM request of that claim goes
+    through, so a metered provider can wrap it per Run. A request the ResourceLedger
+    denies ends the Run ``failed`` with failure kind ``resource_limit``.
     """
 
-    def __init__(self, llm_call: Callable[[str], str] | None = None) -> None:
-        self.llm_call = llm_call or (lambda prompt: f"ok: {prompt[:40]}")
+    def __init__(self, llm_for: Callable[[Claim], LlmCall] | None = None) -> None:
+        self.llm_for = llm_for or (lambda _claim: lambda prompt: f"ok: {prompt[:40]}")
         self.calls: dict[str, int] = {}
 
     def __call__(self, claim: Claim) -> dict[str, Any]:
         self.calls[claim.action_type] = self.calls.get(claim.action_type, 0) + 1
-        self.llm_call(f"{claim.action_type}: {claim.brief.objective}")
+        llm = self.llm_for(claim)
+        try:
+            llm(f"{claim.action_type}: {claim.brief.objective}")
+        except ResourceStopError as stop:
+            return {
+                "outcome": "failed",
+                "summary": "The ResourceLedger refused the next LLM request.",
+                "error": str(stop),
+                "failureKind": stop.failure_kind,
+                "failureCode": stop.code,
+            }
         answered = any(HUMAN_ANSWER in (e.waiting_reason or "") for e in claim.context)
         match claim.action_type, self.calls[claim.action_type]:
             case "diagnose", _:
@@ -114,15 +192,25 @@ def run_demo(
     *,
     say: Callable[[str], None] = lambda _: None,
     executor: ScriptedExecutor | None = None,
+    provider: ScriptedProvider | None = None,
+    limits: Mapping[str, int] | None = None,
 ) -> Any:
-    """Run the scenario; returns the WorkItem id."""
-    executor = executor or ScriptedExecutor()
+    """Run the scenario; returns the WorkItem id.
+
+    Without ``executor``, the scripted one sends its requests to ``provider`` (a new
+    ``ScriptedProvider`` by default) through a metered provider per claim. When the
+    ledger stops the item (``limits`` too small), the demo ends there: the item needs
+    attention and completion is not attempted.
+    """
+    provider = provider or ScriptedProvider()
+    executor = executor or ScriptedExecutor(metered_llm(wc, provider))
     item = wc.create_work_item(
         title="Fix the failing import in the test suite",
         goal="The test suite passes again and the cause is explained",
         acceptance_criteria=list(CRITERIA),
         delivery_target="response",
         start=True,
+        limits=limits,
     )
     say(f"created WorkItem {item.id} ({len(CRITERIA)} criteria, delivery: response)")
     item = wc.plan_actions(item.id, expected_version=item.version, actions=PLAN)
@@ -153,6 +241,15 @@ def run_demo(
                 answer=HUMAN_ANSWER,
             )
 
+    item = wc.work_item(item.id)
+    if item.stopped:
+        ledger = wc.ledger(item.id)
+        say(
+            f"stopped by its budget: {item.stopped} after {ledger.request_count} LLM requests, "
+            f"{ledger.charged_tokens} of {ledger.limits.max_tokens} tokens charged; "
+            f"WorkItem is {item.status}, not completed"
+        )
+        return item.id
     progress = wc.goal_progress(item.id)
     say(
         f"goal progress: {progress.completed_criteria_count}/{progress.total_criteria_count} "

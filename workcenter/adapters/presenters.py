@@ -1,10 +1,13 @@
-"""Plain-JSON views of WorkItems, Actions and goal progress for the CLI and scripts."""
+"""Plain-JSON views of WorkItems, Actions, goal progress and budgets for the CLI and scripts."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
+from uuid import UUID
 
 from workcenter.application import WorkCenter
+from workcenter.domain import resource_ledger as rl
 from workcenter.domain.action import ActionState
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
@@ -46,4 +49,90 @@ def event_json(event: DomainEvent) -> dict[str, Any]:
         "aggregate_id": data.pop("originator_id"),
         "at": data.pop("timestamp"),
         "data": data,
+    }
+
+
+TOKEN_ACCOUNTING = "estimated_admission_reported_usage_unknown_retained"
+
+
+def _usage_totals(rows: Iterable[rl.Reservation], live_runs: set[UUID]) -> dict[str, int]:
+    """One breakdown (resource-ledger.md 4). ``charged_tokens`` includes ``reserved_tokens``
+    (the charge of rows without a complete report); the five usage keys sum what providers
+    reported. A reserved row is in flight while its Run runs under an unexpired lease;
+    otherwise it counts as unknown, like the rows settled without complete usage."""
+    totals = {
+        "requests": 0,
+        "charged_tokens": 0,
+        "reserved_tokens": 0,
+        "reported_requests": 0,
+        "reserved_requests": 0,
+        "in_flight_requests": 0,
+        "unknown_requests": 0,
+    } | dict.fromkeys(rl.Usage.model_fields, 0)
+    for row in rows:
+        totals["requests"] += 1
+        totals["charged_tokens"] += row.charged_tokens
+        if row.usage is not None:
+            for key in rl.Usage.model_fields:
+                totals[key] += getattr(row.usage, key)
+        if row.status == "reported":
+            totals["reported_requests"] += 1
+            continue
+        totals["reserved_tokens"] += row.charged_tokens
+        if row.status == "reserved":
+            totals["reserved_requests"] += 1
+        if row.status == "reserved" and row.run_id in live_runs:
+            totals["in_flight_requests"] += 1
+        else:
+            totals["unknown_requests"] += 1
+    return totals
+
+
+def budget_json(wc: WorkCenter, item_id: UUID) -> dict[str, Any]:
+    """The WorkItem's budget: limits, usage and its breakdown, attempts per Action, the stop.
+
+    ``ledger_version`` and ``control_version`` are both valid ``expected_version``s
+    for extend and resume; ``item_version`` is the WorkItem version resume expects.
+    """
+    item = wc.work_item(item_id)
+    ledger = wc.ledger(item_id)
+    actions = sorted(wc.actions(item).values(), key=lambda a: (a.sequence, str(a.id)))
+    now = wc.clock.now()
+    live_runs = {
+        run.id
+        for action in actions
+        for run in action.runs
+        if run.status == "running" and run.expires_at > now
+    }
+    rows = list(ledger.reservations.values())
+    breakdown = {
+        "coordinator": _usage_totals((r for r in rows if r.kind == "coordinator"), live_runs),
+        "actions": _usage_totals((r for r in rows if r.kind == "action"), live_runs),
+    }
+    stop = ledger.stop_reason
+    return {
+        "work_item_id": str(item.id),
+        "status": item.status,
+        "item_version": item.version,
+        "ledger_version": ledger.version,
+        "control_version": ledger.control_version,
+        "limits": ledger.limits.model_dump(mode="json"),
+        "usage": _usage_totals(rows, live_runs),
+        "breakdown": breakdown,
+        "action_attempts_extension": ledger.attempts_extension,
+        "action_attempts": [
+            {
+                "action_id": str(action.id),
+                "sequence": action.sequence,
+                "type": action.type,
+                "attempts": len(action.runs),
+                "original_max_attempts": action.max_attempts,
+                "effective_max_attempts": ledger.effective_max_attempts(action.max_attempts),
+            }
+            for action in actions
+        ],
+        "stop_reason": stop.model_dump(mode="json") if stop is not None else None,
+        "coordinator_failures": ledger.coordinator_failures,
+        "retry_after": ledger.retry_after.isoformat() if ledger.retry_after else None,
+        "token_accounting": TOKEN_ACCOUNTING,
     }

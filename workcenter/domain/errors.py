@@ -61,3 +61,21 @@ class VersionConflict(WorkcenterError):
         self.expected = expected
         self.actual = actual
         self.conflicting = conflicting
+
+
+class ResourceStopError(WorkcenterError):
+    """The ResourceLedger refused an LLM request; it was not sent and must not be retried.
+
+    ``code`` is the denial code (a stop code such as ``work_item_tokens_exhausted``,
+    or ``work_item_inactive`` / ``request_already_reserved``). Unlike other refusals
+    it may follow a write: a denial that stops the item is saved before it is raised.
+    Only a user's extend and resume let the WorkItem spend again.
+    """
+
+    code = "resource_stopped"
+    failure_kind = "resource_limit"
+    retryable = False
+
+    def __init__(self, code: str, message: str | None = None) -> None:
+        super().__init__(message or f"LLM request refused by the ResourceLedger: {code}")
+        self.code = code
