@@ -729,7 +729,10 @@ class WorkCenter:
     def can_coordinate_automatically(
         self, work_item_id: UUID, *, user_message: bool = False
     ) -> bool:
-        item = self.work_item(work_item_id)
+        try:
+            item = self.work_item(work_item_id)
+        except NotFound:
+            return False
         if item.status in wi.TERMINAL or item.stopped:
             return False
         retry_after = self.ledger(work_item_id).retry_after

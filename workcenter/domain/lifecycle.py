@@ -187,14 +187,13 @@ def resume(
             f"WorkItem is {item.status}; only a cancelled or stopped WorkItem can be resumed"
         )
     stopping = _stopping_action(ledger, actions)
-    ledger_events: list[rl.LedgerEvent] = []
-    if ledger.stop_reason is not None or ledger.spent():
-        ledger_events = rl.resume(
-            ledger,
-            stopping_action_can_attempt=stopping is None
-            or len(stopping.runs) < ledger.effective_max_attempts(stopping.max_attempts),
-            at=at,
-        )
+    # Every resume, of a cancelled item too, clears retry_after and moves the control version.
+    ledger_events = rl.resume(
+        ledger,
+        stopping_action_can_attempt=stopping is None
+        or len(stopping.runs) < ledger.effective_max_attempts(stopping.max_attempts),
+        at=at,
+    )
     unit = Unit(item, actions, at, ledger)
     if item.status != "cancelled":
         invalidate_open(unit, "cancelled", "stopped by its budget")

@@ -181,6 +181,10 @@ def _advance_linear(unit: Unit, action: act.ActionState, normalised: NormalisedO
         unit.set_status("needs_attention", action.id)
     else:
         stage = _next_stage(unit.item, action, normalised.result.review_decision)
+        if stage is None and unit.item.stopped:
+            # While stopped an item only needs attention: done too (resource-ledger.md 3).
+            unit.set_status("needs_attention", action.id)
+            return
         if stage is None:
             unit.item_event(
                 wi.WorkItemCompleted,

@@ -70,7 +70,7 @@ class Unit:
                 self.item_event(wi.BudgetStopRecorded, code=event.code)
                 if self.item.status not in wi.TERMINAL:
                     self.set_status("needs_attention", self.item.current_action_id)
-            elif isinstance(event, rl.ExecutionResumed):
+            elif isinstance(event, rl.ExecutionResumed) and self.item.stopped:
                 self.item_event(wi.BudgetStopCleared)
 
     def set_status(self, status: wi.WorkItemStatus, current_action_id: UUID | None) -> None:
