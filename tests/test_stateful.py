@@ -40,7 +40,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from workcenter import application
+from workcenter import store as workcenter_store
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain import action as act
 from workcenter.domain import errors
@@ -1311,7 +1311,7 @@ class Ledger(RuleBasedStateMachine):
 
 def test_two_workers_keep_the_ledger_consistent(monkeypatch: pytest.MonkeyPatch) -> None:
     # Snapshot often, so fresh services load from snapshots, not only from replay.
-    monkeypatch.setattr(application, "SNAPSHOT_INTERVAL", 5)
+    monkeypatch.setattr(workcenter_store, "SNAPSHOT_INTERVAL", 5)
     STATS.clear()
     run_state_machine_as_test(
         Ledger,

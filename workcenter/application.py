@@ -4,57 +4,46 @@ call the domain, and save every touched aggregate in one atomic write.
 
 from __future__ import annotations
 
-import os
-import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from types import EllipsisType
-from typing import Any, Protocol, cast
-from uuid import UUID
+from typing import Any, cast
+from uuid import UUID, uuid4
 
-from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import IntegrityError
 
-from workcenter.adapters.persistence import (
-    SNAPSHOT_CLASSES,
-    ActionSnapshot,
-    LedgerSnapshot,
-    WorkItemSnapshot,
-    resolve_db_path,
-    sqlite_env,
-    store_env,
-)
+from workcenter.budget import BudgetCommands
 from workcenter.domain import action as act
 from workcenter.domain import lifecycle, planning, runs
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
-from workcenter.domain.errors import InvalidInput, NotFound, VersionConflict, WorkcenterError
+from workcenter.domain.errors import InvalidInput, WorkcenterError
 from workcenter.domain.goal_progress import GoalProgress
-from workcenter.domain.model import AggregateState, DomainEvent
+from workcenter.domain.model import DomainEvent
 from workcenter.domain.outcome import RunReport
 from workcenter.domain.unit import Unit
-from workcenter.projections.inline import InlineProjections
-from workcenter.projections.work_queue import WorkQueue, WorkQueueView
+from workcenter.store import (
+    SAVE_ATTEMPTS,
+    SNAPSHOT_INTERVAL,
+    Clock,
+    EventStore,
+    SystemClock,
+    WriteContention,
+    project_action,
+)
 
-SNAPSHOT_INTERVAL = 50
-SAVE_ATTEMPTS = 8
+__all__ = [
+    "SNAPSHOT_INTERVAL",
+    "Claim",
+    "Clock",
+    "EventStore",
+    "SystemClock",
+    "WorkCenter",
+    "WriteContention",
+]
+
 CLAIM_PAGE = 16
-
-
-class Clock(Protocol):
-    def now(self) -> datetime: ...
-
-
-class SystemClock:
-    def now(self) -> datetime:
-        return datetime.now(UTC)
-
-
-class WriteContention(WorkcenterError):
-    """Other writers kept moving the same aggregates; the command gave up."""
-
-    code = "write_contention"
 
 
 @dataclass(frozen=True)
@@ -86,185 +75,8 @@ class Claim:
         )
 
 
-def _projector(
-    evolve: Callable[[Any, Any], Any],
-    snapshot: type[ActionSnapshot | WorkItemSnapshot | LedgerSnapshot],
-) -> Callable[[Any, Iterable[Any]], Any]:
-    def project(state: Any, events: Iterable[Any]) -> Any:
-        for event in events:
-            state = event.state if isinstance(event, snapshot) else evolve(state, event)
-        return state
-
-    return project
-
-
-project_action = _projector(act.evolve, ActionSnapshot)
-project_work_item = _projector(wi.evolve, WorkItemSnapshot)
-project_ledger = _projector(rl.evolve, LedgerSnapshot)
-
-
-class EventStore(Application[UUID]):
-    """The library application holding every WorkItem and Action stream."""
-
-    name = "WorkCenter"
-    env = store_env()
-    is_snapshotting_enabled = True
-
-
-class WorkCenter:
+class WorkCenter(BudgetCommands):
     """The embeddable service: every command and read of Workcenter."""
-
-    def __init__(
-        self, store: EventStore, *, clock: Clock | None = None, boot_id: str | None = None
-    ):
-        self.store = store
-        self.clock = clock or SystemClock()
-        self.boot_id = boot_id or uuid.uuid4().hex
-        datastore = store.factory.datastore  # type: ignore[attr-defined]
-        self.work_queue = WorkQueueView(datastore)
-        self.work_queue.create_table()
-        self.projections = InlineProjections(
-            store.recorder, store.mapper, {WorkQueue.name: self.work_queue}
-        )
-        self.projections.catch_up()
-
-    @classmethod
-    def open(
-        cls,
-        db: str | os.PathLike[str] | None = None,
-        *,
-        clock: Clock | None = None,
-        boot_id: str | None = None,
-    ) -> WorkCenter:
-        """Open (or create) the SQLite store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db."""
-        return cls(EventStore(env=sqlite_env(resolve_db_path(db))), clock=clock, boot_id=boot_id)
-
-    def close(self) -> None:
-        self.store.close()
-
-    def __enter__(self) -> WorkCenter:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
-
-    # --- loading --------------------------------------------------------------
-
-    def _load(self, aggregate_id: UUID, version: int | None, projector: Callable[..., Any]) -> Any:
-        repository = self.store.repository
-        state = repository.get(aggregate_id, version=version, projector_func=projector)
-        if version is None and repository.cache is not None:
-            # The library fast-forwards a cached state but keeps the old (immutable) one
-            # in the cache; put the newer state back so the next load replays only the
-            # events after it, not every event since the aggregate was first cached.
-            repository.cache.put(aggregate_id, state)
-        return state
-
-    def work_item(self, work_item_id: UUID, version: int | None = None) -> wi.WorkItemState:
-        try:
-            state = self._load(work_item_id, version, project_work_item)
-        except AggregateNotFoundError:
-            raise NotFound("WorkItem", work_item_id) from None
-        if not isinstance(state, wi.WorkItemState):
-            raise NotFound("WorkItem", work_item_id)
-        return state
-
-    def action(self, action_id: UUID, version: int | None = None) -> act.ActionState:
-        try:
-            state = self._load(action_id, version, project_action)
-        except AggregateNotFoundError:
-            raise NotFound("Action", action_id) from None
-        if not isinstance(state, act.ActionState):
-            raise NotFound("Action", action_id)
-        return state
-
-    def ledger(self, work_item_id: UUID, version: int | None = None) -> rl.LedgerState:
-        """The WorkItem's ResourceLedger."""
-        ledger_id = rl.ledger_id_for(work_item_id)
-        try:
-            state = self._load(ledger_id, version, project_ledger)
-        except AggregateNotFoundError:
-            raise NotFound("ResourceLedger of WorkItem", work_item_id) from None
-        if not isinstance(state, rl.LedgerState):
-            raise NotFound("ResourceLedger of WorkItem", work_item_id)
-        return state
-
-    def actions(self, item: wi.WorkItemState, *statuses: str) -> dict[UUID, act.ActionState]:
-        """The item's Actions (only those whose mirrored status is in ``statuses``, if given)."""
-        entries = item.entries(*statuses) if statuses else item.plan
-        return {e.action_id: self.action(e.action_id) for e in entries}
-
-    def event_count(self) -> int:
-        return self.store.recorder.max_notification_id() or 0
-
-    # --- writing --------------------------------------------------------------
-
-    def _save(self, unit: Unit) -> None:
-        if not unit.events:
-            return
-        self.store.save(*unit.events)
-        self._snapshot(unit)
-        self.projections.catch_up()
-
-    def _snapshot(self, unit: Unit) -> None:
-        states: dict[UUID, AggregateState] = {unit.item.id: unit.item, **unit.actions}
-        if unit.ledger is not None:
-            states[unit.ledger.id] = unit.ledger
-        self._take_snapshots(states, unit.events)
-
-    def _take_snapshots(
-        self, states: Mapping[UUID, AggregateState], events: Sequence[DomainEvent]
-    ) -> None:
-        """Snapshot every aggregate whose stream crossed a multiple of the interval.
-
-        The library snapshots only aggregates it was given, and it is given events.
-        """
-        crossed = {e.originator_id for e in events if e.originator_version % SNAPSHOT_INTERVAL == 0}
-        snapshots = [
-            SNAPSHOT_CLASSES[type(state)](
-                originator_id=state.id,
-                originator_version=state.version,
-                timestamp=events[-1].timestamp,
-                state=state,
-            )
-            for aggregate_id in crossed
-            if (state := states.get(aggregate_id)) is not None
-        ]
-        if snapshots:
-            assert self.store.snapshots is not None
-            self.store.snapshots.put(snapshots)
-
-    def _execute(self, decide: Callable[[], Unit]) -> Unit:
-        """Decide and save; on a lost race reload and decide again (the checks run again too)."""
-        for _ in range(SAVE_ATTEMPTS):
-            unit = decide()
-            try:
-                self._save(unit)
-            except IntegrityError:
-                continue
-            return unit
-        raise WriteContention("the aggregates kept changing; try again")
-
-    def _check_expected(
-        self,
-        state: AggregateState,
-        expected_version: int | None,
-        conflicts: tuple[type[DomainEvent], ...] | None,
-    ) -> None:
-        """Refuse only if an event of the command's conflict class came after what the caller saw.
-
-        ``conflicts=None`` is the strict class: any later event conflicts.
-        """
-        if expected_version is None or expected_version == state.version:
-            return
-        if expected_version > state.version or expected_version < 1:
-            raise VersionConflict(state.id, expected_version, state.version, ["unknown version"])
-        later = self.store.events.get(state.id, gt=expected_version)
-        clashing = [
-            type(e).__name__ for e in later if conflicts is None or isinstance(e, conflicts)
-        ]
-        if clashing:
-            raise VersionConflict(state.id, expected_version, state.version, clashing)
 
     def _item_command(
         self,
@@ -305,7 +117,7 @@ class WorkCenter:
             delivery_target=delivery_target,
         )
         unit = lifecycle.create(
-            work_item_id=uuid.uuid4(),
+            work_item_id=uuid4(),
             mode=mode,
             contract=contract,
             stages=stages,
@@ -629,114 +441,6 @@ class WorkCenter:
             if self._execute(attempt).events:
                 recovered.append(run_id)
         return recovered
-
-    # --- ResourceLedger commands ---------------------------------------------
-
-    def _ledger_command(
-        self,
-        work_item_id: UUID,
-        decide: Callable[[wi.WorkItemState, rl.LedgerState, datetime], Unit],
-    ) -> Unit:
-        def attempt() -> Unit:
-            item = self.work_item(work_item_id)
-            return decide(item, self.ledger(work_item_id), self.clock.now())
-
-        return self._execute(attempt)
-
-    def reserve_request(
-        self,
-        work_item_id: UUID,
-        *,
-        request: Mapping[str, Any],
-        kind: rl.RequestKind = "action",
-        run_id: UUID | None = None,
-        request_id: str | None = None,
-    ) -> rl.Admission:
-        """Admit one LLM request before it is sent, at its estimated cost.
-
-        A denial is returned (and a stopping denial saved); the caller must not
-        send the request. Only a stop writes the WorkItem too.
-        """
-        request_id = request_id or uuid.uuid4().hex
-        estimate = rl.estimate_tokens(request)
-        admission: list[rl.Admission] = []
-
-        def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
-            answer = rl.reserve(
-                ledger,
-                request_id=request_id,
-                kind=kind,
-                run_id=run_id,
-                estimated_tokens=estimate,
-                item_active=item.status not in wi.TERMINAL,
-                at=at,
-            )
-            admission[:] = [answer]
-            unit = Unit(item, {}, at, ledger)
-            unit.apply_ledger(answer.events)
-            return unit
-
-        self._ledger_command(work_item_id, decide)
-        return admission[0]
-
-    def settle_request(
-        self,
-        work_item_id: UUID,
-        request_id: str,
-        *,
-        usage: Mapping[str, Any] | rl.Usage | None,
-        complete: bool = True,
-    ) -> bool:
-        """Record what a request cost; False when there was nothing to settle."""
-        normalised = (
-            usage if isinstance(usage, rl.Usage) or usage is None else rl.normalize_usage(usage)
-        )
-
-        def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
-            unit = Unit(item, {}, at, ledger)
-            unit.apply_ledger(
-                rl.settle(ledger, request_id=request_id, usage=normalised, complete=complete, at=at)
-            )
-            return unit
-
-        return bool(self._ledger_command(work_item_id, decide).events)
-
-    def extend_budget(
-        self, work_item_id: UUID, *, expected_version: int, additions: Mapping[str, Any]
-    ) -> rl.LedgerState:
-        """A user raises limits. Clears no stop: resume does, once nothing is spent."""
-
-        def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
-            self._check_expected(ledger, expected_version, rl.CONTROL_EVENTS)
-            unit = Unit(item, {}, at, ledger)
-            unit.apply_ledger(rl.extend(ledger, additions, at))
-            return unit
-
-        ledger = self._ledger_command(work_item_id, decide).ledger
-        assert ledger is not None
-        return ledger
-
-    def record_coordinator_failure(self, work_item_id: UUID, *, turn_id: str) -> rl.LedgerState:
-        def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
-            unit = Unit(item, {}, at, ledger)
-            unit.apply_ledger(rl.record_coordinator_failure(ledger, turn_id=turn_id, at=at))
-            return unit
-
-        ledger = self._ledger_command(work_item_id, decide).ledger
-        assert ledger is not None
-        return ledger
-
-    def can_coordinate_automatically(
-        self, work_item_id: UUID, *, user_message: bool = False
-    ) -> bool:
-        try:
-            item = self.work_item(work_item_id)
-        except NotFound:
-            return False
-        if item.status in wi.TERMINAL or item.stopped:
-            return False
-        retry_after = self.ledger(work_item_id).retry_after
-        return user_message or retry_after is None or self.clock.now() >= retry_after
 
     # --- reads ----------------------------------------------------------------
 

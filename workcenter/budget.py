@@ -1,0 +1,123 @@
+"""ResourceLedger commands of the service: admit, settle, extend, record failures."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from workcenter.domain import resource_ledger as rl
+from workcenter.domain import work_item as wi
+from workcenter.domain.errors import NotFound
+from workcenter.domain.unit import Unit
+from workcenter.store import Store
+
+
+class BudgetCommands(Store):
+    def _ledger_command(
+        self,
+        work_item_id: UUID,
+        decide: Callable[[wi.WorkItemState, rl.LedgerState, datetime], Unit],
+    ) -> Unit:
+        def attempt() -> Unit:
+            item = self.work_item(work_item_id)
+            return decide(item, self.ledger(work_item_id), self.clock.now())
+
+        return self._execute(attempt)
+
+    def reserve_request(
+        self,
+        work_item_id: UUID,
+        *,
+        request: Mapping[str, Any],
+        kind: rl.RequestKind = "action",
+        run_id: UUID | None = None,
+        request_id: str | None = None,
+    ) -> rl.Admission:
+        """Admit one LLM request before it is sent, at its estimated cost.
+
+        A denial is returned (and a stopping denial saved); the caller must not
+        send the request. Only a stop writes the WorkItem too.
+        """
+        request_id = request_id or uuid.uuid4().hex
+        estimate = rl.estimate_tokens(request)
+        admission: list[rl.Admission] = []
+
+        def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
+            answer = rl.reserve(
+                ledger,
+                request_id=request_id,
+                kind=kind,
+                run_id=run_id,
+                estimated_tokens=estimate,
+                item_active=item.status not in wi.TERMINAL,
+                at=at,
+            )
+            admission[:] = [answer]
+            unit = Unit(item, {}, at, ledger)
+            unit.apply_ledger(answer.events)
+            return unit
+
+        self._ledger_command(work_item_id, decide)
+        return admission[0]
+
+    def settle_request(
+        self,
+        work_item_id: UUID,
+        request_id: str,
+        *,
+        usage: Mapping[str, Any] | rl.Usage | None,
+        complete: bool = True,
+    ) -> bool:
+        """Record what a request cost; False when there was nothing to settle."""
+        normalised = (
+            usage if isinstance(usage, rl.Usage) or usage is None else rl.normalize_usage(usage)
+        )
+
+        def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
+            unit = Unit(item, {}, at, ledger)
+            unit.apply_ledger(
+                rl.settle(ledger, request_id=request_id, usage=normalised, complete=complete, at=at)
+            )
+            return unit
+
+        return bool(self._ledger_command(work_item_id, decide).events)
+
+    def extend_budget(
+        self, work_item_id: UUID, *, expected_version: int, additions: Mapping[str, Any]
+    ) -> rl.LedgerState:
+        """A user raises limits. Clears no stop: resume does, once nothing is spent."""
+
+        def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
+            self._check_expected(ledger, expected_version, rl.CONTROL_EVENTS)
+            unit = Unit(item, {}, at, ledger)
+            unit.apply_ledger(rl.extend(ledger, additions, at))
+            return unit
+
+        ledger = self._ledger_command(work_item_id, decide).ledger
+        assert ledger is not None
+        return ledger
+
+    def record_coordinator_failure(self, work_item_id: UUID, *, turn_id: str) -> rl.LedgerState:
+        def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
+            unit = Unit(item, {}, at, ledger)
+            unit.apply_ledger(rl.record_coordinator_failure(ledger, turn_id=turn_id, at=at))
+            return unit
+
+        ledger = self._ledger_command(work_item_id, decide).ledger
+        assert ledger is not None
+        return ledger
+
+    def can_coordinate_automatically(
+        self, work_item_id: UUID, *, user_message: bool = False
+    ) -> bool:
+        try:
+            item = self.work_item(work_item_id)
+        except NotFound:
+            return False
+        if item.status in wi.TERMINAL or item.stopped:
+            return False
+        retry_after = self.ledger(work_item_id).retry_after
+        return user_message or retry_after is None or self.clock.now() >= retry_after

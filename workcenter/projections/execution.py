@@ -1,0 +1,192 @@
+"""Execution stats and the whitelisted ``executionControl`` snapshot (read-models.md 2.2,
+resource-ledger.md 4). Pure: ``now`` is passed in, never read from a clock.
+
+Whether a reserved request is in flight or unknown depends on Run leases against
+``now``, so it is computed here, at query time, and never folded into a read model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from workcenter.domain.action import ActionState, Run
+from workcenter.domain.resource_ledger import LedgerState, Reservation
+from workcenter.projections.sanitize import cnt, epoch_ms, sanitize_diagnostic, truncate_utf8
+
+STATS_KEYS: tuple[str, ...] = (
+    "llmRequestCount", "loopCount", "toolCount", "inputTokens", "outputTokens",
+    "cacheReadTokens", "cacheWriteTokens", "totalTokens",
+)  # fmt: skip
+# The ledger's usage fields behind the five token keys.
+_TOKEN_FIELDS: Mapping[str, str] = {
+    "inputTokens": "input_tokens",
+    "outputTokens": "output_tokens",
+    "cacheReadTokens": "cache_read_tokens",
+    "cacheWriteTokens": "cache_write_tokens",
+    "totalTokens": "total_tokens",
+}
+_LIMIT_FIELDS: Mapping[str, str] = {
+    "maxRequests": "max_requests",
+    "maxTokens": "max_tokens",
+    "maxRunRequests": "max_run_requests",
+    "maxActionAttempts": "max_action_attempts",
+    "maxCoordinatorFailures": "max_coordinator_failures",
+}
+# The only stop details a browser sees (both spellings accepted), as camelCase.
+_STOP_DETAILS: Mapping[str, str] = {
+    "run_id": "runId",
+    "action_id": "actionId",
+    "turn_id": "turnId",
+    "estimated_next_tokens": "estimatedNextTokens",
+    "attempts": "attempts",
+    "original_max_attempts": "originalMaxAttempts",
+    "effective_max_attempts": "effectiveMaxAttempts",
+    "failures": "failures",
+} | {
+    camel: camel
+    for camel in (
+        "runId", "actionId", "turnId", "estimatedNextTokens", "originalMaxAttempts",
+        "effectiveMaxAttempts",
+    )
+}  # fmt: skip
+MAX_ACTION_ATTEMPTS = 64
+TOKEN_ACCOUNTING = "estimated_admission_reported_usage_unknown_retained"
+
+RunStats = Mapping[UUID, Mapping[str, Any]]
+
+
+def _usage_value(row: Reservation, field: str) -> int:
+    return cnt(getattr(row.usage, field)) if row.usage is not None else 0
+
+
+def execution_stats(
+    runs: Iterable[Run],
+    ledger: LedgerState | None = None,
+    *,
+    whole_item: bool = False,
+    run_stats: RunStats | None = None,
+) -> dict[str, int]:
+    """The eight stats keys over ``runs``, every value finite and >= 0.
+
+    Run sums come from ``run_stats`` (per-Run counters, keyed by Run id; Runs do not
+    record them yet, so they default to 0). With a ledger, ``llmRequestCount`` and the
+    token keys are *replaced* by the ledger's rows: for ``whole_item`` all of them
+    (Coordinator calls, reserved and unknown requests included), otherwise the rows
+    of these Runs. ``loopCount`` and ``toolCount`` stay Run sums.
+    """
+    run_list = list(runs)
+    stats = dict.fromkeys(STATS_KEYS, 0)
+    for run in run_list:
+        recorded = (run_stats or {}).get(run.id) or {}
+        for key in STATS_KEYS:
+            stats[key] += cnt(recorded.get(key))
+    if ledger is not None:
+        run_ids = {run.id for run in run_list}
+        rows = [
+            row for row in ledger.reservations.values() if whole_item or row.run_id in run_ids
+        ]
+        stats["llmRequestCount"] = len(rows)
+        for key, field in _TOKEN_FIELDS.items():
+            stats[key] = sum(_usage_value(row, field) for row in rows)
+    return stats
+
+
+def _usage(rows: Iterable[Reservation], in_flight: Collection[UUID], requests: Collection[str]):
+    """One usage breakdown (resource-ledger.md 4). ``reservedTokens`` is part of
+    ``chargedTokens``; a reserved row is in flight while its Run runs under an
+    unexpired lease (or the caller names it), else it counts as unknown."""
+    usage = {"llmRequestCount": 0} | dict.fromkeys(_TOKEN_FIELDS, 0)
+    usage |= {"chargedTokens": 0, "reservedTokens": 0, "unknownRequests": 0, "inFlightRequests": 0}
+    for row in rows:
+        usage["llmRequestCount"] += 1
+        usage["chargedTokens"] += cnt(row.charged_tokens)
+        for key, field in _TOKEN_FIELDS.items():
+            usage[key] += _usage_value(row, field)
+        if row.status == "reported":
+            continue
+        usage["reservedTokens"] += cnt(row.charged_tokens)
+        live = row.run_id in in_flight or row.request_id in requests
+        if row.status == "reserved" and live:
+            usage["inFlightRequests"] += 1
+        else:
+            usage["unknownRequests"] += 1
+    return usage
+
+
+def _stop_reason(ledger: LedgerState) -> dict[str, Any] | None:
+    stop = ledger.stop_reason
+    if stop is None:
+        return None
+    reason: dict[str, Any] = {"code": truncate_utf8(stop.code, 64), "at": epoch_ms(stop.at)}
+    for key, value in sorted(stop.details.items()):
+        name = _STOP_DETAILS.get(key)
+        if name is None or name in reason or value is None:
+            continue  # free-form details never reach a browser
+        if isinstance(value, str):
+            reason[name] = sanitize_diagnostic(value, 256)
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            reason[name] = cnt(value)
+    return reason
+
+
+def execution_control(
+    ledger: LedgerState,
+    actions: Iterable[ActionState],
+    *,
+    now: datetime,
+    in_flight_request_ids: Collection[str] = (),
+    data_revision: int | None = None,
+) -> dict[str, Any]:
+    """The ledger snapshot, whitelisted field by field, ``actionAttempts`` capped at 64.
+
+    ``revision`` is the ledger's control version (what extend and resume expect).
+    ``dataRevision`` needs the previously served snapshot, so the caller supplies it.
+    ``in_flight_request_ids`` names Coordinator requests known to be in flight.
+    """
+    ordered = sorted(actions, key=lambda a: (a.sequence, a.id))
+    live_runs = {
+        run.id
+        for action in ordered
+        for run in action.runs
+        if run.status == "running" and run.expires_at > now
+    }
+    requests = frozenset(in_flight_request_ids)
+    rows = list(ledger.reservations.values())
+    attempts = [
+        {
+            "actionId": str(action.id),
+            "attempts": len(action.runs),
+            "originalMaxAttempts": cnt(action.max_attempts),
+            "effectiveMaxAttempts": cnt(ledger.effective_max_attempts(action.max_attempts)),
+        }
+        for action in ordered[:MAX_ACTION_ATTEMPTS]
+    ]
+    control: dict[str, Any] = {"revision": cnt(ledger.control_version)}
+    if data_revision is not None:
+        control["dataRevision"] = cnt(data_revision)
+    control |= {
+        "limits": {key: cnt(getattr(ledger.limits, f)) for key, f in _LIMIT_FIELDS.items()},
+        "actionAttemptsExtension": cnt(ledger.attempts_extension),
+        "actionAttempts": attempts,
+    }
+    if len(ordered) > MAX_ACTION_ATTEMPTS:
+        control["omittedActionAttemptCount"] = len(ordered) - MAX_ACTION_ATTEMPTS
+    control |= {
+        "usage": _usage(rows, live_runs, requests),
+        "breakdown": {
+            "coordinator": _usage((r for r in rows if r.kind == "coordinator"), live_runs, requests),
+            "actions": _usage((r for r in rows if r.kind == "action"), live_runs, requests),
+        },
+    }
+    stop = _stop_reason(ledger)
+    if stop is not None:
+        control["stopReason"] = stop
+    control |= {
+        "coordinatorFailures": cnt(ledger.coordinator_failures),
+        "retryAfter": epoch_ms(ledger.retry_after) if ledger.retry_after else 0,
+        "tokenAccounting": TOKEN_ACCOUNTING,
+    }
+    return control

@@ -1,0 +1,355 @@
+"""Primitives and sanitisers for browser DTOs (read-models.md sections 0 and 2.1).
+
+Everything here is pure: no clock, no I/O, the same input always gives the same
+output. Every function returns text that orjson can serialise: a lone surrogate
+(which orjson rejects) is replaced by U+FFFD before anything else happens.
+
+The four sanitisers:
+
+- (a) ``sanitize_diagnostic``: truncate, drop URL user info and mask sensitive
+  query values, mask ``name: value`` / ``name=value`` for sensitive names and
+  ``Bearer x``, truncate again;
+- (b) ``sanitize_diagnostic_paths``: (a), then local paths become ``[path redacted]``;
+- (c) ``sanitize_failure``: the fixed sentence when the text looks unsafe, else (a);
+- (d) ``failure_reason``: the short, single-line reason shown on rows.
+
+``sanitize_waiting_reason`` is this project's addition (ADR-0009): blocker and
+waiting reasons may be a Run's error, so they get (b) plus the token test of (c).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from urllib.parse import unquote
+
+DIAGNOSTIC_LIMIT = 8 * 1024
+UNSAFE_SCAN_CHARS = 16_000
+FAILURE_REASON_CHARS = 2_000
+ID_LIMIT = 256
+MAX_IDS = 64
+
+FAILED_SENTENCE = "The Action failed. Sensitive details were omitted."
+WAITING_SENTENCE = "The Action is waiting. Sensitive details were omitted."
+PATH_REDACTED = "[path redacted]"
+REDACTED_CREDENTIAL = "[redacted credential]"
+MASK = "***"
+
+SENSITIVE_NAMES: frozenset[str] = frozenset(
+    {
+        "apikey", "xapikey", "token", "accesstoken", "refreshtoken", "idtoken",
+        "clientsecret", "secret", "signature", "sig", "credential", "password", "passwd",
+        "authorization", "proxyauthorization", "auth", "code", "cookie", "setcookie",
+    }
+)  # fmt: skip
+# Stricter than the original (ADR-0009): a name that merely *ends* with one of
+# these is sensitive too (GITHUB_TOKEN, db_password, aws.secret). The short,
+# ambiguous names (sig, auth, code) still need an exact match.
+_SENSITIVE_SUFFIXES: tuple[str, ...] = (
+    "token", "secret", "password", "passwd", "apikey", "credential", "signature",
+    "authorization", "cookie",
+)  # fmt: skip
+# For these the value runs to ";" or the end of the line ("Bearer abc def").
+_LINE_VALUE_SUFFIXES: tuple[str, ...] = ("authorization", "cookie")
+
+# --- primitives (sections 0 and 2.1) ---------------------------------------------
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def clean_text(value: object) -> str:
+    """``value`` as a string that is valid UTF-8: lone surrogates become U+FFFD."""
+    text = value if isinstance(value, str) else str(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub("\ufffd", text)
+    return text
+
+
+def truncate_utf8(value: object, n: int) -> str:
+    """The longest prefix of ``value`` of at most ``n`` UTF-8 bytes that splits no
+    character. A falsy value gives ``''``; no marker is added."""
+    if not value or n <= 0:
+        return ""
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > n:  # every character takes at least one byte
+        text = text[:n]
+    text = clean_text(text)
+    data = text.encode("utf-8")
+    if len(data) <= n:
+        return text
+    # The cut can only leave an incomplete sequence at the very end; drop it.
+    return data[:n].decode("utf-8", "ignore")
+
+
+def truncate_chars(value: object, n: int) -> str:
+    """The first ``n`` code points (where the original cut UTF-16 units)."""
+    if not value or n <= 0:
+        return ""
+    text = value if isinstance(value, str) else str(value)
+    return clean_text(text[:n])
+
+
+def utf8_len(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def cnt(value: object) -> int:
+    """A finite number >= 0 (as an int), else 0. Booleans and strings are not numbers."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return 0
+    if isinstance(value, float) and not math.isfinite(value):
+        return 0
+    return int(value) if value > 0 else 0
+
+
+def rev(value: object) -> int:
+    """A revision or generation: missing, zero, negative or non-numeric become 1."""
+    number = cnt(value)
+    return number if number >= 1 else 1
+
+
+def epoch_ms(moment: object) -> int:
+    """Milliseconds since the epoch from a payload time (datetime or number); else 0."""
+    if isinstance(moment, datetime):
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=UTC)
+        return max(0, (moment - _EPOCH) // timedelta(milliseconds=1))
+    return cnt(moment)
+
+
+def bounded_id(value: object) -> str:
+    return truncate_utf8(value, ID_LIMIT)
+
+
+def ids(values: Iterable[object], limit: int = MAX_IDS) -> list[str]:
+    """``ids(x)`` of section 2.5: the first ``limit`` ids, each <= 256 bytes."""
+    kept: list[str] = []
+    for value in values:
+        if len(kept) >= limit:
+            break
+        kept.append(bounded_id(value))
+    return kept
+
+
+# --- names and patterns ------------------------------------------------------------
+
+
+def _normalise_name(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", unquote(name).lower())
+
+
+def is_sensitive_name(name: str) -> bool:
+    key = _normalise_name(name)
+    return key in SENSITIVE_NAMES or key.endswith(_SENSITIVE_SUFFIXES)
+
+
+def _runs_to_line_end(name: str) -> bool:
+    return _normalise_name(name).endswith(_LINE_VALUE_SUFFIXES)
+
+
+# A name, an optional closing quote, then ":" or "=". The look-behind anchors the
+# name at a word start and the possessive quantifiers keep every scan linear.
+_ASSIGNMENT = re.compile(
+    r"(?<![A-Za-z0-9_.\-])(?P<name>[A-Za-z0-9_.\-]++)[\"']?[ \t]*+(?P<sep>[:=])[ \t]*+"
+)
+_STATUS_BEFORE = re.compile(r"(?i)status[ \t]+\Z")
+_PLAIN_VALUE_END = re.compile(r"[\s\"',;&)\]}<>]")
+_LINE_VALUE_END = re.compile(r"[;\r\n]")
+
+_URL = re.compile(
+    r"(?<![A-Za-z0-9+.\-])(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*+)://(?P<rest>[^\s<>\"'`]*+)"
+)
+_QUERY_PAIR = re.compile(r"(?P<name>[^=&;#?]+)=(?P<value>[^&;#]*)")
+_BEARER = re.compile(r"(?i)(?<![A-Za-z0-9])(bearer)[ \t]+[^\s\"',;]+")
+_BEARER_OR_BASIC = re.compile(r"(?i)(?<![A-Za-z0-9])(?:bearer|basic)[ \t]+[^\s\"',;]+")
+
+_PATH = re.compile(
+    r"(?i:file:/[^\s\"'<>`]*)"  # file: URLs
+    r"|\\\\[^\s\\/\"'<>|`]+[\\/][^\s\"'<>|`]*"  # UNC \\server\share
+    r"|(?<![A-Za-z0-9])[A-Za-z]:[\\/][^\s\"'<>|`]*"  # drive C:\ or C:/
+    # POSIX /abs/path or ~/path, not inside a URL or a relative path.
+    r"|(?<![A-Za-z0-9_.~:/\\<\-])~?/[^\s\"'<>()\[\]{},;`/*][^\s\"'<>()\[\]{},;`]*"
+)
+_PROVIDER_TOKEN = re.compile(
+    r"(?<![A-Za-z0-9])(?:sk-[A-Za-z0-9_\-]{8,}|github_pat_[A-Za-z0-9_]{8,}"
+    r"|gh[a-z]_[A-Za-z0-9]{8,}|xox[a-z]-[A-Za-z0-9\-]{8,}|AKIA[0-9A-Z]{12,})"
+)
+_ALNUM_RUN = re.compile(r"[A-Za-z0-9]{32,}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _value_span(text: str, start: int, line: bool) -> tuple[int, int]:
+    """The span of an assigned value starting at ``start`` (inside quotes when quoted)."""
+    if start < len(text) and text[start] in "\"'":
+        quote = text[start]
+        end = start + 1
+        while end < len(text) and text[end] != quote and text[end] not in "\r\n":
+            end += 1
+        return start + 1, end
+    found = (_LINE_VALUE_END if line else _PLAIN_VALUE_END).search(text, start)
+    return start, found.start() if found else len(text)
+
+
+def _assignments(text: str) -> Iterable[tuple[int, int]]:
+    """Value spans of sensitive assignments, left to right, never overlapping."""
+    last = 0
+    for match in _ASSIGNMENT.finditer(text):
+        if match.start() < last:
+            continue  # inside a value already masked
+        name = match.group("name")
+        if not is_sensitive_name(name):
+            continue
+        if (
+            match.group("sep") == ":"
+            and _normalise_name(name) == "code"
+            and _STATUS_BEFORE.search(text, max(0, match.start() - 32), match.start())
+        ):
+            continue  # "status code: 500" is not a credential
+        begin, end = _value_span(text, match.end(), _runs_to_line_end(name))
+        if end > begin:
+            last = end
+            yield begin, end
+
+
+def _mask_assignments(text: str) -> str:
+    parts: list[str] = []
+    position = 0
+    for begin, end in _assignments(text):
+        parts += [text[position:begin], MASK]
+        position = end
+    parts.append(text[position:])
+    return "".join(parts)
+
+
+def has_credential_assignment(text: str) -> bool:
+    return next(iter(_assignments(text)), None) is not None
+
+
+def _split_url(rest: str) -> tuple[str, str, str]:
+    """authority, path, then query and fragment (with their leading ? or #)."""
+    cut = len(rest)
+    for mark in "/?#":
+        found = rest.find(mark)
+        if found != -1:
+            cut = min(cut, found)
+    authority, tail = rest[:cut], rest[cut:]
+    if "@" in authority:
+        authority = authority.rsplit("@", 1)[1]
+    split = len(tail)
+    for mark in "?#":
+        found = tail.find(mark)
+        if found != -1:
+            split = min(split, found)
+    return authority, tail[:split], tail[split:]
+
+
+def _mask_pair(match: re.Match[str]) -> str:
+    if match.group("value") and is_sensitive_name(match.group("name")):
+        return f"{match.group('name')}={MASK}"
+    return match.group(0)
+
+
+def _scrub_url(match: re.Match[str]) -> str:
+    authority, path, rest = _split_url(match.group("rest"))
+    return f"{match.group('scheme')}://{authority}{path}{_QUERY_PAIR.sub(_mask_pair, rest)}"
+
+
+def _cut_url(match: re.Match[str]) -> str:
+    authority, path, _ = _split_url(match.group("rest"))
+    if authority.startswith("["):
+        host = authority.split("]", 1)[0] + "]"
+    else:
+        host = authority.split(":", 1)[0]
+    return f"{match.group('scheme')}://{host}{path}"
+
+
+def _has_mixed_run(text: str) -> bool:
+    for match in _ALNUM_RUN.finditer(text):
+        run = match.group(0)
+        if any(c.isdigit() for c in run) and any(c.isalpha() for c in run):
+            return True
+    return False
+
+
+def has_secret_token(text: str) -> bool:
+    """A provider-style token or a run of >= 32 mixed letters and digits."""
+    head = text[:UNSAFE_SCAN_CHARS]
+    return bool(_PROVIDER_TOKEN.search(head)) or _has_mixed_run(head)
+
+
+def is_unsafe(text: str) -> bool:
+    """The unsafe test of (c): a token, a long mixed run or any absolute path in the
+    first 16,000 characters."""
+    return has_secret_token(text) or bool(_PATH.search(text[:UNSAFE_SCAN_CHARS]))
+
+
+def redact_paths(text: str) -> str:
+    return _PATH.sub(PATH_REDACTED, text)
+
+
+# --- sanitisers ----------------------------------------------------------------------
+
+
+def sanitize_diagnostic(value: object, limit: int = DIAGNOSTIC_LIMIT) -> str:
+    """(a): truncate, scrub URLs, mask sensitive assignments and Bearer, truncate again."""
+    text = truncate_utf8(value, limit)
+    if not text:
+        return ""
+    text = _URL.sub(_scrub_url, text)
+    text = _mask_assignments(text)
+    text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
+    return truncate_utf8(text, limit)
+
+
+def sanitize_diagnostic_paths(value: object, limit: int = DIAGNOSTIC_LIMIT) -> str:
+    """(b): (a), then file URLs, UNC, drive and POSIX absolute paths are redacted."""
+    return truncate_utf8(redact_paths(sanitize_diagnostic(value, limit)), limit)
+
+
+def sanitize_failure(
+    value: object, limit: int = DIAGNOSTIC_LIMIT, *, sentence: str = FAILED_SENTENCE
+) -> str:
+    """(c) strict failure: the fixed sentence when the text is unsafe, else (a).
+
+    The limit is capped at 16,000 bytes, so whatever (a) keeps was scanned."""
+    if not value:
+        return ""
+    text = clean_text(value)
+    if is_unsafe(text):
+        return sentence
+    return sanitize_diagnostic(text, min(limit, UNSAFE_SCAN_CHARS))
+
+
+def failure_reason(value: object) -> str:
+    """(d) the failure reason of a row: short, single line, never a credential.
+
+    Only the first 16,000 characters are read: the window the unsafe test scans,
+    so shortening URLs cannot pull unscanned text into the result."""
+    if not value:
+        return ""
+    text = truncate_chars(value, UNSAFE_SCAN_CHARS)
+    if is_unsafe(text):
+        return FAILED_SENTENCE
+    text = _URL.sub(_cut_url, text)
+    if has_credential_assignment(text):
+        return FAILED_SENTENCE
+    text = _BEARER_OR_BASIC.sub(REDACTED_CREDENTIAL, text)
+    text = _CONTROL.sub(" ", text).strip()
+    return text[:FAILURE_REASON_CHARS].rstrip()
+
+
+def sanitize_waiting_reason(value: object, limit: int = DIAGNOSTIC_LIMIT) -> str:
+    """Blocker and waiting reasons (ADR-0009): the waiting sentence when the text holds
+    a token, else (b). A reason can be a Run's error, so (a) alone is not enough."""
+    if not value:
+        return ""
+    text = truncate_chars(value, UNSAFE_SCAN_CHARS)
+    if has_secret_token(text):
+        return WAITING_SENTENCE
+    return sanitize_diagnostic_paths(text, min(limit, UNSAFE_SCAN_CHARS))
+
