@@ -225,11 +225,14 @@ class Store:
         """
         if expected_version is None or expected_version == state.version:
             return
+        subject = "Execution control" if isinstance(state, rl.LedgerState) else ""
         if expected_version > state.version or expected_version < 1:
-            raise VersionConflict(state.id, expected_version, state.version, ["unknown version"])
+            raise VersionConflict(
+                state.id, expected_version, state.version, ["unknown version"], subject
+            )
         later = self.store.events.get(state.id, gt=expected_version)
         clashing = [
             type(e).__name__ for e in later if conflicts is None or isinstance(e, conflicts)
         ]
         if clashing:
-            raise VersionConflict(state.id, expected_version, state.version, clashing)
+            raise VersionConflict(state.id, expected_version, state.version, clashing, subject)

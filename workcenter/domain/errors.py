@@ -51,11 +51,16 @@ class VersionConflict(WorkcenterError):
     code = "version_conflict"
 
     def __init__(
-        self, aggregate_id: UUID, expected: int, actual: int, conflicting: list[str]
+        self,
+        aggregate_id: UUID,
+        expected: int,
+        actual: int,
+        conflicting: list[str],
+        subject: str = "",
     ) -> None:
         super().__init__(
-            f"{aggregate_id} moved from version {expected} to {actual} "
-            f"through conflicting changes: {', '.join(conflicting)}"
+            f"{subject or aggregate_id} changed from version {expected} to {actual} "
+            f"({', '.join(conflicting)}); refresh and try again"
         )
         self.aggregate_id = aggregate_id
         self.expected = expected
