@@ -14,10 +14,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID, uuid5
 
 import orjson
+from pydantic import Field
 
 from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.domain.model import AggregateState, DomainEvent, Emitter, Immutable
@@ -42,12 +43,15 @@ RequestKind = Literal["coordinator", "action"]
 ReservationStatus = Literal["reserved", "reported", "unknown"]
 
 
+_Limit = Annotated[int, Field(strict=True, gt=0, le=2**53 - 1)]
+
+
 class Limits(Immutable):
-    max_requests: int = 200
-    max_tokens: int = 2_000_000
-    max_run_requests: int = 40
-    max_action_attempts: int = 3
-    max_coordinator_failures: int = 3
+    max_requests: _Limit = 200
+    max_tokens: _Limit = 2_000_000
+    max_run_requests: _Limit = 40
+    max_action_attempts: _Limit = 3
+    max_coordinator_failures: _Limit = 3
 
 
 class Usage(Immutable):
