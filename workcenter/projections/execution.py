@@ -85,16 +85,16 @@ def execution_stats(
             stats[key] += cnt(recorded.get(key))
     if ledger is not None:
         run_ids = {run.id for run in run_list}
-        rows = [
-            row for row in ledger.reservations.values() if whole_item or row.run_id in run_ids
-        ]
+        rows = [row for row in ledger.reservations.values() if whole_item or row.run_id in run_ids]
         stats["llmRequestCount"] = len(rows)
         for key, field in _TOKEN_FIELDS.items():
             stats[key] = sum(_usage_value(row, field) for row in rows)
     return stats
 
 
-def _usage(rows: Iterable[Reservation], in_flight: Collection[UUID], requests: Collection[str]):
+def _usage(
+    rows: Iterable[Reservation], in_flight: Collection[UUID], requests: Collection[str]
+) -> dict[str, int]:
     """One usage breakdown (resource-ledger.md 4). ``reservedTokens`` is part of
     ``chargedTokens``; a reserved row is in flight while its Run runs under an
     unexpired lease (or the caller names it), else it counts as unknown."""
@@ -134,7 +134,7 @@ def _stop_reason(ledger: LedgerState) -> dict[str, Any] | None:
 
 def execution_control(
     ledger: LedgerState,
-    actions: Iterable[ActionState],
+    actions: Mapping[UUID, ActionState] | Iterable[ActionState],
     *,
     now: datetime,
     in_flight_request_ids: Collection[str] = (),
@@ -146,7 +146,8 @@ def execution_control(
     ``dataRevision`` needs the previously served snapshot, so the caller supplies it.
     ``in_flight_request_ids`` names Coordinator requests known to be in flight.
     """
-    ordered = sorted(actions, key=lambda a: (a.sequence, a.id))
+    values = actions.values() if isinstance(actions, Mapping) else actions
+    ordered = sorted(values, key=lambda a: (a.sequence, a.id))
     live_runs = {
         run.id
         for action in ordered
@@ -177,7 +178,9 @@ def execution_control(
     control |= {
         "usage": _usage(rows, live_runs, requests),
         "breakdown": {
-            "coordinator": _usage((r for r in rows if r.kind == "coordinator"), live_runs, requests),
+            "coordinator": _usage(
+                (r for r in rows if r.kind == "coordinator"), live_runs, requests
+            ),
             "actions": _usage((r for r in rows if r.kind == "action"), live_runs, requests),
         },
     }

@@ -160,6 +160,7 @@ _ASSIGNMENT = re.compile(
 _STATUS_BEFORE = re.compile(r"(?i)status[ \t]+\Z")
 _PLAIN_VALUE_END = re.compile(r"[\s\"',;&)\]}<>]")
 _LINE_VALUE_END = re.compile(r"[;\r\n]")
+_NEWLINE = re.compile(r"[\r\n]")
 
 _URL = re.compile(
     r"(?<![A-Za-z0-9+.\-])(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*+)://(?P<rest>[^\s<>\"'`]*+)"
@@ -186,21 +187,20 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 def _value_span(text: str, start: int, line: bool) -> tuple[int, int]:
     """The span of an assigned value starting at ``start`` (inside quotes when quoted)."""
     if start < len(text) and text[start] in "\"'":
-        quote = text[start]
-        end = start + 1
-        while end < len(text) and text[end] != quote and text[end] not in "\r\n":
-            end += 1
-        return start + 1, end
+        end = text.find(text[start], start + 1)
+        end = len(text) if end == -1 else end
+        newline = _NEWLINE.search(text, start + 1, end)
+        return start + 1, end if newline is None else newline.start()
     found = (_LINE_VALUE_END if line else _PLAIN_VALUE_END).search(text, start)
     return start, found.start() if found else len(text)
 
 
 def _assignments(text: str) -> Iterable[tuple[int, int]]:
-    """Value spans of sensitive assignments, left to right, never overlapping."""
-    last = 0
+    """Value spans of sensitive assignments, left to right (they may overlap: an
+    assignment inside another's value can reach further, as in ``a=token: x``)."""
+    if ":" not in text and "=" not in text:
+        return
     for match in _ASSIGNMENT.finditer(text):
-        if match.start() < last:
-            continue  # inside a value already masked
         name = match.group("name")
         if not is_sensitive_name(name):
             continue
@@ -212,7 +212,6 @@ def _assignments(text: str) -> Iterable[tuple[int, int]]:
             continue  # "status code: 500" is not a credential
         begin, end = _value_span(text, match.end(), _runs_to_line_end(name))
         if end > begin:
-            last = end
             yield begin, end
 
 
@@ -220,7 +219,9 @@ def _mask_assignments(text: str) -> str:
     parts: list[str] = []
     position = 0
     for begin, end in _assignments(text):
-        parts += [text[position:begin], MASK]
+        if end <= position:
+            continue  # wholly inside a value masked already
+        parts += [text[position : max(begin, position)], MASK]
         position = end
     parts.append(text[position:])
     return "".join(parts)
@@ -268,6 +269,24 @@ def _cut_url(match: re.Match[str]) -> str:
     return f"{match.group('scheme')}://{host}{path}"
 
 
+# Cheap substring tests first: a pattern cannot match without its anchor characters.
+def _may_hold_url(text: str) -> bool:
+    return "://" in text
+
+
+def _may_hold_path(text: str) -> bool:
+    return "/" in text or "\\" in text
+
+
+def _may_hold_bearer(text: str) -> bool:
+    lowered = text.lower()
+    return "bearer" in lowered or "basic" in lowered
+
+
+def _may_hold_token(text: str) -> bool:
+    return any(mark in text for mark in ("sk-", "_", "xox", "AKIA"))
+
+
 def _has_mixed_run(text: str) -> bool:
     for match in _ALNUM_RUN.finditer(text):
         run = match.group(0)
@@ -279,17 +298,18 @@ def _has_mixed_run(text: str) -> bool:
 def has_secret_token(text: str) -> bool:
     """A provider-style token or a run of >= 32 mixed letters and digits."""
     head = text[:UNSAFE_SCAN_CHARS]
-    return bool(_PROVIDER_TOKEN.search(head)) or _has_mixed_run(head)
+    return (_may_hold_token(head) and bool(_PROVIDER_TOKEN.search(head))) or _has_mixed_run(head)
 
 
 def is_unsafe(text: str) -> bool:
     """The unsafe test of (c): a token, a long mixed run or any absolute path in the
     first 16,000 characters."""
-    return has_secret_token(text) or bool(_PATH.search(text[:UNSAFE_SCAN_CHARS]))
+    head = text[:UNSAFE_SCAN_CHARS]
+    return has_secret_token(head) or (_may_hold_path(head) and bool(_PATH.search(head)))
 
 
 def redact_paths(text: str) -> str:
-    return _PATH.sub(PATH_REDACTED, text)
+    return _PATH.sub(PATH_REDACTED, text) if _may_hold_path(text) else text
 
 
 # --- sanitisers ----------------------------------------------------------------------
@@ -300,9 +320,11 @@ def sanitize_diagnostic(value: object, limit: int = DIAGNOSTIC_LIMIT) -> str:
     text = truncate_utf8(value, limit)
     if not text:
         return ""
-    text = _URL.sub(_scrub_url, text)
+    if _may_hold_url(text):
+        text = _URL.sub(_scrub_url, text)
     text = _mask_assignments(text)
-    text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
+    if _may_hold_bearer(text):
+        text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
     return truncate_utf8(text, limit)
 
 
@@ -335,10 +357,12 @@ def failure_reason(value: object) -> str:
     text = truncate_chars(value, UNSAFE_SCAN_CHARS)
     if is_unsafe(text):
         return FAILED_SENTENCE
-    text = _URL.sub(_cut_url, text)
+    if _may_hold_url(text):
+        text = _URL.sub(_cut_url, text)
     if has_credential_assignment(text):
         return FAILED_SENTENCE
-    text = _BEARER_OR_BASIC.sub(REDACTED_CREDENTIAL, text)
+    if _may_hold_bearer(text):
+        text = _BEARER_OR_BASIC.sub(REDACTED_CREDENTIAL, text)
     text = _CONTROL.sub(" ", text).strip()
     return text[:FAILURE_REASON_CHARS].rstrip()
 
@@ -352,4 +376,3 @@ def sanitize_waiting_reason(value: object, limit: int = DIAGNOSTIC_LIMIT) -> str
     if has_secret_token(text):
         return WAITING_SENTENCE
     return sanitize_diagnostic_paths(text, min(limit, UNSAFE_SCAN_CHARS))
-

@@ -1,0 +1,574 @@
+"""Browser DTOs (read-models.md 2.3 to 2.6): pure functions of aggregate states.
+
+No I/O and no clock: ``now`` (for lease expiry) is an argument, every time comes
+from event payloads as epoch milliseconds, and actions are ordered by
+(sequence, id), so a rebuilt projection and the live one serve equal DTOs.
+
+Keys are camelCase; optional fields are omitted, never null. Every DTO passes
+``enforce_budget`` (512 KiB). What is never sent: workDir and local paths, raw
+Run records (worker, boot id, lease, error, end reason, tool output, checks),
+context entries (instructions, guidance, input), credentials. Errors reach a
+browser only through sanitisers (c) and (d) (ADR-0009).
+
+The Coordinator conversation does not exist yet: ``messages``, ``turns``,
+``attachments`` and ``live_message`` are optional inputs, bounded here already.
+A message is a mapping with the keys of coordinator.md 1.1 (snake_case or
+camelCase): id, turn_id, role, status, text, speaker {id, name}, decision
+{kind, reason, affected_action_ids, question}, error, created_at, updated_at.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from workcenter.domain.action import ActionState, Run
+from workcenter.domain.goal_progress import GoalProgress, current_run, derive_goal_progress
+from workcenter.domain.resource_ledger import LedgerState
+from workcenter.domain.work_item import DELIVERY_TARGETS, FinalResult, WorkItemState
+from workcenter.projections.budget import (
+    MAX_DTO_BYTES,
+    DtoKind,
+    dto_size,
+    enforce_budget,
+)
+from workcenter.projections.execution import (
+    RunStats,
+    execution_control,
+    execution_stats,
+)
+from workcenter.projections.sanitize import (
+    bounded_id,
+    cnt,
+    epoch_ms,
+    failure_reason,
+    ids,
+    rev,
+    sanitize_diagnostic_paths,
+    sanitize_failure,
+    sanitize_waiting_reason,
+    truncate_utf8,
+)
+from workcenter.projections.views import (
+    ACTION_STATUS_ORDER,
+    CONTRACT_CRITERION_LIMIT,
+    CRITERION_LIMIT,
+    GOAL_LIMIT,
+    LABEL_LIMIT,
+    MAX_ATTACHMENTS,
+    MAX_BLOCKERS,
+    MAX_CRITERIA,
+    MAX_MESSAGES,
+    MAX_OUTPUTS,
+    MAX_RESPONSE_EVIDENCE,
+    MAX_RESPONSES,
+    OBJECTIVE_LIMIT,
+    REF_LIMIT,
+    RESPONSE_LIMIT,
+    TERMINAL_STATUSES,
+    TITLE_LIMIT,
+    Actions,
+    Message,
+    action_entry,
+    action_failure_reason,
+    action_ref,
+    action_stats_entry,
+    attachment_view,
+    body_action,
+    body_fields,
+    canonical_result,
+    current_action,
+    latest_finished_run,
+    message_window,
+    ordered_actions,
+    text_of,
+    visible_actions,
+)
+
+__all__ = [
+    "MAX_DTO_BYTES",
+    "DtoKind",
+    "broadcast_dto",
+    "deleted_broadcast_dto",
+    "detail_dto",
+    "dto_size",
+    "enforce_budget",
+    "execution_control",
+    "execution_stats",
+    "goal_progress_dto",
+    "summary_dto",
+]
+
+
+# --- goal progress (2.5) ---------------------------------------------------------------
+
+
+def _blocker_reason(status: str, reason: str) -> str:
+    # Closes a hole of the original ((a) only): a reason may be a Run's error.
+    if status == "failed":
+        return sanitize_failure(reason)
+    return sanitize_waiting_reason(reason)
+
+
+def goal_progress_dto(progress: GoalProgress | None) -> dict[str, Any] | None:
+    """Goal progress for a browser: not-passed criteria first, at most 100; ids(x) caps."""
+    if progress is None:
+        return None
+    ranked = [c for c in progress.criteria if c.status != "passed"]
+    ranked += [c for c in progress.criteria if c.status == "passed"]
+    criteria: list[dict[str, Any]] = []
+    for row in ranked[:MAX_CRITERIA]:
+        status = row.status if row.status in ("passed", "failed") else "unmet"
+        entry: dict[str, Any] = {
+            "criterion": truncate_utf8(row.criterion, CRITERION_LIMIT),
+            "status": status,
+            "evidenceRunIds": ids(row.evidence_run_ids),
+        }
+        if status == "failed":
+            entry["conflictingRunIds"] = ids(row.conflicting_run_ids)
+        criteria.append(entry)
+    total, completed = cnt(progress.total_criteria_count), cnt(progress.completed_criteria_count)
+    delivery: dict[str, Any] = {}
+    if progress.delivery.target in DELIVERY_TARGETS:
+        delivery["target"] = progress.delivery.target
+    delivery |= {
+        "status": "passed" if progress.delivery.status == "passed" else "unmet",
+        "evidenceRunIds": ids(progress.delivery.evidence_run_ids),
+    }
+    return {
+        "contractRevision": rev(progress.contract_revision),
+        "criteria": criteria,
+        "remainingCriteria": [e["criterion"] for e in criteria if e["status"] != "passed"],
+        "remainingCriteriaCount": max(0, total - completed),
+        "completedCriteriaCount": completed,
+        "totalCriteriaCount": total,
+        "omittedCriteriaCount": len(ranked) - len(criteria),
+        "evidenceRunIds": ids(progress.evidence_run_ids),
+        "blockers": [
+            {
+                "actionId": bounded_id(b.action_id),
+                "status": "failed" if b.status == "failed" else "waiting",
+                "reason": _blocker_reason(b.status, b.reason),
+            }
+            for b in progress.blockers[:MAX_BLOCKERS]
+        ],
+        "delivery": delivery,
+    }
+
+
+def _progress(item: WorkItemState, ordered: Sequence[ActionState]) -> GoalProgress:
+    return derive_goal_progress(
+        criteria=item.acceptance_criteria,
+        contract_revision=item.contract_revision,
+        delivery_target=item.delivery_target,
+        actions=ordered,
+    )
+
+
+# --- summary (2.3) ---------------------------------------------------------------------
+
+
+def _item_failure_reason(
+    item: WorkItemState, ordered: Sequence[ActionState], ledger: LedgerState | None
+) -> str:
+    if item.status not in ("needs_attention", "cancelled"):
+        return ""
+    stop = item.stopped or (ledger.stop_reason.code if ledger and ledger.stop_reason else None)
+    if stop:
+        return failure_reason(f"Execution stopped: {stop}")
+    current = current_action(item, ordered)
+    for action in [current, *ordered] if current is not None else ordered:
+        if reason := action_failure_reason(action):
+            return reason
+    return ""
+
+
+def _board(item: WorkItemState, ordered: Sequence[ActionState]) -> dict[str, Any]:
+    statuses = [a.status for a in ordered]
+    if item.status in TERMINAL_STATUSES:
+        lane = "closed"
+    elif item.status in ("draft", "waiting", "needs_attention") or {"waiting", "failed"} & set(
+        statuses
+    ):
+        lane = "needs_attention"
+    else:
+        lane = "active"
+    counts: Counter[str] = Counter(statuses)
+
+    def first(*wanted: str) -> ActionState | None:
+        for status in wanted:
+            found = next((a for a in ordered if a.status == status), None)
+            if found is not None:
+                return found
+        return None
+
+    board: dict[str, Any] = {
+        "boardLane": lane,
+        "actionCounts": {s: counts[s] for s in ACTION_STATUS_ORDER if counts[s]},
+    }
+    if (attention := action_ref(first("waiting", "failed"))) is not None:
+        board["attentionAction"] = attention
+    if (active := action_ref(first("running", "ready"))) is not None:
+        board["activeAction"] = active
+    active_ids = ids(a.id for a in ordered if a.status in ("running", "ready"))
+    attention_ids = ids(a.id for a in ordered if a.status in ("waiting", "failed"))
+    if active_ids:
+        board["activeActionIds"] = active_ids
+    if attention_ids:
+        board["attentionActionIds"] = attention_ids
+    board["executors"] = []  # the distinct VPs: no VP assignment yet
+    return board
+
+
+def _base(
+    item: WorkItemState,
+    ordered: Sequence[ActionState],
+    ledger: LedgerState | None,
+    *,
+    now: datetime,
+    coordinator_revision: int,
+    attachment_count: int,
+    run_stats: RunStats | None,
+) -> dict[str, Any]:
+    visible = visible_actions(ordered)
+    runs = [run for action in ordered for run in action.runs]
+    dto: dict[str, Any] = {
+        "id": str(item.id),
+        "revision": rev(item.contract_revision),
+        "planRevision": cnt(item.version),
+        "ledgerRevision": sum(1 for run in runs if run.status != "running"),
+        "coordinatorRevision": cnt(coordinator_revision),
+        "coordinationMode": item.mode,
+        "executionMode": item.mode,
+        "title": truncate_utf8(item.title, TITLE_LIMIT),
+        "goal": truncate_utf8(item.goal, GOAL_LIMIT),
+        "status": item.status,
+    }
+    if item.current_action_id is not None:
+        dto["currentActionId"] = str(item.current_action_id)
+    dto |= {
+        "actionCount": len(visible),
+        "completedActionCount": sum(1 for a in visible if a.status == "completed"),
+        "executionStats": execution_stats(runs, ledger, whole_item=True, run_stats=run_stats),
+    }
+    if ledger is not None:
+        dto["executionControl"] = execution_control(ledger, ordered, now=now)
+    if reason := _item_failure_reason(item, ordered, ledger):
+        dto["failureReason"] = reason
+    dto |= {
+        "linkedSessionIds": [],
+        "attachmentCount": cnt(attachment_count),
+        "createdAt": epoch_ms(item.created_at),
+        "updatedAt": epoch_ms(item.updated_at),
+    }
+    return dto | _board(item, ordered)
+
+
+def _summary(
+    item: WorkItemState,
+    ordered: Sequence[ActionState],
+    ledger: LedgerState | None,
+    *,
+    now: datetime,
+    coordinator_revision: int,
+    attachment_count: int,
+    run_stats: RunStats | None,
+    body_extras: bool = False,
+    live_message: str | None = None,
+) -> dict[str, Any]:
+    dto = _base(
+        item,
+        ordered,
+        ledger,
+        now=now,
+        coordinator_revision=coordinator_revision,
+        attachment_count=attachment_count,
+        run_stats=run_stats,
+    )
+    current = current_action(item, ordered)
+    if current is not None:
+        entry: dict[str, Any] = {
+            "id": str(current.id),
+            "type": truncate_utf8(current.type, 64),
+        }
+        if item.mode == "linear":
+            entry["stageId"] = truncate_utf8(current.type, 64)
+        entry |= {
+            "generation": rev(current.generation),
+            "status": current.status,
+            "objective": sanitize_diagnostic_paths(current.brief.objective, OBJECTIVE_LIMIT),
+        }
+        dto["currentAction"] = entry
+    body = body_action(item, ordered)
+    stats = []
+    for action in visible_actions(ordered):
+        entry = action_stats_entry(action, ledger, run_stats)
+        if body_extras and action is body:
+            entry |= body_fields(action, live_message)
+        stats.append(entry)
+    dto["actionStats"] = stats
+    return dto
+
+
+def summary_dto(
+    item: WorkItemState,
+    actions: Actions,
+    ledger: LedgerState | None,
+    *,
+    now: datetime,
+    coordinator_revision: int = 0,
+    attachment_count: int = 0,
+    run_stats: RunStats | None = None,
+    budget: int = MAX_DTO_BYTES,
+) -> dict[str, Any]:
+    """A list row and the base of broadcasts (2.3), within ``budget`` bytes."""
+    dto = _summary(
+        item,
+        ordered_actions(actions),
+        ledger,
+        now=now,
+        coordinator_revision=coordinator_revision,
+        attachment_count=attachment_count,
+        run_stats=run_stats,
+    )
+    return enforce_budget(dto, "summary", budget=budget)
+
+
+def broadcast_dto(
+    event_type: str,
+    item: WorkItemState,
+    actions: Actions,
+    ledger: LedgerState | None,
+    *,
+    now: datetime,
+    action_id: UUID | str | None = None,
+    run_id: UUID | str | None = None,
+    client_message_id: str | None = None,
+    live_message: str | None = None,
+    coordinator_revision: int = 0,
+    attachment_count: int = 0,
+    run_stats: RunStats | None = None,
+    budget: int = MAX_DTO_BYTES,
+) -> dict[str, Any]:
+    """``{type, actionId?, runId?, clientMessageId?, workItem: summary}``; the body
+    action's actionStats entry carries its response, failure (c) and liveMessage."""
+    envelope: dict[str, Any] = {"type": truncate_utf8(event_type, 128)}
+    extra = (("actionId", action_id), ("runId", run_id), ("clientMessageId", client_message_id))
+    for key, value in extra:
+        if value:
+            envelope[key] = bounded_id(value)
+    envelope["workItem"] = _summary(
+        item,
+        ordered_actions(actions),
+        ledger,
+        now=now,
+        coordinator_revision=coordinator_revision,
+        attachment_count=attachment_count,
+        run_stats=run_stats,
+        body_extras=True,
+        live_message=live_message,
+    )
+    return enforce_budget(envelope, "broadcast", budget=budget)
+
+
+def deleted_broadcast_dto(work_item_id: UUID | str, revision: int) -> dict[str, Any]:
+    return {
+        "type": "work_item.deleted",
+        "workItem": {"id": bounded_id(work_item_id), "revision": rev(revision)},
+    }
+
+
+# --- detail (2.4) ----------------------------------------------------------------------
+
+
+def _output(
+    kind: str, label: str, ref: str, status: str | None, action_id: UUID, run_id: UUID
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "kind": kind,
+        "label": sanitize_diagnostic_paths(label, LABEL_LIMIT),
+        "ref": sanitize_diagnostic_paths(ref, REF_LIMIT),
+    }
+    if status:
+        entry["status"] = status
+    return entry | {"actionId": bounded_id(action_id), "runId": bounded_id(run_id)}
+
+
+def _outputs(ordered: Sequence[ActionState]) -> list[dict[str, Any]]:
+    outputs: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for action in ordered:
+        run = action.result_run
+        if run is None or run.status != "completed" or run.result is None:
+            continue
+        for output in run.result.outputs:
+            if output.kind == "tool" or not output.ref or (output.kind, output.ref) in seen:
+                continue
+            seen.add((output.kind, output.ref))
+            outputs.append(
+                _output(output.kind, output.label, output.ref, output.status, action.id, run.id)
+            )
+            if len(outputs) >= MAX_OUTPUTS:
+                return outputs
+    return outputs
+
+
+def _final_result(final: FinalResult, runs: Mapping[UUID, Run]) -> dict[str, Any]:
+    responses = []
+    for response in final.responses[:MAX_RESPONSES]:
+        run = runs.get(response.run_id)
+        evidence = run.result.evidence if run is not None and run.result is not None else ()
+        tools = {e.label for e in evidence if e.kind == "tool"}
+        labels = [label for label in response.evidence if label not in tools]
+        responses.append(
+            {
+                "runId": bounded_id(response.run_id),
+                "summary": sanitize_diagnostic_paths(response.summary),
+                "evidence": [
+                    sanitize_diagnostic_paths(label, LABEL_LIMIT)
+                    for label in labels[:MAX_RESPONSE_EVIDENCE]
+                ],
+            }
+        )
+    return {
+        "summary": sanitize_diagnostic_paths(final.summary, RESPONSE_LIMIT),
+        "acceptanceResults": [
+            {
+                "criterion": truncate_utf8(r.criterion, CRITERION_LIMIT),
+                "status": r.status,
+                "evidenceRunIds": ids(r.evidence_run_ids, 24),
+            }
+            for r in final.acceptance_results[:24]
+        ],
+        "evidenceRunIds": ids(final.evidence_run_ids),
+        "outputs": [
+            _output(o.kind, o.label, o.ref, o.status, o.action_id, o.run_id)
+            for o in final.outputs[:MAX_OUTPUTS]
+        ],
+        "responses": responses,
+        "residualRisks": [sanitize_diagnostic_paths(r, 2000) for r in final.residual_risks[:24]],
+    }
+
+
+def _criteria(criteria: Sequence[str]) -> list[str]:
+    return [truncate_utf8(c, CONTRACT_CRITERION_LIMIT) for c in criteria[:MAX_CRITERIA]]
+
+
+def _mainline(item: WorkItemState, ordered: Sequence[ActionState]) -> dict[str, Any]:
+    """The contract, counters and each visible action's canonical result; never errors."""
+    revision = rev(item.contract_revision)
+    runs = [run for action in ordered for run in action.runs]
+    mainline: dict[str, Any] = {
+        "contractRevision": revision,
+        "criteria": _criteria(item.acceptance_criteria),
+    }
+    if item.delivery_target in DELIVERY_TARGETS:
+        mainline["deliveryTarget"] = item.delivery_target
+    visible = visible_actions(ordered)
+    return mainline | {
+        "counters": {
+            "actionCount": len(ordered),
+            "openActionCount": sum(1 for a in visible if a.status not in ("completed", "closed")),
+            "completedActionCount": sum(1 for a in visible if a.status == "completed"),
+            "runCount": len(runs),
+            "outcomeRevision": sum(1 for run in runs if run.status != "running"),
+        },
+        "actions": [canonical_result(action, revision) for action in visible],
+    }
+
+
+def _waiting_reason(
+    item: WorkItemState, ordered: Sequence[ActionState], messages: Sequence[Any]
+) -> str:
+    """The latest request_human question, else (while waiting) the current action's reason."""
+    if item.status in TERMINAL_STATUSES:
+        return ""
+    for message in reversed(messages):
+        decision = message.get("decision") if isinstance(message, Mapping) else None
+        if not isinstance(decision, Mapping) or decision.get("kind") != "request_human":
+            continue
+        if question := text_of(decision.get("question")).strip():
+            return sanitize_waiting_reason(question)
+    current = current_action(item, ordered)
+    if item.status != "waiting" or current is None:
+        return ""
+    run = current_run(current, item.contract_revision) or latest_finished_run(current)
+    if run is None or run.result is None:
+        return ""
+    return sanitize_waiting_reason(run.result.waiting_reason or "")
+
+
+def _action_summary(ordered: Sequence[ActionState]) -> str:
+    if not ordered:
+        return "No actions"
+    counts: Counter[str] = Counter(a.status for a in ordered)
+    parts = ", ".join(f"{counts[s]} {s}" for s in ACTION_STATUS_ORDER if counts[s])
+    return f"{len(ordered)} action{'s' if len(ordered) != 1 else ''}: {parts}"
+
+
+def detail_dto(
+    item: WorkItemState,
+    actions: Actions,
+    ledger: LedgerState | None,
+    *,
+    now: datetime,
+    messages: Sequence[Message] = (),
+    turns: Sequence[Message] = (),
+    attachments: Sequence[Mapping[str, Any]] = (),
+    live_message: str | None = None,
+    coordinator_revision: int = 0,
+    run_stats: RunStats | None = None,
+    budget: int = MAX_DTO_BYTES,
+) -> dict[str, Any]:
+    """The explicit, authenticated read of one item (2.4), within ``budget`` bytes.
+
+    ``messages`` are the item's Coordinator entries oldest first (the newest 100 are
+    kept); ``turns`` are the body action's conversation turns (the newest 20)."""
+    ordered = ordered_actions(actions)
+    attachment_list = [a for a in attachments if isinstance(a, Mapping)]
+    dto = _base(
+        item,
+        ordered,
+        ledger,
+        now=now,
+        coordinator_revision=coordinator_revision,
+        attachment_count=len(attachment_list),
+        run_stats=run_stats,
+    )
+    dto["acceptanceCriteria"] = _criteria(item.acceptance_criteria)
+    if item.delivery_target in DELIVERY_TARGETS:
+        dto["deliveryTarget"] = item.delivery_target
+    progress = goal_progress_dto(_progress(item, ordered))
+    if progress is not None:
+        dto["goalProgress"] = progress
+    dto["outputs"] = _outputs(ordered)
+    if item.final_result is not None:
+        runs = {run.id: run for action in ordered for run in action.runs}
+        dto["finalResult"] = _final_result(item.final_result, runs)
+    if waiting := _waiting_reason(item, ordered, messages):
+        dto["waitingReason"] = waiting
+    dto["mainline"] = _mainline(item, ordered)
+    window, omitted = message_window(messages, MAX_MESSAGES)
+    dto["messages"] = window
+    if omitted:
+        dto["omittedMessageCount"] = omitted
+    dto["attachments"] = [attachment_view(a) for a in attachment_list[:MAX_ATTACHMENTS]]
+    dto["actionCount"] = len(ordered)
+    dto["actionSummary"] = _action_summary(ordered)
+    body = body_action(item, ordered)
+    dto["actions"] = [
+        action_entry(
+            item,
+            action,
+            ledger,
+            body=action is body,
+            run_stats=run_stats,
+            turns=turns,
+            live_message=live_message,
+        )
+        for action in ordered
+    ]
+    return enforce_budget(dto, "detail", budget=budget)
