@@ -39,7 +39,7 @@ def test_read_verbs_answer_in_json_after_the_demo(tmp_path: Path) -> None:
     assert [row["status"] for row in listed] == ["done"]
     item_id = listed[0]["id"]
     shown = json.loads(runner.invoke(cli, ["--db", db, "show", item_id, "--json"]).output)
-    assert shown["item"]["id"] == item_id
+    assert shown["id"] == item_id and shown["status"] == "done"
     history = json.loads(runner.invoke(cli, ["--db", db, "history", item_id, "--json"]).output)
     types = [e["type"] for e in history["events"]]
     assert types[0] == "WorkItemCreated" and types[-1] == "WorkItemCompleted"

@@ -23,6 +23,7 @@ from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.outcome import RunReport
 from workcenter.domain.unit import Unit
+from workcenter.projections.audit import DEFAULT_LIMIT, Audit, AuditRow
 from workcenter.store import (
     SAVE_ATTEMPTS,
     SNAPSHOT_INTERVAL,
@@ -312,7 +313,7 @@ class WorkCenter(BudgetCommands):
         aggregates, and a stale candidate or a lost race moves on to the next.
         """
         lease = timedelta(seconds=lease_seconds)
-        self.projections.catch_up()
+        self._catch_up_work_queue()
         seen: set[UUID] = set()
         offset = 0
         while True:
@@ -383,7 +384,7 @@ class WorkCenter(BudgetCommands):
             except IntegrityError:
                 continue
             self._take_snapshots({action.id: project_action(action, events)}, events)
-            self.projections.catch_up()
+            self._catch_up_inline()
             return True
         return False
 
@@ -424,7 +425,7 @@ class WorkCenter(BudgetCommands):
         With ``worker``, only that worker's Runs are judged by boot id; without
         it, every Run from another boot is dead (one process owns all workers).
         """
-        self.projections.catch_up()
+        self._catch_up_work_queue()
         recovered: list[UUID] = []
         for action_id, run_id, *_ in self.work_queue.live_runs():
 
@@ -449,7 +450,7 @@ class WorkCenter(BudgetCommands):
         return planning.progress(item, self.actions(item))
 
     def list_work_items(self, status: str | None = None) -> list[dict[str, Any]]:
-        self.projections.catch_up()
+        self._catch_up_work_queue()
         return self.work_queue.work_items(status)
 
     def history(self, work_item_id: UUID) -> list[DomainEvent]:
@@ -459,3 +460,56 @@ class WorkCenter(BudgetCommands):
 
     def action_history(self, action_id: UUID) -> list[DomainEvent]:
         return cast(list[DomainEvent], list(self.store.events.get(action_id)))
+
+    def _catch_up_audit(self) -> None:
+        """With inline projections off the audit view is as fresh as the runner made it."""
+        if self.inline_projections:
+            self.projections.catch_up(names=[Audit.name])
+
+    def audit(
+        self,
+        work_item_id: UUID,
+        *,
+        limit: int | None = DEFAULT_LIMIT,
+        action_id: UUID | None = None,
+        run_id: UUID | None = None,
+        type: str | None = None,
+        until: int | None = None,
+    ) -> list[AuditRow]:
+        """The item's events (its Actions' and ledger's too) from the audit view, in
+        position order: the newest ``limit`` that match the filters (up to position
+        ``until``, if given)."""
+        self.work_item(work_item_id)
+        self._catch_up_audit()
+        return self.audit_view.events(
+            work_item_id,
+            limit=limit,
+            action_id=action_id,
+            run_id=run_id,
+            type=type,
+            max_position=until,
+        )
+
+    def state_at(
+        self, work_item_id: UUID, *, version: int | None = None, at: datetime | None = None
+    ) -> tuple[int, wi.WorkItemState, dict[UUID, act.ActionState]]:
+        """(position, item, its Actions) as they were at WorkItem ``version`` or at time ``at``.
+
+        Each Action is loaded at its latest version written at or before the position.
+        """
+        if (version is None) == (at is None):
+            raise InvalidInput("give exactly one of version or at")
+        self.work_item(work_item_id)
+        self._catch_up_audit()
+        position = self.audit_view.cut(work_item_id, version=version, at=at)
+        if position is None:
+            when = f"version {version}" if version is not None else f"time {at}"
+            raise InvalidInput(f"WorkItem {work_item_id} has no state at {when}")
+        versions = self.audit_view.versions_at(work_item_id, position)
+        item = self.work_item(work_item_id, version=versions[("work_item", work_item_id)])
+        actions = {
+            e.action_id: self.action(e.action_id, version=versions[("action", e.action_id)])
+            for e in item.plan
+            if ("action", e.action_id) in versions
+        }
+        return position, item, actions

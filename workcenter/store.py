@@ -29,10 +29,14 @@ from workcenter.adapters.persistence import (
 from workcenter.domain import action as act
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
-from workcenter.domain.errors import NotFound, VersionConflict, WorkcenterError
+from workcenter.domain.errors import InvalidInput, NotFound, VersionConflict, WorkcenterError
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.unit import Unit
+from workcenter.projections import lifecycle as projection_lifecycle
+from workcenter.projections.audit import Audit, AuditView
+from workcenter.projections.detail import Detail, DetailView
 from workcenter.projections.inline import InlineProjections
+from workcenter.projections.lifecycle import Progress, ProjectionStatus, RebuildReport
 from workcenter.projections.work_queue import WorkQueue, WorkQueueView
 
 SNAPSHOT_INTERVAL = 50
@@ -71,6 +75,14 @@ project_work_item = _projector(wi.evolve, WorkItemSnapshot)
 project_ledger = _projector(rl.evolve, LedgerSnapshot)
 
 
+INLINE_ENV = "WORKCENTER_INLINE_PROJECTIONS"
+
+
+def inline_from_env() -> bool:
+    """Inline projections are on unless ``$WORKCENTER_INLINE_PROJECTIONS`` says 0/false/no/off."""
+    return os.environ.get(INLINE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
 class EventStore(Application[UUID]):
     """The library application holding every WorkItem and Action stream."""
 
@@ -83,18 +95,38 @@ class Store:
     """The event store, the clock, the boot id and the inline read models of one service."""
 
     def __init__(
-        self, store: EventStore, *, clock: Clock | None = None, boot_id: str | None = None
+        self,
+        store: EventStore,
+        *,
+        clock: Clock | None = None,
+        boot_id: str | None = None,
+        inline_projections: bool | None = None,
     ):
         self.store = store
         self.clock = clock or SystemClock()
         self.boot_id = boot_id or uuid.uuid4().hex
+        # Off (scale-out): saves leave the views to `workcenter projections run`.
+        self.inline_projections = (
+            inline_projections if inline_projections is not None else inline_from_env()
+        )
         datastore = store.factory.datastore  # type: ignore[attr-defined]
         self.work_queue = WorkQueueView(datastore)
         self.work_queue.create_table()
+        self.details = DetailView(datastore)
+        self.details.create_table()
+        self.audit_view = AuditView(datastore)
+        self.audit_view.create_table()
         self.projections = InlineProjections(
-            store.recorder, store.mapper, {WorkQueue.name: self.work_queue}
+            store.recorder,
+            store.mapper,
+            # The registry of inline read models: adding one is one entry here.
+            {
+                WorkQueue.name: self.work_queue,
+                Audit.name: self.audit_view,
+                Detail.name: self.details,
+            },
         )
-        self.projections.catch_up()
+        self._catch_up_inline()
 
     @classmethod
     def open(
@@ -103,9 +135,15 @@ class Store:
         *,
         clock: Clock | None = None,
         boot_id: str | None = None,
+        inline_projections: bool | None = None,
     ) -> Self:
         """Open (or create) the SQLite store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db."""
-        return cls(EventStore(env=sqlite_env(resolve_db_path(db))), clock=clock, boot_id=boot_id)
+        return cls(
+            EventStore(env=sqlite_env(resolve_db_path(db))),
+            clock=clock,
+            boot_id=boot_id,
+            inline_projections=inline_projections,
+        )
 
     def close(self) -> None:
         self.store.close()
@@ -165,6 +203,41 @@ class Store:
     def event_count(self) -> int:
         return self.store.recorder.max_notification_id() or 0
 
+    # --- read models ----------------------------------------------------------
+
+    def detail(self, work_item_id: UUID) -> dict[str, Any]:
+        """The item's detail DTO from the detail read model (as of the item's latest event).
+
+        With inline projections off it is as fresh as the runner has made it."""
+        if self.inline_projections:
+            self.projections.catch_up(names=[Detail.name])
+        dto = self.details.detail(work_item_id)
+        if dto is None:
+            self.work_item(work_item_id)  # NotFound if there is no such item
+            raise NotFound("detail (the projection runner is behind) of WorkItem", work_item_id)
+        return dto
+
+    def projection_status(self) -> list[ProjectionStatus]:
+        """Each registered read model's position, the head of the event sequence, the lag."""
+        return projection_lifecycle.status(self.projections, self.store.recorder)
+
+    def rebuild_projection(
+        self, name: str | None = None, *, progress: Progress | None = None
+    ) -> list[RebuildReport]:
+        """Replay one read model (default: every one) from zero into shadow tables and swap
+        it in atomically: readers see the old view until the new one is complete."""
+        names = list(self.projections.views) if name is None else [name]
+        unknown = [n for n in names if n not in self.projections.views]
+        if unknown:
+            known = ", ".join(self.projections.views)
+            raise InvalidInput(f"no read model named {unknown[0]!r} (known: {known})")
+        return [
+            projection_lifecycle.rebuild(
+                self.projections, self.store.recorder, self.store.mapper, n, progress
+            )
+            for n in names
+        ]
+
     # --- writing --------------------------------------------------------------
 
     def _save(self, unit: Unit) -> None:
@@ -172,7 +245,16 @@ class Store:
             return
         self.store.save(*unit.events)
         self._snapshot(unit)
-        self.projections.catch_up()
+        self._catch_up_inline()
+
+    def _catch_up_inline(self) -> None:
+        if self.inline_projections:
+            self.projections.catch_up()
+
+    def _catch_up_work_queue(self) -> None:
+        """Claims and recovery read the work queue: bring it up to the head first, even
+        when inline projections are off (then only it, leaving the rest to the runner)."""
+        self.projections.catch_up(names=None if self.inline_projections else [WorkQueue.name])
 
     def _snapshot(self, unit: Unit) -> None:
         states: dict[UUID, AggregateState] = {unit.item.id: unit.item, **unit.actions}

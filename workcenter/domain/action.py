@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Literal
+from typing import Any, ClassVar, Literal
 from uuid import UUID, uuid5
 
 import orjson
@@ -209,8 +209,20 @@ class RunClaimed(ActionEvent):
 
 
 class LeaseRenewed(ActionEvent):
+    """v2 records the length of the renewed lease (ADR-0010); v1 only its new expiry."""
+
+    class_version: ClassVar[int] = 2
+
     run_id: UUID
     expires_at: datetime
+    lease_seconds: float
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        # A renewal's lease starts at the renewal, so v1 events carry it implicitly.
+        expires_at = datetime.fromisoformat(state["expires_at"])
+        timestamp = datetime.fromisoformat(state["timestamp"])
+        state["lease_seconds"] = (expires_at - timestamp).total_seconds()
 
 
 class RunFinished(ActionEvent):
@@ -491,7 +503,9 @@ def live_run(state: ActionState, ref: RunRef, *, at: datetime | None) -> Run:
 def renew(state: ActionState, ref: RunRef, *, lease: timedelta, at: datetime) -> list[ActionEvent]:
     live_run(state, ref, at=at)
     emit = Emitter[ActionEvent].after(state, at)
-    emit(LeaseRenewed, run_id=ref.run_id, expires_at=at + lease)
+    emit(
+        LeaseRenewed, run_id=ref.run_id, expires_at=at + lease, lease_seconds=lease.total_seconds()
+    )
     return emit.events
 
 

@@ -8,7 +8,7 @@ writing the same store) is brought up to date on the next save or read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
 from eventsourcing.persistence import IntegrityError
@@ -19,7 +19,7 @@ PAGE = 500
 
 
 class View(Protocol):
-    def apply(self, application_name: str, batch: Sequence[tuple[int, DomainEvent]]) -> None: ...
+    def apply(self, application_name: str, batch: Sequence[tuple[int, DomainEvent]]) -> Any: ...
 
     def max_tracking_id(self, application_name: str) -> int | None: ...
 
@@ -33,11 +33,15 @@ class InlineProjections:
     def position(self, name: str) -> int:
         return self.views[name].max_tracking_id(name) or 0
 
-    def catch_up(self, head: int | None = None) -> int:
-        """Apply every notification up to ``head`` (default: the newest); returns events applied."""
+    def catch_up(self, head: int | None = None, names: Collection[str] | None = None) -> int:
+        """Apply every notification up to ``head`` (default: the newest) to the views (default:
+        all, else those ``names``); returns the events applied (per view, summed)."""
+        views = self.views if names is None else {n: self.views[n] for n in names}
+        if not views:
+            return 0
         applied = 0
         while True:
-            positions = {name: self.position(name) for name in self.views}
+            positions = {name: self.position(name) for name in views}
             start = min(positions.values(), default=0)
             if head is not None and start >= head:
                 return applied
@@ -48,15 +52,16 @@ class InlineProjections:
                 return applied
             batch = [(n.id, self._mapper.to_domain_event(n)) for n in page]
             raced = False
-            for name, view in self.views.items():
+            for name, view in views.items():
                 mine = [entry for entry in batch if entry[0] > positions[name]]
                 try:
-                    view.apply(name, mine)
+                    done = view.apply(name, mine)
                 except IntegrityError:
                     # Another process applied these first; re-read positions and go on.
                     raced = True
                     continue
-                applied += len(mine)
+                # A TrackedView says how many were new (it skips what another writer applied).
+                applied += done if isinstance(done, int) else len(mine)
             if len(page) < PAGE and not raced:
                 # A short page was the head when read: no need to ask for an empty one.
                 return applied

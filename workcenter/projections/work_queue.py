@@ -8,27 +8,28 @@ be resumed, measured and rebuilt from position zero.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 from uuid import UUID
 
 from eventsourcing.dispatch import singledispatchmethod
 from eventsourcing.persistence import Tracking
 from eventsourcing.projection import Projection
-from eventsourcing.sqlite import SQLiteCursor, SQLiteTrackingRecorder
+from eventsourcing.sqlite import SQLiteCursor
 
 from workcenter.domain import action as act
 from workcenter.domain import work_item as wi
 from workcenter.domain.model import DomainEvent
+from workcenter.projections.tracked import TrackedView
 
 
 def _ts(moment: datetime) -> float:
     return moment.timestamp()
 
 
-class WorkQueueView(SQLiteTrackingRecorder):
-    TABLES = ("wq_actions", "wq_runs", "wq_items")
+class WorkQueueView(TrackedView):
+    TABLES: ClassVar[tuple[str, ...]] = ("wq_actions", "wq_runs", "wq_items")
 
     def construct_create_table_statements(self) -> list[str]:
         return [
@@ -50,14 +51,7 @@ class WorkQueueView(SQLiteTrackingRecorder):
 
     # --- writing --------------------------------------------------------------
 
-    def apply(self, application_name: str, batch: Sequence[tuple[int, DomainEvent]]) -> None:
-        """Apply events in order and advance the position, all in one transaction."""
-        if not batch:
-            return
-        with self.datastore.transaction(commit=True) as c:
-            for _, event in batch:
-                self._apply(c, event)
-            self._insert_tracking(c, Tracking(application_name, batch[-1][0]))
+    # ``apply`` (TrackedView) runs ``_apply`` per event after the position, under the lock.
 
     def _apply(self, c: SQLiteCursor, event: DomainEvent) -> None:
         if isinstance(event, act.ActionEvent):

@@ -1,0 +1,162 @@
+"""Operator verbs over the registered read models: status and an atomic rebuild.
+
+**Status** reports each view's position, the head of the event sequence and the
+lag: the number of notifications after the position (counted, not subtracted,
+so gaps in ids never inflate it).
+
+**Rebuild** replays the whole log from position zero into a *shadow* copy of the
+view: the same view class on a temporary SQLite file, so view code needs no
+table-name parameters. Readers keep reading the untouched live tables
+meanwhile. The shadow is then swapped in with one transaction on the live
+database (``ATTACH`` the shadow; ``DELETE`` the live rows, ``INSERT … SELECT``
+the shadow's, set the position). If the live view moved past the shadow while
+it was being built, the shadow catches up again before the swap, so the swap
+never moves a view backwards.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore
+
+from workcenter.projections.inline import PAGE, InlineProjections
+
+Progress = Callable[[str, int, int], None]
+"""Called after each page with (view name, events applied so far, events to apply)."""
+SWAP_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class ProjectionStatus:
+    name: str
+    position: int
+    head: int
+    lag: int
+
+    def json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class RebuildReport:
+    name: str
+    events: int
+    seconds: float
+    position: int
+
+    @property
+    def events_per_second(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+    def json(self) -> dict[str, Any]:
+        return asdict(self) | {"events_per_second": round(self.events_per_second, 1)}
+
+
+class _LiveMovedOn(Exception):
+    """The live view passed the shadow during the build: catch the shadow up again."""
+
+
+def count_after(recorder: Any, position: int, head: int) -> int:
+    """How many notifications lie in (position, head]."""
+    if head <= position:
+        return 0
+    with recorder.datastore.transaction(commit=False) as c:
+        c.execute(
+            f"SELECT COUNT(*) FROM {recorder.events_table_name} WHERE rowid > ? AND rowid <= ?",
+            (position, head),
+        )
+        return int(c.fetchone()[0])
+
+
+def status(projections: InlineProjections, recorder: Any) -> list[ProjectionStatus]:
+    head = recorder.max_notification_id() or 0
+    report = []
+    for name in projections.views:
+        position = projections.position(name)
+        report.append(ProjectionStatus(name, position, head, count_after(recorder, position, head)))
+    return report
+
+
+def _columns(c: SQLiteCursor, table: str) -> str:
+    c.execute(f"PRAGMA main.table_info({table})")
+    return ", ".join(f'"{row[1]}"' for row in c.fetchall())
+
+
+def _swap(live: Any, name: str, shadow_path: str, shadow_position: int) -> None:
+    """Replace the live rows and position with the shadow's, in one transaction."""
+    with live.datastore.get_connection(commit=True) as conn:
+        conn.cursor().execute("ATTACH DATABASE ? AS shadow", (shadow_path,))
+        try:
+            with conn.transaction(commit=True) as c:
+                # A no-op write takes the write lock before the position is read.
+                c.execute(
+                    "UPDATE main.tracking SET notification_id = notification_id"
+                    " WHERE application_name = ?",
+                    (name,),
+                )
+                c.execute(
+                    "SELECT MAX(notification_id) FROM main.tracking WHERE application_name = ?",
+                    (name,),
+                )
+                if (c.fetchone()[0] or 0) > shadow_position:
+                    raise _LiveMovedOn
+                for table in type(live).TABLES:
+                    columns = _columns(c, table)
+                    c.execute(f"DELETE FROM main.{table}")
+                    c.execute(
+                        f"INSERT INTO main.{table} ({columns}) SELECT {columns} FROM shadow.{table}"
+                    )
+                c.execute("DELETE FROM main.tracking WHERE application_name = ?", (name,))
+                if shadow_position:
+                    c.execute("INSERT INTO main.tracking VALUES (?, ?)", (name, shadow_position))
+        finally:
+            conn.cursor().execute("DETACH DATABASE shadow")
+
+
+def rebuild(
+    projections: InlineProjections,
+    recorder: Any,
+    mapper: Any,
+    name: str,
+    progress: Progress | None = None,
+) -> RebuildReport:
+    """Replay the log from zero into a shadow of view ``name`` and swap it in atomically."""
+    live: Any = projections.views[name]  # a TrackedView-like SQLite view with TABLES
+    directory = tempfile.mkdtemp(prefix="workcenter-rebuild-")
+    shadow_path = str(Path(directory) / f"{name}.sqlite")
+    datastore = SQLiteDatastore(shadow_path)
+    try:
+        shadow = type(live)(datastore)
+        shadow.create_table()
+        total = count_after(recorder, 0, recorder.max_notification_id() or 0)
+        applied = position = 0
+        started = time.perf_counter()
+        for _ in range(SWAP_ATTEMPTS):
+            while page := recorder.select_notifications(
+                start=position, limit=PAGE, inclusive_of_start=False
+            ):
+                batch = [(n.id, mapper.to_domain_event(n)) for n in page]
+                shadow.apply(name, batch)
+                applied += len(batch)
+                position = page[-1].id
+                total = max(total, applied)
+                if progress is not None:
+                    progress(name, applied, total)
+            try:
+                _swap(live, name, shadow_path, position)
+            except _LiveMovedOn:
+                continue
+            break
+        else:  # pragma: no cover - writers outran five catch-ups in a row
+            raise RuntimeError(f"could not swap in the rebuilt {name} view: writers kept ahead")
+        return RebuildReport(name, applied, time.perf_counter() - started, position)
+    finally:
+        datastore.close()
+        shutil.rmtree(directory, ignore_errors=True)
