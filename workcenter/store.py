@@ -40,6 +40,10 @@ from workcenter.projections.lifecycle import Progress, ProjectionStatus, Rebuild
 from workcenter.projections.work_queue import WorkQueue, WorkQueueView
 
 SNAPSHOT_INTERVAL = 50
+# Read models caught up after every save. The detail view is caught up when it is
+# read instead: building a DTO per event made every save pay for a read that may
+# never come, and a read still sees every write before it (ADR-0011).
+EAGER_VIEWS: list[str] = [WorkQueue.name, Audit.name]
 SAVE_ATTEMPTS = 8
 
 
@@ -249,7 +253,7 @@ class Store:
 
     def _catch_up_inline(self) -> None:
         if self.inline_projections:
-            self.projections.catch_up()
+            self.projections.catch_up(names=EAGER_VIEWS)
 
     def _catch_up_work_queue(self) -> None:
         """Claims and recovery read the work queue: bring it up to the head first, even
