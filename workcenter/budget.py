@@ -85,6 +85,56 @@ class BudgetCommands(Store):
 
         return bool(self._ledger_command(work_item_id, decide).events)
 
+    def reserve_coordinator_request(
+        self, work_item_id: UUID, *, turn_id: str, request: Mapping[str, Any]
+    ) -> rl.Admission:
+        """Admit a Coordinator provider request of turn ``turn_id`` (a repeat is a hidden
+        retry: a new request, the earlier ones of the turn settled unknown)."""
+        estimate = rl.estimate_tokens(request)
+        retry_id = uuid.uuid4().hex
+        admission: list[rl.Admission] = []
+
+        def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
+            answer = rl.reserve_coordinator(
+                ledger,
+                turn_id=turn_id,
+                retry_id=retry_id,
+                estimated_tokens=estimate,
+                item_active=item.status not in wi.TERMINAL,
+                at=at,
+            )
+            admission[:] = [answer]
+            unit = Unit(item, {}, at, ledger)
+            unit.apply_ledger(answer.events)
+            return unit
+
+        self._ledger_command(work_item_id, decide)
+        return admission[0]
+
+    def settle_coordinator_turn(
+        self,
+        work_item_id: UUID,
+        turn_id: str,
+        *,
+        usage: Mapping[str, Any] | rl.Usage | None,
+        complete: bool = True,
+    ) -> bool:
+        """Settle a Coordinator turn's requests; False when it had none to settle."""
+        normalised = (
+            usage if isinstance(usage, rl.Usage) or usage is None else rl.normalize_usage(usage)
+        )
+
+        def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
+            unit = Unit(item, {}, at, ledger)
+            unit.apply_ledger(
+                rl.settle_coordinator(
+                    ledger, turn_id=turn_id, usage=normalised, complete=complete, at=at
+                )
+            )
+            return unit
+
+        return bool(self._ledger_command(work_item_id, decide).events)
+
     def extend_budget(
         self, work_item_id: UUID, *, expected_version: int, additions: Mapping[str, Any]
     ) -> rl.LedgerState:

@@ -517,3 +517,62 @@ def resume(
     emit = Emitter[LedgerEvent].after(state, at)
     emit(ExecutionResumed)
     return emit.events
+
+
+# --- Coordinator turns -------------------------------------------------------------
+
+
+def turn_request_ids(state: LedgerState, turn_id: str) -> list[str]:
+    """A provider turn's reservations in the order they were made: its id, then retries."""
+    prefix = f"{turn_id}:retry:"
+    return [rid for rid in state.reservations if rid == turn_id or rid.startswith(prefix)]
+
+
+def _settle_unknown(state: LedgerState, request_ids: list[str], at: datetime) -> list[LedgerEvent]:
+    events: list[LedgerEvent] = []
+    for request_id in request_ids:
+        settled = settle(state, request_id=request_id, usage=None, complete=False, at=at)
+        state = fold(state, settled) or state
+        events += settled
+    return events
+
+
+def reserve_coordinator(
+    state: LedgerState,
+    *,
+    turn_id: str,
+    retry_id: str,
+    estimated_tokens: int,
+    item_active: bool,
+    at: datetime,
+) -> Admission:
+    """Dispatch of a Coordinator provider turn: the first request reserves the turn's
+    id; a hidden retry reserves ``<turn>:retry:<retry_id>`` and the earlier requests
+    of the turn end unknown, charged at least their estimate (a retry is a second
+    request, never a free one)."""
+    earlier = turn_request_ids(state, turn_id)
+    request_id = f"{turn_id}:retry:{retry_id}" if earlier else turn_id
+    settled = _settle_unknown(state, earlier, at)
+    after = fold(state, settled) or state
+    admission = reserve(
+        after,
+        request_id=request_id,
+        kind="coordinator",
+        run_id=None,
+        estimated_tokens=estimated_tokens,
+        item_active=item_active,
+        at=at,
+    )
+    return admission.model_copy(update={"events": (*settled, *admission.events)})
+
+
+def settle_coordinator(
+    state: LedgerState, *, turn_id: str, usage: Usage | None, complete: bool, at: datetime
+) -> list[LedgerEvent]:
+    """Settle a turn: every request but the newest ends unknown, the newest gets ``usage``."""
+    ids = turn_request_ids(state, turn_id)
+    if not ids:
+        return []
+    events = _settle_unknown(state, ids[:-1], at)
+    after = fold(state, events) or state
+    return events + settle(after, request_id=ids[-1], usage=usage, complete=complete, at=at)
