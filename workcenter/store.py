@@ -258,7 +258,7 @@ class Store:
     def _catch_up_work_queue(self) -> None:
         """Claims and recovery read the work queue: bring it up to the head first, even
         when inline projections are off (then only it, leaving the rest to the runner)."""
-        self.projections.catch_up(names=None if self.inline_projections else [WorkQueue.name])
+        self.projections.catch_up(names=[WorkQueue.name])
 
     def _snapshot(self, unit: Unit) -> None:
         states: dict[UUID, AggregateState] = {unit.item.id: unit.item, **unit.actions}

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 from eventsourcing.persistence import IntegrityError
 
 from workcenter.domain.model import DomainEvent
+from workcenter.projections.tracked import TrackedView, apply_together
 
 PAGE = 500
 
@@ -51,6 +52,11 @@ class InlineProjections:
             if not page:
                 return applied
             batch = [(n.id, self._mapper.to_domain_event(n)) for n in page]
+            if _share_one_datastore(views):
+                applied += apply_together(views, batch)  # type: ignore[arg-type]
+                if len(page) < PAGE:
+                    return applied
+                continue
             raced = False
             for name, view in views.items():
                 mine = [entry for entry in batch if entry[0] > positions[name]]
@@ -65,3 +71,10 @@ class InlineProjections:
             if len(page) < PAGE and not raced:
                 # A short page was the head when read: no need to ask for an empty one.
                 return applied
+
+
+def _share_one_datastore(views: dict[str, View]) -> bool:
+    """Several TrackedViews of one SQLite file can be caught up with one commit."""
+    if len(views) < 2 or not all(isinstance(v, TrackedView) for v in views.values()):
+        return False
+    return len({id(v.datastore) for v in views.values()}) == 1  # type: ignore[attr-defined]
