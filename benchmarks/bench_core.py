@@ -189,8 +189,9 @@ def ready_count(wc: WorkCenter) -> int:
     return int(rows[0][0])
 
 
-def cycle(wc: WorkCenter) -> tuple[float, float, Claim]:
-    """One run cycle; returns (claim latency, whole cycle latency, claim)."""
+def cycle(wc: WorkCenter) -> tuple[float, float, float, Claim]:
+    """One run cycle; returns (claim latency, cycle latency, cycle CPU time, claim)."""
+    c0 = time.process_time()
     t0 = time.perf_counter()
     claim = wc.claim_next("bench-worker")
     t1 = time.perf_counter()
@@ -200,9 +201,10 @@ def cycle(wc: WorkCenter) -> tuple[float, float, Claim]:
         raise RuntimeError("renewal refused")
     action = wc.finish_run(claim, REPORT)
     t2 = time.perf_counter()
+    cpu = time.process_time() - c0
     if action.status != "completed":
         raise RuntimeError(f"run did not complete: {action.status}")
-    return t1 - t0, t2 - t0, claim
+    return t1 - t0, t2 - t0, cpu, claim
 
 
 def file_bytes(path: str) -> tuple[int, int]:
@@ -232,17 +234,20 @@ def bench_creates(n: int) -> dict[str, Any]:
         for i in range(20):
             create_item(wc, -i)  # warm-up: imports, statement cache, pages
         latencies = []
+        cpu0 = time.process_time()
         start = time.perf_counter()
         for i in range(n):
             t0 = time.perf_counter()
             create_item(wc, i)
             latencies.append(time.perf_counter() - t0)
         elapsed = time.perf_counter() - start
+        cpu = time.process_time() - cpu0
         wc.close()
     return {
         "creates": n,
         "seconds": round(elapsed, 3),
         "per_s": round(n / elapsed, 1),
+        "per_cpu_s": round(n / cpu, 1),
         "median_ms": ms(statistics.median(latencies)),
         "p95_ms": ms(percentile(latencies, 0.95)),
     }
@@ -265,14 +270,16 @@ def bench_cycles(backlog: int, window: int, warmup: int = 32) -> dict[str, Any]:
 
         claims: list[float] = []
         cycles: list[float] = []
+        cpu = 0.0
         sizes: list[int] = []
         done = 0
         while done < window:
             sizes.append(ready_count(wc))
             for _ in range(min(REFILL_EVERY, window - done)):
-                claim_s, cycle_s, _claim = cycle(wc)
+                claim_s, cycle_s, cycle_cpu, _claim = cycle(wc)
                 claims.append(claim_s)
                 cycles.append(cycle_s)
+                cpu += cycle_cpu
                 done += 1
             sizes.append(ready_count(wc))
             add_backlog(wc, backlog - ready_count(wc), serial)  # untimed top-up
@@ -283,6 +290,7 @@ def bench_cycles(backlog: int, window: int, warmup: int = 32) -> dict[str, Any]:
         "seed_seconds": round(seed_s, 2),
         "cycles": window,
         "per_s": round(window / sum(cycles), 1),
+        "per_cpu_s": round(window / cpu, 1),
         "cycle_median_ms": ms(statistics.median(cycles)),
         "cycle_p95_ms": ms(percentile(cycles, 0.95)),
         "claim_median_ms": ms(statistics.median(claims)),
@@ -300,7 +308,7 @@ def finish_item(wc: WorkCenter, n: int) -> UUID:
     item = plan(wc, create_item(wc, n), ACTIONS_PER_FINISHED_ITEM)
     run_ids = []
     for _ in range(ACTIONS_PER_FINISHED_ITEM):
-        _, _, claim = cycle(wc)
+        _, _, _, claim = cycle(wc)
         assert claim.work_item_id == item.id
         run_ids.append(str(claim.run_id))
     item = wc.work_item(item.id)
@@ -329,14 +337,17 @@ def detail(wc: WorkCenter, item_id: UUID) -> None:
 
 def timed_pass(wc: WorkCenter, ids: list[UUID]) -> dict[str, Any]:
     latencies = []
+    cpu0 = time.process_time()
     start = time.perf_counter()
     for item_id in ids:
         t0 = time.perf_counter()
         detail(wc, item_id)
         latencies.append(time.perf_counter() - t0)
     elapsed = time.perf_counter() - start
+    cpu = time.process_time() - cpu0
     return {
         "per_s": round(len(ids) / elapsed, 1),
+        "per_cpu_s": round(len(ids) / cpu, 1),
         "median_ms": ms(statistics.median(latencies)),
         "p95_ms": ms(percentile(latencies, 0.95)),
     }
@@ -482,6 +493,11 @@ def ratio(value: float, bar: float) -> str:
     return f"{value / bar:.1f}x"
 
 
+def cpu_rate(run: Run) -> str:
+    """The rate by this process's CPU time: less disturbed by other load than wall time."""
+    return f"{run['per_cpu_s']:,.0f}/CPU-s"
+
+
 def spread(run: Run) -> str:
     runs = run.get("all_runs")
     return f", runs {min(runs):,.0f}-{max(runs):,.0f}" if runs else ""
@@ -503,7 +519,8 @@ def render(results: dict[str, Any], out: Callable[[str], None]) -> None:
             "creates/s",
             f"{c['per_s']:,.0f}",
             f"{BAR['creates_per_s']:,}",
-            f"{ratio(c['per_s'], BAR['creates_per_s'])}  (median {c['median_ms']} ms{spread(c)})",
+            f"{ratio(c['per_s'], BAR['creates_per_s'])}  (median {c['median_ms']} ms,"
+            f" {cpu_rate(c)}{spread(c)})",
         )
     )
     for cy in results["cycles"]:
@@ -515,7 +532,7 @@ def render(results: dict[str, Any], out: Callable[[str], None]) -> None:
                 f"{cy['per_s']:,.0f}",
                 f"{bar:,}" if bar else "-",
                 (ratio(cy["per_s"], bar) if bar else "-")
-                + f"  (cycle median {cy['cycle_median_ms']} ms{spread(cy)})",
+                + f"  (median {cy['cycle_median_ms']} ms, {cpu_rate(cy)}{spread(cy)})",
             )
         )
         rows.append(
@@ -534,8 +551,8 @@ def render(results: dict[str, Any], out: Callable[[str], None]) -> None:
                 f"detail reads/s, {label}",
                 f"{d['per_s']:,.0f}",
                 f"{BAR['detail_reads_per_s']:,}",
-                f"{ratio(d['per_s'], BAR['detail_reads_per_s'])}  (median {d['median_ms']} ms"
-                + (f"{spread(f)})" if key == "detail_warm" else ")"),
+                f"{ratio(d['per_s'], BAR['detail_reads_per_s'])}  (median {d['median_ms']} ms,"
+                f" {cpu_rate(d)}" + (f"{spread(f)})" if key == "detail_warm" else ")"),
             )
         )
     rows.append(
