@@ -43,25 +43,18 @@ class BudgetCommands(Store):
         """
         request_id = request_id or uuid.uuid4().hex
         estimate = rl.estimate_tokens(request)
-        admission: list[rl.Admission] = []
-
-        def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
-            answer = rl.reserve(
+        return self._admit(
+            work_item_id,
+            lambda ledger, active, at: rl.reserve(
                 ledger,
                 request_id=request_id,
                 kind=kind,
                 run_id=run_id,
                 estimated_tokens=estimate,
-                item_active=item.status not in wi.TERMINAL,
+                item_active=active,
                 at=at,
-            )
-            admission[:] = [answer]
-            unit = Unit(item, {}, at, ledger)
-            unit.apply_ledger(answer.events)
-            return unit
-
-        self._ledger_command(work_item_id, decide)
-        return admission[0]
+            ),
+        )
 
     def settle_request(
         self,
@@ -72,18 +65,13 @@ class BudgetCommands(Store):
         complete: bool = True,
     ) -> bool:
         """Record what a request cost; False when there was nothing to settle."""
-        normalised = (
-            usage if isinstance(usage, rl.Usage) or usage is None else rl.normalize_usage(usage)
+        return self._settle(
+            work_item_id,
+            usage,
+            lambda ledger, normalised, at: rl.settle(
+                ledger, request_id=request_id, usage=normalised, complete=complete, at=at
+            ),
         )
-
-        def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
-            unit = Unit(item, {}, at, ledger)
-            unit.apply_ledger(
-                rl.settle(ledger, request_id=request_id, usage=normalised, complete=complete, at=at)
-            )
-            return unit
-
-        return bool(self._ledger_command(work_item_id, decide).events)
 
     def reserve_coordinator_request(
         self, work_item_id: UUID, *, turn_id: str, request: Mapping[str, Any]
@@ -92,24 +80,17 @@ class BudgetCommands(Store):
         retry: a new request, the earlier ones of the turn settled unknown)."""
         estimate = rl.estimate_tokens(request)
         retry_id = uuid.uuid4().hex
-        admission: list[rl.Admission] = []
-
-        def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
-            answer = rl.reserve_coordinator(
+        return self._admit(
+            work_item_id,
+            lambda ledger, active, at: rl.reserve_coordinator(
                 ledger,
                 turn_id=turn_id,
                 retry_id=retry_id,
                 estimated_tokens=estimate,
-                item_active=item.status not in wi.TERMINAL,
+                item_active=active,
                 at=at,
-            )
-            admission[:] = [answer]
-            unit = Unit(item, {}, at, ledger)
-            unit.apply_ledger(answer.events)
-            return unit
-
-        self._ledger_command(work_item_id, decide)
-        return admission[0]
+            ),
+        )
 
     def settle_coordinator_turn(
         self,
@@ -120,17 +101,45 @@ class BudgetCommands(Store):
         complete: bool = True,
     ) -> bool:
         """Settle a Coordinator turn's requests; False when it had none to settle."""
+        return self._settle(
+            work_item_id,
+            usage,
+            lambda ledger, normalised, at: rl.settle_coordinator(
+                ledger, turn_id=turn_id, usage=normalised, complete=complete, at=at
+            ),
+        )
+
+    def _admit(
+        self,
+        work_item_id: UUID,
+        reserve: Callable[[rl.LedgerState, bool, datetime], rl.Admission],
+    ) -> rl.Admission:
+        """Reserve through ``reserve(ledger, item_active, at)``; a stopping denial is saved."""
+        admission: list[rl.Admission] = []
+
+        def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
+            answer = reserve(ledger, item.status not in wi.TERMINAL, at)
+            admission[:] = [answer]
+            unit = Unit(item, {}, at, ledger)
+            unit.apply_ledger(answer.events)
+            return unit
+
+        self._ledger_command(work_item_id, decide)
+        return admission[0]
+
+    def _settle(
+        self,
+        work_item_id: UUID,
+        usage: Mapping[str, Any] | rl.Usage | None,
+        settle: Callable[[rl.LedgerState, rl.Usage | None, datetime], list[rl.LedgerEvent]],
+    ) -> bool:
         normalised = (
             usage if isinstance(usage, rl.Usage) or usage is None else rl.normalize_usage(usage)
         )
 
         def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
             unit = Unit(item, {}, at, ledger)
-            unit.apply_ledger(
-                rl.settle_coordinator(
-                    ledger, turn_id=turn_id, usage=normalised, complete=complete, at=at
-                )
-            )
+            unit.apply_ledger(settle(ledger, normalised, at))
             return unit
 
         return bool(self._ledger_command(work_item_id, decide).events)

@@ -8,7 +8,6 @@ be resumed, measured and rebuilt from position zero.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime
 from typing import Any, ClassVar
 from uuid import UUID
@@ -115,19 +114,7 @@ class WorkQueueView(TrackedView):
             c.execute("UPDATE wq_items SET status = ? WHERE work_item_id = ?", (status, iid))
         c.execute("UPDATE wq_items SET updated_at = ? WHERE work_item_id = ?", (at, iid))
 
-    def reset(self, application_name: str) -> None:
-        """Drop every row and the position together, for a rebuild from zero."""
-        with self.datastore.transaction(commit=True) as c:
-            for table in self.TABLES:
-                c.execute(f"DELETE FROM {table}")
-            c.execute("DELETE FROM tracking WHERE application_name = ?", (application_name,))
-
     # --- reading --------------------------------------------------------------
-
-    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
-        with self.datastore.transaction(commit=False) as c:
-            c.execute(sql, tuple(params))
-            return list(c.fetchall())
 
     def ready_actions(self, limit: int, offset: int = 0) -> list[UUID]:
         rows = self._rows(
@@ -162,12 +149,6 @@ class WorkQueueView(TrackedView):
             }
             for r in rows
         ]
-
-    def dump(self) -> dict[str, list[tuple[Any, ...]]]:
-        """Every row of every table in a total order, to compare a rebuild with the live view."""
-        return {
-            t: [tuple(r) for r in self._rows(f"SELECT * FROM {t} ORDER BY 1")] for t in self.TABLES
-        }
 
 
 class WorkQueue(Projection[WorkQueueView]):
