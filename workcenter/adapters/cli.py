@@ -522,24 +522,24 @@ def audit(
     if as_json:
         _emit_json({"events": events, "state": state} if state else {"events": events})
         return
-    table = Table()
-    for column in ("pos", "time", "stream", "type", "action", "run", "gen", "by"):
-        table.add_column(column)
-    table.add_column("data", no_wrap=True, overflow="ellipsis", max_width=60)
+    # One event per two lines, so the history reads at any terminal width.
     for e in events:
         by = e["actor"] + (f" {e['worker']}@{(e['boot_id'] or '')[:8]}" if e["worker"] else "")
-        table.add_row(
-            str(e["position"]),
-            e["time"][:19],
-            f"{e['aggregate']} v{e['version']}",
-            e["type"],
-            (e["action_id"] or "")[:8],
-            (e["run_id"] or "")[:8],
-            "" if e["generation"] is None else str(e["generation"]),
-            by,
-            e["summary"][:SUMMARY_CHARS],
+        ids = " ".join(
+            part
+            for part in (
+                f"action {e['action_id'][:8]}" if e["action_id"] else "",
+                f"run {e['run_id'][:8]}" if e["run_id"] else "",
+                f"gen {e['generation']}" if e["generation"] is not None else "",
+            )
+            if part
         )
-    console.print(table)
+        console.print(
+            f"[bold]{e['position']:>5}[/] {e['time'][:19]}  {e['aggregate']} v{e['version']}  "
+            f"[cyan]{e['type']}[/]  by {by}  {ids}",
+            highlight=False,
+        )
+        console.print(f"      {e['summary'][:SUMMARY_CHARS]}", highlight=False, markup=False)
     if state:
         console.print_json(data=state)
 
