@@ -1,0 +1,259 @@
+"""Operator verbs of the ``workcenter`` command line: audit, progress, projections."""
+
+from __future__ import annotations
+
+import contextlib
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+import orjson
+from rich.table import Table
+
+from workcenter.adapters import presenters
+from workcenter.adapters.cli_common import console, emit_json, open_center, parse_uuid
+from workcenter.projections.audit import AuditRow, explain_progress
+from workcenter.projections.sanitize import sanitize_diagnostic
+
+# --- audit and progress (issue 4) ---------------------------------------------
+
+SUMMARY_CHARS = 200
+
+
+def _summary(payload: dict[str, Any], raw: bool) -> str:
+    text = orjson.dumps(payload).decode()
+    return text if raw else sanitize_diagnostic(text)
+
+
+def _audit_row_json(row: AuditRow, raw: bool) -> dict[str, Any]:
+    data = row.json()
+    payload = data.pop("payload")
+    data["summary"] = _summary(payload, raw)
+    if raw:
+        data["payload"] = payload
+    return data
+
+
+def _at_time(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not an ISO time", param_hint="--at-time") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@click.command()
+@click.argument("item_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--at", "at_version", type=int, default=None, help="State at this WorkItem version.")
+@click.option("--at-time", default=None, help="State at this ISO time (UTC if no offset).")
+@click.option("--action", "action_id", default=None, help="Only this Action's rows.")
+@click.option("--run", "run_id", default=None, help="Only this Run's rows.")
+@click.option("--type", "event_type", default=None, help="Only events of this type.")
+@click.option("--limit", type=click.IntRange(min=1), default=500, show_default=True)
+@click.option("--raw", is_flag=True, help="Payloads as stored, not sanitised.")
+@click.pass_context
+def audit(
+    ctx: click.Context,
+    item_id: str,
+    as_json: bool,
+    at_version: int | None,
+    at_time: str | None,
+    action_id: str | None,
+    run_id: str | None,
+    event_type: str | None,
+    limit: int,
+    raw: bool,
+) -> None:
+    """Every event of a WorkItem, its Actions and Runs and its ledger, in write order.
+
+    With --at or --at-time, also the state of the item and its Actions at that point.
+    """
+    if at_version is not None and at_time is not None:
+        raise click.UsageError("give --at or --at-time, not both")
+    moment = _at_time(at_time)
+    with open_center(ctx) as wc:
+        work_item_id = parse_uuid(item_id)
+        state: dict[str, Any] | None = None
+        until: int | None = None
+        if at_version is not None or moment is not None:
+            until, item, actions = wc.state_at(work_item_id, version=at_version, at=moment)
+            state = {
+                "position": until,
+                "item": presenters.item_json(item),
+                "actions": [
+                    presenters.action_json(a)
+                    for a in sorted(actions.values(), key=lambda a: (a.sequence, a.id))
+                ],
+            }
+        rows = wc.audit(
+            work_item_id,
+            limit=limit,
+            action_id=parse_uuid(action_id) if action_id else None,
+            run_id=parse_uuid(run_id) if run_id else None,
+            type=event_type,
+            until=until,
+        )
+    events = [_audit_row_json(row, raw) for row in rows]
+    if as_json:
+        emit_json({"events": events, "state": state} if state else {"events": events})
+        return
+    # One event per two lines, so the history reads at any terminal width.
+    for e in events:
+        by = e["actor"] + (f" {e['worker']}@{(e['boot_id'] or '')[:8]}" if e["worker"] else "")
+        ids = " ".join(
+            part
+            for part in (
+                f"action {e['action_id'][:8]}" if e["action_id"] else "",
+                f"run {e['run_id'][:8]}" if e["run_id"] else "",
+                f"gen {e['generation']}" if e["generation"] is not None else "",
+            )
+            if part
+        )
+        console.print(
+            f"[bold]{e['position']:>5}[/] {e['time'][:19]}  {e['aggregate']} v{e['version']}  "
+            f"[cyan]{e['type']}[/]  by {by}  {ids}",
+            highlight=False,
+        )
+        console.print(f"      {e['summary'][:SUMMARY_CHARS]}", highlight=False, markup=False)
+    if state:
+        console.print_json(data=state)
+
+
+@click.command()
+@click.argument("item_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def progress(ctx: click.Context, item_id: str, as_json: bool) -> None:
+    """Goal progress, and which Runs were proof, stale or conflicting."""
+    with open_center(ctx) as wc:
+        item = wc.work_item(parse_uuid(item_id))
+        goal = wc.goal_progress(item.id)
+        explanation = explain_progress(item, wc.actions(item), goal)
+    data = {"goal_progress": presenters.progress_json(goal), "explanation": explanation}
+    if as_json:
+        emit_json(data)
+        return
+    table = Table(
+        title=f"Goal progress of {item.title} (contract revision {goal.contract_revision})"
+    )
+    table.add_column("criterion")
+    table.add_column("status")
+    table.add_column("runs")
+    for row in goal.criteria:
+        run_ids = row.evidence_run_ids or row.conflicting_run_ids
+        table.add_row(row.criterion, row.status, ", ".join(str(r)[:8] for r in run_ids))
+    table.add_row(
+        f"delivery ({goal.delivery.target})",
+        goal.delivery.status,
+        ", ".join(str(r)[:8] for r in goal.delivery.evidence_run_ids),
+    )
+    for blocker in goal.blockers:
+        table.add_row(f"blocker {str(blocker.action_id)[:8]}", blocker.status, blocker.reason[:80])
+    console.print(table)
+    run_table = Table(title="Runs")
+    for column in ("action", "run", "status", "generation", "revision", "roles"):
+        run_table.add_column(column)
+    for run in explanation["runs"]:
+        roles = ", ".join(run["roles"])
+        if run["conflicts_with"]:
+            roles += f" (fails: {'; '.join(run['conflicts_with'])})"
+        run_table.add_row(
+            f"{run['sequence']} {run['action_type']}",
+            run["run_id"][:8],
+            run["status"],
+            str(run["generation"]),
+            str(run["contract_revision"]),
+            roles,
+        )
+    console.print(run_table)
+
+
+# --- projections (issue 4): status, rebuild, run --------------------------------
+
+
+@click.group()
+def projections() -> None:
+    """Operate the read models: their lag, a rebuild from zero, the asynchronous runner."""
+
+
+@projections.command(name="status")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def projections_status(ctx: click.Context, as_json: bool) -> None:
+    """Each read model's position, the head of the event sequence, and the lag."""
+    with open_center(ctx) as wc:
+        report = [row.json() for row in wc.projection_status()]
+    if as_json:
+        emit_json(report)
+        return
+    table = Table()
+    for column in ("read model", "position", "head", "lag"):
+        table.add_column(column, justify="left" if column == "read model" else "right")
+    for row in report:
+        lag = str(row["lag"]) if not row["lag"] else f"[yellow]{row['lag']}[/]"
+        table.add_row(row["name"], str(row["position"]), str(row["head"]), lag)
+    console.print(table)
+
+
+@projections.command(name="rebuild")
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def projections_rebuild(ctx: click.Context, name: str | None, as_json: bool) -> None:
+    """Replay NAME (default: every read model) from zero and swap it in atomically."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with open_center(ctx) as wc:
+        if as_json or not console.is_terminal:
+            reports = wc.rebuild_projection(name)
+        else:
+            with Progress(
+                "[bold]{task.description}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+            ) as bar:
+                tasks: dict[str, Any] = {}
+
+                def advance(view: str, done: int, total: int) -> None:
+                    if view not in tasks:
+                        tasks[view] = bar.add_task(view, total=total)
+                    bar.update(tasks[view], completed=done, total=total)
+
+                reports = wc.rebuild_projection(name, progress=advance)
+    if as_json:
+        emit_json([r.json() for r in reports])
+        return
+    for r in reports:
+        console.print(
+            f"rebuilt {r.name}: {r.events} events in {r.seconds:.2f} s "
+            f"({r.events_per_second:,.0f} events/s), position {r.position}",
+            highlight=False,
+        )
+
+
+@projections.command(name="run")
+@click.option("--once", is_flag=True, help="Catch up to the head once, then exit.")
+@click.option("--poll", "poll_seconds", type=float, default=0.5, show_default=True)
+@click.pass_context
+def projections_run(ctx: click.Context, once: bool, poll_seconds: float) -> None:
+    """Follow the event sequence and keep every read model current (the asynchronous
+    lifecycle; pair it with WORKCENTER_INLINE_PROJECTIONS=0 on the writers)."""
+    from workcenter.projections.runner import ProjectionRunner
+
+    with open_center(ctx) as wc:
+        runner = ProjectionRunner(wc, poll=poll_seconds)
+        if once:
+            applied = runner.run_once()
+            console.print(f"applied {applied} events; positions {runner.positions()}")
+            return
+        console.print(f"following the event sequence every {poll_seconds} s (Ctrl-C stops)")
+        with contextlib.suppress(KeyboardInterrupt):
+            runner.run_forever()
+        if runner.error is not None:
+            raise runner.error
+        console.print(f"applied {runner.applied} events; positions {runner.positions()}")
