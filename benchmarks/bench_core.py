@@ -5,6 +5,11 @@ Run from the repository root::
     .venv/bin/python benchmarks/bench_core.py            # full run (a few minutes)
     .venv/bin/python benchmarks/bench_core.py --quick    # smaller sizes, for a smoke check
     .venv/bin/python benchmarks/bench_core.py --json     # table on stderr, JSON on stdout
+    .venv/bin/python benchmarks/bench_core.py --repeat 3 # median of 3 runs (shared machines)
+
+Rates are also given by this process's CPU time ("/CPU-s"), which other load on
+a shared machine disturbs less than wall time. ``--synchronous`` and
+``--statement-cache`` are what-if experiments (see ``what_if``).
 
 What it measures (docs/performance.md explains method and results):
 
