@@ -374,17 +374,15 @@ class WorkCenter(BudgetCommands):
         for _ in range(SAVE_ATTEMPTS):
             action = self.action(ref.action_id)
             try:
-                events = runs.renew(
+                events = act.renew(
                     action, ref, lease=timedelta(seconds=lease_seconds), at=self.clock.now()
                 )
             except WorkcenterError:
                 return False
             try:
-                self.store.save(*events)
+                self._save_events(events, {action.id: project_action(action, events)})
             except IntegrityError:
                 continue
-            self._take_snapshots({action.id: project_action(action, events)}, events)
-            self._catch_up_inline()
             return True
         return False
 

@@ -245,10 +245,20 @@ class Store:
     # --- writing --------------------------------------------------------------
 
     def _save(self, unit: Unit) -> None:
-        if not unit.events:
+        states: dict[UUID, AggregateState] = {unit.item.id: unit.item, **unit.actions}
+        if unit.ledger is not None:
+            states[unit.ledger.id] = unit.ledger
+        self._save_events(unit.events, states)
+
+    def _save_events(
+        self, events: Sequence[DomainEvent], states: Mapping[UUID, AggregateState]
+    ) -> None:
+        """One atomic write, then snapshots of ``states`` that crossed an interval, then the
+        eager read models."""
+        if not events:
             return
-        self.store.save(*unit.events)
-        self._snapshot(unit)
+        self.store.save(*events)
+        self._take_snapshots(states, events)
         self._catch_up_inline()
 
     def _catch_up_inline(self) -> None:
@@ -259,12 +269,6 @@ class Store:
         """Claims and recovery read the work queue: bring it up to the head first, even
         when inline projections are off (then only it, leaving the rest to the runner)."""
         self.projections.catch_up(names=[WorkQueue.name])
-
-    def _snapshot(self, unit: Unit) -> None:
-        states: dict[UUID, AggregateState] = {unit.item.id: unit.item, **unit.actions}
-        if unit.ledger is not None:
-            states[unit.ledger.id] = unit.ledger
-        self._take_snapshots(states, unit.events)
 
     def _take_snapshots(
         self, states: Mapping[UUID, AggregateState], events: Sequence[DomainEvent]

@@ -7,6 +7,7 @@ from typing import Any
 from uuid import UUID
 
 from workcenter.application import WorkCenter
+from workcenter.domain import planning
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain.action import ActionState
 from workcenter.domain.goal_progress import GoalProgress
@@ -33,11 +34,13 @@ def progress_json(progress: GoalProgress) -> dict[str, Any]:
 
 
 def detail_json(wc: WorkCenter, item: WorkItemState) -> dict[str, Any]:
-    actions = sorted(wc.actions(item).values(), key=lambda a: a.sequence)
+    loaded = wc.actions(item)
+    actions = sorted(loaded.values(), key=lambda a: a.sequence)
     return {
         "item": item_json(item),
         "actions": [action_json(a) for a in actions],
-        "goal_progress": progress_json(wc.goal_progress(item.id)),
+        # From the states just loaded: wc.goal_progress would load them all again.
+        "goal_progress": progress_json(planning.progress(item, loaded)),
     }
 
 

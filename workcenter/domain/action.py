@@ -37,7 +37,6 @@ WorkspaceMode = Literal["shared", "read", "isolated-write", "integrate"]
 ReviewDecision = Literal["approved", "changes_requested"]
 
 OPEN_STATUSES: frozenset[str] = frozenset({"ready", "running", "waiting", "failed"})
-UNFINISHED_STATUSES = OPEN_STATUSES
 DEFAULT_MAX_ATTEMPTS = 2
 
 
@@ -289,7 +288,7 @@ def status_after(event: ActionEvent) -> ActionStatus | None:
 # --- evolve ------------------------------------------------------------------
 
 
-def _end_run(runs: tuple[Run, ...], run_id: UUID | None, **changes: object) -> tuple[Run, ...]:
+def _update_run(runs: tuple[Run, ...], run_id: UUID | None, **changes: object) -> tuple[Run, ...]:
     if run_id is None:
         return runs
     return tuple(r.model_copy(update=changes) if r.id == run_id else r for r in runs)
@@ -349,14 +348,14 @@ def evolve(state: ActionState | None, event: ActionEvent) -> ActionState:
                 "runs": (*state.runs, run),
             }
         case LeaseRenewed():
-            changes["runs"] = _end_run(state.runs, event.run_id, expires_at=event.expires_at)
+            changes["runs"] = _update_run(state.runs, event.run_id, expires_at=event.expires_at)
             # A renewal is bookkeeping: it must not reorder the claim queue.
             changes.pop("updated_at")
         case RunFinished():
             changes |= {
                 "status": event.action_status,
                 "current_run_id": None,
-                "runs": _end_run(
+                "runs": _update_run(
                     state.runs,
                     event.run_id,
                     status=event.outcome,
@@ -370,7 +369,7 @@ def evolve(state: ActionState | None, event: ActionEvent) -> ActionState:
             changes |= {
                 "status": event.action_status,
                 "current_run_id": None,
-                "runs": _end_run(
+                "runs": _update_run(
                     state.runs,
                     event.run_id,
                     status=event.run_status,
@@ -389,7 +388,7 @@ def evolve(state: ActionState | None, event: ActionEvent) -> ActionState:
                 "generation": event.generation,
                 "spec_hash": event.spec_hash,
                 "lease_epoch": event.lease_epoch,
-                "runs": _end_run(
+                "runs": _update_run(
                     state.runs,
                     event.ended_run_id,
                     status="superseded",
@@ -402,7 +401,7 @@ def evolve(state: ActionState | None, event: ActionEvent) -> ActionState:
                 "status": event.status,
                 "current_run_id": None,
                 "lease_epoch": event.lease_epoch,
-                "runs": _end_run(
+                "runs": _update_run(
                     state.runs,
                     event.ended_run_id,
                     status=event.status,

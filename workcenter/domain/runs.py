@@ -73,12 +73,6 @@ def claim(
     return unit
 
 
-def renew(
-    action: act.ActionState, ref: act.RunRef, *, lease: timedelta, at: datetime
-) -> list[act.ActionEvent]:
-    return act.renew(action, ref, lease=lease, at=at)
-
-
 def _settle_linear_interruption(unit: Unit, action: act.ActionState) -> None:
     after = unit.action(action.id)
     unit.set_status("ready" if after.status == "ready" else "needs_attention", action.id)
