@@ -124,6 +124,15 @@ def test_every_kind_of_command_commits_once(wc: WorkCenter, clock: FakeClock) ->
     assert lags(wc) == dict.fromkeys(EAGER_VIEWS, 0)
 
 
+def test_with_inline_projections_off_a_command_still_commits_once(db_path: Path) -> None:
+    """Events and snapshots still share the commit; the views are left to the runner."""
+    with WorkCenter.open(db_path, inline_projections=False) as wc:
+        counts = counted(wc, lambda: create_dynamic(wc))
+        assert counts.commits == 1
+        [statements] = write_transactions(counts)
+        assert not [s for s in statements if s.startswith("INSERT INTO tracking")]
+
+
 def test_a_refused_command_commits_nothing(wc: WorkCenter) -> None:
     item = create_dynamic(wc)
     datastore = wc.store.factory.datastore  # type: ignore[attr-defined]
