@@ -7,6 +7,7 @@ Counted, not timed, with sqlite3's trace callback on the store's connections.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from conftest import (
     report,
 )
 
+from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.adapters.sql_counts import SqlCounts, sql_counts, traced
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput
@@ -220,6 +222,48 @@ def test_a_gap_longer_than_the_limit_is_caught_up_after_the_commit(
     assert counts.commits == 2
     assert lags(wc) == dict.fromkeys(EAGER_VIEWS, 0)
     assert_views_equal_a_rebuild(wc)
+
+
+def test_inline_and_view_less_writers_interleaved_never_skip_or_repeat_an_event(
+    db_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two writers on one file at once, one without views: every inline save finds the
+    gap the other left and applies it first, under the write lock, exactly once."""
+    errors: list[BaseException] = []
+
+    def write(inline_projections: bool, name: str) -> None:
+        try:
+            with WorkCenter.open(db_path, clock=clock, inline_projections=inline_projections) as w:
+                for i in range(15):
+                    plan(w, create_dynamic(w, title=f"{name} {i}").id)
+        except BaseException as error:  # re-raised by the test thread below
+            errors.append(error)
+
+    threads = [
+        threading.Thread(target=write, args=(True, "inline")),
+        threading.Thread(target=write, args=(False, "view-less")),
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    writes_without_views(db_path, clock, items=1)  # so the last save surely finds a gap
+    gaps: list[tuple[int, int]] = []
+    read_gap = OneCommitSQLiteRecorder._read_gap
+
+    def spy(self: Any, c: Any, after: int, before: int, limit: int) -> Any:
+        gaps.append((after, before))
+        return read_gap(self, c, after, before, limit)
+
+    monkeypatch.setattr(OneCommitSQLiteRecorder, "_read_gap", spy)
+    with WorkCenter.open(db_path, clock=clock, inline_projections=False) as wc:
+        wc.inline_projections = True
+        create_dynamic(wc)  # applies whatever the view-less writer left, then its own
+        assert gaps
+        assert lags(wc) == dict.fromkeys(EAGER_VIEWS, 0)
+        assert wc.projections.catch_up(names=EAGER_VIEWS) == 0
+        assert_views_equal_a_rebuild(wc)
 
 
 class FakeView:
