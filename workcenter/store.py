@@ -2,7 +2,8 @@
 
 Aggregates are loaded through the library's repository (cache and snapshots)
 with pure projector functions, and a command's Unit of events is saved in one
-atomic write; a lost race reloads and decides again.
+transaction together with any snapshot due and the rows of the inline read
+models (ADR-0016); a lost race reloads and decides again.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, cast
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
@@ -26,6 +27,12 @@ from workcenter.adapters.persistence import (
     sqlite_env,
     store_env,
 )
+from workcenter.adapters.recorders import (
+    INLINE_WRITE,
+    SNAPSHOTS,
+    OneCommitSQLiteRecorder,
+    SnapshotWrite,
+)
 from workcenter.domain import action as act
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
@@ -35,14 +42,15 @@ from workcenter.domain.unit import Unit
 from workcenter.projections import lifecycle as projection_lifecycle
 from workcenter.projections.audit import Audit, AuditView
 from workcenter.projections.detail import Detail, DetailView
-from workcenter.projections.inline import InlineProjections
+from workcenter.projections.inline import InlineProjections, InlineWrite, InTransactionView
 from workcenter.projections.lifecycle import Progress, ProjectionStatus, RebuildReport
 from workcenter.projections.work_queue import WorkQueue, WorkQueueView
 
 SNAPSHOT_INTERVAL = 50
-# Read models caught up after every save. The detail view is caught up when it is
-# read instead: building a DTO per event made every save pay for a read that may
-# never come, and a read still sees every write before it (ADR-0011).
+# Read models written in each command's own transaction (ADR-0016). The detail view
+# is caught up when it is read instead: building a DTO per event made every save pay
+# for a read that may never come, and a read still sees every write before it
+# (ADR-0011).
 EAGER_VIEWS: list[str] = [WorkQueue.name, Audit.name]
 SAVE_ATTEMPTS = 8
 
@@ -106,6 +114,9 @@ class Store:
         boot_id: str | None = None,
         inline_projections: bool | None = None,
     ):
+        if not isinstance(store.recorder, OneCommitSQLiteRecorder):
+            # Any other recorder would silently drop the views and snapshots of each save.
+            raise TypeError("the event store must use OneCommitSQLiteRecorder (see sqlite_env)")
         self.store = store
         self.clock = clock or SystemClock()
         self.boot_id = boot_id or uuid.uuid4().hex
@@ -130,6 +141,9 @@ class Store:
                 Detail.name: self.details,
             },
         )
+        self.inline_views: dict[str, InTransactionView] = {
+            name: cast(InTransactionView, self.projections.views[name]) for name in EAGER_VIEWS
+        }
         self._catch_up_inline()
 
     @classmethod
@@ -253,13 +267,25 @@ class Store:
     def _save_events(
         self, events: Sequence[DomainEvent], states: Mapping[UUID, AggregateState]
     ) -> None:
-        """One atomic write, then snapshots of ``states`` that crossed an interval, then the
-        eager read models."""
+        """One transaction: the events, snapshots of ``states`` that crossed an interval,
+        and the rows and positions of the eager read models, applied from ``events``."""
         if not events:
             return
-        self.store.save(*events)
-        self._take_snapshots(states, events)
-        self._catch_up_inline()
+        along: dict[str, Any] = {}
+        snapshots = self._snapshots(states, events)
+        if snapshots:
+            assert self.store.snapshots is not None
+            along[SNAPSHOTS] = SnapshotWrite(
+                self.store.snapshots.recorder,  # type: ignore[arg-type]
+                [self.store.mapper.to_stored_event(s) for s in snapshots],
+            )
+        inline = None
+        if self.inline_projections:
+            inline = along[INLINE_WRITE] = InlineWrite(events, self.inline_views, self.store.mapper)
+        self.store.save(*events, **along)
+        if inline is not None and inline.left_behind:
+            # Too far behind to catch up inside the command; the rule is in inline.py.
+            self.projections.catch_up(names=inline.left_behind)
 
     def _catch_up_inline(self) -> None:
         if self.inline_projections:
@@ -270,15 +296,17 @@ class Store:
         when inline projections are off (then only it, leaving the rest to the runner)."""
         self.projections.catch_up(names=[WorkQueue.name])
 
-    def _take_snapshots(
+    def _snapshots(
         self, states: Mapping[UUID, AggregateState], events: Sequence[DomainEvent]
-    ) -> None:
-        """Snapshot every aggregate whose stream crossed a multiple of the interval.
+    ) -> list[DomainEvent]:
+        """A snapshot of every aggregate whose stream crossed a multiple of the interval.
 
         The library snapshots only aggregates it was given, and it is given events.
         """
+        if self.store.snapshots is None:
+            return []
         crossed = {e.originator_id for e in events if e.originator_version % SNAPSHOT_INTERVAL == 0}
-        snapshots = [
+        return [
             SNAPSHOT_CLASSES[type(state)](
                 originator_id=state.id,
                 originator_version=state.version,
@@ -288,9 +316,6 @@ class Store:
             for aggregate_id in crossed
             if (state := states.get(aggregate_id)) is not None
         ]
-        if snapshots:
-            assert self.store.snapshots is not None
-            self.store.snapshots.put(snapshots)
 
     def _execute(self, decide: Callable[[], Unit]) -> Unit:
         """Decide and save; on a lost race reload and decide again (the checks run again too)."""

@@ -14,6 +14,7 @@ import orjson
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 from eventsourcing.utils import get_topic, resolve_topic
 
+from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.domain.action import ActionState
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.resource_ledger import LedgerState
@@ -79,7 +80,12 @@ SNAPSHOT_CLASSES: dict[
 
 
 def sqlite_env(db_path: str) -> dict[str, str]:
-    return {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": db_path}
+    return {
+        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+        "SQLITE_DBNAME": db_path,
+        # Snapshots and inline read models commit with the events (ADR-0016).
+        "APPLICATION_RECORDER_TOPIC": get_topic(OneCommitSQLiteRecorder),
+    }
 
 
 def resolve_db_path(db: str | os.PathLike[str] | None) -> str:

@@ -1,28 +1,90 @@
-"""The inline lifecycle: bring read models up to the head right after each save.
+"""The inline lifecycle: read models written in the same transaction as the events.
 
-Each view keeps its own position in the ``tracking`` table, written in the
-same transaction as its rows. Catching up reads only the notifications after
-the lowest position, so a view left behind by a crash (or by another process
-writing the same store) is brought up to date on the next save or read.
+**In the command's transaction.** A command's save hands the event recorder an
+``InlineWrite``: the recorder inserts the events, then, with the same cursor and
+before the one commit, calls ``InlineWrite.apply`` with the notification ids it
+was given. Each registered view reads its position (the recorder's insert holds
+the write lock, so no other writer can move it), applies the command's events
+from memory and writes its rows and new position. Nothing the command wrote is
+read back, and the events and the views commit or roll back together.
+
+**A lagging view.** If a view's position is below the notification just before
+the command's first event (a writer with inline projections off, or an older
+version, wrote events it has not seen), those events are applied first, read
+from the log in the same transaction, so the view never skips one. A gap longer
+than ``GAP_LIMIT`` is not read inside the command: the view is left untouched
+(rows and position unchanged, so still consistent) and named in ``left_behind``
+for the caller to catch it up after the commit. A view never applies an event
+at or below its position, so nothing is applied twice.
+
+**Catching up.** ``InlineProjections.catch_up`` reads the log after each view's
+own position (``tracking`` table) and applies it page by page. It serves
+opening a store (views left behind by a crash of an older version or by other
+writers), the views kept on read, the runner, and over-long gaps.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from eventsourcing.persistence import IntegrityError
+from eventsourcing.persistence import IntegrityError, Notification
 
 from workcenter.domain.model import DomainEvent
-from workcenter.projections.tracked import TrackedView, apply_together
+from workcenter.projections.tracked import Batch, TrackedView, apply_together
 
 PAGE = 500
+# The most events of a lagging view's gap a command applies inside its own transaction;
+# a longer gap would make one command hold the write lock for as long as a catch-up.
+GAP_LIMIT = PAGE
+
+ReadGap = Callable[[Any, int, int, int], Sequence[Notification]]
+"""(cursor, after, before, limit) -> the notifications with ids in (after, before), at
+most ``limit``, read in the caller's transaction."""
 
 
 class View(Protocol):
     def apply(self, application_name: str, batch: Sequence[tuple[int, DomainEvent]]) -> Any: ...
 
     def max_tracking_id(self, application_name: str) -> int | None: ...
+
+
+class InTransactionView(Protocol):
+    """A read model the event recorder updates inside a command's transaction.
+
+    ``c`` is the recorder's cursor (SQLite today; a PostgreSQL view would take a
+    psycopg cursor), and the transaction already holds the write lock."""
+
+    def position_within(self, c: Any, application_name: str) -> int: ...
+
+    def apply_within(self, c: Any, application_name: str, batch: Batch, position: int) -> int: ...
+
+
+@dataclass
+class InlineWrite:
+    """The read models a command's save updates in its own transaction, and its events."""
+
+    events: Sequence[DomainEvent]
+    views: Mapping[str, InTransactionView]
+    mapper: Any  # decodes a lagging view's gap
+    left_behind: list[str] = field(default_factory=list)
+
+    def apply(self, c: Any, notification_ids: Sequence[int], read_gap: ReadGap) -> None:
+        """Called by the recorder after inserting ``events`` as ``notification_ids``."""
+        batch = list(zip(notification_ids, self.events, strict=True))
+        first = batch[0][0]
+        for name, view in self.views.items():
+            position = view.position_within(c, name)
+            if position < first - 1:
+                gap = read_gap(c, position, first, GAP_LIMIT + 1)
+                if len(gap) > GAP_LIMIT:
+                    self.left_behind.append(name)
+                    continue
+                missed = [(n.id, self.mapper.to_domain_event(n)) for n in gap]
+                view.apply_within(c, name, [*missed, *batch], position)
+            else:
+                view.apply_within(c, name, batch, position)
 
 
 class InlineProjections:

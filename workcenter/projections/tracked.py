@@ -31,13 +31,25 @@ class TrackedView(SQLiteTrackingRecorder):
         if not batch:
             return 0
         with self.datastore.transaction(commit=True) as c:
-            position = self.locked_position(c, application_name)
-            fresh = [entry for entry in batch if entry[0] > position]
-            if not fresh:
-                return 0
-            self._apply_batch(c, fresh)
-            self._insert_tracking(c, Tracking(application_name, fresh[-1][0]))
-            return len(fresh)
+            return self.apply_within(
+                c, application_name, batch, self.locked_position(c, application_name)
+            )
+
+    def position_within(self, c: SQLiteCursor, application_name: str) -> int:
+        """The position, read in the caller's transaction (which must hold the write lock)."""
+        return self._max_tracking_id(application_name, c) or 0
+
+    def apply_within(
+        self, c: SQLiteCursor, application_name: str, batch: Batch, position: int
+    ) -> int:
+        """Apply the events after ``position`` and move the position, in the caller's
+        transaction, which holds the write lock and read ``position`` under it."""
+        fresh = [entry for entry in batch if entry[0] > position]
+        if not fresh:
+            return 0
+        self._apply_batch(c, fresh)
+        self._insert_tracking(c, Tracking(application_name, fresh[-1][0]))
+        return len(fresh)
 
     def locked_position(self, c: SQLiteCursor, application_name: str) -> int:
         """The position, read after taking the write lock (a no-op write does that), so no
@@ -86,10 +98,5 @@ def apply_together(views: Mapping[str, TrackedView], batch: Batch) -> int:
     applied = 0
     with datastore.transaction(commit=True) as c:
         for name, view in views.items():
-            position = view.locked_position(c, name)
-            fresh = [entry for entry in batch if entry[0] > position]
-            if fresh:
-                view._apply_batch(c, fresh)
-                view._insert_tracking(c, Tracking(name, fresh[-1][0]))
-                applied += len(fresh)
+            applied += view.apply_within(c, name, batch, view.locked_position(c, name))
     return applied
