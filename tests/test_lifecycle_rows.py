@@ -87,6 +87,7 @@ def test_a_contract_change_replans_the_first_stage_with_its_limit(wc: WorkCenter
         [{"type": "implement", "id": "review"}],
         [{"type": "Implement"}],
         [{"type": 7}],
+        ["impl\ud800"],
         (1, 2),
         "triage",
         {"type": "implement"},
@@ -214,6 +215,7 @@ def test_interrupt_without_progress_records_none(wc: WorkCenter) -> None:
         {"stats": {"loopCount": 1.5}},
         {"stats": {"loopCount": 2**53}},
         {"stats": {"wallClock": 3}},
+        {"response": "half \udc00 done"},
     ],
 )
 def test_malformed_progress_is_refused_and_the_run_stays_live(
@@ -365,6 +367,7 @@ def test_input_after_a_benign_change_goes_through(wc: WorkCenter) -> None:
         ("text", "   ", InvalidInput),
         ("text", 5, InvalidInput),
         ("text", "x" * 8_001, InvalidInput),
+        ("text", "lone \ud800 surrogate", InvalidInput),
         ("expected_generation", "1", InvalidInput),
         ("expected_generation", True, InvalidInput),
         ("expected_run_id", "not-a-uuid", InvalidInput),
@@ -390,6 +393,11 @@ def test_input_needs_a_ready_or_running_action(wc: WorkCenter) -> None:
     with refused(wc, CommandRefused, match="does not belong"):
         wc.add_input(
             other.id, claimed.action_id, expected_version=other.version,
+            expected_generation=1, text="x",
+        )  # fmt: skip
+    with refused(wc, InvalidInput):
+        wc.add_input(
+            item.id, str(claimed.action_id), expected_version=item.version,  # type: ignore[arg-type]
             expected_generation=1, text="x",
         )  # fmt: skip
     wc.cancel(item.id)

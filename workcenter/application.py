@@ -287,6 +287,8 @@ class WorkCenter(BudgetCommands):
     ) -> act.ActionState:
         """Send input to a ready Action (a new generation) or to the Run of a running one
         (queued for it; refused if that Run, its generation or its lease is stale)."""
+        if not isinstance(work_item_id, UUID) or not isinstance(action_id, UUID):
+            raise InvalidInput("work_item_id and action_id must be ids")
         if isinstance(expected_generation, bool) or not isinstance(expected_generation, int):
             raise InvalidInput("expected_generation must be an integer")
         if expected_run_id is not None and not isinstance(expected_run_id, UUID):

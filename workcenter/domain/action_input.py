@@ -17,7 +17,7 @@ from workcenter.domain import work_item as wi
 from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.domain.lifecycle import ACTION_INPUT_CONFLICTS
 from workcenter.domain.model import DomainEvent, Emitter
-from workcenter.domain.run import INPUT_LIMIT
+from workcenter.domain.run import INPUT_LIMIT, encodable
 from workcenter.domain.unit import Unit
 
 # Input acts on the Action as the user saw it (its generation, and the Run if the
@@ -29,7 +29,7 @@ def input_text(text: object) -> str:
     """Trimmed input text; empty or over-long text is refused, never cut."""
     if not isinstance(text, str) or not text.strip():
         raise InvalidInput("input text is required")
-    text = text.strip()
+    text = encodable(text.strip(), "input text")
     if len(text) > INPUT_LIMIT:
         raise InvalidInput(f"input text is {len(text)} characters; at most {INPUT_LIMIT}")
     return text

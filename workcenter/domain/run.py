@@ -130,10 +130,20 @@ _COUNTER_KEYS: Mapping[str, str] = {
 }
 
 
+def encodable(text: str, what: str) -> str:
+    """``text`` unchanged, or refused if it cannot be stored (a lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{what} is not valid Unicode text") from None
+    return text
+
+
 def _text(raw: Mapping[str, Any], key: str, limit: int) -> str:
     value = raw.get(key, "")
     if not isinstance(value, str):
         raise InvalidInput(f"progress.{key} must be a string")
+    encodable(value, f"progress.{key}")
     if len(value) > limit:
         raise InvalidInput(f"progress.{key} is {len(value)} characters; at most {limit}")
     return value.strip() if key == "summary" else value

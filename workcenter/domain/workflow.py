@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from workcenter.domain.action import DEFAULT_MAX_ATTEMPTS
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.model import Immutable
+from workcenter.domain.run import encodable
 
 # The range the original clamps planned Actions to; a user's stage outside it is refused.
 MIN_STAGE_ATTEMPTS = 1
@@ -29,7 +30,7 @@ class Stage(Immutable):
 def _slug(value: object) -> str:
     if not isinstance(value, str) or not value or value != value.strip().lower():
         raise InvalidInput("linear stages must be lowercase slugs")
-    return value
+    return encodable(value, "a stage name")
 
 
 def _stage(raw: object) -> Stage:
