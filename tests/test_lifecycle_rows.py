@@ -189,6 +189,8 @@ def test_interrupt_records_the_final_response_and_stats_as_the_lease_is_released
     dto = wc.detail(item.id)
     assert dto["executionStats"]["loopCount"] == 3
     assert dto["executionStats"]["toolCount"] == 7
+    (body,) = dto["actions"]
+    assert body["response"] == "Partial answer: the bug is in parse()"
     # A later claim of the same Action does not see a live lease.
     assert claim(wc).run_id != claimed.run_id
 
@@ -596,3 +598,16 @@ def test_lease_expiry_needs_no_event_for_data_revision(wc: WorkCenter, clock: Fa
     clock.advance(timedelta(seconds=6).total_seconds())
     assert _revision_now(wc, item.id) == before + 1
     assert wc.event_count() == count
+
+
+def test_a_secret_in_interrupted_progress_does_not_reach_the_browser(wc: WorkCenter) -> None:
+    item = plan(wc, create_dynamic(wc).id)
+    claimed = claim(wc)
+    secret = "sk-abc123def456ghi789jkl012"
+    wc.interrupt(
+        claimed,
+        reason="stop",
+        progress={"summary": f"used {secret}", "response": f"token {secret} at /home/me/x"},
+    )
+    assert run_of(wc, claimed).progress is not None
+    assert secret not in orjson.dumps(wc.detail(item.id)).decode()
