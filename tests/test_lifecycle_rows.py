@@ -611,3 +611,12 @@ def test_a_secret_in_interrupted_progress_does_not_reach_the_browser(wc: WorkCen
     )
     assert run_of(wc, claimed).progress is not None
     assert secret not in orjson.dumps(wc.detail(item.id)).decode()
+
+
+def test_input_to_a_linear_items_earlier_stage_is_refused(wc: WorkCenter) -> None:
+    item = create_linear(wc)
+    first = claim(wc)
+    wc.finish_run(first, report())
+    assert current(wc, item.id).id != first.action_id
+    with refused(wc, CommandRefused, match="current Action"):
+        _send(wc, wc.action(first.action_id), "too late")
