@@ -722,8 +722,36 @@ class Ledger(RuleBasedStateMachine):
         assert after.status == auto_retry_status(prior)
         STATS["interrupt"] += 1
 
+    @precondition(lambda self: any(h.live for h in self.held))
+    @rule(data=st.data())
+    def defer(self, data: st.DataObject) -> None:
+        """A busy workspace: the Run ends deferred and its attempt is given back (LRF+)."""
+        self.tick()
+        held = data.draw(st.sampled_from(self.live_held()))
+        wc = self.wcs[held.worker]
+        ok = held.live and held.expires_at > self.now
+        prior = wc.action(held.claim.action_id)
+        result = self.attempt(wc, ok, lambda: wc.defer(held.claim))
+        if not ok:
+            assert isinstance(result, errors.StaleRun)
+            STATS["stale_defer_refused"] += 1
+            return
+        held.live = False
+        after = wc.action(held.claim.action_id)
+        run = after.run(held.claim.run_id)
+        assert run is not None and run.status == "interrupted" and run.deferred
+        assert (after.status, after.attempt) == ("ready", max(0, prior.attempt - 1))
+        assert after.counted_attempts == prior.counted_attempts - 1
+        assert after.lease_epoch == prior.lease_epoch
+        item = wc.work_item(held.item_id)
+        if item.mode == "linear":
+            assert item.current_action_id == after.id
+            assert item.status == ("needs_attention" if item.stopped else "ready")
+        STATS["defer"] += 1
+        event("deferred")
+
     @precondition(lambda self: any(not h.live for h in self.held))
-    @rule(data=st.data(), op=st.sampled_from(["finish", "renew", "interrupt"]))
+    @rule(data=st.data(), op=st.sampled_from(["finish", "renew", "interrupt", "defer"]))
     def use_stale_claim(self, data: st.DataObject, op: str) -> None:
         """A claim whose Run ended (finished, recovered, cancelled, superseded) writes nothing."""
         self.tick()
@@ -740,6 +768,9 @@ class Ledger(RuleBasedStateMachine):
             error = self.attempt(
                 wc, False, lambda: wc.finish_run(held.claim, completed_report(held.claim))
             )
+            assert isinstance(error, errors.StaleRun)
+        elif op == "defer":
+            error = self.attempt(wc, False, lambda: wc.defer(held.claim))
             assert isinstance(error, errors.StaleRun)
         else:
             error = self.attempt(wc, False, lambda: wc.interrupt(held.claim))

@@ -15,15 +15,17 @@ from eventsourcing.persistence import IntegrityError
 
 from workcenter.budget import BudgetCommands
 from workcenter.domain import action as act
-from workcenter.domain import lifecycle, planning, runs
+from workcenter.domain import action_input, lifecycle, planning, runs
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import InvalidInput, WorkcenterError
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.outcome import RunReport
+from workcenter.domain.run import parse_progress
 from workcenter.domain.unit import Unit
 from workcenter.projections.audit import DEFAULT_LIMIT, Audit, AuditRow
+from workcenter.run_side import RunSide
 from workcenter.store import (
     SAVE_ATTEMPTS,
     SNAPSHOT_INTERVAL,
@@ -65,6 +67,8 @@ class Claim:
     acceptance_criteria: tuple[str, ...]
     delivery_target: str | None
     attempt: int
+    # Input queued for the Action and not yet consumed: the Run should consume it.
+    inputs: tuple[act.QueuedInput, ...] = ()
 
     @property
     def ref(self) -> act.RunRef:
@@ -104,11 +108,13 @@ class WorkCenter(BudgetCommands):
         acceptance_criteria: list[str] | tuple[str, ...] = (),
         delivery_target: str | None = None,
         mode: wi.Mode = "dynamic",
-        stages: tuple[str, ...] | None = None,
+        stages: Sequence[str | Mapping[str, Any]] | None = None,
         start: bool = False,
         limits: Mapping[str, int] | None = None,
     ) -> wi.WorkItemState:
-        """Create a WorkItem and its ResourceLedger (default limits, or ``limits``)."""
+        """Create a WorkItem and its ResourceLedger (default limits, or ``limits``).
+
+        A linear item's ``stages`` are names or ``{"type", "maxAttempts"}`` objects."""
         if mode not in ("dynamic", "linear"):
             raise InvalidInput(f"mode must be dynamic or linear, not {mode!r}")
         contract = wi.validate_contract(
@@ -269,6 +275,43 @@ class WorkCenter(BudgetCommands):
             *act.OPEN_STATUSES,
         )
 
+    def add_input(
+        self,
+        work_item_id: UUID,
+        action_id: UUID,
+        *,
+        expected_version: int,
+        expected_generation: int,
+        text: str,
+        expected_run_id: UUID | None = None,
+    ) -> act.ActionState:
+        """Send input to a ready Action (a new generation) or to the Run of a running one
+        (queued for it; refused if that Run, its generation or its lease is stale)."""
+        if not isinstance(work_item_id, UUID) or not isinstance(action_id, UUID):
+            raise InvalidInput("work_item_id and action_id must be ids")
+        if isinstance(expected_generation, bool) or not isinstance(expected_generation, int):
+            raise InvalidInput("expected_generation must be an integer")
+        if expected_run_id is not None and not isinstance(expected_run_id, UUID):
+            raise InvalidInput("expected_run_id must be a Run id")
+        input_id = uuid4()
+        self._item_command(
+            work_item_id,
+            expected_version,
+            action_input.INPUT_CONFLICTS,
+            lambda item, actions, at: action_input.add_input(
+                item,
+                actions | {action_id: self.action(action_id)},
+                action_id=action_id,
+                input_id=input_id,
+                text=text,
+                expected_generation=expected_generation,
+                expected_run_id=expected_run_id,
+                at=at,
+            ),
+            *act.OPEN_STATUSES,
+        )
+        return self.action(action_id)
+
     def plan_actions(
         self,
         work_item_id: UUID,
@@ -366,6 +409,7 @@ class WorkCenter(BudgetCommands):
             acceptance_criteria=item.acceptance_criteria,
             delivery_target=item.delivery_target,
             attempt=claimed.attempt,
+            inputs=claimed.unconsumed_inputs,
         )
 
     def renew_lease(self, claim: Claim | act.RunRef, *, lease_seconds: float = 60.0) -> bool:
@@ -411,11 +455,38 @@ class WorkCenter(BudgetCommands):
             ),
         )
 
-    def interrupt(self, claim: Claim | act.RunRef, *, reason: str = "") -> act.ActionState:
+    def interrupt(
+        self,
+        claim: Claim | act.RunRef,
+        *,
+        reason: str = "",
+        progress: act.RunProgress | Mapping[str, Any] | None = None,
+    ) -> act.ActionState:
+        """Give the Run up gracefully; ``progress`` ({summary, response, stats}) is its
+        final response and execution stats, recorded as the lease is released."""
+        final = parse_progress(progress)
         return self._run_command(
             claim,
-            lambda item, action, ref, at: runs.interrupt(item, action, ref, reason=reason, at=at),
+            lambda item, action, ref, at: runs.interrupt(
+                item, action, ref, reason=reason, at=at, progress=final
+            ),
         )
+
+    @property
+    def _run_side(self) -> RunSide:
+        return RunSide(self)
+
+    def defer(self, claim: Claim | act.RunRef) -> act.ActionState:
+        """The workspace is busy: end the Run as deferred and give its attempt back."""
+        return self._run_side.defer(claim)
+
+    def pending_input(self, claim: Claim | act.RunRef) -> tuple[act.QueuedInput, ...]:
+        return self._run_side.pending_input(claim)
+
+    def consume_input(
+        self, claim: Claim | act.RunRef, input_ids: Sequence[UUID]
+    ) -> act.ActionState:
+        return self._run_side.consume_input(claim, input_ids)
 
     def recover(self, *, worker: str | None = None) -> list[UUID]:
         """End every Run whose lease expired or whose owner restarted (a new boot id).

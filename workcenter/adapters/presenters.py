@@ -128,7 +128,7 @@ def budget_json(wc: WorkCenter, item_id: UUID) -> dict[str, Any]:
                 "action_id": str(action.id),
                 "sequence": action.sequence,
                 "type": action.type,
-                "attempts": len(action.runs),
+                "attempts": action.counted_attempts,
                 "original_max_attempts": action.max_attempts,
                 "effective_max_attempts": ledger.effective_max_attempts(action.max_attempts),
             }

@@ -3,6 +3,9 @@
 An executor is any callable ``executor(claim) -> report`` where the report is a
 ``RunReport`` or a mapping with ``outcome`` and its fields. An executor that
 raises interrupts its Run (the auto-retry rule decides what happens next).
+User input queued for the Action arrives in ``claim.inputs`` and is consumed
+as the executor starts; input that arrives while it runs cannot be in its
+report, so that Run is interrupted and the next one receives the input.
 """
 
 from __future__ import annotations
@@ -14,10 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workcenter.application import Claim, WorkCenter
-from workcenter.domain.errors import StaleRun, WorkcenterError
+from workcenter.domain.errors import CommandRefused, StaleRun, WorkcenterError
 from workcenter.domain.outcome import RunReport
 
 Executor = Callable[[Claim], RunReport | Mapping[str, Any]]
+LATE_INPUT = "input arrived while the Run was executing; the next Run receives it"
 
 
 def load_executor(spec: str) -> Executor:
@@ -76,6 +80,8 @@ def run_one(
     stats.claimed += 1
     if on_event:
         on_event("claimed", claim, "")
+    if claim.inputs:
+        wc.consume_input(claim, [queued.id for queued in claim.inputs])
     keeper = _LeaseKeeper(wc, claim, lease_seconds)
     keeper.start()
     try:
@@ -99,6 +105,14 @@ def run_one(
         stats.lost += 1
         if on_event:
             on_event("lost", claim, "the lease was lost before the outcome was recorded")
+        return claim
+    except CommandRefused:
+        if not wc.pending_input(claim):
+            raise
+        wc.interrupt(claim, reason=LATE_INPUT)
+        stats.interrupted += 1
+        if on_event:
+            on_event("interrupted", claim, LATE_INPUT)
         return claim
     run = action.run(claim.run_id)
     outcome = run.status if run else "unknown"

@@ -3,107 +3,40 @@
 A Run is an entity of its Action. Workers are fenced by the Run's lease epoch
 and boot id; the aggregate version is never used as a fencing token.
 
-Reads top to bottom: value types, state, events, evolve, decisions.
+Reads top to bottom: state, events, evolve, decisions.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
 from uuid import UUID, uuid5
 
-import orjson
-
+# The Action's spec and the Run entity live in their own modules; their names
+# stay importable from here, where the rest of the code has always found them.
+from workcenter.domain.action_spec import Brief as Brief
+from workcenter.domain.action_spec import ContextEntry as ContextEntry
+from workcenter.domain.action_spec import WorkspaceMode as WorkspaceMode
+from workcenter.domain.action_spec import spec_hash as spec_hash
 from workcenter.domain.errors import CommandRefused, StaleRun
-from workcenter.domain.evidence import AcceptanceCheck, EvidenceItem
-from workcenter.domain.model import AggregateState, DomainEvent, Emitter, Immutable
+from workcenter.domain.model import AggregateState, DomainEvent, Emitter
+from workcenter.domain.run import DEFERRED_REASON as DEFERRED_REASON
+from workcenter.domain.run import QueuedInput as QueuedInput
+from workcenter.domain.run import ReviewDecision as ReviewDecision
+from workcenter.domain.run import Run as Run
+from workcenter.domain.run import RunProgress as RunProgress
+from workcenter.domain.run import RunRef as RunRef
+from workcenter.domain.run import RunResult as RunResult
+from workcenter.domain.run import RunStatus as RunStatus
+from workcenter.domain.run import run_id_for as run_id_for
 
 ActionStatus = Literal[
     "ready", "running", "waiting", "completed", "failed", "superseded", "cancelled", "closed"
 ]
-RunStatus = Literal[
-    "running",
-    "completed",
-    "waiting",
-    "retryable",
-    "failed",
-    "interrupted",
-    "cancelled",
-    "superseded",
-]
-WorkspaceMode = Literal["shared", "read", "isolated-write", "integrate"]
-ReviewDecision = Literal["approved", "changes_requested"]
 
 OPEN_STATUSES: frozenset[str] = frozenset({"ready", "running", "waiting", "failed"})
 DEFAULT_MAX_ATTEMPTS = 2
-
-
-# --- values ------------------------------------------------------------------
-
-
-class Brief(Immutable):
-    objective: str
-    approach: str = ""
-    expected_outcome: str = ""
-
-
-class ContextEntry(Immutable):
-    """What an Action knows beyond its brief: earlier results, guidance, user input."""
-
-    kind: Literal["prior_result", "guidance", "input"]
-    text: str = ""
-    action_type: str | None = None
-    run_id: UUID | None = None
-    evidence: tuple[EvidenceItem, ...] = ()
-    review_decision: ReviewDecision | None = None
-    waiting_reason: str | None = None
-
-
-class RunResult(Immutable):
-    """What a finished Run reported, after normalisation (lifecycle.md 3.4)."""
-
-    summary: str = ""
-    response: str = ""
-    evidence: tuple[EvidenceItem, ...] = ()
-    outputs: tuple[EvidenceItem, ...] = ()
-    checks: tuple[AcceptanceCheck, ...] = ()
-    waiting_reason: str | None = None
-    error: str | None = None
-    failure_kind: str | None = None
-    failure_code: str | None = None
-    review_decision: ReviewDecision | None = None
-
-
-class Run(Immutable):
-    """One execution attempt. Identity fields never change; once it leaves
-    ``running`` nothing about it changes."""
-
-    id: UUID
-    ordinal: int
-    worker: str
-    owner_boot_id: str
-    lease_epoch: int
-    started_at: datetime
-    expires_at: datetime
-    generation: int
-    spec_hash: str
-    attempt: int
-    contract_revision: int
-    status: RunStatus = "running"
-    ended_at: datetime | None = None
-    end_reason: str | None = None
-    result: RunResult | None = None
-
-
-class RunRef(Immutable):
-    """What a worker holds for a claimed Run: enough to be fenced."""
-
-    action_id: UUID
-    run_id: UUID
-    boot_id: str
-    lease_epoch: int
 
 
 # --- state -------------------------------------------------------------------
@@ -128,6 +61,8 @@ class ActionState(AggregateState):
     close_reason: str | None
     runs: tuple[Run, ...]
     updated_at: datetime
+    # Input sent while a Run of this generation was running; dropped with the generation.
+    inputs: tuple[QueuedInput, ...] = ()
 
     @property
     def current_run(self) -> Run | None:
@@ -147,35 +82,19 @@ class ActionState(AggregateState):
     def is_mutating(self) -> bool:
         return self.workspace_mode != "read"
 
+    @property
+    def counted_attempts(self) -> int:
+        """Runs ever claimed for the Action, less the deferred ones that gave theirs back."""
+        return sum(1 for run in self.runs if not run.deferred)
+
+    @property
+    def unconsumed_inputs(self) -> tuple[QueuedInput, ...]:
+        return tuple(i for i in self.inputs if i.consumed_by_run_id is None)
+
 
 def action_id_for(work_item_id: UUID, sequence: int) -> UUID:
     """Derived, so two decisions racing to plan the same sequence collide in the store."""
     return uuid5(work_item_id, f"action/{sequence}")
-
-
-def run_id_for(action_id: UUID, ordinal: int) -> UUID:
-    return uuid5(action_id, f"run/{ordinal}")
-
-
-def spec_hash(
-    *,
-    type: str,
-    brief: Brief,
-    workspace_mode: str,
-    max_attempts: int,
-    context: tuple[ContextEntry, ...],
-    contract_revision: int,
-) -> str:
-    """SHA-256 of the canonical JSON of what the Action is asked to do."""
-    spec = {
-        "type": type,
-        "brief": brief.model_dump(mode="json"),
-        "workspace_mode": workspace_mode,
-        "max_attempts": max_attempts,
-        "context": [entry.model_dump(mode="json") for entry in context],
-        "contract_revision": contract_revision,
-    }
-    return hashlib.sha256(orjson.dumps(spec, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 # --- events ------------------------------------------------------------------
@@ -235,19 +154,50 @@ class RunFinished(ActionEvent):
 
 class RunInterrupted(ActionEvent):
     """The Run ended without an outcome: interrupted by its worker, or recovered
-    after its process or lease ended."""
+    after its process or lease ended. v2 adds the final progress a worker that
+    stopped gracefully recorded (ADR-0015); v1 events recorded none."""
+
+    class_version: ClassVar[int] = 2
 
     run_id: UUID
     run_status: Literal["interrupted", "superseded", "cancelled"]
     reason: str
     retryable: bool
     action_status: ActionStatus
+    progress: RunProgress | None
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state["progress"] = None
+
+
+class RunDeferred(ActionEvent):
+    """The Run could not start (its workspace was busy): ended, and its attempt given back."""
+
+    run_id: UUID
+    reason: str
+    attempt: int
+
+
+class InputQueued(ActionEvent):
+    """User input for the running Action, queued until a Run consumes it."""
+
+    input_id: UUID
+    text: str
+    run_id: UUID
+
+
+class InputConsumed(ActionEvent):
+    """A Run took queued input into its work."""
+
+    run_id: UUID
+    input_ids: tuple[UUID, ...]
 
 
 class ActionReset(ActionEvent):
     """A new generation in place (guidance, retry, resume): ready, attempt 0."""
 
-    reason: Literal["guided", "retried", "resumed"]
+    reason: Literal["guided", "retried", "resumed", "input"]
     context: tuple[ContextEntry, ...]
     contract_revision: int
     generation: int
@@ -272,7 +222,7 @@ class ActionClosed(ActionEvent):
 def status_after(event: ActionEvent) -> ActionStatus | None:
     """The Action's status right after ``event``; None when the event leaves it unchanged."""
     match event:
-        case ActionPlanned() | ActionReset():
+        case ActionPlanned() | ActionReset() | RunDeferred():
             return "ready"
         case RunClaimed():
             return "running"
@@ -375,8 +325,32 @@ def evolve(state: ActionState | None, event: ActionEvent) -> ActionState:
                     status=event.run_status,
                     ended_at=event.timestamp,
                     end_reason=event.reason,
+                    progress=event.progress,
                 ),
             }
+        case RunDeferred():
+            changes |= {
+                "status": "ready",
+                "attempt": event.attempt,
+                "current_run_id": None,
+                "runs": _update_run(
+                    state.runs,
+                    event.run_id,
+                    status="interrupted",
+                    ended_at=event.timestamp,
+                    end_reason=event.reason,
+                    deferred=True,
+                ),
+            }
+        case InputQueued():
+            queued = QueuedInput(id=event.input_id, text=event.text, queued_for_run_id=event.run_id)
+            changes["inputs"] = (*state.inputs, queued)
+        case InputConsumed():
+            consumed = set(event.input_ids)
+            changes["inputs"] = tuple(
+                i.model_copy(update={"consumed_by_run_id": event.run_id}) if i.id in consumed else i
+                for i in state.inputs
+            )
         case ActionReset():
             changes |= {
                 "status": "ready",
@@ -388,6 +362,7 @@ def evolve(state: ActionState | None, event: ActionEvent) -> ActionState:
                 "generation": event.generation,
                 "spec_hash": event.spec_hash,
                 "lease_epoch": event.lease_epoch,
+                "inputs": (),
                 "runs": _update_run(
                     state.runs,
                     event.ended_run_id,
@@ -401,6 +376,7 @@ def evolve(state: ActionState | None, event: ActionEvent) -> ActionState:
                 "status": event.status,
                 "current_run_id": None,
                 "lease_epoch": event.lease_epoch,
+                "inputs": (),
                 "runs": _update_run(
                     state.runs,
                     event.ended_run_id,
@@ -538,6 +514,7 @@ def interrupt(
     reason: str,
     at: datetime,
     run_status: Literal["interrupted", "superseded", "cancelled"] = "interrupted",
+    progress: RunProgress | None = None,
 ) -> list[ActionEvent]:
     retryable = auto_retry(state)
     emit = Emitter[ActionEvent].after(state, at)
@@ -548,6 +525,7 @@ def interrupt(
         reason=reason,
         retryable=retryable,
         action_status="ready" if retryable else "failed",
+        progress=progress,
     )
     return emit.events
 
@@ -555,7 +533,7 @@ def interrupt(
 def reset(
     state: ActionState,
     *,
-    reason: Literal["guided", "retried", "resumed"],
+    reason: Literal["guided", "retried", "resumed", "input"],
     add_context: tuple[ContextEntry, ...],
     contract_revision: int,
     at: datetime,

@@ -10,7 +10,7 @@ it (spec README, "conflict classes").
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Literal
 from uuid import UUID
@@ -21,6 +21,7 @@ from workcenter.domain import work_item as wi
 from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.unit import Unit
+from workcenter.domain.workflow import Stage, parse_stages
 
 TEXT_LIMIT = 8_000
 
@@ -56,9 +57,13 @@ def stage_brief(stage: str, item: wi.WorkItemState) -> act.Brief:
 def add_stage_action(
     unit: Unit, stage: str, context: tuple[act.ContextEntry, ...] = ()
 ) -> act.ActionState:
-    """Linear: insert the Action for ``stage`` and make it the current one."""
+    """Linear: insert the Action for ``stage``, with the stage's attempt limit, and
+    make it the current one."""
     action = unit.plan_action(
-        type=stage, brief=stage_brief(stage, unit.item), context=context, max_attempts=2
+        type=stage,
+        brief=stage_brief(stage, unit.item),
+        context=context,
+        max_attempts=unit.item.max_attempts_for(stage) or act.DEFAULT_MAX_ATTEMPTS,
     )
     unit.set_status("ready", action.id)
     return action
@@ -80,19 +85,23 @@ def create(
     work_item_id: UUID,
     mode: wi.Mode,
     contract: wi.Contract,
-    stages: tuple[str, ...] | None,
+    stages: Sequence[str | Mapping[str, object] | Stage] | None,
     start: bool,
     at: datetime,
     limits: rl.Limits | None = None,
 ) -> Unit:
-    stages = stages or wi.DEFAULT_STAGES if mode == "linear" else ()
-    if mode == "linear" and any(not s or s != s.strip().lower() for s in stages):
-        raise InvalidInput("linear stages must be lowercase slugs")
-    for index, stage in enumerate(stages):
-        if stage == "review" and all(s in ("review", "deliver") for s in stages[:index]):
-            raise InvalidInput("a review stage needs an earlier stage to return to")
+    """``stages`` (linear only) are names or ``{type, maxAttempts}`` objects."""
+    workflow = parse_stages(stages or wi.DEFAULT_STAGES) if mode == "linear" else ()
     unit = Unit.new_item(
-        wi.create(work_item_id=work_item_id, mode=mode, contract=contract, stages=stages, at=at), at
+        wi.create(
+            work_item_id=work_item_id,
+            mode=mode,
+            contract=contract,
+            stages=tuple(s.type for s in workflow),
+            stage_max_attempts=tuple(s.max_attempts for s in workflow),
+            at=at,
+        ),
+        at,
     )
     unit.apply_ledger(rl.open_ledger(work_item_id, at, limits))
     if start:
@@ -191,7 +200,7 @@ def resume(
     ledger_events = rl.resume(
         ledger,
         stopping_action_can_attempt=stopping is None
-        or len(stopping.runs) < ledger.effective_max_attempts(stopping.max_attempts),
+        or stopping.counted_attempts < ledger.effective_max_attempts(stopping.max_attempts),
         at=at,
     )
     unit = Unit(item, actions, at, ledger)

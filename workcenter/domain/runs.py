@@ -1,4 +1,4 @@
-"""Run commands (lifecycle.md 3.3 to 3.5): claim, renew, interrupt, finish, recover.
+"""Run commands (lifecycle.md 3.3 to 3.5): claim, renew, interrupt, defer, finish, recover.
 
 The lease epoch and boot id fence workers; the aggregate version only guards
 the write. Linear items follow the stage list; dynamic items derive their
@@ -14,8 +14,10 @@ from uuid import UUID
 from workcenter.domain import action as act
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
+from workcenter.domain.action_input import refuse_unconsumed
 from workcenter.domain.errors import CommandRefused, StaleRun
 from workcenter.domain.lifecycle import add_stage_action, prior_result
+from workcenter.domain.model import Emitter
 from workcenter.domain.outcome import NormalisedOutcome, RunReport, normalise
 from workcenter.domain.unit import Unit
 
@@ -61,7 +63,7 @@ def claim(
     stop = rl.can_attempt(
         ledger,
         action_id=action.id,
-        attempts=len(action.runs),
+        attempts=action.counted_attempts,
         original_max_attempts=action.max_attempts,
         at=at,
     )
@@ -79,18 +81,53 @@ def _settle_linear_interruption(unit: Unit, action: act.ActionState) -> None:
 
 
 def interrupt(
-    item: wi.WorkItemState, action: act.ActionState, ref: act.RunRef, *, reason: str, at: datetime
+    item: wi.WorkItemState,
+    action: act.ActionState,
+    ref: act.RunRef,
+    *,
+    reason: str,
+    at: datetime,
+    progress: act.RunProgress | None = None,
 ) -> Unit:
-    """The worker gives the Run up (LRF, expiry not checked)."""
+    """The worker gives the Run up (LRF, expiry not checked), recording the Run's
+    final ``progress`` (response, summary, counters) in the same write that
+    releases the lease."""
     run = act.live_run(action, ref, at=None)
     if item.status not in wi.ACTIVE:
         raise StaleRun()
     unit = Unit(item, {action.id: action}, at)
-    unit.apply_action(act.interrupt(action, run, reason=reason or "interrupted", at=at))
-    if item.mode == "linear":
+    unit.apply_action(
+        act.interrupt(action, run, reason=reason or "interrupted", at=at, progress=progress)
+    )
+    _settle_after_ended_run(unit, action)
+    return unit
+
+
+def _settle_after_ended_run(unit: Unit, action: act.ActionState) -> None:
+    if unit.item.mode == "linear":
         _settle_linear_interruption(unit, action)
     else:
         unit.derive_status()
+
+
+def defer(
+    item: wi.WorkItemState, action: act.ActionState, ref: act.RunRef, *, at: datetime
+) -> Unit:
+    """The Run cannot start because its workspace is busy (LRF+): it ends as deferred,
+    its attempt is given back, and the Action is ready to claim again."""
+    run = act.live_run(action, ref, at=at)
+    if item.status not in wi.ACTIVE:
+        raise StaleRun()
+    unit = Unit(item, {action.id: action}, at)
+    emit = Emitter[act.ActionEvent].after(action, at)
+    emit(
+        act.RunDeferred,
+        run_id=run.id,
+        reason=act.DEFERRED_REASON,
+        attempt=max(0, action.attempt - 1),
+    )
+    unit.apply_action(emit.events)
+    _settle_after_ended_run(unit, action)
     return unit
 
 
@@ -107,6 +144,7 @@ def finish(
     run = act.live_run(action, ref, at=at)
     if item.status not in wi.ACTIVE:
         raise StaleRun()
+    refuse_unconsumed(action)
     unit = Unit(item, {action.id: action}, at)
     if normalised.contract_patch is not None:
         _apply_patch(unit, normalised)
@@ -213,10 +251,7 @@ def recover(
     )
     if current:
         unit.apply_action(act.interrupt(action, run, reason=RECOVERED_REASON, at=at))
-        if item.mode == "linear":
-            _settle_linear_interruption(unit, action)
-        else:
-            unit.derive_status()
+        _settle_after_ended_run(unit, action)
         return unit
     status: Literal["cancelled", "superseded"] = (
         "cancelled" if item.status == "cancelled" else "superseded"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Literal
+from typing import Any, ClassVar, Literal
 from uuid import UUID
 
 from workcenter.domain.errors import CommandRefused, InvalidInput
@@ -87,6 +87,16 @@ class WorkItemState(AggregateState):
     # Mirrors the ResourceLedger's stop (saved in the same write), so commands that
     # do not load the ledger still know the item admits no claim.
     stopped: str | None = None
+    # Per stage (by position); empty in snapshots taken before stages had limits.
+    stage_max_attempts: tuple[int, ...] = ()
+
+    def max_attempts_for(self, stage: str) -> int | None:
+        """The attempt limit of a linear stage's Actions (None: the default)."""
+        if stage not in self.stages:
+            return None
+        index = self.stages.index(stage)
+        limits = self.stage_max_attempts
+        return limits[index] if index < len(limits) else None
 
     @property
     def next_sequence(self) -> int:
@@ -107,12 +117,21 @@ class WorkItemEvent(DomainEvent):
 
 
 class WorkItemCreated(WorkItemEvent):
+    """v2 adds each linear stage's attempt limit (ADR-0015); v1 stages all had 2."""
+
+    class_version: ClassVar[int] = 2
+
     mode: Mode
     title: str
     goal: str
     acceptance_criteria: tuple[str, ...]
     delivery_target: DeliveryTarget | None
     stages: tuple[str, ...]
+    stage_max_attempts: tuple[int, ...]
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state["stage_max_attempts"] = [2] * len(state["stages"])
 
 
 class TitleChanged(WorkItemEvent):
@@ -191,6 +210,7 @@ def evolve(state: WorkItemState | None, event: WorkItemEvent) -> WorkItemState:
             contract_revision=1,
             status="draft",
             stages=event.stages,
+            stage_max_attempts=event.stage_max_attempts,
             plan=(),
             current_action_id=None,
             final_result=None,
@@ -317,7 +337,13 @@ def validate_contract(
 
 
 def create(
-    *, work_item_id: UUID, mode: Mode, contract: Contract, stages: tuple[str, ...], at: datetime
+    *,
+    work_item_id: UUID,
+    mode: Mode,
+    contract: Contract,
+    stages: tuple[str, ...],
+    stage_max_attempts: tuple[int, ...],
+    at: datetime,
 ) -> list[WorkItemEvent]:
     emit = Emitter[WorkItemEvent](work_item_id, 0, at)
     emit(
@@ -328,6 +354,7 @@ def create(
         acceptance_criteria=contract.acceptance_criteria,
         delivery_target=contract.delivery_target,
         stages=stages if mode == "linear" else (),
+        stage_max_attempts=stage_max_attempts if mode == "linear" else (),
     )
     return emit.events
 

@@ -208,8 +208,10 @@ class AuditView(TrackedView):
         match event:
             case act.RunClaimed():
                 return Cause("worker", event.worker, event.boot_id)
-            case act.LeaseRenewed() | act.RunFinished():
+            case act.LeaseRenewed() | act.RunFinished() | act.RunDeferred() | act.InputConsumed():
                 return self._run_cause(c, event.run_id) or USER
+            case act.InputQueued():
+                return USER
             case act.RunInterrupted():
                 if event.reason in RECOVERY_REASONS:
                     return OPERATOR
@@ -299,7 +301,9 @@ class AuditView(TrackedView):
                     generation,
                 ),
             )
-        elif isinstance(event, act.LeaseRenewed | act.RunFinished | act.RunInterrupted):
+        elif isinstance(
+            event, act.LeaseRenewed | act.RunFinished | act.RunInterrupted | act.RunDeferred
+        ):
             row = self._one(
                 c, "SELECT generation FROM audit_runs WHERE run_id = ?", (event.run_id.hex,)
             )

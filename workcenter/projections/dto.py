@@ -37,6 +37,7 @@ from workcenter.projections.budget import (
 )
 from workcenter.projections.execution import (
     RunStats,
+    data_revision,
     execution_control,
     execution_stats,
 )
@@ -255,7 +256,12 @@ def _base(
         "executionStats": execution_stats(runs, ledger, whole_item=True, run_stats=run_stats),
     }
     if ledger is not None:
-        dto["executionControl"] = execution_control(ledger, ordered, now=now)
+        dto["executionControl"] = execution_control(
+            ledger,
+            ordered,
+            now=now,
+            data_revision=data_revision(item, ordered, ledger, now=now),
+        )
     if reason := _item_failure_reason(item, ordered, ledger):
         dto["failureReason"] = reason
     dto |= {

@@ -14,6 +14,8 @@ from uuid import UUID
 
 from workcenter.domain.action import ActionState, Run
 from workcenter.domain.resource_ledger import LedgerState, Reservation
+from workcenter.domain.run import counters_view
+from workcenter.domain.work_item import WorkItemState
 from workcenter.projections.sanitize import cnt, epoch_ms, sanitize_diagnostic, truncate_utf8
 
 STATS_KEYS: tuple[str, ...] = (
@@ -71,16 +73,16 @@ def execution_stats(
 ) -> dict[str, int]:
     """The eight stats keys over ``runs``, every value finite and >= 0.
 
-    Run sums come from ``run_stats`` (per-Run counters, keyed by Run id; Runs do not
-    record them yet, so they default to 0). With a ledger, ``llmRequestCount`` and the
-    token keys are *replaced* by the ledger's rows: for ``whole_item`` all of them
-    (Coordinator calls, reserved and unknown requests included), otherwise the rows
-    of these Runs. ``loopCount`` and ``toolCount`` stay Run sums.
+    Run sums come from ``run_stats`` (per-Run counters, keyed by Run id) or else from
+    what the Run recorded itself (an interrupted Run's final progress; else 0). With a
+    ledger, ``llmRequestCount`` and the token keys are *replaced* by the ledger's rows:
+    for ``whole_item`` all of them (Coordinator calls, reserved and unknown requests
+    included), otherwise the rows of these Runs. ``loopCount`` and ``toolCount`` stay Run sums.
     """
     run_list = list(runs)
     stats = dict.fromkeys(STATS_KEYS, 0)
     for run in run_list:
-        recorded = (run_stats or {}).get(run.id) or {}
+        recorded = (run_stats or {}).get(run.id) or counters_view(run)
         for key in STATS_KEYS:
             stats[key] += cnt(recorded.get(key))
     if ledger is not None:
@@ -132,6 +134,32 @@ def _stop_reason(ledger: LedgerState) -> dict[str, Any] | None:
     return reason
 
 
+def data_revision(
+    item: WorkItemState,
+    actions: Iterable[ActionState],
+    ledger: LedgerState,
+    *,
+    now: datetime,
+) -> int:
+    """``dataRevision``: computed from what the snapshot is served from, never stored.
+
+    Twice the sum of the versions of the item, all its Actions and its ledger, plus
+    the number of Runs still ``running`` whose lease has expired at ``now``. Every
+    event adds 2. A lease expiring (no event: a request goes from in flight to
+    unknown) adds 1, and the event that later ends that Run adds 2 while taking the
+    1 back. So the number rises with every change a browser can see (and with some
+    it cannot), and never falls while ``now`` does not go back (ADR-0015).
+    """
+    versions = item.version + ledger.version
+    expired = 0
+    for action in actions:
+        versions += action.version
+        run = action.current_run
+        if run is not None and run.status == "running" and run.expires_at <= now:
+            expired += 1
+    return 2 * versions + expired
+
+
 def execution_control(
     ledger: LedgerState,
     actions: Mapping[UUID, ActionState] | Iterable[ActionState],
@@ -143,7 +171,7 @@ def execution_control(
     """The ledger snapshot, whitelisted field by field, ``actionAttempts`` capped at 64.
 
     ``revision`` is the ledger's control version (what extend and resume expect).
-    ``dataRevision`` needs the previously served snapshot, so the caller supplies it.
+    ``dataRevision`` comes from the caller (``data_revision`` computes it from the states).
     ``in_flight_request_ids`` names Coordinator requests known to be in flight.
     """
     values = actions.values() if isinstance(actions, Mapping) else actions
@@ -159,7 +187,7 @@ def execution_control(
     attempts = [
         {
             "actionId": str(action.id),
-            "attempts": len(action.runs),
+            "attempts": action.counted_attempts,
             "originalMaxAttempts": cnt(action.max_attempts),
             "effectiveMaxAttempts": cnt(ledger.effective_max_attempts(action.max_attempts)),
         }

@@ -166,7 +166,10 @@ def response_view(action: ActionState) -> str | None:
     run = latest_finished_run(action)
     if run is None:
         return None
-    reply = (run.result.response or run.result.summary) if run.result is not None else ""
+    if run.result is not None:
+        reply = run.result.response or run.result.summary
+    else:  # a gracefully interrupted Run keeps what it had answered so far
+        reply = (run.progress.response or run.progress.summary) if run.progress else ""
     if reply.strip():
         return run_text(run, reply, RESPONSE_LIMIT)
     if run.status in _FAILED_RUN:

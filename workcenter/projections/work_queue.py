@@ -77,7 +77,7 @@ class WorkQueueView(TrackedView):
                 "UPDATE wq_runs SET expires_at = ? WHERE run_id = ?",
                 (_ts(event.expires_at), event.run_id.hex),
             )
-        elif isinstance(event, act.RunFinished | act.RunInterrupted):
+        elif isinstance(event, act.RunFinished | act.RunInterrupted | act.RunDeferred):
             c.execute("DELETE FROM wq_runs WHERE run_id = ?", (event.run_id.hex,))
         elif isinstance(event, act.ActionReset | act.ActionInvalidated) and event.ended_run_id:
             c.execute("DELETE FROM wq_runs WHERE run_id = ?", (event.ended_run_id.hex,))

@@ -1,0 +1,74 @@
+"""The workflow snapshot of a linear WorkItem (lifecycle.md 1.1): its stages, in
+order, each with the attempt limit its Action is planned with.
+
+Stages are given as names (``"implement"``) or as objects
+(``{"type": "implement", "maxAttempts": 3}``); the snapshot is frozen when the
+item is created.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from workcenter.domain.action import DEFAULT_MAX_ATTEMPTS
+from workcenter.domain.errors import InvalidInput
+from workcenter.domain.model import Immutable
+from workcenter.domain.run import encodable
+
+# The range the original clamps planned Actions to; a user's stage outside it is refused.
+MIN_STAGE_ATTEMPTS = 1
+MAX_STAGE_ATTEMPTS = 5
+MAX_STAGES = 32
+_STAGE_KEYS = frozenset({"type", "id", "maxAttempts", "max_attempts"})
+
+
+class Stage(Immutable):
+    type: str
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+
+
+def _slug(value: object) -> str:
+    if not isinstance(value, str) or not value or value != value.strip().lower():
+        raise InvalidInput("linear stages must be lowercase slugs")
+    return encodable(value, "a stage name")
+
+
+def _stage(raw: object) -> Stage:
+    if isinstance(raw, Stage):
+        return raw
+    if isinstance(raw, str):
+        return Stage(type=_slug(raw))
+    if not isinstance(raw, Mapping):
+        raise InvalidInput("a stage is a name or an object {type, maxAttempts}")
+    unknown = sorted(str(k) for k in raw if k not in _STAGE_KEYS)
+    if unknown:
+        raise InvalidInput(f"a stage has unknown fields: {', '.join(unknown)}")
+    names = {raw[k] for k in ("type", "id") if k in raw}
+    if len(names) != 1:
+        raise InvalidInput("a stage object needs its type (or id; both must agree)")
+    attempts = raw.get("maxAttempts", raw.get("max_attempts", DEFAULT_MAX_ATTEMPTS))
+    if (
+        isinstance(attempts, bool)
+        or not isinstance(attempts, int)
+        or not MIN_STAGE_ATTEMPTS <= attempts <= MAX_STAGE_ATTEMPTS
+    ):
+        raise InvalidInput(
+            f"a stage's maxAttempts must be an integer {MIN_STAGE_ATTEMPTS}..{MAX_STAGE_ATTEMPTS}"
+        )
+    return Stage(type=_slug(names.pop()), max_attempts=attempts)
+
+
+def parse_stages(raw: object) -> tuple[Stage, ...]:
+    """The stages as given, validated; refused (never repaired) when malformed."""
+    if isinstance(raw, str | bytes | Mapping) or not isinstance(raw, Sequence):
+        raise InvalidInput("stages must be a list of stage names or objects")
+    if not raw:
+        raise InvalidInput("a linear workflow needs at least one stage")
+    if len(raw) > MAX_STAGES:
+        raise InvalidInput(f"a linear workflow has at most {MAX_STAGES} stages")
+    stages = tuple(_stage(s) for s in raw)
+    names = [s.type for s in stages]
+    for index, name in enumerate(names):
+        if name == "review" and all(s in ("review", "deliver") for s in names[:index]):
+            raise InvalidInput("a review stage needs an earlier stage to return to")
+    return stages
