@@ -13,17 +13,21 @@ from uuid import UUID, uuid4
 
 from eventsourcing.persistence import IntegrityError
 
+from workcenter.adapters import event_log
 from workcenter.budget import BudgetCommands
 from workcenter.domain import action as act
+from workcenter.domain import actor as actors
 from workcenter.domain import lifecycle, planning, runs
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
+from workcenter.domain.actor import Actor
 from workcenter.domain.errors import InvalidInput, WorkcenterError
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.outcome import RunReport
 from workcenter.domain.unit import Unit
-from workcenter.projections.audit import DEFAULT_LIMIT, Audit, AuditRow
+from workcenter.projections import audit as audit_rows
+from workcenter.projections.audit import DEFAULT_LIMIT, AuditRow
 from workcenter.store import (
     SAVE_ATTEMPTS,
     SNAPSHOT_INTERVAL,
@@ -36,6 +40,7 @@ from workcenter.store import (
 
 __all__ = [
     "SNAPSHOT_INTERVAL",
+    "Actor",
     "Claim",
     "Clock",
     "EventStore",
@@ -75,6 +80,18 @@ class Claim:
             lease_epoch=self.lease_epoch,
         )
 
+    @property
+    def actor(self) -> Actor:
+        """The worker that holds the claim: who its renewals, finish and interrupt are by."""
+        return actors.worker(self.worker, self.boot_id)
+
+
+# Who a command is by when the caller does not say. Commands that only the
+# Coordinator issues default to it; plan_actions and complete stand in for its turns.
+BY_USER = actors.USER
+BY_COORDINATOR = actors.COORDINATOR
+BY_OPERATOR = actors.OPERATOR
+
 
 class WorkCenter(BudgetCommands):
     """The embeddable service: every command and read of Workcenter."""
@@ -84,13 +101,14 @@ class WorkCenter(BudgetCommands):
         work_item_id: UUID,
         expected_version: int | None,
         conflicts: tuple[type[DomainEvent], ...] | None,
-        decide: Callable[[wi.WorkItemState, dict[UUID, act.ActionState], datetime], Unit],
+        decide: Callable[[wi.WorkItemState, dict[UUID, act.ActionState], datetime, Actor], Unit],
         *statuses: str,
+        by: Actor,
     ) -> wi.WorkItemState:
         def attempt() -> Unit:
             item = self.work_item(work_item_id)
             self._check_expected(item, expected_version, conflicts)
-            return decide(item, self.actions(item, *statuses), self.clock.now())
+            return decide(item, self.actions(item, *statuses), self.clock.now(), by)
 
         return self._execute(attempt).item
 
@@ -107,8 +125,10 @@ class WorkCenter(BudgetCommands):
         stages: tuple[str, ...] | None = None,
         start: bool = False,
         limits: Mapping[str, int] | None = None,
+        actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
         """Create a WorkItem and its ResourceLedger (default limits, or ``limits``)."""
+        by = actors.resolve(actor, BY_USER)
         if mode not in ("dynamic", "linear"):
             raise InvalidInput(f"mode must be dynamic or linear, not {mode!r}")
         contract = wi.validate_contract(
@@ -124,6 +144,7 @@ class WorkCenter(BudgetCommands):
             stages=stages,
             start=start,
             at=self.clock.now(),
+            by=by,
             limits=self._limits(limits),
         )
         self._save(unit)
@@ -147,9 +168,10 @@ class WorkCenter(BudgetCommands):
         goal: str | None = None,
         acceptance_criteria: list[str] | tuple[str, ...] | None = None,
         delivery_target: str | EllipsisType | None = ...,
+        actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
         def decide(
-            item: wi.WorkItemState, actions: dict[UUID, act.ActionState], at: datetime
+            item: wi.WorkItemState, actions: dict[UUID, act.ActionState], at: datetime, by: Actor
         ) -> Unit:
             contract = wi.validate_contract(
                 title=item.title if title is None else title,
@@ -159,28 +181,43 @@ class WorkCenter(BudgetCommands):
                 ),
                 delivery_target=item.delivery_target if delivery_target is ... else delivery_target,
             )
-            return lifecycle.update_contract(item, actions, contract, at)
+            return lifecycle.update_contract(item, actions, contract, at, by)
 
         return self._item_command(
-            work_item_id, expected_version, lifecycle.UPDATE_CONFLICTS, decide, *act.OPEN_STATUSES
+            work_item_id,
+            expected_version,
+            lifecycle.UPDATE_CONFLICTS,
+            decide,
+            *act.OPEN_STATUSES,
+            by=actors.resolve(actor, BY_USER),
         )
 
-    def start(self, work_item_id: UUID, *, expected_version: int | None = None) -> wi.WorkItemState:
+    def start(
+        self,
+        work_item_id: UUID,
+        *,
+        expected_version: int | None = None,
+        actor: Actor | str | None = None,
+    ) -> wi.WorkItemState:
         return self._item_command(
             work_item_id,
             expected_version,
             lifecycle.START_CONFLICTS,
             lifecycle.start,
             *act.OPEN_STATUSES,
+            by=actors.resolve(actor, BY_USER),
         )
 
-    def cancel(self, work_item_id: UUID, *, reason: str = "") -> wi.WorkItemState:
+    def cancel(
+        self, work_item_id: UUID, *, reason: str = "", actor: Actor | str | None = None
+    ) -> wi.WorkItemState:
         return self._item_command(
             work_item_id,
             None,
             (),
-            lambda item, actions, at: lifecycle.cancel(item, actions, at, reason),
+            lambda item, actions, at, by: lifecycle.cancel(item, actions, at, reason, by),
             *act.OPEN_STATUSES,
+            by=actors.resolve(actor, BY_USER),
         )
 
     def resume(
@@ -189,8 +226,10 @@ class WorkCenter(BudgetCommands):
         *,
         expected_version: int,
         expected_ledger_version: int | None = None,
+        actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
         """Resume a cancelled item, or one its budget stopped (after extending it)."""
+        by = actors.resolve(actor, BY_USER)
 
         def attempt() -> Unit:
             item = self.work_item(work_item_id)
@@ -201,7 +240,7 @@ class WorkCenter(BudgetCommands):
             stopping = lifecycle.stopping_action_id(ledger)
             if stopping is not None and stopping not in actions:
                 actions[stopping] = self.action(stopping)
-            return lifecycle.resume(item, actions, ledger, self.clock.now())
+            return lifecycle.resume(item, actions, ledger, self.clock.now(), by)
 
         return self._execute(attempt).item
 
@@ -213,18 +252,21 @@ class WorkCenter(BudgetCommands):
         expected_version: int,
         expected_generation: int | None = None,
         answer: str = "",
+        actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
         return self._action_input(
             work_item_id,
             action_id,
             expected_version,
-            lambda item, actions, at: lifecycle.retry(
+            actors.resolve(actor, BY_USER),
+            lambda item, actions, at, by: lifecycle.retry(
                 item,
                 actions,
                 action_id=action_id,
                 expected_generation=expected_generation,
                 answer=answer,
                 at=at,
+                by=by,
             ),
         )
 
@@ -236,18 +278,21 @@ class WorkCenter(BudgetCommands):
         expected_version: int,
         expected_generation: int | None = None,
         guidance: str,
+        actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
         return self._action_input(
             work_item_id,
             action_id,
             expected_version,
-            lambda item, actions, at: lifecycle.guide(
+            actors.resolve(actor, BY_USER),
+            lambda item, actions, at, by: lifecycle.guide(
                 item,
                 actions,
                 action_id=action_id,
                 expected_generation=expected_generation,
                 guidance=guidance,
                 at=at,
+                by=by,
             ),
         )
 
@@ -256,17 +301,19 @@ class WorkCenter(BudgetCommands):
         work_item_id: UUID,
         action_id: UUID,
         expected_version: int,
-        decide: Callable[[wi.WorkItemState, dict[UUID, act.ActionState], datetime], Unit],
+        by: Actor,
+        decide: Callable[[wi.WorkItemState, dict[UUID, act.ActionState], datetime, Actor], Unit],
     ) -> wi.WorkItemState:
         """Retry and guidance: the open Actions plus the target, whatever its status."""
         return self._item_command(
             work_item_id,
             expected_version,
             lifecycle.ACTION_INPUT_CONFLICTS,
-            lambda item, actions, at: decide(
-                item, actions | {action_id: self.action(action_id)}, at
+            lambda item, actions, at, by: decide(
+                item, actions | {action_id: self.action(action_id)}, at, by
             ),
             *act.OPEN_STATUSES,
+            by=by,
         )
 
     def plan_actions(
@@ -279,7 +326,9 @@ class WorkCenter(BudgetCommands):
         supersede_action_ids: list[UUID] = (),  # type: ignore[assignment]
         goal_refs: Mapping[str, Any] | None = None,
         rationale: str = "",
+        actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
+        """A Coordinator turn's plan (its stand-in until there is a Coordinator)."""
         payload = {
             "actions": actions,
             "close_actions": close_actions,
@@ -291,27 +340,39 @@ class WorkCenter(BudgetCommands):
             work_item_id,
             expected_version,
             None,
-            lambda item, loaded, at: planning.plan_actions(item, loaded, payload, at=at),
+            lambda item, loaded, at, by: planning.plan_actions(item, loaded, payload, at=at, by=by),
+            by=actors.resolve(actor, BY_COORDINATOR),
         )
 
     def complete(
-        self, work_item_id: UUID, *, expected_version: int, completion: Mapping[str, Any]
+        self,
+        work_item_id: UUID,
+        *,
+        expected_version: int,
+        completion: Mapping[str, Any],
+        actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
+        """A Coordinator turn's completion (its stand-in until there is a Coordinator)."""
         return self._item_command(
             work_item_id,
             expected_version,
             None,
-            lambda item, loaded, at: planning.complete(item, loaded, completion, at=at),
+            lambda item, loaded, at, by: planning.complete(item, loaded, completion, at=at, by=by),
+            by=actors.resolve(actor, BY_COORDINATOR),
         )
 
     # --- Run commands ---------------------------------------------------------
 
-    def claim_next(self, worker: str, *, lease_seconds: float = 60.0) -> Claim | None:
+    def claim_next(
+        self, worker: str, *, lease_seconds: float = 60.0, actor: Actor | str | None = None
+    ) -> Claim | None:
         """Claim the oldest claimable Action, or return None when there is none.
 
         Candidates come from the work-queue read model; each is re-checked on its
         aggregates, and a stale candidate or a lost race moves on to the next.
+        The claim is by the worker ``worker@boot`` unless ``actor`` says otherwise.
         """
+        by = actors.resolve(actor, actors.worker(worker, self.boot_id))
         lease = timedelta(seconds=lease_seconds)
         self._catch_up_work_queue()
         seen: set[UUID] = set()
@@ -325,11 +386,11 @@ class WorkCenter(BudgetCommands):
                 if action_id in seen:
                     continue
                 seen.add(action_id)
-                claim = self._try_claim(action_id, worker, lease)
+                claim = self._try_claim(action_id, worker, lease, by)
                 if claim is not None:
                     return claim
 
-    def _try_claim(self, action_id: UUID, worker: str, lease: timedelta) -> Claim | None:
+    def _try_claim(self, action_id: UUID, worker: str, lease: timedelta, by: Actor) -> Claim | None:
         action = self.action(action_id)
         item = self.work_item(action.work_item_id)
         if runs.claimable(item, action) is not None:
@@ -342,6 +403,7 @@ class WorkCenter(BudgetCommands):
             boot_id=self.boot_id,
             lease=lease,
             at=self.clock.now(),
+            by=by,
         )
         try:
             self._save(unit)
@@ -368,14 +430,26 @@ class WorkCenter(BudgetCommands):
             attempt=claimed.attempt,
         )
 
-    def renew_lease(self, claim: Claim | act.RunRef, *, lease_seconds: float = 60.0) -> bool:
+    def renew_lease(
+        self,
+        claim: Claim | act.RunRef,
+        *,
+        lease_seconds: float = 60.0,
+        actor: Actor | str | None = None,
+    ) -> bool:
         """Extend the lease; False when the Run is no longer live (stop working on it)."""
         ref = claim.ref if isinstance(claim, Claim) else claim
+        chosen = actors.resolve(actor, BY_OPERATOR)  # refuse a bad actor before any load
         for _ in range(SAVE_ATTEMPTS):
             action = self.action(ref.action_id)
+            by = chosen if actor is not None else self._run_actor(claim, action)
             try:
                 events = act.renew(
-                    action, ref, lease=timedelta(seconds=lease_seconds), at=self.clock.now()
+                    action,
+                    ref,
+                    lease=timedelta(seconds=lease_seconds),
+                    at=self.clock.now(),
+                    by=by,
                 )
             except WorkcenterError:
                 return False
@@ -386,43 +460,74 @@ class WorkCenter(BudgetCommands):
             return True
         return False
 
+    @staticmethod
+    def _run_actor(claim: Claim | act.RunRef, action: act.ActionState) -> Actor:
+        """The worker a Run command is by: the claim's, else the one that claimed the Run."""
+        if isinstance(claim, Claim):
+            return claim.actor
+        run = action.run(claim.run_id)
+        # No such Run: the decision refuses the command, so nothing is recorded by anyone.
+        return actors.worker(run.worker, run.owner_boot_id) if run else BY_OPERATOR
+
     def _run_command(
         self,
         claim: Claim | act.RunRef,
-        decide: Callable[[wi.WorkItemState, act.ActionState, act.RunRef, datetime], Unit],
+        actor: Actor | str | None,
+        decide: Callable[[wi.WorkItemState, act.ActionState, act.RunRef, datetime, Actor], Unit],
     ) -> act.ActionState:
         ref = claim.ref if isinstance(claim, Claim) else claim
+        chosen = actors.resolve(actor, BY_OPERATOR)  # refuse a bad actor before any load
 
         def attempt() -> Unit:
             action = self.action(ref.action_id)
             item = self.work_item(action.work_item_id)
-            return decide(item, action, ref, self.clock.now())
+            by = chosen if actor is not None else self._run_actor(claim, action)
+            return decide(item, action, ref, self.clock.now(), by)
 
         return self._execute(attempt).action(ref.action_id)
 
     def finish_run(
-        self, claim: Claim | act.RunRef, report: RunReport | Mapping[str, Any]
+        self,
+        claim: Claim | act.RunRef,
+        report: RunReport | Mapping[str, Any],
+        *,
+        actor: Actor | str | None = None,
     ) -> act.ActionState:
-        """Record the Run's outcome: completed, waiting, retryable or failed."""
+        """Record the Run's outcome: completed, waiting, retryable or failed.
+
+        By the claim's worker unless ``actor`` says otherwise."""
         return self._run_command(
             claim,
-            lambda item, action, ref, at: runs.finish(
-                item, action, ref, dict(report) if isinstance(report, Mapping) else report, at=at
+            actor,
+            lambda item, action, ref, at, by: runs.finish(
+                item,
+                action,
+                ref,
+                dict(report) if isinstance(report, Mapping) else report,
+                at=at,
+                by=by,
             ),
         )
 
-    def interrupt(self, claim: Claim | act.RunRef, *, reason: str = "") -> act.ActionState:
+    def interrupt(
+        self, claim: Claim | act.RunRef, *, reason: str = "", actor: Actor | str | None = None
+    ) -> act.ActionState:
         return self._run_command(
             claim,
-            lambda item, action, ref, at: runs.interrupt(item, action, ref, reason=reason, at=at),
+            actor,
+            lambda item, action, ref, at, by: runs.interrupt(
+                item, action, ref, reason=reason, at=at, by=by
+            ),
         )
 
-    def recover(self, *, worker: str | None = None) -> list[UUID]:
+    def recover(self, *, worker: str | None = None, actor: Actor | str | None = None) -> list[UUID]:
         """End every Run whose lease expired or whose owner restarted (a new boot id).
 
         With ``worker``, only that worker's Runs are judged by boot id; without
         it, every Run from another boot is dead (one process owns all workers).
+        Recovery is the operator's unless ``actor`` says otherwise.
         """
+        by = actors.resolve(actor, BY_OPERATOR)
         self._catch_up_work_queue()
         recovered: list[UUID] = []
         for action_id, run_id, *_ in self.work_queue.live_runs():
@@ -432,9 +537,9 @@ class WorkCenter(BudgetCommands):
                 run = action.run(run_id)
                 at = self.clock.now()
                 if run is None or not runs.is_dead(run, boot_id=self.boot_id, worker=worker, at=at):
-                    return Unit(self.work_item(action.work_item_id), {}, at)
+                    return Unit(self.work_item(action.work_item_id), {}, at, by=by)
                 return runs.recover(
-                    self.work_item(action.work_item_id), action, run_id=run_id, at=at
+                    self.work_item(action.work_item_id), action, run_id=run_id, at=at, by=by
                 )
 
             if self._execute(attempt).events:
@@ -459,10 +564,12 @@ class WorkCenter(BudgetCommands):
     def action_history(self, action_id: UUID) -> list[DomainEvent]:
         return cast(list[DomainEvent], list(self.store.events.get(action_id)))
 
-    def _catch_up_audit(self) -> None:
-        """With inline projections off the audit view is as fresh as the runner made it."""
-        if self.inline_projections:
-            self.projections.catch_up(names=[Audit.name])
+    def _audit_rows(self, work_item_id: UUID, until: int | None = None) -> list[AuditRow]:
+        """Every row of the item from its streams in the event store (NotFound if none)."""
+        item = self.work_item(work_item_id)
+        streams = [item.id, *(e.action_id for e in item.plan), rl.ledger_id_for(item.id)]
+        events = event_log.streams_in_order(self.store, streams, until=until)
+        return audit_rows.audit_rows(item.id, events)
 
     def audit(
         self,
@@ -474,18 +581,15 @@ class WorkCenter(BudgetCommands):
         type: str | None = None,
         until: int | None = None,
     ) -> list[AuditRow]:
-        """The item's events (its Actions' and ledger's too) from the audit view, in
-        position order: the newest ``limit`` that match the filters (up to position
-        ``until``, if given)."""
-        self.work_item(work_item_id)
-        self._catch_up_audit()
-        return self.audit_view.events(
-            work_item_id,
+        """The item's events (its Actions' and ledger's too) read from the event store,
+        in position order: the newest ``limit`` that match the filters (up to position
+        ``until``, if given), each with the actor its command recorded."""
+        return audit_rows.select(
+            self._audit_rows(work_item_id, until),
             limit=limit,
             action_id=action_id,
             run_id=run_id,
             type=type,
-            max_position=until,
         )
 
     def state_at(
@@ -497,13 +601,12 @@ class WorkCenter(BudgetCommands):
         """
         if (version is None) == (at is None):
             raise InvalidInput("give exactly one of version or at")
-        self.work_item(work_item_id)
-        self._catch_up_audit()
-        position = self.audit_view.cut(work_item_id, version=version, at=at)
+        rows = self._audit_rows(work_item_id)
+        position = audit_rows.cut(rows, work_item_id, version=version, at=at)
         if position is None:
             when = f"version {version}" if version is not None else f"time {at}"
             raise InvalidInput(f"WorkItem {work_item_id} has no state at {when}")
-        versions = self.audit_view.versions_at(work_item_id, position)
+        versions = audit_rows.versions_at(rows, position)
         item = self.work_item(work_item_id, version=versions[("work_item", work_item_id)])
         actions = {
             e.action_id: self.action(e.action_id, version=versions[("action", e.action_id)])

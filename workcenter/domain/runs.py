@@ -14,6 +14,7 @@ from uuid import UUID
 from workcenter.domain import action as act
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
+from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, StaleRun
 from workcenter.domain.lifecycle import add_stage_action, prior_result
 from workcenter.domain.outcome import NormalisedOutcome, RunReport, normalise
@@ -48,6 +49,7 @@ def claim(
     boot_id: str,
     lease: timedelta,
     at: datetime,
+    by: Actor,
 ) -> Unit:
     """Start a Run, unless the ledger has no attempt left for the Action.
 
@@ -57,18 +59,19 @@ def claim(
     refusal = claimable(item, action)
     if refusal:
         raise CommandRefused(f"Cannot claim Action {action.id}: {refusal}")
-    unit = Unit(item, {action.id: action}, at, ledger)
+    unit = Unit(item, {action.id: action}, at, ledger, by=by)
     stop = rl.can_attempt(
         ledger,
         action_id=action.id,
         attempts=len(action.runs),
         original_max_attempts=action.max_attempts,
         at=at,
+        by=by,
     )
     if stop is not None:
         unit.apply_ledger(stop)
         return unit
-    unit.apply_action(act.claim(action, worker=worker, boot_id=boot_id, lease=lease, at=at))
+    unit.apply_action(act.claim(action, worker=worker, boot_id=boot_id, lease=lease, at=at, by=by))
     unit.set_status("running", action.id)
     return unit
 
@@ -79,14 +82,20 @@ def _settle_linear_interruption(unit: Unit, action: act.ActionState) -> None:
 
 
 def interrupt(
-    item: wi.WorkItemState, action: act.ActionState, ref: act.RunRef, *, reason: str, at: datetime
+    item: wi.WorkItemState,
+    action: act.ActionState,
+    ref: act.RunRef,
+    *,
+    reason: str,
+    at: datetime,
+    by: Actor,
 ) -> Unit:
     """The worker gives the Run up (LRF, expiry not checked)."""
     run = act.live_run(action, ref, at=None)
     if item.status not in wi.ACTIVE:
         raise StaleRun()
-    unit = Unit(item, {action.id: action}, at)
-    unit.apply_action(act.interrupt(action, run, reason=reason or "interrupted", at=at))
+    unit = Unit(item, {action.id: action}, at, by=by)
+    unit.apply_action(act.interrupt(action, run, reason=reason or "interrupted", at=at, by=by))
     if item.mode == "linear":
         _settle_linear_interruption(unit, action)
     else:
@@ -101,17 +110,18 @@ def finish(
     report: RunReport | dict[str, Any],
     *,
     at: datetime,
+    by: Actor,
 ) -> Unit:
     """Record a Run's terminal outcome (LRF+), then move the WorkItem on."""
     normalised = normalise(report, item=item, action=action)
     run = act.live_run(action, ref, at=at)
     if item.status not in wi.ACTIVE:
         raise StaleRun()
-    unit = Unit(item, {action.id: action}, at)
+    unit = Unit(item, {action.id: action}, at, by=by)
     if normalised.contract_patch is not None:
         _apply_patch(unit, normalised)
     unit.apply_action(
-        act.finish(action, run, outcome=normalised.outcome, result=normalised.result, at=at)
+        act.finish(action, run, outcome=normalised.outcome, result=normalised.result, at=at, by=by)
     )
     if item.mode == "dynamic":
         unit.derive_status()
@@ -199,12 +209,13 @@ def recover(
     *,
     run_id: UUID,
     at: datetime,
+    by: Actor,
 ) -> Unit:
     """End a Run whose process or lease is gone (lifecycle.md 3.5)."""
     run = action.run(run_id)
     if run is None or run.status != "running":
         raise CommandRefused(f"Run {run_id} is not running")
-    unit = Unit(item, {action.id: action}, at)
+    unit = Unit(item, {action.id: action}, at, by=by)
     current = (
         action.status == "running"
         and action.current_run_id == run.id
@@ -212,7 +223,7 @@ def recover(
         and item.status in wi.ACTIVE
     )
     if current:
-        unit.apply_action(act.interrupt(action, run, reason=RECOVERED_REASON, at=at))
+        unit.apply_action(act.interrupt(action, run, reason=RECOVERED_REASON, at=at, by=by))
         if item.mode == "linear":
             _settle_linear_interruption(unit, action)
         else:
@@ -223,7 +234,12 @@ def recover(
     )
     unit.apply_action(
         act.interrupt(
-            action, run, reason="no longer owns the current Action", at=at, run_status=status
+            action,
+            run,
+            reason="no longer owns the current Action",
+            at=at,
+            by=by,
+            run_status=status,
         )
     )
     if item.mode == "dynamic" and item.status in wi.ACTIVE:

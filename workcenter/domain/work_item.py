@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Literal
 from uuid import UUID
 
+from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.domain.model import AggregateState, DomainEvent, Emitter, Immutable
 
@@ -317,9 +318,15 @@ def validate_contract(
 
 
 def create(
-    *, work_item_id: UUID, mode: Mode, contract: Contract, stages: tuple[str, ...], at: datetime
+    *,
+    work_item_id: UUID,
+    mode: Mode,
+    contract: Contract,
+    stages: tuple[str, ...],
+    at: datetime,
+    by: Actor,
 ) -> list[WorkItemEvent]:
-    emit = Emitter[WorkItemEvent](work_item_id, 0, at)
+    emit = Emitter[WorkItemEvent](work_item_id, 0, at, by)
     emit(
         WorkItemCreated,
         mode=mode,
