@@ -85,10 +85,10 @@ def resolve(value: Actor | str | None, default: Actor) -> Actor:
     if value is None:
         value = default  # a default built from caller input (a worker name) is checked too
     if isinstance(value, str):
-        kind, _, ident = value.partition(":")
+        kind, colon, ident = value.partition(":")
         if kind not in ACTOR_KINDS:
             raise InvalidInput(f"actor {value!r}: kind must be one of {', '.join(ACTOR_KINDS)}")
-        value = Actor.model_construct(kind=kind, id=ident or kind)  # checked just below
+        value = Actor.model_construct(kind=kind, id=ident if colon else kind)  # checked just below
     if not isinstance(value, Actor) or not isinstance(value.id, str):
         raise InvalidInput(f"actor must be an Actor or 'kind:id' text, not {value!r}")
     problem = actor_problem(value)
