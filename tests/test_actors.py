@@ -29,6 +29,7 @@ from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic
 
 from workcenter.adapters.cli import cli
+from workcenter.adapters.worker import run_worker
 from workcenter.application import Actor, WorkCenter
 from workcenter.domain import actor as actors
 from workcenter.domain import work_item as wi
@@ -295,3 +296,14 @@ def test_a_bad_worker_name_is_refused_before_a_claim(wc: WorkCenter) -> None:
     plan(wc, create_dynamic(wc).id)
     with refused(wc, InvalidInput, "actor"):
         wc.claim_next("bad\nname")
+
+
+def test_the_worker_loop_records_its_own_recovery_as_its_worker(
+    db_path: Path, wc: WorkCenter, clock: FakeClock
+) -> None:
+    item = plan(wc, create_dynamic(wc).id, action_spec(maxAttempts=3))
+    claimed = claim(wc)  # boot-1, which then dies
+    with WorkCenter.open(db_path, clock=clock, boot_id="boot-2") as restarted:
+        run_worker(restarted, lambda _: report(), worker=WORKER, max_runs=0)
+        row = restarted.audit(item.id, run_id=claimed.run_id, type="RunInterrupted")[0]
+    assert (row.actor, row.actor_id) == ("worker", f"{WORKER}@boot-2")
