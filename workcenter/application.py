@@ -13,7 +13,7 @@ from uuid import UUID, uuid4
 
 from eventsourcing.persistence import IntegrityError
 
-from workcenter.adapters import event_log
+from workcenter import audit_trail
 from workcenter.budget import BudgetCommands
 from workcenter.domain import action as act
 from workcenter.domain import actor as actors
@@ -86,13 +86,6 @@ class Claim:
         return actors.worker(self.worker, self.boot_id)
 
 
-# Who a command is by when the caller does not say. Commands that only the
-# Coordinator issues default to it; plan_actions and complete stand in for its turns.
-BY_USER = actors.USER
-BY_COORDINATOR = actors.COORDINATOR
-BY_OPERATOR = actors.OPERATOR
-
-
 class WorkCenter(BudgetCommands):
     """The embeddable service: every command and read of Workcenter."""
 
@@ -128,7 +121,7 @@ class WorkCenter(BudgetCommands):
         actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
         """Create a WorkItem and its ResourceLedger (default limits, or ``limits``)."""
-        by = actors.resolve(actor, BY_USER)
+        by = actors.resolve(actor, actors.USER)
         if mode not in ("dynamic", "linear"):
             raise InvalidInput(f"mode must be dynamic or linear, not {mode!r}")
         contract = wi.validate_contract(
@@ -189,7 +182,7 @@ class WorkCenter(BudgetCommands):
             lifecycle.UPDATE_CONFLICTS,
             decide,
             *act.OPEN_STATUSES,
-            by=actors.resolve(actor, BY_USER),
+            by=actors.resolve(actor, actors.USER),
         )
 
     def start(
@@ -205,7 +198,7 @@ class WorkCenter(BudgetCommands):
             lifecycle.START_CONFLICTS,
             lifecycle.start,
             *act.OPEN_STATUSES,
-            by=actors.resolve(actor, BY_USER),
+            by=actors.resolve(actor, actors.USER),
         )
 
     def cancel(
@@ -217,7 +210,7 @@ class WorkCenter(BudgetCommands):
             (),
             lambda item, actions, at, by: lifecycle.cancel(item, actions, at, reason, by),
             *act.OPEN_STATUSES,
-            by=actors.resolve(actor, BY_USER),
+            by=actors.resolve(actor, actors.USER),
         )
 
     def resume(
@@ -229,7 +222,7 @@ class WorkCenter(BudgetCommands):
         actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
         """Resume a cancelled item, or one its budget stopped (after extending it)."""
-        by = actors.resolve(actor, BY_USER)
+        by = actors.resolve(actor, actors.USER)
 
         def attempt() -> Unit:
             item = self.work_item(work_item_id)
@@ -258,7 +251,7 @@ class WorkCenter(BudgetCommands):
             work_item_id,
             action_id,
             expected_version,
-            actors.resolve(actor, BY_USER),
+            actors.resolve(actor, actors.USER),
             lambda item, actions, at, by: lifecycle.retry(
                 item,
                 actions,
@@ -284,7 +277,7 @@ class WorkCenter(BudgetCommands):
             work_item_id,
             action_id,
             expected_version,
-            actors.resolve(actor, BY_USER),
+            actors.resolve(actor, actors.USER),
             lambda item, actions, at, by: lifecycle.guide(
                 item,
                 actions,
@@ -341,7 +334,7 @@ class WorkCenter(BudgetCommands):
             expected_version,
             None,
             lambda item, loaded, at, by: planning.plan_actions(item, loaded, payload, at=at, by=by),
-            by=actors.resolve(actor, BY_COORDINATOR),
+            by=actors.resolve(actor, actors.COORDINATOR),
         )
 
     def complete(
@@ -358,7 +351,7 @@ class WorkCenter(BudgetCommands):
             expected_version,
             None,
             lambda item, loaded, at, by: planning.complete(item, loaded, completion, at=at, by=by),
-            by=actors.resolve(actor, BY_COORDINATOR),
+            by=actors.resolve(actor, actors.COORDINATOR),
         )
 
     # --- Run commands ---------------------------------------------------------
@@ -439,10 +432,10 @@ class WorkCenter(BudgetCommands):
     ) -> bool:
         """Extend the lease; False when the Run is no longer live (stop working on it)."""
         ref = claim.ref if isinstance(claim, Claim) else claim
-        chosen = actors.resolve(actor, BY_OPERATOR)  # refuse a bad actor before any load
+        chosen = None if actor is None else actors.parse(actor)  # refused before any load
         for _ in range(SAVE_ATTEMPTS):
             action = self.action(ref.action_id)
-            by = chosen if actor is not None else self._run_actor(claim, action)
+            by = chosen or self._run_actor(claim, action)
             try:
                 events = act.renew(
                     action,
@@ -467,7 +460,7 @@ class WorkCenter(BudgetCommands):
             return claim.actor
         run = action.run(claim.run_id)
         # No such Run: the decision refuses the command, so nothing is recorded by anyone.
-        return actors.worker(run.worker, run.owner_boot_id) if run else BY_OPERATOR
+        return actors.worker(run.worker, run.owner_boot_id) if run else actors.OPERATOR
 
     def _run_command(
         self,
@@ -476,12 +469,12 @@ class WorkCenter(BudgetCommands):
         decide: Callable[[wi.WorkItemState, act.ActionState, act.RunRef, datetime, Actor], Unit],
     ) -> act.ActionState:
         ref = claim.ref if isinstance(claim, Claim) else claim
-        chosen = actors.resolve(actor, BY_OPERATOR)  # refuse a bad actor before any load
+        chosen = None if actor is None else actors.parse(actor)  # refused before any load
 
         def attempt() -> Unit:
             action = self.action(ref.action_id)
             item = self.work_item(action.work_item_id)
-            by = chosen if actor is not None else self._run_actor(claim, action)
+            by = chosen or self._run_actor(claim, action)
             return decide(item, action, ref, self.clock.now(), by)
 
         return self._execute(attempt).action(ref.action_id)
@@ -527,7 +520,7 @@ class WorkCenter(BudgetCommands):
         it, every Run from another boot is dead (one process owns all workers).
         Recovery is the operator's unless ``actor`` says otherwise.
         """
-        by = actors.resolve(actor, BY_OPERATOR)
+        by = actors.resolve(actor, actors.OPERATOR)
         self._catch_up_work_queue()
         recovered: list[UUID] = []
         for action_id, run_id, *_ in self.work_queue.live_runs():
@@ -564,13 +557,6 @@ class WorkCenter(BudgetCommands):
     def action_history(self, action_id: UUID) -> list[DomainEvent]:
         return cast(list[DomainEvent], list(self.store.events.get(action_id)))
 
-    def _audit_rows(self, work_item_id: UUID, until: int | None = None) -> list[AuditRow]:
-        """Every row of the item from its streams in the event store (NotFound if none)."""
-        item = self.work_item(work_item_id)
-        streams = [item.id, *(e.action_id for e in item.plan), rl.ledger_id_for(item.id)]
-        events = event_log.streams_in_order(self.store, streams, until=until)
-        return audit_rows.audit_rows(item.id, events)
-
     def audit(
         self,
         work_item_id: UUID,
@@ -585,7 +571,7 @@ class WorkCenter(BudgetCommands):
         in position order: the newest ``limit`` that match the filters (up to position
         ``until``, if given), each with the actor its command recorded."""
         return audit_rows.select(
-            self._audit_rows(work_item_id, until),
+            audit_trail.rows(self, work_item_id, until),
             limit=limit,
             action_id=action_id,
             run_id=run_id,
@@ -599,18 +585,4 @@ class WorkCenter(BudgetCommands):
 
         Each Action is loaded at its latest version written at or before the position.
         """
-        if (version is None) == (at is None):
-            raise InvalidInput("give exactly one of version or at")
-        rows = self._audit_rows(work_item_id)
-        position = audit_rows.cut(rows, work_item_id, version=version, at=at)
-        if position is None:
-            when = f"version {version}" if version is not None else f"time {at}"
-            raise InvalidInput(f"WorkItem {work_item_id} has no state at {when}")
-        versions = audit_rows.versions_at(rows, position)
-        item = self.work_item(work_item_id, version=versions[("work_item", work_item_id)])
-        actions = {
-            e.action_id: self.action(e.action_id, version=versions[("action", e.action_id)])
-            for e in item.plan
-            if ("action", e.action_id) in versions
-        }
-        return position, item, actions
+        return audit_trail.state_at(self, work_item_id, version=version, at=at)

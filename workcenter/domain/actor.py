@@ -79,16 +79,19 @@ def actor_problem(actor: Actor) -> str | None:
 
 
 def resolve(value: Actor | str | None, default: Actor) -> Actor:
-    """The actor a command records: ``default`` for None, an ``Actor``, or text
-    ``kind:id`` (``user:alice``, ``worker:w1@boot``) or a bare kind; InvalidInput
-    for anything else, before anything is decided."""
-    if value is None:
-        value = default  # a default built from caller input (a worker name) is checked too
+    """The actor a command records: ``default`` for None, else ``parse(value)``. A
+    default built from caller input (a worker's name) is checked too."""
+    return parse(default if value is None else value)
+
+
+def parse(value: Actor | str) -> Actor:
+    """An ``Actor``, or text ``kind:id`` (``user:alice``, ``worker:w1@boot``) or a bare
+    kind, checked; InvalidInput for anything else, before anything is decided."""
     if isinstance(value, str):
         kind, colon, ident = value.partition(":")
         if kind not in ACTOR_KINDS:
             raise InvalidInput(f"actor {value!r}: kind must be one of {', '.join(ACTOR_KINDS)}")
-        value = Actor.model_construct(kind=kind, id=ident if colon else kind)  # checked just below
+        value = Actor.model_construct(kind=kind, id=ident if colon else kind)  # checked below
     if not isinstance(value, Actor) or not isinstance(value.id, str):
         raise InvalidInput(f"actor must be an Actor or 'kind:id' text, not {value!r}")
     problem = actor_problem(value)
