@@ -2,21 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from workcenter.domain.errors import InvalidInput
 
 ActorKind = Literal["user", "coordinator", "worker", "operator", "system", "unknown"]
-ACTOR_KINDS: tuple[ActorKind, ...] = (
-    "user",
-    "coordinator",
-    "worker",
-    "operator",
-    "system",
-    "unknown",
-)
+ACTOR_KINDS: tuple[ActorKind, ...] = get_args(ActorKind)
 ACTOR_ID_LIMIT = 200
 
 
