@@ -262,6 +262,7 @@ def test_a_bad_actor_is_refused_and_writes_nothing(
 ) -> None:
     item = plan(wc, create_dynamic(wc).id, action_spec(maxAttempts=3))
     version = wc.work_item(item.id).version
+    action_id = item.plan[0].action_id
     commands = [
         lambda: wc.create_work_item(title="T", goal="G", actor=bad),
         lambda: wc.cancel(item.id, actor=bad),
@@ -277,6 +278,14 @@ def test_a_bad_actor_is_refused_and_writes_nothing(
             actor=bad,
         ),
         lambda: wc.record_coordinator_failure(item.id, turn_id="t", actor=bad),
+        lambda: wc.start(item.id, actor=bad),
+        lambda: wc.resume(item.id, expected_version=version, actor=bad),
+        lambda: wc.retry(item.id, action_id, expected_version=version, actor=bad),
+        lambda: wc.guide(item.id, action_id, expected_version=version, guidance="g", actor=bad),
+        lambda: wc.complete(item.id, expected_version=version, completion={}, actor=bad),
+        lambda: wc.settle_request(item.id, "r", usage=None, actor=bad),
+        lambda: wc.reserve_coordinator_request(item.id, turn_id="t", request={}, actor=bad),
+        lambda: wc.settle_coordinator_turn(item.id, "t", usage=None, actor=bad),
     ]
     for command in commands:
         with refused(wc, InvalidInput, "actor"):
