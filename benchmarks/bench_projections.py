@@ -43,6 +43,7 @@ from workcenter.domain import action as act
 from workcenter.domain import lifecycle
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
+from workcenter.domain.actor import USER, worker
 from workcenter.domain.outcome import normalise
 from workcenter.projections.detail import DetailView, build_detail
 
@@ -150,6 +151,9 @@ def bench_rebuild(directory: Path, items: int, repeat: int) -> dict[str, Any]:
 # --- 3: the detail DTO of a 200-action, 1,000-run item -----------------------------
 
 
+WORKER = worker("w1", "b")
+
+
 def big_item(actions: int, runs_per_action: int) -> tuple[list[Any], Any]:
     """The events of one item with ``actions`` Actions of ``runs_per_action`` Runs each,
     made by the domain's deciders (a Unit lifts the 64-Action planning cap)."""
@@ -166,6 +170,7 @@ def big_item(actions: int, runs_per_action: int) -> tuple[list[Any], Any]:
         stages=None,
         start=True,
         at=at,
+        by=USER,
         limits=rl.Limits(max_action_attempts=runs_per_action + 1),
     )
     for s in range(actions):
@@ -185,6 +190,7 @@ def big_item(actions: int, runs_per_action: int) -> tuple[list[Any], Any]:
                     boot_id="b",
                     lease=timedelta(seconds=60),
                     at=at,
+                    by=WORKER,
                 )
             )
             action = unit.action(action_id)
@@ -192,7 +198,9 @@ def big_item(actions: int, runs_per_action: int) -> tuple[list[Any], Any]:
             outcome = "completed" if n == runs_per_action - 1 else "retryable"
             result = normalise(_report(outcome, n), item=unit.item, action=action).result
             unit.apply_action(
-                act.finish(action, action.current_run, outcome=outcome, result=result, at=at)
+                act.finish(
+                    action, action.current_run, outcome=outcome, result=result, at=at, by=WORKER
+                )
             )
             unit.derive_status()
     return unit.events, unit

@@ -203,7 +203,6 @@ def test_rebuilding_every_read_model_from_zero_equals_the_live_views(
         # Eager views are current after every save; the detail view after a read.
         assert {n: lag for n, lag in lags(wc).items() if n != "detail"} == {
             "work_queue": 0,
-            "audit": 0,
         }
         wc.projections.catch_up()
         assert lags(wc) == dict.fromkeys(wc.projections.views, 0)
@@ -378,12 +377,12 @@ def test_a_write_racing_the_swap_is_not_lost(
 
     monkeypatch.setattr(lifecycle, "_swap", racing_swap)
     # An eager view: the save during the rebuild moves it on (the detail view is lazy).
-    [report_] = wc.rebuild_projection("audit")
+    [report_] = wc.rebuild_projection("work_queue")
     assert raced and report_.position == wc.event_count()
-    assert lags(wc)["audit"] == 0
+    assert lags(wc)["work_queue"] == 0
     monkeypatch.setattr(lifecycle, "_swap", real_swap)
     live = dumps(wc)
-    wc.rebuild_projection("audit")
+    wc.rebuild_projection("work_queue")
     assert dumps(wc) == live
 
 
@@ -433,14 +432,12 @@ def test_show_json_prints_the_detail_dto(db_path: Path) -> None:
     status = runner.invoke(cli, ["--db", str(db_path), "projections", "status", "--json"])
     assert {row["name"]: row["lag"] for row in orjson.loads(status.output)} == {
         "work_queue": 0,
-        "audit": 0,
         "detail": 0,
     }
     rebuilt = runner.invoke(cli, ["--db", str(db_path), "projections", "rebuild", "--json"])
     assert rebuilt.exit_code == 0, rebuilt.output
     assert {row["name"] for row in orjson.loads(rebuilt.output)} == {
         "work_queue",
-        "audit",
         "detail",
     }
     once = runner.invoke(cli, ["--db", str(db_path), "projections", "run", "--once"])

@@ -32,6 +32,7 @@ from conftest import (
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
+from workcenter.domain.actor import USER
 from workcenter.domain.errors import CommandRefused, InvalidInput, NotFound, VersionConflict
 
 DECIDE = {"messages": [{"role": "user", "content": "Decide"}], "max_tokens": 100}  # 117
@@ -215,7 +216,7 @@ def test_a_stream_sums_normalised_usage_per_key() -> None:
 
 
 def opened(**limits: int) -> rl.LedgerState:
-    state = rl.fold(None, rl.open_ledger(uuid.uuid4(), T0, rl.Limits(**limits)))
+    state = rl.fold(None, rl.open_ledger(uuid.uuid4(), T0, rl.Limits(**limits), by=USER))
     assert state is not None
     return state
 
@@ -242,6 +243,7 @@ def admit(
         estimated_tokens=tokens,
         item_active=active,
         at=T0,
+        by=USER,
     )
     return admission, then(state, admission.events)
 
@@ -310,7 +312,7 @@ def test_settle_a_reserved_request(
 ) -> None:
     _, state = admit(opened(), "a", 100)
     normalised = rl.normalize_usage(payload)
-    events = rl.settle(state, request_id="a", usage=normalised, complete=complete, at=T0)
+    events = rl.settle(state, request_id="a", usage=normalised, complete=complete, at=T0, by=USER)
     assert [type(e) for e in events] == [rl.RequestSettled]
     row = then(state, events).reservations["a"]
     assert (row.status, row.charged_tokens, row.usage, row.estimated_tokens) == (
@@ -324,14 +326,21 @@ def test_settle_a_reserved_request(
 def test_settle_no_ops() -> None:
     _, state = admit(opened(), "a", 100)
     total = rl.Usage(total_tokens=5)
-    assert rl.settle(state, request_id="nope", usage=total, complete=True, at=T0) == []
-    unknown = then(state, rl.settle(state, request_id="a", usage=None, complete=True, at=T0))
-    assert rl.settle(unknown, request_id="a", usage=None, complete=True, at=T0) == []
-    assert rl.settle(unknown, request_id="a", usage=None, complete=False, at=T0) == []
-    reported = then(unknown, rl.settle(unknown, request_id="a", usage=total, complete=True, at=T0))
+    assert rl.settle(state, request_id="nope", usage=total, complete=True, at=T0, by=USER) == []
+    unknown = then(
+        state, rl.settle(state, request_id="a", usage=None, complete=True, at=T0, by=USER)
+    )
+    assert rl.settle(unknown, request_id="a", usage=None, complete=True, at=T0, by=USER) == []
+    assert rl.settle(unknown, request_id="a", usage=None, complete=False, at=T0, by=USER) == []
+    reported = then(
+        unknown, rl.settle(unknown, request_id="a", usage=total, complete=True, at=T0, by=USER)
+    )
     assert reported.reservations["a"].status == "reported"
     for complete in (True, False):
-        assert rl.settle(reported, request_id="a", usage=total, complete=complete, at=T0) == []
+        assert (
+            rl.settle(reported, request_id="a", usage=total, complete=complete, at=T0, by=USER)
+            == []
+        )
 
 
 def test_backoff_doubles_from_one_to_256_seconds() -> None:
@@ -347,16 +356,20 @@ def test_can_attempt_effective_maximum() -> None:
     assert state.effective_max_attempts(5) == 3
     for attempts in (0, 1):
         gate = rl.can_attempt(
-            state, action_id=action, attempts=attempts, original_max_attempts=2, at=T0
+            state, action_id=action, attempts=attempts, original_max_attempts=2, at=T0, by=USER
         )
         assert gate is None
-    stop = rl.can_attempt(state, action_id=action, attempts=2, original_max_attempts=2, at=T0)
+    stop = rl.can_attempt(
+        state, action_id=action, attempts=2, original_max_attempts=2, at=T0, by=USER
+    )
     assert stop is not None
-    extended = then(state, rl.extend(state, {"max_action_attempts": 1}, T0))
+    extended = then(state, rl.extend(state, {"max_action_attempts": 1}, T0, by=USER))
     assert extended.attempts_extension == 1
     assert extended.effective_max_attempts(2) == 3
     assert extended.effective_max_attempts(5) == 4
-    gate = rl.can_attempt(extended, action_id=action, attempts=2, original_max_attempts=2, at=T0)
+    gate = rl.can_attempt(
+        extended, action_id=action, attempts=2, original_max_attempts=2, at=T0, by=USER
+    )
     assert gate is None
 
 

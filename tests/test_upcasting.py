@@ -66,7 +66,8 @@ def test_a_v1_lease_renewal_is_upcast_when_loaded(
         assert fresh.action(claimed.action_id) == renewed
         (row,) = fresh.audit(item.id, type="LeaseRenewed")
         assert row.payload["lease_seconds"] == 45.0
-        assert (row.actor, row.worker) == ("worker", claimed.worker)
+        # Stored before actors were recorded: the unknown actor, not a guess from the claim.
+        assert (row.actor, row.actor_id, row.worker) == ("unknown", "legacy", None)
         (live,) = fresh.work_queue.live_runs()
         assert live[4] == (clock.now() + timedelta(seconds=45)).timestamp()
         # The upcast Run is still live and can be renewed in the v2 shape.

@@ -13,18 +13,22 @@ from uuid import UUID, uuid4
 
 from eventsourcing.persistence import IntegrityError
 
+from workcenter import audit_trail
 from workcenter.budget import BudgetCommands
 from workcenter.domain import action as act
 from workcenter.domain import action_input, lifecycle, planning, runs
+from workcenter.domain import actor as actors
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
+from workcenter.domain.actor import Actor
 from workcenter.domain.errors import InvalidInput, WorkcenterError
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.outcome import RunReport
 from workcenter.domain.run import parse_progress
 from workcenter.domain.unit import Unit
-from workcenter.projections.audit import DEFAULT_LIMIT, Audit, AuditRow
+from workcenter.projections import audit as audit_rows
+from workcenter.projections.audit import DEFAULT_LIMIT, AuditRow
 from workcenter.run_side import RunSide
 from workcenter.store import (
     SAVE_ATTEMPTS,
@@ -38,6 +42,7 @@ from workcenter.store import (
 
 __all__ = [
     "SNAPSHOT_INTERVAL",
+    "Actor",
     "Claim",
     "Clock",
     "EventStore",
@@ -79,6 +84,11 @@ class Claim:
             lease_epoch=self.lease_epoch,
         )
 
+    @property
+    def actor(self) -> Actor:
+        """The worker that holds the claim: who its renewals, finish and interrupt are by."""
+        return actors.worker(self.worker, self.boot_id)
+
 
 class WorkCenter(BudgetCommands):
     """The embeddable service: every command and read of Workcenter."""
@@ -88,13 +98,14 @@ class WorkCenter(BudgetCommands):
         work_item_id: UUID,
         expected_version: int | None,
         conflicts: tuple[type[DomainEvent], ...] | None,
-        decide: Callable[[wi.WorkItemState, dict[UUID, act.ActionState], datetime], Unit],
+        decide: Callable[[wi.WorkItemState, dict[UUID, act.ActionState], datetime, Actor], Unit],
         *statuses: str,
+        by: Actor,
     ) -> wi.WorkItemState:
         def attempt() -> Unit:
             item = self.work_item(work_item_id)
             self._check_expected(item, expected_version, conflicts)
-            return decide(item, self.actions(item, *statuses), self.clock.now())
+            return decide(item, self.actions(item, *statuses), self.clock.now(), by)
 
         return self._execute(attempt).item
 
@@ -111,10 +122,12 @@ class WorkCenter(BudgetCommands):
         stages: Sequence[str | Mapping[str, Any]] | None = None,
         start: bool = False,
         limits: Mapping[str, int] | None = None,
+        actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
         """Create a WorkItem and its ResourceLedger (default limits, or ``limits``).
 
         A linear item's ``stages`` are names or ``{"type", "maxAttempts"}`` objects."""
+        by = actors.resolve(actor, actors.USER)
         if mode not in ("dynamic", "linear"):
             raise InvalidInput(f"mode must be dynamic or linear, not {mode!r}")
         contract = wi.validate_contract(
@@ -130,6 +143,7 @@ class WorkCenter(BudgetCommands):
             stages=stages,
             start=start,
             at=self.clock.now(),
+            by=by,
             limits=self._limits(limits),
         )
         self._save(unit)
@@ -153,9 +167,10 @@ class WorkCenter(BudgetCommands):
         goal: str | None = None,
         acceptance_criteria: list[str] | tuple[str, ...] | None = None,
         delivery_target: str | EllipsisType | None = ...,
+        actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
         def decide(
-            item: wi.WorkItemState, actions: dict[UUID, act.ActionState], at: datetime
+            item: wi.WorkItemState, actions: dict[UUID, act.ActionState], at: datetime, by: Actor
         ) -> Unit:
             contract = wi.validate_contract(
                 title=item.title if title is None else title,
@@ -165,28 +180,43 @@ class WorkCenter(BudgetCommands):
                 ),
                 delivery_target=item.delivery_target if delivery_target is ... else delivery_target,
             )
-            return lifecycle.update_contract(item, actions, contract, at)
+            return lifecycle.update_contract(item, actions, contract, at, by)
 
         return self._item_command(
-            work_item_id, expected_version, lifecycle.UPDATE_CONFLICTS, decide, *act.OPEN_STATUSES
+            work_item_id,
+            expected_version,
+            lifecycle.UPDATE_CONFLICTS,
+            decide,
+            *act.OPEN_STATUSES,
+            by=actors.resolve(actor, actors.USER),
         )
 
-    def start(self, work_item_id: UUID, *, expected_version: int | None = None) -> wi.WorkItemState:
+    def start(
+        self,
+        work_item_id: UUID,
+        *,
+        expected_version: int | None = None,
+        actor: Actor | str | None = None,
+    ) -> wi.WorkItemState:
         return self._item_command(
             work_item_id,
             expected_version,
             lifecycle.START_CONFLICTS,
             lifecycle.start,
             *act.OPEN_STATUSES,
+            by=actors.resolve(actor, actors.USER),
         )
 
-    def cancel(self, work_item_id: UUID, *, reason: str = "") -> wi.WorkItemState:
+    def cancel(
+        self, work_item_id: UUID, *, reason: str = "", actor: Actor | str | None = None
+    ) -> wi.WorkItemState:
         return self._item_command(
             work_item_id,
             None,
             (),
-            lambda item, actions, at: lifecycle.cancel(item, actions, at, reason),
+            lambda item, actions, at, by: lifecycle.cancel(item, actions, at, reason, by),
             *act.OPEN_STATUSES,
+            by=actors.resolve(actor, actors.USER),
         )
 
     def resume(
@@ -195,8 +225,10 @@ class WorkCenter(BudgetCommands):
         *,
         expected_version: int,
         expected_ledger_version: int | None = None,
+        actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
         """Resume a cancelled item, or one its budget stopped (after extending it)."""
+        by = actors.resolve(actor, actors.USER)
 
         def attempt() -> Unit:
             item = self.work_item(work_item_id)
@@ -207,7 +239,7 @@ class WorkCenter(BudgetCommands):
             stopping = lifecycle.stopping_action_id(ledger)
             if stopping is not None and stopping not in actions:
                 actions[stopping] = self.action(stopping)
-            return lifecycle.resume(item, actions, ledger, self.clock.now())
+            return lifecycle.resume(item, actions, ledger, self.clock.now(), by)
 
         return self._execute(attempt).item
 
@@ -219,18 +251,21 @@ class WorkCenter(BudgetCommands):
         expected_version: int,
         expected_generation: int | None = None,
         answer: str = "",
+        actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
         return self._action_input(
             work_item_id,
             action_id,
             expected_version,
-            lambda item, actions, at: lifecycle.retry(
+            actors.resolve(actor, actors.USER),
+            lambda item, actions, at, by: lifecycle.retry(
                 item,
                 actions,
                 action_id=action_id,
                 expected_generation=expected_generation,
                 answer=answer,
                 at=at,
+                by=by,
             ),
         )
 
@@ -242,18 +277,21 @@ class WorkCenter(BudgetCommands):
         expected_version: int,
         expected_generation: int | None = None,
         guidance: str,
+        actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
         return self._action_input(
             work_item_id,
             action_id,
             expected_version,
-            lambda item, actions, at: lifecycle.guide(
+            actors.resolve(actor, actors.USER),
+            lambda item, actions, at, by: lifecycle.guide(
                 item,
                 actions,
                 action_id=action_id,
                 expected_generation=expected_generation,
                 guidance=guidance,
                 at=at,
+                by=by,
             ),
         )
 
@@ -262,17 +300,19 @@ class WorkCenter(BudgetCommands):
         work_item_id: UUID,
         action_id: UUID,
         expected_version: int,
-        decide: Callable[[wi.WorkItemState, dict[UUID, act.ActionState], datetime], Unit],
+        by: Actor,
+        decide: Callable[[wi.WorkItemState, dict[UUID, act.ActionState], datetime, Actor], Unit],
     ) -> wi.WorkItemState:
         """Retry and guidance: the open Actions plus the target, whatever its status."""
         return self._item_command(
             work_item_id,
             expected_version,
             lifecycle.ACTION_INPUT_CONFLICTS,
-            lambda item, actions, at: decide(
-                item, actions | {action_id: self.action(action_id)}, at
+            lambda item, actions, at, by: decide(
+                item, actions | {action_id: self.action(action_id)}, at, by
             ),
             *act.OPEN_STATUSES,
+            by=by,
         )
 
     def add_input(
@@ -284,9 +324,11 @@ class WorkCenter(BudgetCommands):
         expected_generation: int,
         text: str,
         expected_run_id: UUID | None = None,
+        actor: Actor | str | None = None,
     ) -> act.ActionState:
         """Send input to a ready Action (a new generation) or to the Run of a running one
         (queued for it; refused if that Run, its generation or its lease is stale)."""
+        by = actors.resolve(actor, actors.USER)
         if not isinstance(work_item_id, UUID) or not isinstance(action_id, UUID):
             raise InvalidInput("work_item_id and action_id must be ids")
         if isinstance(expected_generation, bool) or not isinstance(expected_generation, int):
@@ -298,7 +340,7 @@ class WorkCenter(BudgetCommands):
             work_item_id,
             expected_version,
             action_input.INPUT_CONFLICTS,
-            lambda item, actions, at: action_input.add_input(
+            lambda item, actions, at, by: action_input.add_input(
                 item,
                 actions | {action_id: self.action(action_id)},
                 action_id=action_id,
@@ -307,8 +349,10 @@ class WorkCenter(BudgetCommands):
                 expected_generation=expected_generation,
                 expected_run_id=expected_run_id,
                 at=at,
+                by=by,
             ),
             *act.OPEN_STATUSES,
+            by=by,
         )
         return self.action(action_id)
 
@@ -322,7 +366,9 @@ class WorkCenter(BudgetCommands):
         supersede_action_ids: list[UUID] = (),  # type: ignore[assignment]
         goal_refs: Mapping[str, Any] | None = None,
         rationale: str = "",
+        actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
+        """A Coordinator turn's plan (its stand-in until there is a Coordinator)."""
         payload = {
             "actions": actions,
             "close_actions": close_actions,
@@ -334,27 +380,39 @@ class WorkCenter(BudgetCommands):
             work_item_id,
             expected_version,
             None,
-            lambda item, loaded, at: planning.plan_actions(item, loaded, payload, at=at),
+            lambda item, loaded, at, by: planning.plan_actions(item, loaded, payload, at=at, by=by),
+            by=actors.resolve(actor, actors.COORDINATOR),
         )
 
     def complete(
-        self, work_item_id: UUID, *, expected_version: int, completion: Mapping[str, Any]
+        self,
+        work_item_id: UUID,
+        *,
+        expected_version: int,
+        completion: Mapping[str, Any],
+        actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
+        """A Coordinator turn's completion (its stand-in until there is a Coordinator)."""
         return self._item_command(
             work_item_id,
             expected_version,
             None,
-            lambda item, loaded, at: planning.complete(item, loaded, completion, at=at),
+            lambda item, loaded, at, by: planning.complete(item, loaded, completion, at=at, by=by),
+            by=actors.resolve(actor, actors.COORDINATOR),
         )
 
     # --- Run commands ---------------------------------------------------------
 
-    def claim_next(self, worker: str, *, lease_seconds: float = 60.0) -> Claim | None:
+    def claim_next(
+        self, worker: str, *, lease_seconds: float = 60.0, actor: Actor | str | None = None
+    ) -> Claim | None:
         """Claim the oldest claimable Action, or return None when there is none.
 
         Candidates come from the work-queue read model; each is re-checked on its
         aggregates, and a stale candidate or a lost race moves on to the next.
+        The claim is by the worker ``worker@boot`` unless ``actor`` says otherwise.
         """
+        by = actors.resolve(actor, actors.worker(worker, self.boot_id))
         lease = timedelta(seconds=lease_seconds)
         self._catch_up_work_queue()
         seen: set[UUID] = set()
@@ -368,11 +426,11 @@ class WorkCenter(BudgetCommands):
                 if action_id in seen:
                     continue
                 seen.add(action_id)
-                claim = self._try_claim(action_id, worker, lease)
+                claim = self._try_claim(action_id, worker, lease, by)
                 if claim is not None:
                     return claim
 
-    def _try_claim(self, action_id: UUID, worker: str, lease: timedelta) -> Claim | None:
+    def _try_claim(self, action_id: UUID, worker: str, lease: timedelta, by: Actor) -> Claim | None:
         action = self.action(action_id)
         item = self.work_item(action.work_item_id)
         if runs.claimable(item, action) is not None:
@@ -385,6 +443,7 @@ class WorkCenter(BudgetCommands):
             boot_id=self.boot_id,
             lease=lease,
             at=self.clock.now(),
+            by=by,
         )
         try:
             self._save(unit)
@@ -412,14 +471,26 @@ class WorkCenter(BudgetCommands):
             inputs=claimed.unconsumed_inputs,
         )
 
-    def renew_lease(self, claim: Claim | act.RunRef, *, lease_seconds: float = 60.0) -> bool:
+    def renew_lease(
+        self,
+        claim: Claim | act.RunRef,
+        *,
+        lease_seconds: float = 60.0,
+        actor: Actor | str | None = None,
+    ) -> bool:
         """Extend the lease; False when the Run is no longer live (stop working on it)."""
         ref = claim.ref if isinstance(claim, Claim) else claim
+        chosen = None if actor is None else actors.parse(actor)  # refused before any load
         for _ in range(SAVE_ATTEMPTS):
             action = self.action(ref.action_id)
+            by = chosen or self._run_actor(claim, action)
             try:
                 events = act.renew(
-                    action, ref, lease=timedelta(seconds=lease_seconds), at=self.clock.now()
+                    action,
+                    ref,
+                    lease=timedelta(seconds=lease_seconds),
+                    at=self.clock.now(),
+                    by=by,
                 )
             except WorkcenterError:
                 return False
@@ -430,28 +501,52 @@ class WorkCenter(BudgetCommands):
             return True
         return False
 
+    @staticmethod
+    def _run_actor(claim: Claim | act.RunRef, action: act.ActionState) -> Actor:
+        """The worker a Run command is by: the claim's, else the one that claimed the Run."""
+        if isinstance(claim, Claim):
+            return claim.actor
+        run = action.run(claim.run_id)
+        # No such Run: the decision refuses the command, so nothing is recorded by anyone.
+        return actors.worker(run.worker, run.owner_boot_id) if run else actors.OPERATOR
+
     def _run_command(
         self,
         claim: Claim | act.RunRef,
-        decide: Callable[[wi.WorkItemState, act.ActionState, act.RunRef, datetime], Unit],
+        actor: Actor | str | None,
+        decide: Callable[[wi.WorkItemState, act.ActionState, act.RunRef, datetime, Actor], Unit],
     ) -> act.ActionState:
         ref = claim.ref if isinstance(claim, Claim) else claim
+        chosen = None if actor is None else actors.parse(actor)  # refused before any load
 
         def attempt() -> Unit:
             action = self.action(ref.action_id)
             item = self.work_item(action.work_item_id)
-            return decide(item, action, ref, self.clock.now())
+            by = chosen or self._run_actor(claim, action)
+            return decide(item, action, ref, self.clock.now(), by)
 
         return self._execute(attempt).action(ref.action_id)
 
     def finish_run(
-        self, claim: Claim | act.RunRef, report: RunReport | Mapping[str, Any]
+        self,
+        claim: Claim | act.RunRef,
+        report: RunReport | Mapping[str, Any],
+        *,
+        actor: Actor | str | None = None,
     ) -> act.ActionState:
-        """Record the Run's outcome: completed, waiting, retryable or failed."""
+        """Record the Run's outcome: completed, waiting, retryable or failed.
+
+        By the claim's worker unless ``actor`` says otherwise."""
         return self._run_command(
             claim,
-            lambda item, action, ref, at: runs.finish(
-                item, action, ref, dict(report) if isinstance(report, Mapping) else report, at=at
+            actor,
+            lambda item, action, ref, at, by: runs.finish(
+                item,
+                action,
+                ref,
+                dict(report) if isinstance(report, Mapping) else report,
+                at=at,
+                by=by,
             ),
         )
 
@@ -461,14 +556,17 @@ class WorkCenter(BudgetCommands):
         *,
         reason: str = "",
         progress: act.RunProgress | Mapping[str, Any] | None = None,
+        actor: Actor | str | None = None,
     ) -> act.ActionState:
         """Give the Run up gracefully; ``progress`` ({summary, response, stats}) is its
-        final response and execution stats, recorded as the lease is released."""
+        final response and execution stats, recorded as the lease is released. By the
+        claim's worker unless ``actor`` says otherwise."""
         final = parse_progress(progress)
         return self._run_command(
             claim,
-            lambda item, action, ref, at: runs.interrupt(
-                item, action, ref, reason=reason, at=at, progress=final
+            actor,
+            lambda item, action, ref, at, by: runs.interrupt(
+                item, action, ref, reason=reason, at=at, by=by, progress=final
             ),
         )
 
@@ -476,24 +574,32 @@ class WorkCenter(BudgetCommands):
     def _run_side(self) -> RunSide:
         return RunSide(self)
 
-    def defer(self, claim: Claim | act.RunRef) -> act.ActionState:
+    def defer(
+        self, claim: Claim | act.RunRef, *, actor: Actor | str | None = None
+    ) -> act.ActionState:
         """The workspace is busy: end the Run as deferred and give its attempt back."""
-        return self._run_side.defer(claim)
+        return self._run_side.defer(claim, actor)
 
     def pending_input(self, claim: Claim | act.RunRef) -> tuple[act.QueuedInput, ...]:
         return self._run_side.pending_input(claim)
 
     def consume_input(
-        self, claim: Claim | act.RunRef, input_ids: Sequence[UUID]
+        self,
+        claim: Claim | act.RunRef,
+        input_ids: Sequence[UUID],
+        *,
+        actor: Actor | str | None = None,
     ) -> act.ActionState:
-        return self._run_side.consume_input(claim, input_ids)
+        return self._run_side.consume_input(claim, input_ids, actor)
 
-    def recover(self, *, worker: str | None = None) -> list[UUID]:
+    def recover(self, *, worker: str | None = None, actor: Actor | str | None = None) -> list[UUID]:
         """End every Run whose lease expired or whose owner restarted (a new boot id).
 
         With ``worker``, only that worker's Runs are judged by boot id; without
         it, every Run from another boot is dead (one process owns all workers).
+        Recovery is the operator's unless ``actor`` says otherwise.
         """
+        by = actors.resolve(actor, actors.OPERATOR)
         self._catch_up_work_queue()
         recovered: list[UUID] = []
         for action_id, run_id, *_ in self.work_queue.live_runs():
@@ -503,9 +609,9 @@ class WorkCenter(BudgetCommands):
                 run = action.run(run_id)
                 at = self.clock.now()
                 if run is None or not runs.is_dead(run, boot_id=self.boot_id, worker=worker, at=at):
-                    return Unit(self.work_item(action.work_item_id), {}, at)
+                    return Unit(self.work_item(action.work_item_id), {}, at, by=by)
                 return runs.recover(
-                    self.work_item(action.work_item_id), action, run_id=run_id, at=at
+                    self.work_item(action.work_item_id), action, run_id=run_id, at=at, by=by
                 )
 
             if self._execute(attempt).events:
@@ -530,11 +636,6 @@ class WorkCenter(BudgetCommands):
     def action_history(self, action_id: UUID) -> list[DomainEvent]:
         return cast(list[DomainEvent], list(self.store.events.get(action_id)))
 
-    def _catch_up_audit(self) -> None:
-        """With inline projections off the audit view is as fresh as the runner made it."""
-        if self.inline_projections:
-            self.projections.catch_up(names=[Audit.name])
-
     def audit(
         self,
         work_item_id: UUID,
@@ -545,18 +646,15 @@ class WorkCenter(BudgetCommands):
         type: str | None = None,
         until: int | None = None,
     ) -> list[AuditRow]:
-        """The item's events (its Actions' and ledger's too) from the audit view, in
-        position order: the newest ``limit`` that match the filters (up to position
-        ``until``, if given)."""
-        self.work_item(work_item_id)
-        self._catch_up_audit()
-        return self.audit_view.events(
-            work_item_id,
+        """The item's events (its Actions' and ledger's too) read from the event store,
+        in position order: the newest ``limit`` that match the filters (up to position
+        ``until``, if given), each with the actor its command recorded."""
+        return audit_rows.select(
+            audit_trail.rows(self, work_item_id, until),
             limit=limit,
             action_id=action_id,
             run_id=run_id,
             type=type,
-            max_position=until,
         )
 
     def state_at(
@@ -566,19 +664,4 @@ class WorkCenter(BudgetCommands):
 
         Each Action is loaded at its latest version written at or before the position.
         """
-        if (version is None) == (at is None):
-            raise InvalidInput("give exactly one of version or at")
-        self.work_item(work_item_id)
-        self._catch_up_audit()
-        position = self.audit_view.cut(work_item_id, version=version, at=at)
-        if position is None:
-            when = f"version {version}" if version is not None else f"time {at}"
-            raise InvalidInput(f"WorkItem {work_item_id} has no state at {when}")
-        versions = self.audit_view.versions_at(work_item_id, position)
-        item = self.work_item(work_item_id, version=versions[("work_item", work_item_id)])
-        actions = {
-            e.action_id: self.action(e.action_id, version=versions[("action", e.action_id)])
-            for e in item.plan
-            if ("action", e.action_id) in versions
-        }
-        return position, item, actions
+        return audit_trail.state_at(self, work_item_id, version=version, at=at)

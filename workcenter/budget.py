@@ -8,14 +8,19 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from workcenter.domain import actor as actors
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
+from workcenter.domain.actor import Actor
 from workcenter.domain.errors import NotFound
 from workcenter.domain.unit import Unit
 from workcenter.store import Store
 
 
 class BudgetCommands(Store):
+    """Requests are by the user (the embedding caller) unless ``actor`` names the
+    worker or Coordinator that makes them; Coordinator turns default to it."""
+
     def _ledger_command(
         self,
         work_item_id: UUID,
@@ -35,12 +40,15 @@ class BudgetCommands(Store):
         kind: rl.RequestKind = "action",
         run_id: UUID | None = None,
         request_id: str | None = None,
+        actor: Actor | str | None = None,
     ) -> rl.Admission:
         """Admit one LLM request before it is sent, at its estimated cost.
 
         A denial is returned (and a stopping denial saved); the caller must not
         send the request. Only a stop writes the WorkItem too.
         """
+        default = actors.COORDINATOR if kind == "coordinator" else actors.USER
+        by = actors.resolve(actor, default)
         request_id = request_id or uuid.uuid4().hex
         estimate = rl.estimate_tokens(request)
         return self._admit(
@@ -53,7 +61,9 @@ class BudgetCommands(Store):
                 estimated_tokens=estimate,
                 item_active=active,
                 at=at,
+                by=by,
             ),
+            by,
         )
 
     def settle_request(
@@ -63,21 +73,30 @@ class BudgetCommands(Store):
         *,
         usage: Mapping[str, Any] | rl.Usage | None,
         complete: bool = True,
+        actor: Actor | str | None = None,
     ) -> bool:
         """Record what a request cost; False when there was nothing to settle."""
+        by = actors.resolve(actor, actors.USER)
         return self._settle(
             work_item_id,
             usage,
             lambda ledger, normalised, at: rl.settle(
-                ledger, request_id=request_id, usage=normalised, complete=complete, at=at
+                ledger, request_id=request_id, usage=normalised, complete=complete, at=at, by=by
             ),
+            by,
         )
 
     def reserve_coordinator_request(
-        self, work_item_id: UUID, *, turn_id: str, request: Mapping[str, Any]
+        self,
+        work_item_id: UUID,
+        *,
+        turn_id: str,
+        request: Mapping[str, Any],
+        actor: Actor | str | None = None,
     ) -> rl.Admission:
         """Admit a Coordinator provider request of turn ``turn_id`` (a repeat is a hidden
         retry: a new request, the earlier ones of the turn settled unknown)."""
+        by = actors.resolve(actor, actors.COORDINATOR)
         estimate = rl.estimate_tokens(request)
         retry_id = uuid.uuid4().hex
         return self._admit(
@@ -89,7 +108,9 @@ class BudgetCommands(Store):
                 estimated_tokens=estimate,
                 item_active=active,
                 at=at,
+                by=by,
             ),
+            by,
         )
 
     def settle_coordinator_turn(
@@ -99,20 +120,24 @@ class BudgetCommands(Store):
         *,
         usage: Mapping[str, Any] | rl.Usage | None,
         complete: bool = True,
+        actor: Actor | str | None = None,
     ) -> bool:
         """Settle a Coordinator turn's requests; False when it had none to settle."""
+        by = actors.resolve(actor, actors.COORDINATOR)
         return self._settle(
             work_item_id,
             usage,
             lambda ledger, normalised, at: rl.settle_coordinator(
-                ledger, turn_id=turn_id, usage=normalised, complete=complete, at=at
+                ledger, turn_id=turn_id, usage=normalised, complete=complete, at=at, by=by
             ),
+            by,
         )
 
     def _admit(
         self,
         work_item_id: UUID,
         reserve: Callable[[rl.LedgerState, bool, datetime], rl.Admission],
+        by: Actor,
     ) -> rl.Admission:
         """Reserve through ``reserve(ledger, item_active, at)``; a stopping denial is saved."""
         admission: list[rl.Admission] = []
@@ -120,7 +145,7 @@ class BudgetCommands(Store):
         def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
             answer = reserve(ledger, item.status not in wi.TERMINAL, at)
             admission[:] = [answer]
-            unit = Unit(item, {}, at, ledger)
+            unit = Unit(item, {}, at, ledger, by=by)
             unit.apply_ledger(answer.events)
             return unit
 
@@ -132,37 +157,48 @@ class BudgetCommands(Store):
         work_item_id: UUID,
         usage: Mapping[str, Any] | rl.Usage | None,
         settle: Callable[[rl.LedgerState, rl.Usage | None, datetime], list[rl.LedgerEvent]],
+        by: Actor,
     ) -> bool:
         normalised = (
             usage if isinstance(usage, rl.Usage) or usage is None else rl.normalize_usage(usage)
         )
 
         def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
-            unit = Unit(item, {}, at, ledger)
+            unit = Unit(item, {}, at, ledger, by=by)
             unit.apply_ledger(settle(ledger, normalised, at))
             return unit
 
         return bool(self._ledger_command(work_item_id, decide).events)
 
     def extend_budget(
-        self, work_item_id: UUID, *, expected_version: int, additions: Mapping[str, Any]
+        self,
+        work_item_id: UUID,
+        *,
+        expected_version: int,
+        additions: Mapping[str, Any],
+        actor: Actor | str | None = None,
     ) -> rl.LedgerState:
         """A user raises limits. Clears no stop: resume does, once nothing is spent."""
+        by = actors.resolve(actor, actors.USER)
 
         def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
             self._check_expected(ledger, expected_version, rl.CONTROL_EVENTS)
-            unit = Unit(item, {}, at, ledger)
-            unit.apply_ledger(rl.extend(ledger, additions, at))
+            unit = Unit(item, {}, at, ledger, by=by)
+            unit.apply_ledger(rl.extend(ledger, additions, at, by=by))
             return unit
 
         ledger = self._ledger_command(work_item_id, decide).ledger
         assert ledger is not None
         return ledger
 
-    def record_coordinator_failure(self, work_item_id: UUID, *, turn_id: str) -> rl.LedgerState:
+    def record_coordinator_failure(
+        self, work_item_id: UUID, *, turn_id: str, actor: Actor | str | None = None
+    ) -> rl.LedgerState:
+        by = actors.resolve(actor, actors.COORDINATOR)
+
         def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
-            unit = Unit(item, {}, at, ledger)
-            unit.apply_ledger(rl.record_coordinator_failure(ledger, turn_id=turn_id, at=at))
+            unit = Unit(item, {}, at, ledger, by=by)
+            unit.apply_ledger(rl.record_coordinator_failure(ledger, turn_id=turn_id, at=at, by=by))
             return unit
 
         ledger = self._ledger_command(work_item_id, decide).ledger

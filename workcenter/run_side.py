@@ -12,6 +12,8 @@ from eventsourcing.persistence import IntegrityError
 
 from workcenter.domain import action as act
 from workcenter.domain import action_input, runs
+from workcenter.domain import actor as actors
+from workcenter.domain.actor import Actor
 from workcenter.domain.errors import InvalidInput
 from workcenter.store import SAVE_ATTEMPTS, WriteContention, project_action
 
@@ -33,10 +35,12 @@ class RunSide:
     def __init__(self, wc: WorkCenter) -> None:
         self.wc = wc
 
-    def defer(self, claim: Claim | act.RunRef) -> act.ActionState:
+    def defer(self, claim: Claim | act.RunRef, actor: Actor | str | None) -> act.ActionState:
         """The workspace is busy: end the Run as deferred and give its attempt back."""
         return self.wc._run_command(
-            run_ref(claim), lambda item, action, ref, at: runs.defer(item, action, ref, at=at)
+            run_ref(claim),
+            actor,
+            lambda item, action, ref, at, by: runs.defer(item, action, ref, at=at, by=by),
         )
 
     def pending_input(self, claim: Claim | act.RunRef) -> tuple[act.QueuedInput, ...]:
@@ -45,17 +49,20 @@ class RunSide:
         return action_input.pending(self.wc.action(ref.action_id), ref)
 
     def consume_input(
-        self, claim: Claim | act.RunRef, input_ids: Sequence[UUID]
+        self, claim: Claim | act.RunRef, input_ids: Sequence[UUID], actor: Actor | str | None
     ) -> act.ActionState:
-        """Record that the Run took the named queued input into its work."""
+        """Record that the Run took the named queued input into its work (by the Run's
+        worker unless ``actor`` says otherwise)."""
         ref = run_ref(claim)
+        chosen = None if actor is None else actors.parse(actor)  # refused before any load
         if isinstance(input_ids, str | bytes) or not isinstance(input_ids, Sequence):
             raise InvalidInput("input_ids must be a list of input ids")
         if not all(isinstance(i, UUID) for i in input_ids):
             raise InvalidInput("input_ids must be a list of input ids")
         for _ in range(SAVE_ATTEMPTS):
             action = self.wc.action(ref.action_id)
-            events = action_input.consume(action, ref, input_ids, at=self.wc.clock.now())
+            by = chosen or self.wc._run_actor(ref, action)
+            events = action_input.consume(action, ref, input_ids, at=self.wc.clock.now(), by=by)
             after = project_action(action, events)
             try:
                 self.wc._save_events(events, {action.id: after})

@@ -40,7 +40,6 @@ from workcenter.domain.errors import InvalidInput, NotFound, VersionConflict, Wo
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.unit import Unit
 from workcenter.projections import lifecycle as projection_lifecycle
-from workcenter.projections.audit import Audit, AuditView
 from workcenter.projections.detail import Detail, DetailView
 from workcenter.projections.inline import InlineProjections, InlineWrite, InTransactionView
 from workcenter.projections.lifecycle import Progress, ProjectionStatus, RebuildReport
@@ -51,7 +50,7 @@ SNAPSHOT_INTERVAL = 50
 # is caught up when it is read instead: building a DTO per event made every save pay
 # for a read that may never come, and a read still sees every write before it
 # (ADR-0011).
-EAGER_VIEWS: list[str] = [WorkQueue.name, Audit.name]
+EAGER_VIEWS: list[str] = [WorkQueue.name]
 SAVE_ATTEMPTS = 8
 
 
@@ -129,15 +128,12 @@ class Store:
         self.work_queue.create_table()
         self.details = DetailView(datastore)
         self.details.create_table()
-        self.audit_view = AuditView(datastore)
-        self.audit_view.create_table()
         self.projections = InlineProjections(
             store.recorder,
             store.mapper,
             # The registry of inline read models: adding one is one entry here.
             {
                 WorkQueue.name: self.work_queue,
-                Audit.name: self.audit_view,
                 Detail.name: self.details,
             },
         )

@@ -102,7 +102,13 @@ def audit(
         return
     # One event per two lines, so the history reads at any terminal width.
     for e in events:
-        by = e["actor"] + (f" {e['worker']}@{(e['boot_id'] or '')[:8]}" if e["worker"] else "")
+        by = e["actor"]
+        if e["worker"]:
+            by += f" {e['worker']}@{(e['boot_id'] or '')[:8]}"
+        elif e["actor_id"] != e["actor"]:
+            by += f" {e['actor_id']}"
+        if e["caused_by"]:
+            by += f" (caused by {e['caused_by']})"
         ids = " ".join(
             part
             for part in (

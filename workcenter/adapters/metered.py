@@ -30,6 +30,7 @@ from uuid import UUID
 
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain import resource_ledger as rl
+from workcenter.domain.actor import Actor
 from workcenter.domain.errors import ResourceStopError, WorkcenterError
 
 Request = Mapping[str, Any]
@@ -75,10 +76,12 @@ class MeteredProvider:
         run_id: UUID,
         provider: Provider | None = None,
         provider_stream: StreamProvider | None = None,
+        actor: Actor | None = None,
     ) -> None:
         self.wc = wc
         self.work_item_id = work_item_id
         self.run_id = run_id
+        self.actor = actor  # who makes the requests (the Run's worker); None: the default
         self.provider = provider
         self.provider_stream = provider_stream
         self._pending: _Pending | None = None
@@ -98,6 +101,7 @@ class MeteredProvider:
             run_id=claim.run_id,
             provider=provider,
             provider_stream=provider_stream,
+            actor=claim.actor,
         )
 
     def __call__(self, request: Request) -> Any:
@@ -152,7 +156,11 @@ class MeteredProvider:
     def _admit(self, request: Request) -> _Pending:
         self.settle_pending()
         admission = self.wc.reserve_request(
-            self.work_item_id, request=request, kind="action", run_id=self.run_id
+            self.work_item_id,
+            request=request,
+            kind="action",
+            run_id=self.run_id,
+            actor=self.actor,
         )
         if not admission.allowed:
             raise ResourceStopError(admission.code or "request_denied")
@@ -164,7 +172,11 @@ class MeteredProvider:
             return False  # settled already, before a later request
         try:
             settled = self.wc.settle_request(
-                self.work_item_id, pending.request_id, usage=pending.usage(), complete=complete
+                self.work_item_id,
+                pending.request_id,
+                usage=pending.usage(),
+                complete=complete,
+                actor=self.actor,
             )
         except WorkcenterError:
             return False  # stays pending: charged at its estimate, settled before the next request

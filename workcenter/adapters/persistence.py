@@ -16,6 +16,7 @@ from eventsourcing.utils import get_topic, resolve_topic
 
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.domain.action import ActionState
+from workcenter.domain.actor import LEGACY, Actor
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.resource_ledger import LedgerState
 from workcenter.domain.work_item import WorkItemState
@@ -50,23 +51,35 @@ class PydanticMapper(Mapper[UUID]):
         state = self.transcoder.decode(stored_event.state)
         cls = resolve_topic(stored_event.topic)
         version = state.pop("class_version", 1)
+        if "actor" not in state:
+            # A base-field upcast for every class at once (ADR-0017): events stored
+            # before actors were recorded say so; who it was is never guessed.
+            state["actor"] = dict(LEGACY_ACTOR)
         while version < getattr(cls, "class_version", 1):
             getattr(cls, f"upcast_v{version}_v{version + 1}")(state)
             version += 1
         return cls(**state)
 
 
+LEGACY_ACTOR = LEGACY.model_dump(mode="json")
+# Snapshots are a cache the store writes, not a decision of anyone's.
+SNAPSHOT_ACTOR = Actor(kind="system", id="snapshot")
+
+
 class ActionSnapshot(DomainEvent):
     """The whole state of an Action at one version, so loading skips its history."""
 
+    actor: Actor = SNAPSHOT_ACTOR
     state: ActionState
 
 
 class WorkItemSnapshot(DomainEvent):
+    actor: Actor = SNAPSHOT_ACTOR
     state: WorkItemState
 
 
 class LedgerSnapshot(DomainEvent):
+    actor: Actor = SNAPSHOT_ACTOR
     state: LedgerState
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workcenter.application import Claim, WorkCenter
+from workcenter.domain import actor as actors
 from workcenter.domain.errors import CommandRefused, StaleRun, WorkcenterError
 from workcenter.domain.outcome import RunReport
 
@@ -138,7 +139,9 @@ def run_worker(
     """Loop until stopped, idle (if asked) or ``max_runs`` Runs were handled."""
     stats = WorkerStats()
     stop = stop or threading.Event()
-    wc.recover(worker=worker)
+    # The loop recovers dead Runs itself, so the recovery is recorded as this worker's.
+    by = actors.worker(worker, wc.boot_id)
+    wc.recover(worker=worker, actor=by)
     while not stop.is_set() and (max_runs is None or stats.claimed < max_runs):
         try:
             claim = run_one(
@@ -155,5 +158,5 @@ def run_worker(
             if exit_when_idle:
                 break
             stop.wait(poll_seconds)
-            wc.recover(worker=worker)
+            wc.recover(worker=worker, actor=by)
     return stats

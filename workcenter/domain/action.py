@@ -19,6 +19,7 @@ from workcenter.domain.action_spec import Brief as Brief
 from workcenter.domain.action_spec import ContextEntry as ContextEntry
 from workcenter.domain.action_spec import WorkspaceMode as WorkspaceMode
 from workcenter.domain.action_spec import spec_hash as spec_hash
+from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, StaleRun
 from workcenter.domain.model import AggregateState, DomainEvent, Emitter
 from workcenter.domain.run import DEFERRED_REASON as DEFERRED_REASON
@@ -412,8 +413,9 @@ def plan(
     contract_revision: int,
     context: tuple[ContextEntry, ...],
     at: datetime,
+    by: Actor,
 ) -> list[ActionEvent]:
-    emit = Emitter[ActionEvent](action_id_for(work_item_id, sequence), 0, at)
+    emit = Emitter[ActionEvent](action_id_for(work_item_id, sequence), 0, at, by)
     emit(
         ActionPlanned,
         work_item_id=work_item_id,
@@ -437,11 +439,17 @@ def plan(
 
 
 def claim(
-    state: ActionState, *, worker: str, boot_id: str, lease: timedelta, at: datetime
+    state: ActionState,
+    *,
+    worker: str,
+    boot_id: str,
+    lease: timedelta,
+    at: datetime,
+    by: Actor,
 ) -> list[ActionEvent]:
     if state.status != "ready" or state.current_run_id is not None:
         raise CommandRefused(f"Action {state.id} is {state.status}, not ready to claim")
-    emit = Emitter[ActionEvent].after(state, at)
+    emit = Emitter[ActionEvent].after(state, at, by)
     ordinal = len(state.runs) + 1
     emit(
         RunClaimed,
@@ -475,9 +483,11 @@ def live_run(state: ActionState, ref: RunRef, *, at: datetime | None) -> Run:
     return run
 
 
-def renew(state: ActionState, ref: RunRef, *, lease: timedelta, at: datetime) -> list[ActionEvent]:
+def renew(
+    state: ActionState, ref: RunRef, *, lease: timedelta, at: datetime, by: Actor
+) -> list[ActionEvent]:
     live_run(state, ref, at=at)
-    emit = Emitter[ActionEvent].after(state, at)
+    emit = Emitter[ActionEvent].after(state, at, by)
     emit(
         LeaseRenewed, run_id=ref.run_id, expires_at=at + lease, lease_seconds=lease.total_seconds()
     )
@@ -496,13 +506,14 @@ def finish(
     outcome: Literal["completed", "waiting", "retryable", "failed"],
     result: RunResult,
     at: datetime,
+    by: Actor,
 ) -> list[ActionEvent]:
     action_status: ActionStatus
     if outcome == "retryable":
         action_status = "ready" if state.attempt < state.max_attempts else "failed"
     else:
         action_status = outcome
-    emit = Emitter[ActionEvent].after(state, at)
+    emit = Emitter[ActionEvent].after(state, at, by)
     emit(RunFinished, run_id=run.id, outcome=outcome, result=result, action_status=action_status)
     return emit.events
 
@@ -513,11 +524,12 @@ def interrupt(
     *,
     reason: str,
     at: datetime,
+    by: Actor,
     run_status: Literal["interrupted", "superseded", "cancelled"] = "interrupted",
     progress: RunProgress | None = None,
 ) -> list[ActionEvent]:
     retryable = auto_retry(state)
-    emit = Emitter[ActionEvent].after(state, at)
+    emit = Emitter[ActionEvent].after(state, at, by)
     emit(
         RunInterrupted,
         run_id=run.id,
@@ -537,6 +549,7 @@ def reset(
     add_context: tuple[ContextEntry, ...],
     contract_revision: int,
     at: datetime,
+    by: Actor,
     keep_inputs: bool = False,
 ) -> list[ActionEvent]:
     """A new generation: earlier Runs stop being current; user input entries are
@@ -544,7 +557,7 @@ def reset(
     kept = state.context if keep_inputs else tuple(e for e in state.context if e.kind != "input")
     context = kept + add_context
     running = state.current_run_id if state.status == "running" else None
-    emit = Emitter[ActionEvent].after(state, at)
+    emit = Emitter[ActionEvent].after(state, at, by)
     emit(
         ActionReset,
         reason=reason,
@@ -566,12 +579,17 @@ def reset(
 
 
 def invalidate(
-    state: ActionState, *, status: Literal["superseded", "cancelled"], reason: str, at: datetime
+    state: ActionState,
+    *,
+    status: Literal["superseded", "cancelled"],
+    reason: str,
+    at: datetime,
+    by: Actor,
 ) -> list[ActionEvent]:
     """Invalidate(X): only open Actions are touched; others yield no event."""
     if state.status not in OPEN_STATUSES:
         return []
-    emit = Emitter[ActionEvent].after(state, at)
+    emit = Emitter[ActionEvent].after(state, at, by)
     emit(
         ActionInvalidated,
         status=status,
@@ -582,11 +600,13 @@ def invalidate(
     return emit.events
 
 
-def supersede_cancelled(state: ActionState, *, reason: str, at: datetime) -> list[ActionEvent]:
+def supersede_cancelled(
+    state: ActionState, *, reason: str, at: datetime, by: Actor
+) -> list[ActionEvent]:
     """Dynamic resume: a cancelled Action becomes superseded history."""
     if state.status != "cancelled":
         return []
-    emit = Emitter[ActionEvent].after(state, at)
+    emit = Emitter[ActionEvent].after(state, at, by)
     emit(
         ActionInvalidated,
         status="superseded",
@@ -597,9 +617,9 @@ def supersede_cancelled(state: ActionState, *, reason: str, at: datetime) -> lis
     return emit.events
 
 
-def close(state: ActionState, *, reason: str, at: datetime) -> list[ActionEvent]:
+def close(state: ActionState, *, reason: str, at: datetime, by: Actor) -> list[ActionEvent]:
     if state.status not in ("waiting", "failed"):
         raise CommandRefused(f"Action {state.id} is {state.status}; only waiting or failed close")
-    emit = Emitter[ActionEvent].after(state, at)
+    emit = Emitter[ActionEvent].after(state, at, by)
     emit(ActionClosed, reason=reason)
     return emit.events

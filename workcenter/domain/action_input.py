@@ -14,6 +14,7 @@ from uuid import UUID
 
 from workcenter.domain import action as act
 from workcenter.domain import work_item as wi
+from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.domain.lifecycle import ACTION_INPUT_CONFLICTS
 from workcenter.domain.model import DomainEvent, Emitter
@@ -45,6 +46,7 @@ def add_input(
     expected_generation: int,
     expected_run_id: UUID | None,
     at: datetime,
+    by: Actor,
 ) -> Unit:
     """Send input to a ready or running Action.
 
@@ -61,7 +63,7 @@ def add_input(
         raise CommandRefused("Action changed before input was applied")
     if item.mode == "linear" and item.current_action_id != action.id:
         raise CommandRefused("input goes to the current Action of a linear WorkItem")
-    unit = Unit(item, actions, at)
+    unit = Unit(item, actions, at, by=by)
     if action.status == "ready":
         if expected_run_id is not None:
             raise CommandRefused("the Run the input was meant for has ended")
@@ -73,6 +75,7 @@ def add_input(
                 add_context=(*entries, act.ContextEntry(kind="input", text=text)),
                 contract_revision=item.contract_revision,
                 at=at,
+                by=by,
                 keep_inputs=True,
             )
         )
@@ -89,7 +92,7 @@ def add_input(
         raise CommandRefused(
             "the running Run's lease expired; send the input again when it is recovered"
         )
-    emit = Emitter[act.ActionEvent].after(action, at)
+    emit = Emitter[act.ActionEvent].after(action, at, by)
     emit(act.InputQueued, input_id=input_id, text=text, run_id=run.id)
     unit.apply_action(emit.events)
     return unit
@@ -102,7 +105,12 @@ def pending(action: act.ActionState, ref: act.RunRef) -> tuple[act.QueuedInput, 
 
 
 def consume(
-    action: act.ActionState, ref: act.RunRef, input_ids: Sequence[UUID], *, at: datetime
+    action: act.ActionState,
+    ref: act.RunRef,
+    input_ids: Sequence[UUID],
+    *,
+    at: datetime,
+    by: Actor,
 ) -> list[act.ActionEvent]:
     """The live Run (LRF+) takes queued input; unknown or already consumed ids are refused."""
     act.live_run(action, ref, at=at)
@@ -113,7 +121,7 @@ def consume(
     unknown = [str(i) for i in ids if i not in waiting]
     if unknown:
         raise CommandRefused(f"no unconsumed input {', '.join(unknown)} for this Run")
-    emit = Emitter[act.ActionEvent].after(action, at)
+    emit = Emitter[act.ActionEvent].after(action, at, by)
     emit(act.InputConsumed, run_id=ref.run_id, input_ids=ids)
     return emit.events
 

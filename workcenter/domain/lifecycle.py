@@ -18,6 +18,7 @@ from uuid import UUID
 from workcenter.domain import action as act
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
+from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.unit import Unit
@@ -71,7 +72,9 @@ def add_stage_action(
 
 def invalidate_open(unit: Unit, status: Literal["superseded", "cancelled"], reason: str) -> None:
     for action in list(unit.actions.values()):
-        unit.apply_action(act.invalidate(action, status=status, reason=reason, at=unit.at))
+        unit.apply_action(
+            act.invalidate(action, status=status, reason=reason, at=unit.at, by=unit.by)
+        )
 
 
 def _open_actions(item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState]) -> None:
@@ -88,6 +91,7 @@ def create(
     stages: Sequence[str | Mapping[str, object] | Stage] | None,
     start: bool,
     at: datetime,
+    by: Actor,
     limits: rl.Limits | None = None,
 ) -> Unit:
     """``stages`` (linear only) are names or ``{type, maxAttempts}`` objects."""
@@ -100,10 +104,12 @@ def create(
             stages=tuple(s.type for s in workflow),
             stage_max_attempts=tuple(s.max_attempts for s in workflow),
             at=at,
+            by=by,
         ),
         at,
+        by=by,
     )
-    unit.apply_ledger(rl.open_ledger(work_item_id, at, limits))
+    unit.apply_ledger(rl.open_ledger(work_item_id, at, limits, by=by))
     if start:
         _start(unit)
     return unit
@@ -117,9 +123,11 @@ def _start(unit: Unit) -> None:
         unit.derive_status()
 
 
-def start(item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState], at: datetime) -> Unit:
+def start(
+    item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState], at: datetime, by: Actor
+) -> Unit:
     wi.refuse_if_terminal(item, "start")
-    unit = Unit(item, actions, at)
+    unit = Unit(item, actions, at, by=by)
     current = actions.get(item.current_action_id) if item.current_action_id else None
     if current is not None and current.status == "ready":
         return unit  # already started: a no-op (both modes, lifecycle.md 3.1)
@@ -134,11 +142,12 @@ def update_contract(
     actions: Mapping[UUID, act.ActionState],
     contract: wi.Contract,
     at: datetime,
+    by: Actor,
 ) -> Unit:
     """A contract change (goal, criteria, delivery target) supersedes the open work."""
     wi.refuse_if_terminal(item, "update")
     _open_actions(item, actions)
-    unit = Unit(item, actions, at)
+    unit = Unit(item, actions, at, by=by)
     if contract.title != item.title:
         unit.item_event(wi.TitleChanged, title=contract.title)
     changed = tuple(
@@ -165,11 +174,15 @@ def update_contract(
 
 
 def cancel(
-    item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState], at: datetime, reason: str
+    item: wi.WorkItemState,
+    actions: Mapping[UUID, act.ActionState],
+    at: datetime,
+    reason: str,
+    by: Actor,
 ) -> Unit:
     if item.status == "done":
         raise CommandRefused("Completed WorkItem cannot be cancelled")
-    unit = Unit(item, actions, at)
+    unit = Unit(item, actions, at, by=by)
     if item.status == "cancelled":
         return unit
     _open_actions(item, actions)
@@ -183,6 +196,7 @@ def resume(
     actions: Mapping[UUID, act.ActionState],
     ledger: rl.LedgerState,
     at: datetime,
+    by: Actor,
 ) -> Unit:
     """Resume a cancelled item, or one its ledger stopped (resource-ledger.md 3).
 
@@ -202,8 +216,9 @@ def resume(
         stopping_action_can_attempt=stopping is None
         or stopping.counted_attempts < ledger.effective_max_attempts(stopping.max_attempts),
         at=at,
+        by=by,
     )
-    unit = Unit(item, actions, at, ledger)
+    unit = Unit(item, actions, at, ledger, by=by)
     if item.status != "cancelled":
         invalidate_open(unit, "cancelled", "stopped by its budget")
     unit.apply_ledger(ledger_events)
@@ -213,7 +228,9 @@ def resume(
     )
     if item.mode == "dynamic":
         for action in cancelled:
-            unit.apply_action(act.supersede_cancelled(action, reason="resumed after cancel", at=at))
+            unit.apply_action(
+                act.supersede_cancelled(action, reason="resumed after cancel", at=at, by=by)
+            )
         unit.derive_status()
         return unit
     if not cancelled:
@@ -227,6 +244,7 @@ def resume(
                 add_context=(),
                 contract_revision=item.contract_revision,
                 at=at,
+                by=by,
                 keep_inputs=True,
             )
         )
@@ -301,11 +319,14 @@ def _next_generation(
                 add_context=entries,
                 contract_revision=unit.item.contract_revision,
                 at=unit.at,
+                by=unit.by,
             )
         )
         unit.derive_status()
         return unit
-    unit.apply_action(act.invalidate(target, status="superseded", reason=reason, at=unit.at))
+    unit.apply_action(
+        act.invalidate(target, status="superseded", reason=reason, at=unit.at, by=unit.by)
+    )
     replacement = unit.plan_action(
         type=target.type,
         brief=target.brief,
@@ -325,6 +346,7 @@ def retry(
     expected_generation: int | None,
     answer: str,
     at: datetime,
+    by: Actor,
 ) -> Unit:
     """Retry a waiting or failed Action with the previous Run as context."""
     if item.status not in ("waiting", "needs_attention"):
@@ -343,7 +365,7 @@ def retry(
         )
         if e is not None
     )
-    return _next_generation(Unit(item, actions, at), target, "retried", entries)
+    return _next_generation(Unit(item, actions, at, by=by), target, "retried", entries)
 
 
 def guide(
@@ -354,6 +376,7 @@ def guide(
     expected_generation: int | None,
     guidance: str,
     at: datetime,
+    by: Actor,
 ) -> Unit:
     """Give an Action guidance: a new generation (dynamic) or a replacement (linear)."""
     guidance = clip(guidance)
@@ -369,4 +392,4 @@ def guide(
     ):
         raise CommandRefused(f"Action is {target.status}; no active Action for guidance")
     entry = act.ContextEntry(kind="guidance", text=guidance)
-    return _next_generation(Unit(item, actions, at), target, "guided", (entry,))
+    return _next_generation(Unit(item, actions, at, by=by), target, "guided", (entry,))

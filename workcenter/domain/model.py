@@ -14,6 +14,8 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict
 
+from workcenter.domain.actor import Actor
+
 
 class Immutable(BaseModel):
     """A frozen value: states, events and value objects are all immutable."""
@@ -25,8 +27,9 @@ class DomainEvent(Immutable):
     """An immutable fact about one aggregate at one version.
 
     ``timestamp`` is the domain time the event happened (from the injected
-    clock), not the time it was written. Subclasses that change shape raise
-    ``class_version`` and add ``upcast_vN_vN+1(state: dict)`` static methods.
+    clock), not the time it was written; ``actor`` is who decided it. Subclasses
+    that change shape raise ``class_version`` and add ``upcast_vN_vN+1(state: dict)``
+    static methods.
     """
 
     class_version: ClassVar[int] = 1
@@ -34,6 +37,7 @@ class DomainEvent(Immutable):
     originator_id: UUID
     originator_version: int
     timestamp: datetime
+    actor: Actor
 
 
 class AggregateState(Immutable):
@@ -50,15 +54,16 @@ F = TypeVar("F", bound=DomainEvent)
 class Emitter(Generic[E]):
     """Numbers the events one decision appends to one aggregate's stream."""
 
-    def __init__(self, aggregate_id: UUID, version: int, at: datetime) -> None:
+    def __init__(self, aggregate_id: UUID, version: int, at: datetime, by: Actor) -> None:
         self._id = aggregate_id
         self._version = version
         self._at = at
+        self._by = by
         self.events: list[E] = []
 
     @classmethod
-    def after(cls, state: AggregateState, at: datetime) -> Emitter[E]:
-        return cls(state.id, state.version, at)
+    def after(cls, state: AggregateState, at: datetime, by: Actor) -> Emitter[E]:
+        return cls(state.id, state.version, at, by)
 
     def __call__(self, event_class: type[F], **fields: Any) -> F:
         self._version += 1
@@ -66,6 +71,7 @@ class Emitter(Generic[E]):
             originator_id=self._id,
             originator_version=self._version,
             timestamp=self._at,
+            actor=self._by,
             **fields,
         )
         self.events.append(event)  # type: ignore[arg-type]  # F is a subtype of E by use

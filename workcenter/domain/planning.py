@@ -19,6 +19,7 @@ from pydantic.alias_generators import to_camel
 
 from workcenter.domain import action as act
 from workcenter.domain import work_item as wi
+from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.domain.goal_progress import GoalProgress, derive_goal_progress, is_proof
 from workcenter.domain.model import Immutable
@@ -157,6 +158,7 @@ def plan_actions(
     payload: Plan | Mapping[str, Any],
     *,
     at: datetime,
+    by: Actor,
 ) -> Unit:
     plan: Plan = _parse(Plan, payload)
     if item.mode != "dynamic":
@@ -214,14 +216,16 @@ def plan_actions(
         live.add(key)
         new.append((kind, brief, mode, min(5, max(1, spec.max_attempts))))
 
-    unit = Unit(item, actions, at)
+    unit = Unit(item, actions, at, by=by)
     for close in plan.close_actions:
         unit.apply_action(
-            act.close(unit.action(close.action_id), reason=close.reason.strip(), at=at)
+            act.close(unit.action(close.action_id), reason=close.reason.strip(), at=at, by=by)
         )
     for action_id in plan.supersede_action_ids:
         unit.apply_action(
-            act.invalidate(unit.action(action_id), status="superseded", reason="replanned", at=at)
+            act.invalidate(
+                unit.action(action_id), status="superseded", reason="replanned", at=at, by=by
+            )
         )
     for kind, brief, mode, attempts in new:
         unit.plan_action(type=kind, brief=brief, workspace_mode=mode, max_attempts=attempts)
@@ -235,6 +239,7 @@ def complete(
     payload: Completion | Mapping[str, Any],
     *,
     at: datetime,
+    by: Actor,
 ) -> Unit:
     completion: Completion = _parse(Completion, payload)
     if item.mode != "dynamic":
@@ -261,10 +266,10 @@ def complete(
         raise InvalidInput("evidenceRunIds must be non-empty and cover every cited Run")
     _check_closures(completion.close_actions, actions)
 
-    unit = Unit(item, actions, at)
+    unit = Unit(item, actions, at, by=by)
     for close in completion.close_actions:
         unit.apply_action(
-            act.close(unit.action(close.action_id), reason=close.reason.strip(), at=at)
+            act.close(unit.action(close.action_id), reason=close.reason.strip(), at=at, by=by)
         )
     unfinished = [a.id for a in unit.actions.values() if a.status in act.OPEN_STATUSES]
     if unfinished:

@@ -20,6 +20,7 @@ from uuid import UUID, uuid5
 import orjson
 from pydantic import Field
 
+from workcenter.domain.actor import BUDGET, Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.domain.model import AggregateState, DomainEvent, Emitter, Immutable
 
@@ -328,20 +329,22 @@ class Admission(Immutable):
 
 
 def open_ledger(
-    work_item_id: UUID, at: datetime, limits: Limits | None = None
+    work_item_id: UUID, at: datetime, limits: Limits | None = None, *, by: Actor
 ) -> list[LedgerEvent]:
-    emit = Emitter[LedgerEvent](ledger_id_for(work_item_id), 0, at)
+    emit = Emitter[LedgerEvent](ledger_id_for(work_item_id), 0, at, by)
     emit(LedgerOpened, work_item_id=work_item_id, limits=limits or Limits())
     return emit.events
 
 
 def stop(
-    state: LedgerState, code: StopCode, at: datetime, **details: str | int | None
+    state: LedgerState, code: StopCode, at: datetime, by: Actor, **details: str | int | None
 ) -> list[LedgerEvent]:
-    """Record a stop unless one is recorded already: the first reason wins."""
+    """Record a stop unless one is recorded already: the first reason wins.
+
+    A stop is the budget's decision, caused by whoever ran into it (``by``)."""
     if state.stop_reason is not None:
         return []
-    emit = Emitter[LedgerEvent].after(state, at)
+    emit = Emitter[LedgerEvent].after(state, at, BUDGET.because_of(by))
     emit(ExecutionStopped, code=code, details=details)
     return emit.events
 
@@ -355,6 +358,7 @@ def reserve(
     estimated_tokens: int,
     item_active: bool,
     at: datetime,
+    by: Actor,
 ) -> Admission:
     """Admit one request, or deny it; the first matching rule decides (ledger.md 3)."""
 
@@ -382,8 +386,8 @@ def reserve(
     elif state.charged_tokens + estimated_tokens > limits.max_tokens:
         code = "work_item_tokens_exhausted"
     if code is not None:
-        return denied(code, stop(state, code, at, **details))
-    emit = Emitter[LedgerEvent].after(state, at)
+        return denied(code, stop(state, code, at, by, **details))
+    emit = Emitter[LedgerEvent].after(state, at, by)
     emit(
         RequestReserved,
         request_id=request_id,
@@ -401,6 +405,7 @@ def settle(
     usage: Usage | None,
     complete: bool,
     at: datetime,
+    by: Actor,
 ) -> list[LedgerEvent]:
     """Record what a request cost; an empty list means there was nothing to settle."""
     reservation = state.reservations.get(request_id)
@@ -408,7 +413,7 @@ def settle(
         return []
     if reservation.status == "unknown" and usage is None:
         return []
-    emit = Emitter[LedgerEvent].after(state, at)
+    emit = Emitter[LedgerEvent].after(state, at, by)
     total = usage.total_tokens if usage else 0
     if complete and total > 0:
         emit(
@@ -428,7 +433,7 @@ def settle(
         )
     settled = evolve(state, emit.events[-1])
     if settled.charged_tokens > settled.limits.max_tokens:
-        return emit.events + stop(settled, "work_item_tokens_exhausted", at)
+        return emit.events + stop(settled, "work_item_tokens_exhausted", at, by)
     return emit.events
 
 
@@ -439,6 +444,7 @@ def can_attempt(
     attempts: int,
     original_max_attempts: int,
     at: datetime,
+    by: Actor,
 ) -> list[LedgerEvent] | None:
     """None when the Action may start another Run; else the stop to record."""
     effective = state.effective_max_attempts(original_max_attempts)
@@ -448,6 +454,7 @@ def can_attempt(
         state,
         "action_attempts_exhausted",
         at,
+        by,
         action_id=str(action_id),
         attempts=attempts,
         original_max_attempts=original_max_attempts,
@@ -461,10 +468,10 @@ def backoff(failures: int) -> timedelta:
 
 
 def record_coordinator_failure(
-    state: LedgerState, *, turn_id: str, at: datetime
+    state: LedgerState, *, turn_id: str, at: datetime, by: Actor
 ) -> list[LedgerEvent]:
     failures = state.coordinator_failures + 1
-    emit = Emitter[LedgerEvent].after(state, at)
+    emit = Emitter[LedgerEvent].after(state, at, by)
     emit(
         CoordinatorFailureRecorded,
         turn_id=turn_id,
@@ -474,7 +481,7 @@ def record_coordinator_failure(
     if failures >= state.limits.max_coordinator_failures:
         after = evolve(state, emit.events[-1])
         return emit.events + stop(
-            after, "coordinator_failures_exhausted", at, turn_id=turn_id, failures=failures
+            after, "coordinator_failures_exhausted", at, by, turn_id=turn_id, failures=failures
         )
     return emit.events
 
@@ -494,19 +501,21 @@ def validate_additions(state: LedgerState, additions: Mapping[str, Any]) -> dict
     return clean
 
 
-def extend(state: LedgerState, additions: Mapping[str, Any], at: datetime) -> list[LedgerEvent]:
+def extend(
+    state: LedgerState, additions: Mapping[str, Any], at: datetime, *, by: Actor
+) -> list[LedgerEvent]:
     """Raise limits. Clears no stop: only resume does."""
     clean = validate_additions(state, additions)
     limits = state.limits.model_copy(
         update={name: getattr(state.limits, name) + value for name, value in clean.items()}
     )
-    emit = Emitter[LedgerEvent].after(state, at)
+    emit = Emitter[LedgerEvent].after(state, at, by)
     emit(BudgetExtended, additions=clean, limits=limits)
     return emit.events
 
 
 def resume(
-    state: LedgerState, *, stopping_action_can_attempt: bool, at: datetime
+    state: LedgerState, *, stopping_action_can_attempt: bool, at: datetime, by: Actor
 ) -> list[LedgerEvent]:
     """Clear the stop; refused while a budget is still spent."""
     spent = state.spent()
@@ -514,7 +523,7 @@ def resume(
         raise CommandRefused(f"{spent} is exhausted: extend the budget first, then resume")
     if not stopping_action_can_attempt:
         raise CommandRefused("The stopping Action has no attempt left: extend max_action_attempts")
-    emit = Emitter[LedgerEvent].after(state, at)
+    emit = Emitter[LedgerEvent].after(state, at, by)
     emit(ExecutionResumed)
     return emit.events
 
@@ -528,10 +537,12 @@ def turn_request_ids(state: LedgerState, turn_id: str) -> list[str]:
     return [rid for rid in state.reservations if rid == turn_id or rid.startswith(prefix)]
 
 
-def _settle_unknown(state: LedgerState, request_ids: list[str], at: datetime) -> list[LedgerEvent]:
+def _settle_unknown(
+    state: LedgerState, request_ids: list[str], at: datetime, by: Actor
+) -> list[LedgerEvent]:
     events: list[LedgerEvent] = []
     for request_id in request_ids:
-        settled = settle(state, request_id=request_id, usage=None, complete=False, at=at)
+        settled = settle(state, request_id=request_id, usage=None, complete=False, at=at, by=by)
         state = fold(state, settled) or state
         events += settled
     return events
@@ -545,6 +556,7 @@ def reserve_coordinator(
     estimated_tokens: int,
     item_active: bool,
     at: datetime,
+    by: Actor,
 ) -> Admission:
     """Dispatch of a Coordinator provider turn: the first request reserves the turn's
     id; a hidden retry reserves ``<turn>:retry:<retry_id>`` and the earlier requests
@@ -552,7 +564,7 @@ def reserve_coordinator(
     request, never a free one)."""
     earlier = turn_request_ids(state, turn_id)
     request_id = f"{turn_id}:retry:{retry_id}" if earlier else turn_id
-    settled = _settle_unknown(state, earlier, at)
+    settled = _settle_unknown(state, earlier, at, by)
     after = fold(state, settled) or state
     admission = reserve(
         after,
@@ -562,17 +574,24 @@ def reserve_coordinator(
         estimated_tokens=estimated_tokens,
         item_active=item_active,
         at=at,
+        by=by,
     )
     return admission.model_copy(update={"events": (*settled, *admission.events)})
 
 
 def settle_coordinator(
-    state: LedgerState, *, turn_id: str, usage: Usage | None, complete: bool, at: datetime
+    state: LedgerState,
+    *,
+    turn_id: str,
+    usage: Usage | None,
+    complete: bool,
+    at: datetime,
+    by: Actor,
 ) -> list[LedgerEvent]:
     """Settle a turn: every request but the newest ends unknown, the newest gets ``usage``."""
     ids = turn_request_ids(state, turn_id)
     if not ids:
         return []
-    events = _settle_unknown(state, ids[:-1], at)
+    events = _settle_unknown(state, ids[:-1], at, by)
     after = fold(state, events) or state
-    return events + settle(after, request_id=ids[-1], usage=usage, complete=complete, at=at)
+    return events + settle(after, request_id=ids[-1], usage=usage, complete=complete, at=at, by=by)

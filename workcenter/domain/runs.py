@@ -15,6 +15,7 @@ from workcenter.domain import action as act
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.action_input import refuse_unconsumed
+from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, StaleRun
 from workcenter.domain.lifecycle import add_stage_action, prior_result
 from workcenter.domain.model import Emitter
@@ -50,6 +51,7 @@ def claim(
     boot_id: str,
     lease: timedelta,
     at: datetime,
+    by: Actor,
 ) -> Unit:
     """Start a Run, unless the ledger has no attempt left for the Action.
 
@@ -59,18 +61,19 @@ def claim(
     refusal = claimable(item, action)
     if refusal:
         raise CommandRefused(f"Cannot claim Action {action.id}: {refusal}")
-    unit = Unit(item, {action.id: action}, at, ledger)
+    unit = Unit(item, {action.id: action}, at, ledger, by=by)
     stop = rl.can_attempt(
         ledger,
         action_id=action.id,
         attempts=action.counted_attempts,
         original_max_attempts=action.max_attempts,
         at=at,
+        by=by,
     )
     if stop is not None:
         unit.apply_ledger(stop)
         return unit
-    unit.apply_action(act.claim(action, worker=worker, boot_id=boot_id, lease=lease, at=at))
+    unit.apply_action(act.claim(action, worker=worker, boot_id=boot_id, lease=lease, at=at, by=by))
     unit.set_status("running", action.id)
     return unit
 
@@ -87,6 +90,7 @@ def interrupt(
     *,
     reason: str,
     at: datetime,
+    by: Actor,
     progress: act.RunProgress | None = None,
 ) -> Unit:
     """The worker gives the Run up (LRF, expiry not checked), recording the Run's
@@ -95,9 +99,9 @@ def interrupt(
     run = act.live_run(action, ref, at=None)
     if item.status not in wi.ACTIVE:
         raise StaleRun()
-    unit = Unit(item, {action.id: action}, at)
+    unit = Unit(item, {action.id: action}, at, by=by)
     unit.apply_action(
-        act.interrupt(action, run, reason=reason or "interrupted", at=at, progress=progress)
+        act.interrupt(action, run, reason=reason or "interrupted", at=at, by=by, progress=progress)
     )
     _settle_after_ended_run(unit, action)
     return unit
@@ -111,15 +115,15 @@ def _settle_after_ended_run(unit: Unit, action: act.ActionState) -> None:
 
 
 def defer(
-    item: wi.WorkItemState, action: act.ActionState, ref: act.RunRef, *, at: datetime
+    item: wi.WorkItemState, action: act.ActionState, ref: act.RunRef, *, at: datetime, by: Actor
 ) -> Unit:
     """The Run cannot start because its workspace is busy (LRF+): it ends as deferred,
     its attempt is given back, and the Action is ready to claim again."""
     run = act.live_run(action, ref, at=at)
     if item.status not in wi.ACTIVE:
         raise StaleRun()
-    unit = Unit(item, {action.id: action}, at)
-    emit = Emitter[act.ActionEvent].after(action, at)
+    unit = Unit(item, {action.id: action}, at, by=by)
+    emit = Emitter[act.ActionEvent].after(action, at, by)
     emit(
         act.RunDeferred,
         run_id=run.id,
@@ -138,6 +142,7 @@ def finish(
     report: RunReport | dict[str, Any],
     *,
     at: datetime,
+    by: Actor,
 ) -> Unit:
     """Record a Run's terminal outcome (LRF+), then move the WorkItem on."""
     normalised = normalise(report, item=item, action=action)
@@ -145,11 +150,11 @@ def finish(
     if item.status not in wi.ACTIVE:
         raise StaleRun()
     refuse_unconsumed(action)
-    unit = Unit(item, {action.id: action}, at)
+    unit = Unit(item, {action.id: action}, at, by=by)
     if normalised.contract_patch is not None:
         _apply_patch(unit, normalised)
     unit.apply_action(
-        act.finish(action, run, outcome=normalised.outcome, result=normalised.result, at=at)
+        act.finish(action, run, outcome=normalised.outcome, result=normalised.result, at=at, by=by)
     )
     if item.mode == "dynamic":
         unit.derive_status()
@@ -237,12 +242,13 @@ def recover(
     *,
     run_id: UUID,
     at: datetime,
+    by: Actor,
 ) -> Unit:
     """End a Run whose process or lease is gone (lifecycle.md 3.5)."""
     run = action.run(run_id)
     if run is None or run.status != "running":
         raise CommandRefused(f"Run {run_id} is not running")
-    unit = Unit(item, {action.id: action}, at)
+    unit = Unit(item, {action.id: action}, at, by=by)
     current = (
         action.status == "running"
         and action.current_run_id == run.id
@@ -250,7 +256,7 @@ def recover(
         and item.status in wi.ACTIVE
     )
     if current:
-        unit.apply_action(act.interrupt(action, run, reason=RECOVERED_REASON, at=at))
+        unit.apply_action(act.interrupt(action, run, reason=RECOVERED_REASON, at=at, by=by))
         _settle_after_ended_run(unit, action)
         return unit
     status: Literal["cancelled", "superseded"] = (
@@ -258,7 +264,12 @@ def recover(
     )
     unit.apply_action(
         act.interrupt(
-            action, run, reason="no longer owns the current Action", at=at, run_status=status
+            action,
+            run,
+            reason="no longer owns the current Action",
+            at=at,
+            by=by,
+            run_status=status,
         )
     )
     if item.mode == "dynamic" and item.status in wi.ACTIVE:

@@ -4,6 +4,12 @@ A command builds its events here step by step; each step sees the states the
 earlier steps produced, and the whole unit is saved in one atomic write.
 Action status changes are mirrored onto the WorkItem automatically, so every
 claim, finish or invalidation also moves the WorkItem's version.
+
+The Unit carries the command's actor (``by``), and every event of the unit is
+stamped with it when decided, mirrors included: they are part of the same
+decision. A budget stop is the one exception: the ledger records it as the
+system's, caused by the command's actor, and its mirrors on the WorkItem take
+the stop's actor.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from uuid import UUID
 from workcenter.domain import action as act
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
+from workcenter.domain.actor import Actor
 from workcenter.domain.model import DomainEvent, Emitter
 
 
@@ -25,23 +32,28 @@ class Unit:
         actions: Mapping[UUID, act.ActionState],
         at: datetime,
         ledger: rl.LedgerState | None = None,
+        *,
+        by: Actor,
     ) -> None:
         self.at = at
+        self.by = by
         self.item = item
         self.actions: dict[UUID, act.ActionState] = dict(actions)
         self.ledger = ledger
         self.events: list[DomainEvent] = []
 
     @classmethod
-    def new_item(cls, events: list[wi.WorkItemEvent], at: datetime) -> Unit:
+    def new_item(cls, events: list[wi.WorkItemEvent], at: datetime, *, by: Actor) -> Unit:
         item = wi.fold(None, events)
         assert item is not None
-        unit = cls(item, {}, at)
+        unit = cls(item, {}, at, by=by)
         unit.events.extend(events)
         return unit
 
-    def item_event(self, event_class: type[wi.WorkItemEvent], **fields: object) -> None:
-        emit = Emitter[wi.WorkItemEvent].after(self.item, self.at)
+    def item_event(
+        self, event_class: type[wi.WorkItemEvent], by: Actor | None = None, **fields: object
+    ) -> None:
+        emit = Emitter[wi.WorkItemEvent].after(self.item, self.at, by or self.by)
         self.apply_item(emit(event_class, **fields))
 
     def apply_item(self, event: wi.WorkItemEvent) -> None:
@@ -67,17 +79,24 @@ class Unit:
             self.ledger = rl.evolve(self.ledger, event)
             self.events.append(event)
             if isinstance(event, rl.ExecutionStopped):
-                self.item_event(wi.BudgetStopRecorded, code=event.code)
+                self.item_event(wi.BudgetStopRecorded, event.actor, code=event.code)
                 if self.item.status not in wi.TERMINAL:
-                    self.set_status("needs_attention", self.item.current_action_id)
+                    self.set_status("needs_attention", self.item.current_action_id, event.actor)
             elif isinstance(event, rl.ExecutionResumed) and self.item.stopped:
                 self.item_event(wi.BudgetStopCleared)
 
-    def set_status(self, status: wi.WorkItemStatus, current_action_id: UUID | None) -> None:
+    def set_status(
+        self,
+        status: wi.WorkItemStatus,
+        current_action_id: UUID | None,
+        by: Actor | None = None,
+    ) -> None:
         if self.item.stopped and status not in wi.TERMINAL:
             status = "needs_attention"  # while stopped an item only needs attention
         if (self.item.status, self.item.current_action_id) != (status, current_action_id):
-            self.item_event(wi.StatusChanged, status=status, current_action_id=current_action_id)
+            self.item_event(
+                wi.StatusChanged, by, status=status, current_action_id=current_action_id
+            )
 
     def derive_status(self) -> None:
         """Dynamic items derive their status from their Actions after every change."""
@@ -105,6 +124,7 @@ class Unit:
             contract_revision=self.item.contract_revision,
             context=context,
             at=self.at,
+            by=self.by,
         )
         self.apply_action(list(events))
         return self.actions[events[0].originator_id]

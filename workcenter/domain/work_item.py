@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, ClassVar, Literal
 from uuid import UUID
 
+from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.domain.model import AggregateState, DomainEvent, Emitter, Immutable
 
@@ -344,8 +345,9 @@ def create(
     stages: tuple[str, ...],
     stage_max_attempts: tuple[int, ...],
     at: datetime,
+    by: Actor,
 ) -> list[WorkItemEvent]:
-    emit = Emitter[WorkItemEvent](work_item_id, 0, at)
+    emit = Emitter[WorkItemEvent](work_item_id, 0, at, by)
     emit(
         WorkItemCreated,
         mode=mode,

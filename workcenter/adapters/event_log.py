@@ -1,0 +1,64 @@
+"""Reading several streams of the event store merged in write order.
+
+An item's audit is its streams (the WorkItem, its Actions, its ledger) in
+notification order. The library reads one stream at a time and pages the whole
+log; this asks the events table for just those streams, through its primary key
+(``originator_id`` leads it), ordered by notification id. The events are
+decoded by the store's own mapper, so upcasting applies as on every other read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+from uuid import UUID
+
+from eventsourcing.application import Application
+from eventsourcing.persistence import StoredEvent
+from eventsourcing.sqlite import SQLiteApplicationRecorder
+
+from workcenter.domain.model import DomainEvent
+
+
+def streams_in_order(
+    store: Application[UUID], stream_ids: Sequence[UUID], *, until: int | None = None
+) -> list[tuple[int, DomainEvent]]:
+    """(notification id, event) of every event of ``stream_ids``, oldest first, up to
+    notification id ``until`` if given."""
+    if not stream_ids:
+        return []
+    recorder = store.recorder
+    if not isinstance(recorder, SQLiteApplicationRecorder):
+        raise TypeError(f"no merged stream read for {type(recorder).__name__}")
+    # rowid is the library's notification id on SQLite.
+    sql = (
+        "SELECT rowid, originator_id, originator_version, topic, state"
+        f" FROM {recorder.events_table_name}"
+        f" WHERE originator_id IN ({','.join('?' * len(stream_ids))})"
+    )
+    params: list[Any] = [s.hex for s in stream_ids]
+    if until is not None:
+        sql += " AND rowid <= ?"
+        params.append(until)
+    sql += " ORDER BY rowid"
+    with recorder.datastore.transaction(commit=False) as c:
+        c.execute(sql, params)
+        rows = c.fetchall()
+    mapper = store.mapper
+    return [
+        (
+            row[0],
+            cast(
+                DomainEvent,
+                mapper.to_domain_event(
+                    StoredEvent(
+                        originator_id=UUID(row[1]),
+                        originator_version=row[2],
+                        topic=row[3],
+                        state=row[4],
+                    )
+                ),
+            ),
+        )
+        for row in rows
+    ]
