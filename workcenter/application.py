@@ -21,7 +21,7 @@ from workcenter.domain import actor as actors
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
-from workcenter.domain.errors import InvalidInput, WorkcenterError
+from workcenter.domain.errors import InvalidInput
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.outcome import RunReport
@@ -31,13 +31,11 @@ from workcenter.projections import audit as audit_rows
 from workcenter.projections.audit import DEFAULT_LIMIT, AuditRow
 from workcenter.run_side import RunSide
 from workcenter.store import (
-    SAVE_ATTEMPTS,
     SNAPSHOT_INTERVAL,
     Clock,
     EventStore,
     SystemClock,
     WriteContention,
-    project_action,
 )
 
 __all__ = [
@@ -471,6 +469,10 @@ class WorkCenter(BudgetCommands):
             inputs=claimed.unconsumed_inputs,
         )
 
+    @property
+    def _run_side(self) -> RunSide:
+        return RunSide(self)
+
     def renew_lease(
         self,
         claim: Claim | act.RunRef,
@@ -479,53 +481,7 @@ class WorkCenter(BudgetCommands):
         actor: Actor | str | None = None,
     ) -> bool:
         """Extend the lease; False when the Run is no longer live (stop working on it)."""
-        ref = claim.ref if isinstance(claim, Claim) else claim
-        chosen = None if actor is None else actors.parse(actor)  # refused before any load
-        for _ in range(SAVE_ATTEMPTS):
-            action = self.action(ref.action_id)
-            by = chosen or self._run_actor(claim, action)
-            try:
-                events = act.renew(
-                    action,
-                    ref,
-                    lease=timedelta(seconds=lease_seconds),
-                    at=self.clock.now(),
-                    by=by,
-                )
-            except WorkcenterError:
-                return False
-            try:
-                self._save_events(events, {action.id: project_action(action, events)})
-            except IntegrityError:
-                continue
-            return True
-        return False
-
-    @staticmethod
-    def _run_actor(claim: Claim | act.RunRef, action: act.ActionState) -> Actor:
-        """The worker a Run command is by: the claim's, else the one that claimed the Run."""
-        if isinstance(claim, Claim):
-            return claim.actor
-        run = action.run(claim.run_id)
-        # No such Run: the decision refuses the command, so nothing is recorded by anyone.
-        return actors.worker(run.worker, run.owner_boot_id) if run else actors.OPERATOR
-
-    def _run_command(
-        self,
-        claim: Claim | act.RunRef,
-        actor: Actor | str | None,
-        decide: Callable[[wi.WorkItemState, act.ActionState, act.RunRef, datetime, Actor], Unit],
-    ) -> act.ActionState:
-        ref = claim.ref if isinstance(claim, Claim) else claim
-        chosen = None if actor is None else actors.parse(actor)  # refused before any load
-
-        def attempt() -> Unit:
-            action = self.action(ref.action_id)
-            item = self.work_item(action.work_item_id)
-            by = chosen or self._run_actor(claim, action)
-            return decide(item, action, ref, self.clock.now(), by)
-
-        return self._execute(attempt).action(ref.action_id)
+        return self._run_side.renew_lease(claim, lease_seconds, actor)
 
     def finish_run(
         self,
@@ -537,7 +493,7 @@ class WorkCenter(BudgetCommands):
         """Record the Run's outcome: completed, waiting, retryable or failed.
 
         By the claim's worker unless ``actor`` says otherwise."""
-        return self._run_command(
+        return self._run_side.command(
             claim,
             actor,
             lambda item, action, ref, at, by: runs.finish(
@@ -562,7 +518,7 @@ class WorkCenter(BudgetCommands):
         final response and execution stats, recorded as the lease is released. By the
         claim's worker unless ``actor`` says otherwise."""
         final = parse_progress(progress)
-        return self._run_command(
+        return self._run_side.command(
             claim,
             actor,
             lambda item, action, ref, at, by: runs.interrupt(
@@ -570,14 +526,12 @@ class WorkCenter(BudgetCommands):
             ),
         )
 
-    @property
-    def _run_side(self) -> RunSide:
-        return RunSide(self)
-
     def defer(
         self, claim: Claim | act.RunRef, *, actor: Actor | str | None = None
     ) -> act.ActionState:
-        """The workspace is busy: end the Run as deferred and give its attempt back."""
+        """The workspace is busy: end the Run as deferred and give its attempt back.
+
+        By the claim's worker unless ``actor`` says otherwise."""
         return self._run_side.defer(claim, actor)
 
     def pending_input(self, claim: Claim | act.RunRef) -> tuple[act.QueuedInput, ...]:
@@ -599,24 +553,7 @@ class WorkCenter(BudgetCommands):
         it, every Run from another boot is dead (one process owns all workers).
         Recovery is the operator's unless ``actor`` says otherwise.
         """
-        by = actors.resolve(actor, actors.OPERATOR)
-        self._catch_up_work_queue()
-        recovered: list[UUID] = []
-        for action_id, run_id, *_ in self.work_queue.live_runs():
-
-            def attempt(action_id: UUID = action_id, run_id: UUID = run_id) -> Unit:
-                action = self.action(action_id)
-                run = action.run(run_id)
-                at = self.clock.now()
-                if run is None or not runs.is_dead(run, boot_id=self.boot_id, worker=worker, at=at):
-                    return Unit(self.work_item(action.work_item_id), {}, at, by=by)
-                return runs.recover(
-                    self.work_item(action.work_item_id), action, run_id=run_id, at=at, by=by
-                )
-
-            if self._execute(attempt).events:
-                recovered.append(run_id)
-        return recovered
+        return self._run_side.recover(worker, actor)
 
     # --- reads ----------------------------------------------------------------
 
