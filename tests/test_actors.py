@@ -316,3 +316,101 @@ def test_the_worker_loop_records_its_own_recovery_as_its_worker(
         run_worker(restarted, lambda _: report(), worker=WORKER, max_runs=0)
         row = restarted.audit(item.id, run_id=claimed.run_id, type="RunInterrupted")[0]
     assert (row.actor, row.actor_id) == ("worker", f"{WORKER}@boot-2")
+
+
+def _input(wc: WorkCenter, action_id: UUID, text: str, **kw: Any) -> Any:
+    action = wc.action(action_id)
+    return wc.add_input(
+        action.work_item_id,
+        action_id,
+        expected_version=wc.work_item(action.work_item_id).version,
+        expected_generation=action.generation,
+        text=text,
+        **kw,
+    )
+
+
+def test_input_is_the_users_and_its_consumption_the_runs_worker(
+    db_path: Path, wc: WorkCenter
+) -> None:
+    item = plan(wc, create_dynamic(wc).id)
+    claimed = claim(wc)
+    _input(wc, claimed.action_id, "first")
+    _input(wc, claimed.action_id, "second", actor="user:alice")
+    first, second = wc.pending_input(claimed)
+    wc.consume_input(claimed, [first.id])
+    # A bare RunRef is by the worker that claimed the Run; an explicit actor is recorded.
+    wc.consume_input(claimed.ref, [second.id], actor=actors.OPERATOR)
+    rows = wc.audit(item.id)
+    queued = [r for r in rows if r.type == "InputQueued"]
+    assert [(r.actor, r.actor_id) for r in queued] == [("user", "user"), ("user", "alice")]
+    consumed = [r for r in rows if r.type == "InputConsumed"]
+    assert [(r.actor, r.actor_id) for r in consumed] == [
+        ("worker", WORKER_ID),
+        ("operator", "operator"),
+    ]
+    # Both are rows of the Run, under the generation it ran.
+    assert {(r.run_id, r.generation) for r in queued + consumed} == {(claimed.run_id, 1)}
+
+    # Input to a ready Action is a new generation, the user's too.
+    ready = plan(wc, create_dynamic(wc).id)
+    _input(wc, ready.plan[0].action_id, "check Windows", actor="user:bob")
+    (reset,) = wc.audit(ready.id, type="ActionReset")
+    assert (reset.actor, reset.actor_id) == ("user", "bob")
+    (as_json,) = _json_rows(db_path, item.id, "--type", "InputQueued", "--limit", "1")
+    assert (as_json["actor"], as_json["actor_id"]) == ("user", "alice")
+
+
+def test_defer_and_a_graceful_interrupt_are_the_runs_worker(db_path: Path, wc: WorkCenter) -> None:
+    item = plan(wc, create_dynamic(wc).id, action_spec(maxAttempts=3))
+    deferred = claim(wc)
+    wc.defer(deferred)
+    by_ref = claim(wc, "w2")
+    wc.defer(by_ref.ref)
+    interrupted = claim(wc)
+    wc.interrupt(interrupted, reason="stopping", progress={"summary": "half done"})
+    rows = wc.audit(item.id)
+    assert [(r.run_id, r.actor_id, r.generation) for r in rows if r.type == "RunDeferred"] == [
+        (deferred.run_id, WORKER_ID, 1),
+        (by_ref.run_id, f"w2@{BOOT_ID}", 1),
+    ]
+    stopped = _only(rows, "RunInterrupted")
+    assert (stopped.actor, stopped.actor_id) == ("worker", WORKER_ID)
+    assert stopped.payload["progress"]["summary"] == "half done"
+    # The mirror of the deferral is part of the same decision.
+    first = next(r for r in rows if r.type == "RunDeferred")
+    after = [r for r in rows if r.position > first.position and r.aggregate == "work_item"]
+    assert after[0].actor_id == WORKER_ID
+    assert f"by worker {WORKER}@{BOOT_ID[:8]}" in _text(db_path, item.id, "--type", "RunDeferred")
+
+
+@pytest.mark.parametrize("bad", BAD_ACTORS)
+def test_a_bad_actor_on_the_input_and_defer_commands_writes_nothing(
+    wc: WorkCenter, bad: Any
+) -> None:
+    plan(wc, create_dynamic(wc).id)
+    claimed = claim(wc)
+    _input(wc, claimed.action_id, "queued")
+    (queued,) = wc.pending_input(claimed)
+    for command in (
+        lambda: _input(wc, claimed.action_id, "more", actor=bad),
+        lambda: wc.consume_input(claimed, [queued.id], actor=bad),
+        lambda: wc.defer(claimed, actor=bad),
+        lambda: wc.interrupt(claimed, progress={"summary": "s"}, actor=bad),
+    ):
+        with refused(wc, InvalidInput, "actor"):
+            command()
+    assert wc.action(claimed.action_id).status == "running"
+    assert wc.pending_input(claimed) == (queued,)
+
+
+def test_a_run_command_given_neither_a_claim_nor_a_run_ref_is_refused(wc: WorkCenter) -> None:
+    plan(wc, create_dynamic(wc).id)
+    claim(wc)
+    for command in (
+        lambda: wc.finish_run("not a claim", report()),  # type: ignore[arg-type]
+        lambda: wc.interrupt(None),  # type: ignore[arg-type]
+        lambda: wc.renew_lease(42),  # type: ignore[arg-type]
+    ):
+        with refused(wc, InvalidInput, "Claim or RunRef"):
+            command()
