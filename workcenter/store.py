@@ -140,10 +140,14 @@ class Store:
         clock: Clock | None = None,
         boot_id: str | None = None,
         inline_projections: bool | None = None,
+        sqlite_synchronous: str | None = None,
     ) -> Self:
-        """Open (or create) the SQLite store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db."""
+        """Open (or create) the SQLite store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db.
+
+        ``sqlite_synchronous`` (FULL or NORMAL, else ``$WORKCENTER_SQLITE_SYNCHRONOUS``,
+        else NORMAL) is what a commit waits for (ADR-0018)."""
         return cls(
-            EventStore(env=sqlite_env(resolve_db_path(db))),
+            EventStore(env=sqlite_env(resolve_db_path(db), sqlite_synchronous)),
             clock=clock,
             boot_id=boot_id,
             inline_projections=inline_projections,

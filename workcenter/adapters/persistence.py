@@ -14,6 +14,7 @@ import orjson
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 from eventsourcing.utils import get_topic, resolve_topic
 
+from workcenter.adapters.sqlite_settings import FACTORY_TOPIC, synchronous_env
 from workcenter.domain.action import ActionState
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.resource_ledger import LedgerState
@@ -78,8 +79,14 @@ SNAPSHOT_CLASSES: dict[
 }
 
 
-def sqlite_env(db_path: str) -> dict[str, str]:
-    return {"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": db_path}
+def sqlite_env(db_path: str, synchronous: str | None = None) -> dict[str, str]:
+    """The library env of a SQLite store at ``db_path``; ``synchronous`` (FULL or NORMAL)
+    overrides ``$WORKCENTER_SQLITE_SYNCHRONOUS`` and the default (ADR-0018)."""
+    return {
+        "PERSISTENCE_MODULE": FACTORY_TOPIC,
+        "SQLITE_DBNAME": db_path,
+        **synchronous_env(synchronous),
+    }
 
 
 def resolve_db_path(db: str | os.PathLike[str] | None) -> str:
