@@ -14,8 +14,10 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, Self
 from uuid import UUID
 
+import orjson
 from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import IntegrityError
+from eventsourcing.sqlite import SQLiteCursor
 
 from workcenter.adapters.persistence import (
     SNAPSHOT_CLASSES,
@@ -40,10 +42,10 @@ from workcenter.projections.lifecycle import Progress, ProjectionStatus, Rebuild
 from workcenter.projections.work_queue import WorkQueue, WorkQueueView
 
 SNAPSHOT_INTERVAL = 50
-# Read models caught up after every save. The detail view is caught up when it is
-# read instead: building a DTO per event made every save pay for a read that may
-# never come, and a read still sees every write before it (ADR-0011).
-EAGER_VIEWS: list[str] = [WorkQueue.name, Audit.name]
+# Read models caught up after every save. The detail view is one of them, so a
+# browser's read right after a write finds the DTO stored (ADR-0019, which measured
+# the on-read catch-up of ADR-0011 against a fold on read and this).
+EAGER_VIEWS: list[str] = [WorkQueue.name, Audit.name, Detail.name]
 SAVE_ATTEMPTS = 8
 
 
@@ -216,10 +218,21 @@ class Store:
     def detail(self, work_item_id: UUID) -> dict[str, Any]:
         """The item's detail DTO from the detail read model (as of the item's latest event).
 
-        With inline projections off it is as fresh as the runner has made it."""
-        if self.inline_projections:
+        With inline projections on it reflects every command committed before the read:
+        the view is written at each save, and if it is behind the head of the event log
+        (a writer crashed between its events and its views) the read catches it up first.
+        With inline projections off it is as fresh as the runner has made it (ADR-0019)."""
+        head_sql = self.store.recorder.select_max_notification_id_statement  # type: ignore[attr-defined]
+
+        def head(c: SQLiteCursor) -> int:
+            c.execute(head_sql)
+            return int(c.fetchone()[0] or 0)
+
+        raw, current = self.details.current_detail_bytes(work_item_id, Detail.name, head)
+        if not current and self.inline_projections:
             self.projections.catch_up(names=[Detail.name])
-        dto = self.details.detail(work_item_id)
+            raw = self.details.detail_bytes(work_item_id)
+        dto = None if raw is None else dict(orjson.loads(raw))
         if dto is None:
             self.work_item(work_item_id)  # NotFound if there is no such item
             raise NotFound("detail (the projection runner is behind) of WorkItem", work_item_id)

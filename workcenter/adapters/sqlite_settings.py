@@ -9,9 +9,9 @@ it opens, so every read model sharing the datastore gets it too.
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal, cast
+from typing import Any, Final, Literal
 
-from eventsourcing.persistence import Environment
+from eventsourcing.utils import Environment
 from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool, SQLiteFactory
 from eventsourcing.utils import get_topic
 
@@ -34,7 +34,7 @@ def validate_synchronous(value: object) -> Synchronous:
             f"SQLite synchronous must be FULL or NORMAL, not {value!r}"
             f" (from the sqlite_synchronous option or ${SYNCHRONOUS_ENV})"
         )
-    return cast(Synchronous, text)
+    return text
 
 
 def synchronous_env(synchronous: str | None) -> dict[str, str]:
