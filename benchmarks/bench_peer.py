@@ -95,9 +95,9 @@ def peer_rep(kit: Path, n: int) -> Figures:
     """One repetition of the reference store (its kit adds an untimed warm-up run)."""
     with tempfile.TemporaryDirectory(prefix="wc-peer-") as directory:
         out = Path(directory) / "peer.json"
+        command = [str(kit / "run.sh"), "--n", str(n), "--reps", "1", "--target", "file"]
         subprocess.run(
-            [str(kit / "run.sh"), "--n", str(n), "--reps", "1", "--target", "file"]
-            + ["--json", str(out)],
+            [*command, "--json", str(out)],
             check=True,
             stdout=subprocess.DEVNULL,
         )
@@ -285,7 +285,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="500", help="comma-separated N (e.g. 500,2000)")
     parser.add_argument("--reps", type=int, default=3, help="alternating repetitions per N")
-    parser.add_argument("--peer-kit", help=f"the reference kit (default ${KIT_ENV} or {DEFAULT_KIT})")
+    parser.add_argument(
+        "--peer-kit", help=f"the reference kit (default ${KIT_ENV} or {DEFAULT_KIT})"
+    )
     parser.add_argument(
         "--synchronous",
         choices=("FULL", "NORMAL"),

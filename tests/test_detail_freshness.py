@@ -64,9 +64,7 @@ def test_a_read_of_a_current_view_is_one_read_transaction_and_writes_nothing(
     assert not any(v in ("INSERT", "UPDATE", "DELETE") for v in verbs)
 
 
-def test_a_reader_in_another_process_sees_each_write_at_once(
-    db_path: Path, wc: WorkCenter
-) -> None:
+def test_a_reader_in_another_process_sees_each_write_at_once(db_path: Path, wc: WorkCenter) -> None:
     reader = WorkCenter.open(db_path, clock=FakeClock(), boot_id="reader")
     try:
         item = create_linear(wc, stages=("implement",))
@@ -82,9 +80,7 @@ def test_a_reader_in_another_process_sees_each_write_at_once(
 def test_a_view_left_behind_is_caught_up_by_the_next_read(db_path: Path) -> None:
     """A writer without inline views (or one that died between its events and its views)
     leaves the detail view behind the log; an inline reader catches it up first."""
-    writer = WorkCenter.open(
-        db_path, clock=FakeClock(), boot_id=BOOT_ID, inline_projections=False
-    )
+    writer = WorkCenter.open(db_path, clock=FakeClock(), boot_id=BOOT_ID, inline_projections=False)
     reader = WorkCenter.open(db_path, clock=FakeClock(), boot_id="reader")
     try:
         item = create_linear(writer, stages=("implement",))

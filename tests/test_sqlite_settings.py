@@ -21,9 +21,7 @@ def pooled_levels(wc: WorkCenter) -> list[int]:
     """The ``synchronous`` level of every connection the store's pool holds."""
     pool: Any = wc.store.factory.datastore  # type: ignore[attr-defined]
     connections = list(pool.pool._pool)
-    return [
-        int(c._sqlite_conn.execute("PRAGMA synchronous").fetchone()[0]) for c in connections
-    ]
+    return [int(c._sqlite_conn.execute("PRAGMA synchronous").fetchone()[0]) for c in connections]
 
 
 def exercise(wc: WorkCenter) -> None:

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-from eventsourcing.utils import Environment
 from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool, SQLiteFactory
-from eventsourcing.utils import get_topic
+from eventsourcing.utils import Environment, get_topic
 
 from workcenter.domain.errors import InvalidInput
 
