@@ -92,3 +92,25 @@ def test_a_view_left_behind_is_caught_up_by_the_next_read(db_path: Path) -> None
     finally:
         writer.close()
         reader.close()
+
+
+def test_ledger_only_saves_leave_the_view_to_the_next_read_which_sees_them(
+    wc: WorkCenter,
+) -> None:
+    """Reserving and settling LLM requests (many per Run) do not build the DTO each;
+    the next read (or item or Action save) folds them all, so a read still sees them."""
+    item = create_linear(wc, stages=("implement",))
+    claimed = claim(wc)
+    before = wc.detail(item.id)
+    request = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
+    for _ in range(3):
+        admission = wc.reserve_request(item.id, request=request, run_id=claimed.run_id)
+        assert admission.allowed
+    assert detail_position(wc) < wc.event_count()
+    assert wc.details.detail(item.id) == before  # nothing built by those saves
+    after = wc.detail(item.id)
+    assert after != before
+    assert detail_position(wc) == wc.event_count()
+    wc.reserve_request(item.id, request=request, run_id=claimed.run_id)
+    wc.finish_run(claimed, report())  # an Action save brings the view to the head
+    assert detail_position(wc) == wc.event_count()

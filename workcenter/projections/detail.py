@@ -1,7 +1,8 @@
 """The detail read model: per WorkItem, its detail DTO (read-models.md 2.4) as orjson bytes.
 
-It is an inline view: the DTO of an item is stored when its events are saved,
-so a read right after a write is one query (ADR-0019).
+It is an inline view: the DTO of an item is stored when a command on the item
+or its Actions is saved, so a read right after such a write is one query; the
+ledger's own writes are folded by the next save or read (ADR-0019).
 
 The view folds the states of every WorkItem, Action and ResourceLedger from
 their events (``dv_states``), and whenever events of an item arrive it rebuilds
@@ -14,7 +15,7 @@ gives the same bytes however the log is paged.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 from uuid import UUID
@@ -54,6 +55,14 @@ def kind_of(event: DomainEvent) -> Kind | None:
     if isinstance(event, rl.LedgerEvent):
         return "ledger"
     return None
+
+
+def refreshes_detail(events: Iterable[DomainEvent]) -> bool:
+    """Whether a save of ``events`` brings the view up to date at once: one that changes
+    a WorkItem or an Action does. A ledger-only save (an LLM request reserved or
+    settled, many per Run) leaves it behind; the next such save or read catches up,
+    building the item's DTO once for all those ledger events instead of once each."""
+    return any(kind_of(event) in ("item", "action") for event in events)
 
 
 def build_detail(
