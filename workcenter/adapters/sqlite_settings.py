@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Final, Literal
 
 from eventsourcing.sqlite import SQLiteConnection, SQLiteConnectionPool, SQLiteFactory
-from eventsourcing.utils import Environment, get_topic
+from eventsourcing.utils import Environment, EnvType, get_topic
 
 from workcenter.domain.errors import InvalidInput
 
@@ -65,7 +65,7 @@ class SynchronousConnectionPool(SQLiteConnectionPool):
 class WorkcenterSQLiteFactory(SQLiteFactory):
     """The library's SQLite factory, with the pool above."""
 
-    def __init__(self, env: Environment | Any) -> None:
+    def __init__(self, env: Environment | EnvType | None) -> None:
         super().__init__(env)
         synchronous = configured_synchronous(self.env)
         old = self.datastore.pool  # built by the library, no connection opened yet
