@@ -71,7 +71,7 @@ Figures = dict[str, float]
 # --- the reference store -------------------------------------------------------------
 
 
-class PeerKitMissing(SystemExit):
+class PeerKitMissing(Exception):
     pass
 
 
