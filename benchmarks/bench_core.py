@@ -102,8 +102,8 @@ class NoSnapshotStore(EventStore):
 def what_if(synchronous: str | None, statement_cache: int | None) -> None:
     """Experiments only: patch ``sqlite3.connect`` in this process (never the library).
 
-    ``synchronous``: run ``PRAGMA synchronous=...`` on each new connection (the library
-    leaves SQLite's default, FULL, so every commit syncs the WAL).
+    ``synchronous``: run ``PRAGMA synchronous=...`` on each new connection, over the
+    store's own setting (NORMAL by default, ADR-0018).
     ``statement_cache``: the prepared-statement cache size (the library passes
     ``cached_statements=True``, which sqlite3 takes as a size of 1).
     """
@@ -594,8 +594,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--synchronous",
-        choices=("NORMAL", "OFF"),
-        help="what-if: set PRAGMA synchronous on every connection (default: SQLite's FULL)",
+        choices=("FULL", "NORMAL", "OFF"),
+        help="what-if: set PRAGMA synchronous on every connection (the store's default: NORMAL)",
     )
     parser.add_argument(
         "--statement-cache",

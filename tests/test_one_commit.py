@@ -29,6 +29,7 @@ from workcenter.adapters.sql_counts import SqlCounts, sql_counts, traced
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput
 from workcenter.projections import inline
+from workcenter.projections.detail import Detail
 from workcenter.projections.inline import InlineWrite
 from workcenter.store import EAGER_VIEWS, SNAPSHOT_INTERVAL, EventStore, Store
 
@@ -56,16 +57,18 @@ def write_transactions(counts: SqlCounts) -> list[list[str]]:
     return found
 
 
-def assert_one_commit(counts: SqlCounts) -> list[str]:
+def assert_one_commit(counts: SqlCounts, *, gap: bool = False) -> list[str]:
     """Exactly one transaction wrote; it held events and every eager view's position;
-    nothing in it read the log back. Returns its statements."""
+    nothing in it read the log back, unless a view was behind (``gap``): ledger-only
+    saves leave the detail view for the next item or Action save (ADR-0019), which
+    reads those few events first. Returns its statements."""
     assert counts.commits == 1, counts.statements
     assert counts.begins - counts.rollbacks == 1
     [statements] = write_transactions(counts)
     assert any(s.startswith("INSERT INTO stored_events") for s in statements)
     for name in EAGER_VIEWS:
         assert any(s.startswith("INSERT INTO tracking") and f"'{name}'" in s for s in statements)
-    assert not [s for s in statements if s.upper().startswith(READ_BACK)]
+    assert gap or not [s for s in statements if s.upper().startswith(READ_BACK)]
     return statements
 
 
@@ -121,7 +124,8 @@ def test_every_kind_of_command_commits_once(wc: WorkCenter, clock: FakeClock) ->
     }
     for name, command in commands.items():
         before = wc.event_count()
-        assert_one_commit(counted(wc, command))
+        gap = wc.projections.position(Detail.name) < before
+        assert_one_commit(counted(wc, command), gap=gap)
         assert wc.event_count() > before, name
     assert lags(wc) == dict.fromkeys(EAGER_VIEWS, 0)
 

@@ -15,6 +15,7 @@ from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 from eventsourcing.utils import get_topic, resolve_topic
 
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
+from workcenter.adapters.sqlite_settings import FACTORY_TOPIC, synchronous_env
 from workcenter.domain.action import ActionState
 from workcenter.domain.actor import LEGACY, Actor
 from workcenter.domain.model import AggregateState, DomainEvent
@@ -92,12 +93,15 @@ SNAPSHOT_CLASSES: dict[
 }
 
 
-def sqlite_env(db_path: str) -> dict[str, str]:
+def sqlite_env(db_path: str, synchronous: str | None = None) -> dict[str, str]:
+    """The library env of a SQLite store at ``db_path``; ``synchronous`` (FULL or NORMAL)
+    overrides ``$WORKCENTER_SQLITE_SYNCHRONOUS`` and the default (ADR-0018)."""
     return {
-        "PERSISTENCE_MODULE": "eventsourcing.sqlite",
+        "PERSISTENCE_MODULE": FACTORY_TOPIC,
         "SQLITE_DBNAME": db_path,
         # Snapshots and inline read models commit with the events (ADR-0016).
         "APPLICATION_RECORDER_TOPIC": get_topic(OneCommitSQLiteRecorder),
+        **synchronous_env(synchronous),
     }
 
 

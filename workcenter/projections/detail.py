@@ -1,5 +1,9 @@
 """The detail read model: per WorkItem, its detail DTO (read-models.md 2.4) as orjson bytes.
 
+It is an inline view: the DTO of an item is stored when a command on the item
+or its Actions is saved, so a read right after such a write is one query; the
+ledger's own writes are folded by the next save or read (ADR-0019).
+
 The view folds the states of every WorkItem, Action and ResourceLedger from
 their events (``dv_states``), and whenever events of an item arrive it rebuilds
 that item's DTO from the states after them (``dv_details``). The DTO's ``now``
@@ -11,7 +15,7 @@ gives the same bytes however the log is paged.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 from uuid import UUID
@@ -51,6 +55,14 @@ def kind_of(event: DomainEvent) -> Kind | None:
     if isinstance(event, rl.LedgerEvent):
         return "ledger"
     return None
+
+
+def refreshes_detail(events: Iterable[DomainEvent]) -> bool:
+    """Whether a save of ``events`` brings the view up to date at once: one that changes
+    a WorkItem or an Action does. A ledger-only save (an LLM request reserved or
+    settled, many per Run) leaves it behind; the next such save or read catches up,
+    building the item's DTO once for all those ledger events instead of once each."""
+    return any(kind_of(event) in ("item", "action") for event in events)
 
 
 def build_detail(
@@ -172,6 +184,17 @@ class DetailView(TrackedView):
         """The item's detail DTO as of its latest event, or None if the view has not seen it."""
         raw = self.detail_bytes(work_item_id)
         return None if raw is None else dict(orjson.loads(raw))
+
+    def current_detail_bytes(
+        self, work_item_id: UUID, application_name: str, head: Callable[[SQLiteCursor], int]
+    ) -> tuple[bytes | None, bool]:
+        """The item's stored DTO and whether the view had every event up to ``head``,
+        both read in one transaction: the fast path of a read right after a write."""
+        with self.datastore.transaction(commit=False) as c:
+            current = (self._max_tracking_id(application_name, c) or 0) >= head(c)
+            c.execute("SELECT dto FROM dv_details WHERE work_item_id = ?", (work_item_id.hex,))
+            row = c.fetchone()
+        return (bytes(row[0]) if row else None), current
 
     def detail_bytes(self, work_item_id: UUID) -> bytes | None:
         rows = self._rows("SELECT dto FROM dv_details WHERE work_item_id = ?", (work_item_id.hex,))

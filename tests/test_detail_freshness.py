@@ -1,0 +1,116 @@
+"""The detail read right after a write (ADR-0019): the DTO is stored when the command is
+saved, a read sees every command committed before it, and a read of a current view is
+one read transaction that writes nothing."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from conftest import BOOT_ID, WORKER, FakeClock, claim, create_linear, report
+
+from workcenter.application import WorkCenter
+from workcenter.projections.detail import Detail
+
+
+def detail_position(wc: WorkCenter) -> int:
+    return wc.projections.position(Detail.name)
+
+
+@contextmanager
+def statements(wc: WorkCenter) -> Iterator[list[str]]:
+    """Every SQL statement the store's pooled connections run inside the block."""
+    seen: list[str] = []
+    datastore: Any = wc.store.factory.datastore  # type: ignore[attr-defined]
+    connections = list(datastore.pool._pool)
+    raw: list[sqlite3.Connection] = [c._sqlite_conn for c in connections]
+    for connection in raw:
+        connection.set_trace_callback(seen.append)
+    try:
+        yield seen
+    finally:
+        for connection in raw:
+            connection.set_trace_callback(None)
+
+
+def test_every_save_stores_the_items_dto_before_any_read(wc: WorkCenter) -> None:
+    item = create_linear(wc, stages=("implement",))
+    assert detail_position(wc) == wc.event_count()
+    assert wc.details.detail(item.id) is not None  # stored by the save, not by a read
+    claimed = claim(wc)
+    assert detail_position(wc) == wc.event_count()
+    wc.renew_lease(claimed)
+    assert detail_position(wc) == wc.event_count()
+    wc.finish_run(claimed, report())
+    assert detail_position(wc) == wc.event_count()
+    stored = wc.details.detail(item.id)
+    assert stored is not None and stored["status"] == "done"
+
+
+def test_a_read_of_a_current_view_is_one_read_transaction_and_writes_nothing(
+    wc: WorkCenter,
+) -> None:
+    item = create_linear(wc, stages=("implement",))
+    wc.detail(item.id)  # the pool now holds the connection the read uses
+    with statements(wc) as seen:
+        dto = wc.detail(item.id)
+    assert dto["status"] == "ready"
+    verbs = [s.split(None, 1)[0].upper() for s in seen]
+    assert verbs.count("BEGIN") == 1
+    assert "COMMIT" not in verbs
+    assert not any(v in ("INSERT", "UPDATE", "DELETE") for v in verbs)
+
+
+def test_a_reader_in_another_process_sees_each_write_at_once(db_path: Path, wc: WorkCenter) -> None:
+    reader = WorkCenter.open(db_path, clock=FakeClock(), boot_id="reader")
+    try:
+        item = create_linear(wc, stages=("implement",))
+        assert reader.detail(item.id)["status"] == "ready"
+        claimed = claim(wc)
+        assert reader.detail(item.id)["actions"][0]["status"] == "running"
+        wc.finish_run(claimed, report())
+        assert reader.detail(item.id)["status"] == "done"
+    finally:
+        reader.close()
+
+
+def test_a_view_left_behind_is_caught_up_by_the_next_read(db_path: Path) -> None:
+    """A writer without inline views (or one that died between its events and its views)
+    leaves the detail view behind the log; an inline reader catches it up first."""
+    writer = WorkCenter.open(db_path, clock=FakeClock(), boot_id=BOOT_ID, inline_projections=False)
+    reader = WorkCenter.open(db_path, clock=FakeClock(), boot_id="reader")
+    try:
+        item = create_linear(writer, stages=("implement",))
+        claimed = claim(writer, WORKER)
+        writer.finish_run(claimed, report())
+        assert detail_position(reader) < reader.event_count()
+        assert reader.detail(item.id)["status"] == "done"
+        assert detail_position(reader) == reader.event_count()
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_ledger_only_saves_leave_the_view_to_the_next_read_which_sees_them(
+    wc: WorkCenter,
+) -> None:
+    """Reserving and settling LLM requests (many per Run) do not build the DTO each;
+    the next read (or item or Action save) folds them all, so a read still sees them."""
+    item = create_linear(wc, stages=("implement",))
+    claimed = claim(wc)
+    before = wc.detail(item.id)
+    request = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
+    for _ in range(3):
+        admission = wc.reserve_request(item.id, request=request, run_id=claimed.run_id)
+        assert admission.allowed
+    assert detail_position(wc) < wc.event_count()
+    assert wc.details.detail(item.id) == before  # nothing built by those saves
+    after = wc.detail(item.id)
+    assert after != before
+    assert detail_position(wc) == wc.event_count()
+    wc.reserve_request(item.id, request=request, run_id=claimed.run_id)
+    wc.finish_run(claimed, report())  # an Action save brings the view to the head
+    assert detail_position(wc) == wc.event_count()
