@@ -44,8 +44,8 @@ from typing import Any
 from uuid import UUID
 
 from bench_core import file_bytes, fresh_db, log, machine
-from sql_count import traced
 
+from workcenter.adapters.sql_counts import per_unit
 from workcenter.application import WorkCenter
 
 REPO = Path(__file__).resolve().parent.parent
@@ -189,26 +189,25 @@ def wc_rep(n: int, synchronous: str | None) -> Figures:
 
 
 def counts(synchronous: str | None) -> dict[str, Any]:
-    """SQL statements and commits per create and per run cycle (three commands)."""
-    with traced() as counter, fresh_db("count") as path:
+    """SQL statements and commits per create, per run cycle (three commands) and per
+    detail read right after a create, counted on the store's own connections."""
+    with fresh_db("count") as path:
         wc = open_store(path, synchronous)
         for i in range(5):  # warm: tables created, views caught up
             create(wc, -i)
         for _ in range(5):
             run_cycle(wc)
-        per_create = counter.measure(lambda: [create(wc, i) for i in range(COUNTED)])
-        per_cycle = counter.measure(lambda: [run_cycle(wc) for _ in range(COUNTED)])
-        ids = [create(wc, COUNTED + i) for i in range(COUNTED)]
-        per_read = counter.measure(lambda: [wc.detail(i) for i in ids])
+        serial = iter(range(COUNTED * 2))
+        per_create = per_unit(wc, lambda: create(wc, next(serial)), COUNTED)
+        per_cycle = per_unit(wc, lambda: run_cycle(wc), COUNTED)
+        per_read = per_unit(wc, lambda: wc.detail(create(wc, next(serial))), COUNTED)
         wc.close()
-    cycle = per_cycle.per(COUNTED)
+    per_read = {k: per_read[k] - per_create[k] for k in per_read}  # the create's share out
     return {
-        "create": per_create.per(COUNTED),
-        "run_cycle": cycle,
-        "commits_per_command": round(
-            (per_create.commits + per_cycle.commits) / (COUNTED + 3 * COUNTED), 2
-        ),
-        "detail_read_after_a_create": per_read.per(COUNTED),
+        "create": per_create,
+        "run_cycle": per_cycle,
+        "commits_per_command": round((per_create["commits"] + per_cycle["commits"]) / 4, 2),
+        "detail_read_after_a_create": per_read,
     }
 
 
@@ -276,8 +275,8 @@ def render(result: dict[str, Any], out: Callable[[str], None]) -> None:
     ):
         k = c[key]
         out(
-            f"  {label}: {k['statements']} SQL statements, {k['commits']} commits,"
-            f" {k['read_transactions']} read transactions"
+            f"  {label}: {k['statements']:.1f} SQL statements, {k['commits']:.2f} commits,"
+            f" {k['rollbacks']:.1f} read transactions"
         )
 
 
