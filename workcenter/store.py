@@ -27,6 +27,7 @@ from workcenter.adapters.persistence import (
     store_env,
 )
 from workcenter.domain import action as act
+from workcenter.domain import inputs
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import InvalidInput, NotFound, VersionConflict, WorkcenterError
@@ -62,21 +63,35 @@ class WriteContention(WorkcenterError):
     code = "write_contention"
 
 
+class ForeignStream(Exception):
+    """The stream loaded belongs to another aggregate type (an Action's id given as a
+    WorkItem's, say): the load answers NotFound, never a fold of foreign events."""
+
+
 def _projector(
     evolve: Callable[[Any, Any], Any],
+    state_class: type[AggregateState],
+    event_class: type[DomainEvent],
     snapshot: type[ActionSnapshot | WorkItemSnapshot | LedgerSnapshot],
 ) -> Callable[[Any, Iterable[Any]], Any]:
     def project(state: Any, events: Iterable[Any]) -> Any:
+        if state is not None and not isinstance(state, state_class):
+            raise ForeignStream  # a cached state of another type
         for event in events:
-            state = event.state if isinstance(event, snapshot) else evolve(state, event)
+            if isinstance(event, snapshot):
+                state = event.state
+            elif isinstance(event, event_class):
+                state = evolve(state, event)
+            else:
+                raise ForeignStream
         return state
 
     return project
 
 
-project_action = _projector(act.evolve, ActionSnapshot)
-project_work_item = _projector(wi.evolve, WorkItemSnapshot)
-project_ledger = _projector(rl.evolve, LedgerSnapshot)
+project_action = _projector(act.evolve, act.ActionState, act.ActionEvent, ActionSnapshot)
+project_work_item = _projector(wi.evolve, wi.WorkItemState, wi.WorkItemEvent, WorkItemSnapshot)
+project_ledger = _projector(rl.evolve, rl.LedgerState, rl.LedgerEvent, LedgerSnapshot)
 
 
 INLINE_ENV = "WORKCENTER_INLINE_PROJECTIONS"
@@ -171,32 +186,41 @@ class Store:
         return state
 
     def work_item(self, work_item_id: UUID, version: int | None = None) -> wi.WorkItemState:
-        try:
-            state = self._load(work_item_id, version, project_work_item)
-        except AggregateNotFoundError:
-            raise NotFound("WorkItem", work_item_id) from None
-        if not isinstance(state, wi.WorkItemState):
-            raise NotFound("WorkItem", work_item_id)
+        work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
+        state = self._load_as(work_item_id, version, project_work_item, "WorkItem")
+        assert isinstance(state, wi.WorkItemState)
         return state
 
     def action(self, action_id: UUID, version: int | None = None) -> act.ActionState:
-        try:
-            state = self._load(action_id, version, project_action)
-        except AggregateNotFoundError:
-            raise NotFound("Action", action_id) from None
-        if not isinstance(state, act.ActionState):
-            raise NotFound("Action", action_id)
+        action_id = inputs.aggregate_id(action_id, "Action")
+        state = self._load_as(action_id, version, project_action, "Action")
+        assert isinstance(state, act.ActionState)
         return state
 
     def ledger(self, work_item_id: UUID, version: int | None = None) -> rl.LedgerState:
         """The WorkItem's ResourceLedger."""
-        ledger_id = rl.ledger_id_for(work_item_id)
+        work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
         try:
-            state = self._load(ledger_id, version, project_ledger)
-        except AggregateNotFoundError:
+            state = self._load_as(rl.ledger_id_for(work_item_id), version, project_ledger, "")
+        except NotFound:
             raise NotFound("ResourceLedger of WorkItem", work_item_id) from None
-        if not isinstance(state, rl.LedgerState):
-            raise NotFound("ResourceLedger of WorkItem", work_item_id)
+        assert isinstance(state, rl.LedgerState)
+        return state
+
+    def _load_as(
+        self, aggregate_id: UUID, version: int | None, projector: Callable[..., Any], kind: str
+    ) -> Any:
+        """Load through ``projector``; NotFound when the stream is missing or of another type."""
+        if version is not None:
+            version = inputs.version(version, "version")
+            if version < 1:
+                raise NotFound(f"{kind} version {version} of", aggregate_id)
+        try:
+            state = self._load(aggregate_id, version, projector)
+        except (AggregateNotFoundError, ForeignStream):
+            raise NotFound(kind, aggregate_id) from None
+        if state is None:
+            raise NotFound(kind, aggregate_id)
         return state
 
     def actions(self, item: wi.WorkItemState, *statuses: str) -> dict[UUID, act.ActionState]:
@@ -213,6 +237,7 @@ class Store:
         """The item's detail DTO from the detail read model (as of the item's latest event).
 
         With inline projections off it is as fresh as the runner has made it."""
+        work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
         if self.inline_projections:
             self.projections.catch_up(names=[Detail.name])
         dto = self.details.detail(work_item_id)
