@@ -231,6 +231,7 @@ class WorkCenter(BudgetCommands):
         answer: str = "",
     ) -> wi.WorkItemState:
         answer = inputs.text(answer, "answer", bounds.ANSWER)
+        expected_generation = inputs.optional_version(expected_generation, "expected_generation")
         return self._action_input(
             work_item_id,
             action_id,
@@ -255,6 +256,7 @@ class WorkCenter(BudgetCommands):
         guidance: str,
     ) -> wi.WorkItemState:
         guidance = inputs.text(guidance, "guidance", bounds.GUIDANCE)
+        expected_generation = inputs.optional_version(expected_generation, "expected_generation")
         return self._action_input(
             work_item_id,
             action_id,

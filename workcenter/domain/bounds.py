@@ -35,7 +35,8 @@ LEASE_MIN_SECONDS = 1
 LEASE_MAX_SECONDS = 24 * 60 * 60
 REQUEST_ID = 200  # request and Coordinator turn ids
 
-# --- raw payloads (run reports, LLM requests) before normalisation --------------------
+# --- raw payloads (run reports, planning decisions) before they are parsed ------------
 PAYLOAD_TEXT = 1_000_000
-PAYLOAD_ITEMS = 1_000
+PAYLOAD_ITEMS = 1_000  # entries of one list or object
+PAYLOAD_VALUES = 10_000  # values in all
 PAYLOAD_DEPTH = 32

@@ -121,7 +121,7 @@ def mapping(value: object, name: str) -> Mapping[str, Any]:
 def payload(value: object, name: str) -> None:
     """A JSON-like payload within the raw ceilings, every text encodable.
 
-    Run reports and LLM requests are normalised or measured later; this only
+    Run reports and planning decisions are parsed and normalised later; this only
     keeps a hostile payload from costing unbounded work or failing at save.
     """
     pending: list[tuple[object, int]] = [(value, 0)]
@@ -129,7 +129,7 @@ def payload(value: object, name: str) -> None:
     while pending:
         node, depth = pending.pop()
         seen += 1
-        if depth > bounds.PAYLOAD_DEPTH or seen > bounds.PAYLOAD_ITEMS * 10:
+        if depth > bounds.PAYLOAD_DEPTH or seen > bounds.PAYLOAD_VALUES:
             raise InvalidInput(f"{name} is nested too deeply or holds too many values")
         if isinstance(node, str):
             _encodable(node, name)
