@@ -179,6 +179,16 @@ def test_an_expected_version_that_is_no_integer_is_invalid(wc: WorkCenter, bad: 
             call()
 
 
+def test_a_version_too_large_to_store_is_invalid(wc: WorkCenter) -> None:
+    item = create_linear(wc)
+    with refused(wc, InvalidInput, "at most"):
+        wc.update_contract(item.id, expected_version=2**63, title="x")
+    with refused(wc, InvalidInput, "at most"):
+        wc.state_at(item.id, version=10**30)
+    with refused(wc, InvalidInput, "at most"):
+        wc.audit(item.id, limit=-(10**30))
+
+
 # --- 8. no untyped exception escapes ----------------------------------------------------
 
 

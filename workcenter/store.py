@@ -255,6 +255,8 @@ class Store:
     ) -> list[RebuildReport]:
         """Replay one read model (default: every one) from zero into shadow tables and swap
         it in atomically: readers see the old view until the new one is complete."""
+        if name is not None and not isinstance(name, str):
+            raise InvalidInput(f"a read model's name is a string, not {type(name).__name__}")
         names = list(self.projections.views) if name is None else [name]
         unknown = [n for n in names if n not in self.projections.views]
         if unknown:

@@ -29,6 +29,9 @@ RISK = 2_000
 RISKS = 24
 IDS = 256  # Action or Run ids one command names
 
+# Versions, generations and counts: the largest integer every JSON reader keeps exact.
+INTEGER = 2**53 - 1
+
 # --- workers and the ledger -----------------------------------------------------------
 WORKER = 200
 LEASE_MIN_SECONDS = 1

@@ -61,9 +61,12 @@ def texts(value: object, name: str, *, limit: int, count: int) -> tuple[str, ...
 
 
 def version(value: object, name: str = "expected_version") -> int:
-    """An aggregate version as the caller saw it: an int (not a bool, str or float)."""
+    """An aggregate version as the caller saw it (or a count): an int, not a bool,
+    str or float, of a size storage can compare."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(f"{name} must be an integer, not {value!r}")
+    if abs(value) > bounds.INTEGER:
+        raise InvalidInput(f"{name} must be at most {bounds.INTEGER} in size, not {value}")
     return value
 
 
