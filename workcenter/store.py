@@ -11,7 +11,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol, Self
+from typing import Any, Protocol, Self, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
@@ -41,6 +41,7 @@ from workcenter.projections.lifecycle import Progress, ProjectionStatus, Rebuild
 from workcenter.projections.work_queue import WorkQueue, WorkQueueView
 
 SNAPSHOT_INTERVAL = 50
+S = TypeVar("S", bound=AggregateState)
 # Read models caught up after every save. The detail view is caught up when it is
 # read instead: building a DTO per event made every save pay for a read that may
 # never come, and a read still sees every write before it (ADR-0011).
@@ -187,41 +188,43 @@ class Store:
 
     def work_item(self, work_item_id: UUID, version: int | None = None) -> wi.WorkItemState:
         work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
-        state = self._load_as(work_item_id, version, project_work_item, "WorkItem")
-        assert isinstance(state, wi.WorkItemState)
+        state = self._load_state(work_item_id, version, project_work_item, wi.WorkItemState)
+        if state is None:
+            raise NotFound("WorkItem", work_item_id)
         return state
 
     def action(self, action_id: UUID, version: int | None = None) -> act.ActionState:
         action_id = inputs.aggregate_id(action_id, "Action")
-        state = self._load_as(action_id, version, project_action, "Action")
-        assert isinstance(state, act.ActionState)
+        state = self._load_state(action_id, version, project_action, act.ActionState)
+        if state is None:
+            raise NotFound("Action", action_id)
         return state
 
     def ledger(self, work_item_id: UUID, version: int | None = None) -> rl.LedgerState:
         """The WorkItem's ResourceLedger."""
         work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
-        try:
-            state = self._load_as(rl.ledger_id_for(work_item_id), version, project_ledger, "")
-        except NotFound:
-            raise NotFound("ResourceLedger of WorkItem", work_item_id) from None
-        assert isinstance(state, rl.LedgerState)
+        ledger_id = rl.ledger_id_for(work_item_id)
+        state = self._load_state(ledger_id, version, project_ledger, rl.LedgerState)
+        if state is None:
+            raise NotFound("ResourceLedger of WorkItem", work_item_id)
         return state
 
-    def _load_as(
-        self, aggregate_id: UUID, version: int | None, projector: Callable[..., Any], kind: str
-    ) -> Any:
-        """Load through ``projector``; NotFound when the stream is missing or of another type."""
-        if version is not None:
-            version = inputs.version(version, "version")
-            if version < 1:
-                raise NotFound(f"{kind} version {version} of", aggregate_id)
+    def _load_state(
+        self,
+        aggregate_id: UUID,
+        version: int | None,
+        projector: Callable[..., Any],
+        state_class: type[S],
+    ) -> S | None:
+        """The state, or None when the stream is missing, of another aggregate type, or
+        asked for at a version before its first."""
+        if version is not None and inputs.version(version, "version") < 1:
+            return None
         try:
             state = self._load(aggregate_id, version, projector)
         except (AggregateNotFoundError, ForeignStream):
-            raise NotFound(kind, aggregate_id) from None
-        if state is None:
-            raise NotFound(kind, aggregate_id)
-        return state
+            return None
+        return state if isinstance(state, state_class) else None
 
     def actions(self, item: wi.WorkItemState, *statuses: str) -> dict[UUID, act.ActionState]:
         """The item's Actions (only those whose mirrored status is in ``statuses``, if given)."""
