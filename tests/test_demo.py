@@ -314,6 +314,7 @@ def test_resume_is_refused_while_a_budget_is_spent_or_nothing_is_stopped(tmp_pat
             title="t", goal="g", acceptance_criteria=["c"], start=True, limits={"max_requests": 1}
         )
         running = wc.create_work_item(title="r", goal="g", acceptance_criteria=["c"], start=True)
+        running_ledger = wc.ledger(running.id)
         assert wc.reserve_request(item.id, request={}).allowed
         assert not wc.reserve_request(item.id, request={}).allowed
         stopped, ledger = wc.work_item(item.id), wc.ledger(item.id)
@@ -333,6 +334,13 @@ def test_resume_is_refused_while_a_budget_is_spent_or_nothing_is_stopped(tmp_pat
     )
     _assert_refused(
         db,
-        ["resume", str(running.id), "--expected-version", str(running.version)],
+        [
+            "resume",
+            str(running.id),
+            "--expected-version",
+            str(running.version),
+            "--expected-ledger-version",
+            str(running_ledger.version),
+        ],
         "CommandRefused",
     )

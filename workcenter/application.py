@@ -15,7 +15,7 @@ from eventsourcing.persistence import IntegrityError
 
 from workcenter.budget import BudgetCommands
 from workcenter.domain import action as act
-from workcenter.domain import action_input, lifecycle, planning, runs
+from workcenter.domain import action_input, bounds, inputs, lifecycle, planning, runs
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import InvalidInput, WorkcenterError
@@ -114,8 +114,9 @@ class WorkCenter(BudgetCommands):
     ) -> wi.WorkItemState:
         """Create a WorkItem and its ResourceLedger (default limits, or ``limits``).
 
-        A linear item's ``stages`` are names or ``{"type", "maxAttempts"}`` objects."""
-        if mode not in ("dynamic", "linear"):
+        A linear item's ``stages`` are names or ``{"type", "maxAttempts"}`` objects. Texts
+        and lists are bounded (docs/limits.md): input past a bound is refused."""
+        if not isinstance(mode, str) or mode not in ("dynamic", "linear"):
             raise InvalidInput(f"mode must be dynamic or linear, not {mode!r}")
         contract = wi.validate_contract(
             title=title,
@@ -128,7 +129,7 @@ class WorkCenter(BudgetCommands):
             mode=mode,
             contract=contract,
             stages=stages,
-            start=start,
+            start=inputs.flag(start, "start"),
             at=self.clock.now(),
             limits=self._limits(limits),
         )
@@ -139,6 +140,7 @@ class WorkCenter(BudgetCommands):
     def _limits(limits: Mapping[str, int] | None) -> rl.Limits | None:
         if limits is None:
             return None
+        inputs.mapping(limits, "limits")
         try:
             return rl.Limits(**limits)
         except (TypeError, ValueError) as error:
@@ -154,6 +156,10 @@ class WorkCenter(BudgetCommands):
         acceptance_criteria: list[str] | tuple[str, ...] | None = None,
         delivery_target: str | EllipsisType | None = ...,
     ) -> wi.WorkItemState:
+        """Edit the contract; a title, goal, criteria or target edit conflicts with any
+        other contract edit after ``expected_version``."""
+        expected_version = inputs.version(expected_version)
+
         def decide(
             item: wi.WorkItemState, actions: dict[UUID, act.ActionState], at: datetime
         ) -> Unit:
@@ -172,6 +178,7 @@ class WorkCenter(BudgetCommands):
         )
 
     def start(self, work_item_id: UUID, *, expected_version: int | None = None) -> wi.WorkItemState:
+        expected_version = inputs.optional_version(expected_version, "expected_version")
         return self._item_command(
             work_item_id,
             expected_version,
@@ -181,6 +188,7 @@ class WorkCenter(BudgetCommands):
         )
 
     def cancel(self, work_item_id: UUID, *, reason: str = "") -> wi.WorkItemState:
+        reason = inputs.text(reason, "reason", bounds.REASON)
         return self._item_command(
             work_item_id,
             None,
@@ -194,9 +202,14 @@ class WorkCenter(BudgetCommands):
         work_item_id: UUID,
         *,
         expected_version: int,
-        expected_ledger_version: int | None = None,
+        expected_ledger_version: int,
     ) -> wi.WorkItemState:
-        """Resume a cancelled item, or one its budget stopped (after extending it)."""
+        """Resume a cancelled item, or one its budget stopped (after extending it).
+
+        ``expected_ledger_version`` is the ledger version the user saw: a stop, extend
+        or resume recorded after it refuses the resume (the execution-control check)."""
+        expected_version = inputs.version(expected_version)
+        expected_ledger_version = inputs.version(expected_ledger_version, "expected_ledger_version")
 
         def attempt() -> Unit:
             item = self.work_item(work_item_id)
@@ -220,6 +233,8 @@ class WorkCenter(BudgetCommands):
         expected_generation: int | None = None,
         answer: str = "",
     ) -> wi.WorkItemState:
+        answer = inputs.text(answer, "answer", bounds.ANSWER)
+        expected_generation = inputs.optional_version(expected_generation, "expected_generation")
         return self._action_input(
             work_item_id,
             action_id,
@@ -243,6 +258,8 @@ class WorkCenter(BudgetCommands):
         expected_generation: int | None = None,
         guidance: str,
     ) -> wi.WorkItemState:
+        guidance = inputs.text(guidance, "guidance", bounds.GUIDANCE)
+        expected_generation = inputs.optional_version(expected_generation, "expected_generation")
         return self._action_input(
             work_item_id,
             action_id,
@@ -265,6 +282,8 @@ class WorkCenter(BudgetCommands):
         decide: Callable[[wi.WorkItemState, dict[UUID, act.ActionState], datetime], Unit],
     ) -> wi.WorkItemState:
         """Retry and guidance: the open Actions plus the target, whatever its status."""
+        expected_version = inputs.version(expected_version)
+        action_id = inputs.aggregate_id(action_id, "Action")
         return self._item_command(
             work_item_id,
             expected_version,
@@ -323,6 +342,7 @@ class WorkCenter(BudgetCommands):
         goal_refs: Mapping[str, Any] | None = None,
         rationale: str = "",
     ) -> wi.WorkItemState:
+        expected_version = inputs.version(expected_version)
         payload = {
             "actions": actions,
             "close_actions": close_actions,
@@ -340,6 +360,7 @@ class WorkCenter(BudgetCommands):
     def complete(
         self, work_item_id: UUID, *, expected_version: int, completion: Mapping[str, Any]
     ) -> wi.WorkItemState:
+        expected_version = inputs.version(expected_version)
         return self._item_command(
             work_item_id,
             expected_version,
@@ -354,8 +375,10 @@ class WorkCenter(BudgetCommands):
 
         Candidates come from the work-queue read model; each is re-checked on its
         aggregates, and a stale candidate or a lost race moves on to the next.
+        ``lease_seconds`` is from 1 s to 24 h (86,400 s).
         """
-        lease = timedelta(seconds=lease_seconds)
+        worker = inputs.text(worker, "worker", bounds.WORKER, required=True)
+        lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))
         self._catch_up_work_queue()
         seen: set[UUID] = set()
         offset = 0
@@ -413,14 +436,14 @@ class WorkCenter(BudgetCommands):
         )
 
     def renew_lease(self, claim: Claim | act.RunRef, *, lease_seconds: float = 60.0) -> bool:
-        """Extend the lease; False when the Run is no longer live (stop working on it)."""
-        ref = claim.ref if isinstance(claim, Claim) else claim
+        """Extend the lease by ``lease_seconds`` (1 s to 24 h) from now; False when the
+        Run is no longer live (stop working on it)."""
+        ref = self._run_ref(claim)
+        lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))
         for _ in range(SAVE_ATTEMPTS):
             action = self.action(ref.action_id)
             try:
-                events = act.renew(
-                    action, ref, lease=timedelta(seconds=lease_seconds), at=self.clock.now()
-                )
+                events = act.renew(action, ref, lease=lease, at=self.clock.now())
             except WorkcenterError:
                 return False
             try:
@@ -435,7 +458,7 @@ class WorkCenter(BudgetCommands):
         claim: Claim | act.RunRef,
         decide: Callable[[wi.WorkItemState, act.ActionState, act.RunRef, datetime], Unit],
     ) -> act.ActionState:
-        ref = claim.ref if isinstance(claim, Claim) else claim
+        ref = self._run_ref(claim)
 
         def attempt() -> Unit:
             action = self.action(ref.action_id)
@@ -444,10 +467,20 @@ class WorkCenter(BudgetCommands):
 
         return self._execute(attempt).action(ref.action_id)
 
+    @staticmethod
+    def _run_ref(claim: object) -> act.RunRef:
+        if isinstance(claim, Claim):
+            return claim.ref
+        if not isinstance(claim, act.RunRef):
+            raise InvalidInput(f"expected a Claim or a RunRef, not {type(claim).__name__}")
+        return claim
+
     def finish_run(
         self, claim: Claim | act.RunRef, report: RunReport | Mapping[str, Any]
     ) -> act.ActionState:
         """Record the Run's outcome: completed, waiting, retryable or failed."""
+        if not isinstance(report, RunReport | Mapping):
+            raise InvalidInput(f"a run report must be a mapping, not {type(report).__name__}")
         return self._run_command(
             claim,
             lambda item, action, ref, at: runs.finish(
@@ -464,6 +497,7 @@ class WorkCenter(BudgetCommands):
     ) -> act.ActionState:
         """Give the Run up gracefully; ``progress`` ({summary, response, stats}) is its
         final response and execution stats, recorded as the lease is released."""
+        reason = inputs.text(reason, "reason", bounds.REASON)
         final = parse_progress(progress)
         return self._run_command(
             claim,
@@ -494,6 +528,8 @@ class WorkCenter(BudgetCommands):
         With ``worker``, only that worker's Runs are judged by boot id; without
         it, every Run from another boot is dead (one process owns all workers).
         """
+        if worker is not None:
+            worker = inputs.text(worker, "worker", bounds.WORKER, required=True)
         self._catch_up_work_queue()
         recovered: list[UUID] = []
         for action_id, run_id, *_ in self.work_queue.live_runs():
@@ -519,15 +555,18 @@ class WorkCenter(BudgetCommands):
         return planning.progress(item, self.actions(item))
 
     def list_work_items(self, status: str | None = None) -> list[dict[str, Any]]:
+        if status is not None and (not isinstance(status, str) or status not in wi.STATUSES):
+            raise InvalidInput(f"status must be one of {', '.join(wi.STATUSES)}, not {status!r}")
         self._catch_up_work_queue()
         return self.work_queue.work_items(status)
 
     def history(self, work_item_id: UUID) -> list[DomainEvent]:
         """The WorkItem's events in order (its Action events are in ``action_history``)."""
-        self.work_item(work_item_id)
+        work_item_id = self.work_item(work_item_id).id
         return cast(list[DomainEvent], list(self.store.events.get(work_item_id)))
 
     def action_history(self, action_id: UUID) -> list[DomainEvent]:
+        action_id = self.action(action_id).id  # NotFound unless it is an Action
         return cast(list[DomainEvent], list(self.store.events.get(action_id)))
 
     def _catch_up_audit(self) -> None:
@@ -548,7 +587,15 @@ class WorkCenter(BudgetCommands):
         """The item's events (its Actions' and ledger's too) from the audit view, in
         position order: the newest ``limit`` that match the filters (up to position
         ``until``, if given)."""
-        self.work_item(work_item_id)
+        work_item_id = self.work_item(work_item_id).id
+        if limit is not None:
+            limit = inputs.version(limit, "limit")
+        if until is not None:
+            until = inputs.version(until, "until")
+        action_id = inputs.optional_id(action_id, "Action")
+        run_id = inputs.optional_id(run_id, "Run")
+        if type is not None:
+            type = inputs.text(type, "type", bounds.ACTION_TYPE)
         self._catch_up_audit()
         return self.audit_view.events(
             work_item_id,
@@ -568,7 +615,11 @@ class WorkCenter(BudgetCommands):
         """
         if (version is None) == (at is None):
             raise InvalidInput("give exactly one of version or at")
-        self.work_item(work_item_id)
+        if version is not None:
+            version = inputs.version(version, "version")
+        if at is not None:
+            at = inputs.moment(at, "at")
+        work_item_id = self.work_item(work_item_id).id
         self._catch_up_audit()
         position = self.audit_view.cut(work_item_id, version=version, at=at)
         if position is None:

@@ -339,7 +339,7 @@ def budget_extend(
 @click.option(
     "--expected-ledger-version",
     type=int,
-    default=None,
+    required=True,
     help="The ledger (or control) version you saw; refused if a stop, extend or resume came after.",
 )
 @click.option("--json", "as_json", is_flag=True)
@@ -348,7 +348,7 @@ def resume(
     ctx: click.Context,
     item_id: str,
     expected_version: int,
-    expected_ledger_version: int | None,
+    expected_ledger_version: int,
     as_json: bool,
 ) -> None:
     """Resume a cancelled WorkItem, or one its budget stopped (extend the budget first)."""
