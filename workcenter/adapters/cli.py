@@ -434,12 +434,10 @@ def worker(
         raise click.BadParameter(str(error), param_hint="--executor") from None
 
     def on_event(kind: str, claim: Claim, detail: str) -> None:
-        if as_json:
-            return
         line = f"{kind} {claim.action_type} {claim.action_id} {detail}".rstrip()
-        if kind == "error":
-            click.echo(line, err=True)
-        else:
+        if kind == "error":  # on stderr, so --json keeps stdout for the stats
+            click.echo(" ".join(line.split()), err=True)
+        elif not as_json:
             console.print(line, markup=False, highlight=False)
 
     with _open(ctx) as wc, StopSignals() as signals:

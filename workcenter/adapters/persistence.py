@@ -148,7 +148,13 @@ def prepare_store_file(db_path: str, *, create: bool) -> None:
     """
     if _is_in_memory(db_path):
         return
-    path = Path(db_path)
+    try:
+        _prepare(Path(db_path), create=create)
+    except OSError as error:  # e.g. a directory on the way that this user may not enter
+        raise StoreUnavailable(f"cannot open the store at {db_path}: {error.strerror}") from None
+
+
+def _prepare(path: Path, *, create: bool) -> None:
     if path.is_dir():
         raise StoreUnavailable(f"{path} is a directory, not a Workcenter store")
     if not path.exists() or path.stat().st_size == 0:
@@ -160,6 +166,8 @@ def prepare_store_file(db_path: str, *, create: bool) -> None:
             raise StoreUnavailable(f"cannot create a store at {path}: its directory is read-only")
         _stamp(path)
         return
+    if not _writable(path):
+        raise StoreUnavailable(f"{path} is read-only; Workcenter writes to its store")
     application_id, user_version, tables = _read_header(path)
     if application_id == APPLICATION_ID:
         if user_version > SCHEMA_VERSION:
@@ -171,8 +179,6 @@ def prepare_store_file(db_path: str, *, create: bool) -> None:
         raise StoreUnavailable(f"{path} is not a Workcenter store (another application's file)")
     elif not tables and not create:
         raise StoreUnavailable(f"no Workcenter store at {path} (an empty SQLite file)")
-    if not _writable(path):
-        raise StoreUnavailable(f"{path} is read-only; Workcenter writes to its store")
     if application_id != APPLICATION_ID:
         _stamp(path)  # an empty SQLite file, or a store from before the marker
 
