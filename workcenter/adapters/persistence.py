@@ -152,6 +152,8 @@ def prepare_store_file(db_path: str, *, create: bool) -> None:
         _prepare(Path(db_path), create=create)
     except OSError as error:  # e.g. a directory on the way that this user may not enter
         raise StoreUnavailable(f"cannot open the store at {db_path}: {error.strerror}") from None
+    except ValueError:  # a NUL byte, or text the file system cannot encode
+        raise StoreUnavailable(f"{db_path!r} is not a usable file name") from None
 
 
 def _prepare(path: Path, *, create: bool) -> None:

@@ -23,7 +23,6 @@ from workcenter.domain.evidence import (
     normalize_outputs,
 )
 from workcenter.domain.model import Immutable
-from workcenter.domain.validation import invalid_input
 
 Outcome = Literal["completed", "waiting", "retryable", "failed"]
 OUTCOMES: tuple[str, ...] = ("completed", "waiting", "retryable", "failed")
@@ -59,7 +58,7 @@ class RunReport(Immutable):
         try:
             return cls.model_validate(payload)
         except ValidationError as error:
-            raise invalid_input("malformed run report", error) from None
+            raise InvalidInput(f"malformed run report: {error}") from None
 
 
 class ContractPatch(Immutable):

@@ -23,7 +23,6 @@ from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.domain.goal_progress import GoalProgress, derive_goal_progress, is_proof
 from workcenter.domain.model import Immutable
 from workcenter.domain.unit import Unit
-from workcenter.domain.validation import invalid_input
 
 MAX_NEW_ACTIONS = 8
 MAX_ACTIONS_PER_ITEM = 64
@@ -89,7 +88,7 @@ def _parse(model: type[Any], payload: Any) -> Any:
     try:
         return model.model_validate(payload)
     except ValidationError as error:
-        raise invalid_input(f"malformed {model.__name__}", error) from None
+        raise InvalidInput(f"malformed {model.__name__}: {error}") from None
 
 
 def progress(item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState]) -> GoalProgress:
