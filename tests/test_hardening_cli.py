@@ -439,7 +439,7 @@ def test_validation_messages_are_one_line_without_a_url(wc: WorkCenter) -> None:
         wc.finish_run(claimed, {"outcome": ["completed"], "summary": 5})
     message = str(info.value)
     assert "\n" not in message and "http" not in message
-    assert "outcome" in message and "summary" in message
+    assert message.startswith("malformed run report: outcome")
     with pytest.raises(InvalidInput) as planned:
         wc.plan_actions(item.id, expected_version=wc.work_item(item.id).version, actions=[5])
     assert "\n" not in str(planned.value) and "http" not in str(planned.value)

@@ -406,9 +406,18 @@ def resume(
 @db_option
 @click.option("--executor", "executor_spec", required=True, help="module:callable")
 @click.option("--name", default="worker-1", show_default=True, help="Worker name.")
-@click.option("--lease", "lease_seconds", default=60.0, show_default=True)
-@click.option("--poll", "poll_seconds", default=2.0, show_default=True)
-@click.option("--max-runs", type=int, default=None)
+@click.option(
+    "--lease",
+    "lease_seconds",
+    type=click.FloatRange(min=1, max=86_400),
+    default=60.0,
+    show_default=True,
+    help="Lease length in seconds (1 to 86400).",
+)
+@click.option(
+    "--poll", "poll_seconds", type=click.FloatRange(min=0.01), default=2.0, show_default=True
+)
+@click.option("--max-runs", type=click.IntRange(min=1), default=None)
 @click.option("--exit-when-idle", is_flag=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the final stats as JSON.")
 @click.pass_context

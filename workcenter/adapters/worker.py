@@ -2,7 +2,8 @@
 
 An executor is any callable ``executor(claim) -> report`` where the report is a
 ``RunReport`` or a mapping with ``outcome`` and its fields. An executor that
-raises interrupts its Run (the auto-retry rule decides what happens next).
+raises, or returns anything else, is an error: its Run is interrupted with the
+reason (the auto-retry rule decides what happens next) and the loop goes on.
 """
 
 from __future__ import annotations
