@@ -28,7 +28,10 @@ def malformed(claim: Claim) -> Any:
     return 42
 
 
-def _verbs(group: click.Group, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], click.Command]]:
+Verb = tuple[str, ...]
+
+
+def _verbs(group: click.Group, path: Verb = ()) -> Iterator[tuple[Verb, click.Command]]:
     for name, command in sorted(group.commands.items()):
         if isinstance(command, click.Group):
             yield from _verbs(command, (*path, name))
