@@ -311,7 +311,7 @@ def test_projections_status_only_observes(db_path: Path) -> None:
 
 
 def test_hints_keep_the_db_the_user_gave(tmp_path: Path) -> None:
-    db = str(tmp_path / "hint store.db")
+    db = str(tmp_path / "hint [store].db")
     demo = invoke("--db", db, "demo", "--max-tokens", "1000")
     assert demo.exit_code == 0, demo.output
     assert f"workcenter --db '{db}' budget extend" in demo.stdout

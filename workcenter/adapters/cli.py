@@ -13,6 +13,7 @@ from typing import Any, get_args
 
 import click
 from eventsourcing.persistence import PersistenceError
+from rich.markup import escape
 from rich.table import Table
 
 from workcenter.adapters import presenters
@@ -103,7 +104,7 @@ def _stop_hint(ctx: click.Context, budget: dict[str, Any]) -> str:
     )
     return (
         f"[red]stopped by its budget: {budget['stop_reason']['code']}[/] "
-        f"({_budget_line(budget)}). Raise the limit with `{extend}`; "
+        f"({_budget_line(budget)}). Raise the limit with `{escape(extend)}`; "
         "it prints the `workcenter resume` command to run next."
     )
 
