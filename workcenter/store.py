@@ -9,6 +9,7 @@ models (ADR-0016); a lost race reloads and decides again.
 from __future__ import annotations
 
 import os
+import sqlite3
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -16,13 +17,15 @@ from typing import Any, Protocol, Self, TypeVar, cast
 from uuid import UUID
 
 from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.persistence import IntegrityError
+from eventsourcing.persistence import IntegrityError, PersistenceError
 
 from workcenter.adapters.persistence import (
     SNAPSHOT_CLASSES,
     ActionSnapshot,
     LedgerSnapshot,
+    StoreUnavailable,
     WorkItemSnapshot,
+    prepare_store_file,
     resolve_db_path,
     sqlite_env,
     store_env,
@@ -170,14 +173,22 @@ class Store:
         clock: Clock | None = None,
         boot_id: str | None = None,
         inline_projections: bool | None = None,
+        create: bool = True,
     ) -> Self:
-        """Open (or create) the SQLite store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db."""
-        return cls(
-            EventStore(env=sqlite_env(resolve_db_path(db))),
-            clock=clock,
-            boot_id=boot_id,
-            inline_projections=inline_projections,
-        )
+        """Open the SQLite store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db (creating it
+        unless ``create`` is false). ``StoreUnavailable`` if it cannot be opened, or is
+        another application's file; a refused file is left as it was."""
+        db_path = resolve_db_path(db)
+        prepare_store_file(db_path, create=create)
+        try:
+            return cls(
+                EventStore(env=sqlite_env(db_path)),
+                clock=clock,
+                boot_id=boot_id,
+                inline_projections=inline_projections,
+            )
+        except (PersistenceError, sqlite3.Error) as error:
+            raise StoreUnavailable(f"cannot open the store at {db_path}: {error}") from None
 
     def close(self) -> None:
         self.store.close()

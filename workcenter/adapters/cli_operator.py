@@ -5,13 +5,23 @@ from __future__ import annotations
 import contextlib
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 import click
 import orjson
 from rich.table import Table
 
 from workcenter.adapters import presenters
-from workcenter.adapters.cli_common import console, emit_json, open_center, parse_uuid
+from workcenter.adapters.cli_common import (
+    console,
+    db_option,
+    emit_json,
+    open_center,
+    resolve_id,
+    work_item_id,
+)
+from workcenter.application import WorkCenter
+from workcenter.domain.work_item import WorkItemState
 from workcenter.projections.audit import AuditRow, explain_progress
 from workcenter.projections.sanitize import sanitize_diagnostic
 
@@ -44,7 +54,20 @@ def _at_time(value: str | None) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+def _action_id(item: WorkItemState, value: str) -> UUID:
+    return resolve_id(value, "Action", lambda: (e.action_id for e in item.plan))
+
+
+def _run_id(wc: WorkCenter, item: WorkItemState, value: str) -> UUID:
+    return resolve_id(
+        value,
+        "Run",
+        lambda: (run.id for action in wc.actions(item).values() for run in action.runs),
+    )
+
+
 @click.command()
+@db_option
 @click.argument("item_id")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--at", "at_version", type=int, default=None, help="State at this WorkItem version.")
@@ -75,24 +98,24 @@ def audit(
         raise click.UsageError("give --at or --at-time, not both")
     moment = _at_time(at_time)
     with open_center(ctx) as wc:
-        work_item_id = parse_uuid(item_id)
+        item = wc.work_item(work_item_id(wc, item_id))
         state: dict[str, Any] | None = None
         until: int | None = None
         if at_version is not None or moment is not None:
-            until, item, actions = wc.state_at(work_item_id, version=at_version, at=moment)
+            until, item_then, actions = wc.state_at(item.id, version=at_version, at=moment)
             state = {
                 "position": until,
-                "item": presenters.item_json(item),
+                "item": presenters.item_json(item_then),
                 "actions": [
                     presenters.action_json(a)
                     for a in sorted(actions.values(), key=lambda a: (a.sequence, a.id))
                 ],
             }
         rows = wc.audit(
-            work_item_id,
+            item.id,
             limit=limit,
-            action_id=parse_uuid(action_id) if action_id else None,
-            run_id=parse_uuid(run_id) if run_id else None,
+            action_id=_action_id(item, action_id) if action_id is not None else None,
+            run_id=_run_id(wc, item, run_id) if run_id is not None else None,
             type=event_type,
             until=until,
         )
@@ -119,17 +142,18 @@ def audit(
         )
         console.print(f"      {e['summary'][:SUMMARY_CHARS]}", highlight=False, markup=False)
     if state:
-        console.print_json(data=state)
+        emit_json(state)
 
 
 @click.command()
+@db_option
 @click.argument("item_id")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def progress(ctx: click.Context, item_id: str, as_json: bool) -> None:
     """Goal progress, and which Runs were proof, stale or conflicting."""
     with open_center(ctx) as wc:
-        item = wc.work_item(parse_uuid(item_id))
+        item = wc.work_item(work_item_id(wc, item_id))
         goal = wc.goal_progress(item.id)
         explanation = explain_progress(item, wc.actions(item), goal)
     data = {"goal_progress": presenters.progress_json(goal), "explanation": explanation}
@@ -180,11 +204,14 @@ def projections() -> None:
 
 
 @projections.command(name="status")
+@db_option
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def projections_status(ctx: click.Context, as_json: bool) -> None:
-    """Each read model's position, the head of the event sequence, and the lag."""
-    with open_center(ctx) as wc:
+    """Each read model's position, the head of the event sequence, and the lag (as they
+    are: this only observes, it catches nothing up)."""
+    # Opened without inline projections, or opening would catch the eager views up.
+    with open_center(ctx, inline_projections=False) as wc:
         report = [row.json() for row in wc.projection_status()]
     if as_json:
         emit_json(report)
@@ -199,6 +226,7 @@ def projections_status(ctx: click.Context, as_json: bool) -> None:
 
 
 @projections.command(name="rebuild")
+@db_option
 @click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
@@ -236,11 +264,19 @@ def projections_rebuild(ctx: click.Context, name: str | None, as_json: bool) -> 
         )
 
 
+def _positions(positions: dict[str, int]) -> str:
+    return ", ".join(f"{name} at {position}" for name, position in positions.items())
+
+
 @projections.command(name="run")
+@db_option
 @click.option("--once", is_flag=True, help="Catch up to the head once, then exit.")
-@click.option("--poll", "poll_seconds", type=float, default=0.5, show_default=True)
+@click.option(
+    "--poll", "poll_seconds", type=click.FloatRange(min=0.01), default=0.5, show_default=True
+)
+@click.option("--json", "as_json", is_flag=True, help="Print what was applied as JSON.")
 @click.pass_context
-def projections_run(ctx: click.Context, once: bool, poll_seconds: float) -> None:
+def projections_run(ctx: click.Context, once: bool, poll_seconds: float, as_json: bool) -> None:
     """Follow the event sequence and keep every read model current (the asynchronous
     lifecycle; pair it with WORKCENTER_INLINE_PROJECTIONS=0 on the writers)."""
     from workcenter.projections.runner import ProjectionRunner
@@ -249,11 +285,16 @@ def projections_run(ctx: click.Context, once: bool, poll_seconds: float) -> None
         runner = ProjectionRunner(wc, poll=poll_seconds)
         if once:
             applied = runner.run_once()
-            console.print(f"applied {applied} events; positions {runner.positions()}")
-            return
-        console.print(f"following the event sequence every {poll_seconds} s (Ctrl-C stops)")
-        with contextlib.suppress(KeyboardInterrupt):
-            runner.run_forever()
-        if runner.error is not None:
-            raise runner.error
-        console.print(f"applied {runner.applied} events; positions {runner.positions()}")
+        else:
+            if not as_json:
+                console.print(f"following the event sequence every {poll_seconds} s (Ctrl-C stops)")
+            with contextlib.suppress(KeyboardInterrupt):
+                runner.run_forever()
+            if runner.error is not None:
+                raise runner.error
+            applied = runner.applied
+        positions = runner.positions()
+    if as_json:
+        emit_json({"applied": applied, "positions": positions})
+    else:
+        console.print(f"applied {applied} events; {_positions(positions)}", highlight=False)
