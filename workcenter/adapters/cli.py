@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 from rich.table import Table
+from rich.text import Text
 
 from workcenter.adapters import presenters
 from workcenter.adapters.cli_common import console
@@ -19,6 +20,7 @@ from workcenter.adapters.cli_common import emit_json as _emit_json
 from workcenter.adapters.cli_common import open_center as _open
 from workcenter.adapters.cli_common import parse_uuid as _uuid
 from workcenter.adapters.demo import ScriptedProvider, run_demo
+from workcenter.adapters.terminal import safe_data, text
 from workcenter.adapters.worker import load_executor, run_worker
 from workcenter.application import Claim
 from workcenter.domain.errors import WorkcenterError
@@ -26,24 +28,26 @@ from workcenter.domain.errors import WorkcenterError
 
 def _item_table(detail: dict[str, Any]) -> Table:
     item, progress = detail["item"], detail["goal_progress"]
-    table = Table(title=f"{item['title']}  [{item['status']}]", show_lines=False)
+    table = Table(title=text(f"{item['title']}  [{item['status']}]"), show_lines=False)
     table.add_column("field", style="bold")
     table.add_column("value")
-    table.add_row("id", item["id"])
-    table.add_row("mode", item["mode"])
+    table.add_row("id", text(item["id"]))
+    table.add_row("mode", text(item["mode"]))
     table.add_row("version", str(item["version"]))
     table.add_row("contract revision", str(item["contract_revision"]))
-    table.add_row("delivery", f"{item['delivery_target']} ({progress['delivery']['status']})")
+    table.add_row("delivery", text(f"{item['delivery_target']} ({progress['delivery']['status']})"))
     for row in progress["criteria"]:
-        mark = {"passed": "[green]passed[/]", "failed": "[red]failed[/]"}.get(
-            row["status"], "unmet"
+        style = {"passed": "green", "failed": "red"}.get(row["status"], "")
+        table.add_row(
+            "criterion", Text.assemble(text(row["status"], style), "  ", text(row["criterion"]))
         )
-        table.add_row("criterion", f"{mark}  {row['criterion']}")
     for action in detail["actions"]:
         table.add_row(
             f"action {action['sequence']}",
-            f"{action['type']}: {action['status']} (generation {action['generation']}, "
-            f"{len(action['runs'])} runs)",
+            text(
+                f"{action['type']}: {action['status']} (generation {action['generation']}, "
+                f"{len(action['runs'])} runs)"
+            ),
         )
     return table
 
@@ -141,7 +145,7 @@ def list_items(ctx: click.Context, status: str | None, as_json: bool) -> None:
     for column in ("id", "status", "mode", "title"):
         table.add_column(column)
     for r in rows:
-        table.add_row(str(r["id"]), r["status"], r["mode"], r["title"])
+        table.add_row(str(r["id"]), text(r["status"]), text(r["mode"]), text(r["title"]))
     console.print(table)
 
 
@@ -191,21 +195,27 @@ def history(ctx: click.Context, item_id: str, at_version: int | None, as_json: b
     for column in ("version", "at", "event", "data"):
         table.add_column(column)
     for e in events:
-        table.add_row(str(e["version"]), e["at"], e["type"], json.dumps(e["data"])[:120])
+        table.add_row(
+            str(e["version"]), text(e["at"]), text(e["type"]), text(json.dumps(e["data"])[:120])
+        )
     console.print(table)
     if state:
-        console.print_json(data=state)
+        console.print_json(data=safe_data(state))
 
 
 def _budget_table(budget: dict[str, Any]) -> Table:
     usage, limits = budget["usage"], budget["limits"]
     stop = budget["stop_reason"]
-    table = Table(title=f"Budget of {budget['work_item_id']}  [{budget['status']}]")
+    table = Table(title=text(f"Budget of {budget['work_item_id']}  [{budget['status']}]"))
     table.add_column("field", style="bold")
     table.add_column("value")
     table.add_row(
         "stop",
-        f"[red]{stop['code']}[/] at {stop['at']} {json.dumps(stop['details'])}" if stop else "none",
+        Text.assemble(
+            text(stop["code"], "red"), text(f" at {stop['at']} {json.dumps(stop['details'])}")
+        )
+        if stop
+        else "none",
     )
     table.add_row(
         "requests",
@@ -242,8 +252,10 @@ def _budget_table(budget: dict[str, Any]) -> Table:
     for row in budget["action_attempts"]:
         table.add_row(
             f"action {row['sequence']}",
-            f"{row['type']}: {row['attempts']} attempts of {row['effective_max_attempts']} "
-            f"(planned {row['original_max_attempts']}, cap {limits['max_action_attempts']})",
+            text(
+                f"{row['type']}: {row['attempts']} attempts of {row['effective_max_attempts']} "
+                f"(planned {row['original_max_attempts']}, cap {limits['max_action_attempts']})"
+            ),
         )
     table.add_row(
         "versions",
@@ -393,7 +405,7 @@ def worker(
 
     def on_event(kind: str, claim: Claim, detail: str) -> None:
         if not as_json:
-            console.print(f"{kind} {claim.action_type} {claim.action_id} {detail}")
+            console.print(text(f"{kind} {claim.action_type} {claim.action_id} {detail}"))
 
     with _open(ctx) as wc:
         try:

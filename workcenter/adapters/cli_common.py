@@ -10,13 +10,15 @@ import click
 import orjson
 from rich.console import Console
 
+from workcenter.adapters.terminal import escape_json
 from workcenter.application import WorkCenter
 
 console = Console()
 
 
 def emit_json(data: Any) -> None:
-    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+    serialised = orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+    sys.stdout.write(escape_json(serialised) + "\n")
 
 
 def open_center(ctx: click.Context) -> WorkCenter:

@@ -16,6 +16,7 @@ from typing import Any
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain.errors import StaleRun, WorkcenterError
 from workcenter.domain.outcome import RunReport
+from workcenter.projections.sanitize import sanitize_personal
 
 Executor = Callable[[Claim], RunReport | Mapping[str, Any]]
 
@@ -83,13 +84,16 @@ def run_one(
     except Exception as error:  # an executor's failure must not kill the worker
         keeper.stopped.set()
         keeper.join()
+        # An exception's text often quotes credentials or local paths: neither is
+        # recorded nor printed.
+        message = sanitize_personal(f"{type(error).__name__}: {error}")
         try:
-            wc.interrupt(claim, reason=f"executor raised {type(error).__name__}: {error}")
+            wc.interrupt(claim, reason=f"executor raised {message}")
             stats.interrupted += 1
         except StaleRun:
             stats.lost += 1
         if on_event:
-            on_event("interrupted", claim, str(error))
+            on_event("interrupted", claim, message)
         return claim
     keeper.stopped.set()
     keeper.join()
