@@ -33,7 +33,14 @@ from conftest import (
 from workcenter.adapters.cli import cli
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain.evidence import normalize_outputs
-from workcenter.projections.sanitize import sanitize_diagnostic, sanitize_diagnostic_paths
+from workcenter.projections.sanitize import (
+    failure_reason,
+    sanitize_diagnostic,
+    sanitize_diagnostic_paths,
+    sanitize_failure,
+    sanitize_personal,
+    sanitize_waiting_reason,
+)
 
 WIDE = {"COLUMNS": "10000"}  # no wrapping: a secret split over two lines would hide a leak
 RAW_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -220,6 +227,27 @@ def test_diagnostics_mask_bare_keys_and_credentials_nested_in_query_values() -> 
     assert sanitize_diagnostic_paths("see https://h.example/p?q=%2Fdocs") == (
         "see https://h.example/p?q=%2Fdocs"
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "read </home/PLANTED/notes.txt>",  # (b) skipped paths after "<" (closing tags)
+        "flag -/Users/PLANTED",
+        "see -https://h.example/p?next=%2Fcb%3Ftoken%3DPLANTED",
+        "aws_secret_access_key=PLANTED",
+        "C:\\Users\\PLANTED\\x and ~/PLANTED",
+    ],
+)
+def test_every_sanitiser_hides_home_directories_and_credentials_in_any_context(text: str) -> None:
+    for sanitiser in (
+        sanitize_diagnostic_paths,
+        sanitize_personal,
+        sanitize_failure,
+        failure_reason,
+        sanitize_waiting_reason,
+    ):
+        assert "PLANTED" not in sanitiser(text), sanitiser.__name__
 
 
 def test_the_users_words_in_a_dto_lose_credentials_and_home_directories_only(

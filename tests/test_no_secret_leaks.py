@@ -7,7 +7,8 @@ free-text field a user, a Coordinator or an executor can set: title, goal,
 criteria, Action briefs, Run summaries, evidence labels and refs, tool output,
 outputs, waiting reasons, errors, guidance, answers and an executor's exception.
 Then no detail DTO (at every step), no audit line (text and default JSON), no
-``progress`` output (text and JSON) and no ``worker`` line may contain it.
+``progress`` output (text and JSON), no ``worker`` line and no ``list`` or
+``show`` table may contain it.
 """
 
 from __future__ import annotations
@@ -166,6 +167,8 @@ def test_no_dto_audit_line_progress_or_worker_line_shows_a_planted_secret(
             "audit --json": _cli(db, "audit", str(item_id), "--json"),
             "progress": _cli(db, "progress", str(item_id)),
             "progress --json": _cli(db, "progress", str(item_id), "--json"),
+            "list": _cli(db, "list"),
+            "show": _cli(db, "show", str(item_id)),
         }
         raw = _cli(db, "audit", str(item_id), "--json", "--raw")
     assert any(secret in raw for secret in secrets)  # planted: its absence below means something

@@ -24,11 +24,13 @@ from workcenter.adapters.terminal import safe_data, text
 from workcenter.adapters.worker import load_executor, run_worker
 from workcenter.application import Claim
 from workcenter.domain.errors import WorkcenterError
+from workcenter.projections.sanitize import sanitize_personal
 
 
 def _item_table(detail: dict[str, Any]) -> Table:
     item, progress = detail["item"], detail["goal_progress"]
-    table = Table(title=text(f"{item['title']}  [{item['status']}]"), show_lines=False)
+    title = sanitize_personal(item["title"])
+    table = Table(title=text(f"{title}  [{item['status']}]"), show_lines=False)
     table.add_column("field", style="bold")
     table.add_column("value")
     table.add_row("id", text(item["id"]))
@@ -39,7 +41,10 @@ def _item_table(detail: dict[str, Any]) -> Table:
     for row in progress["criteria"]:
         style = {"passed": "green", "failed": "red"}.get(row["status"], "")
         table.add_row(
-            "criterion", Text.assemble(text(row["status"], style), "  ", text(row["criterion"]))
+            "criterion",
+            Text.assemble(
+                text(row["status"], style), "  ", text(sanitize_personal(row["criterion"]))
+            ),
         )
     for action in detail["actions"]:
         table.add_row(
@@ -145,7 +150,9 @@ def list_items(ctx: click.Context, status: str | None, as_json: bool) -> None:
     for column in ("id", "status", "mode", "title"):
         table.add_column(column)
     for r in rows:
-        table.add_row(str(r["id"]), text(r["status"]), text(r["mode"]), text(r["title"]))
+        table.add_row(
+            str(r["id"]), text(r["status"]), text(r["mode"]), text(sanitize_personal(r["title"]))
+        )
     console.print(table)
 
 

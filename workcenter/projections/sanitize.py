@@ -55,11 +55,11 @@ SENSITIVE_NAMES: frozenset[str] = frozenset(
     }
 )  # fmt: skip
 # Stricter than the original (ADR-0009): a name that merely *ends* with one of
-# these is sensitive too (GITHUB_TOKEN, db_password, aws.secret). The short,
+# these is sensitive too (GITHUB_TOKEN, db_password, aws_secret_access_key). The short,
 # ambiguous names (sig, auth, code) still need an exact match.
 _SENSITIVE_SUFFIXES: tuple[str, ...] = (
     "token", "secret", "password", "passwd", "apikey", "credential", "signature",
-    "authorization", "cookie",
+    "authorization", "cookie", "accesskey", "secretkey", "privatekey",
 )  # fmt: skip
 # For these the value runs to ";" or the end of the line ("Bearer abc def").
 _LINE_VALUE_SUFFIXES: tuple[str, ...] = ("authorization", "cookie")
@@ -173,7 +173,7 @@ _LINE_VALUE_END = re.compile(r"[;\r\n]")
 _NEWLINE = re.compile(r"[\r\n]")
 
 _URL = re.compile(
-    r"(?<![A-Za-z0-9+.\-])(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*+)://(?P<rest>[^\s<>\"'`]*+)"
+    r"(?<![A-Za-z0-9])(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*+)://(?P<rest>[^\s<>\"'`]*+)"
 )
 _QUERY_PAIR = re.compile(r"(?P<name>[^=&;#?]+)=(?P<value>[^&;#]*)")
 _BEARER = re.compile(r"(?i)(?<![A-Za-z0-9])(bearer)[ \t]+[^\s\"',;]+")
@@ -187,11 +187,11 @@ _PATH = re.compile(
     r"|(?<![A-Za-z0-9_.~:/\\<\-])~?/[^\s\"'<>()\[\]{},;`/*][^\s\"'<>()\[\]{},;`]*"
 )
 # Home directories name a person: /home/alice, /Users/bob, C:\\Users\\carol, /root,
-# ~/notes and ~dave/notes (not inside a URL or a longer word).
+# ~/notes and ~dave/notes (not inside a URL's path or a longer word).
 _HOME_PATH = re.compile(
-    r"(?<![A-Za-z0-9_.\-])(?:[A-Za-z]:)?[\\/](?i:home|users)[\\/][^\s\"'<>|`\\/]+[^\s\"'<>|`]*"
-    r"|(?<![A-Za-z0-9_.\-])/root(?![A-Za-z0-9_.\-])[^\s\"'<>|`]*"
-    r"|(?<![A-Za-z0-9_.~\-])~[A-Za-z0-9_.\-]*[\\/][^\s\"'<>|`]*"
+    r"(?<![A-Za-z0-9_.])(?:[A-Za-z]:)?[\\/](?i:home|users)[\\/][^\s\"'<>|`\\/]+[^\s\"'<>|`]*"
+    r"|(?<![A-Za-z0-9_.])/root(?![A-Za-z0-9_.\-])[^\s\"'<>|`]*"
+    r"|(?<![A-Za-z0-9_.~])~[A-Za-z0-9_.\-]*[\\/][^\s\"'<>|`]*"
 )
 _PROVIDER_TOKEN = re.compile(
     r"(?<![A-Za-z0-9])(?:sk-[A-Za-z0-9_\-]{8,}|github_pat_[A-Za-z0-9_]{8,}"
@@ -349,11 +349,16 @@ def is_unsafe(text: str) -> bool:
     """The unsafe test of (c): a token, a long mixed run or any absolute path in the
     first 16,000 characters."""
     head = text[:UNSAFE_SCAN_CHARS]
-    return has_secret_token(head) or (_may_hold_path(head) and bool(_PATH.search(head)))
+    if has_secret_token(head):
+        return True
+    return _may_hold_path(head) and bool(_PATH.search(head) or _HOME_PATH.search(head))
 
 
 def redact_paths(text: str) -> str:
-    return _PATH.sub(PATH_REDACTED, text) if _may_hold_path(text) else text
+    """Every absolute path, a home directory in any context included (``</home/a>``)."""
+    if not _may_hold_path(text):
+        return text
+    return _HOME_PATH.sub(PATH_REDACTED, _PATH.sub(PATH_REDACTED, text))
 
 
 def redact_home_paths(text: str) -> str:
