@@ -30,8 +30,9 @@ from conftest import (
     report,
 )
 
-from workcenter.adapters.cli import cli
+from workcenter.adapters.cli import _refusal_line, cli
 from workcenter.application import Claim, WorkCenter
+from workcenter.domain.errors import InvalidInput
 from workcenter.domain.evidence import normalize_outputs
 from workcenter.projections.sanitize import (
     failure_reason,
@@ -309,6 +310,11 @@ def test_json_output_escapes_every_control_character_and_decodes_to_the_same_tex
     assert "\\u009b" in output and "\\u202e" in output
     (row,) = json.loads(output)
     assert row["id"] == str(item_id) and row["title"] == HOSTILE
+
+
+def test_a_refusal_line_shows_the_control_characters_it_quotes() -> None:
+    line = _refusal_line(InvalidInput("title 'a\x1b]0;pwned\x07b' is not allowed"))
+    assert line == "InvalidInput: title 'a\\x1b]0;pwned\\x07b' is not allowed"
 
 
 def markup_executor(claim: Claim) -> Any:

@@ -160,11 +160,14 @@ def test_no_dto_audit_line_progress_or_worker_line_shows_a_planted_secret(
         db = Path(directory) / "workcenter.db"
         details: list[dict[str, Any]] = []
         item_id, worker = _scenario(db, planted, details)
+        at = str(details[-1]["planRevision"])  # the item's version: its latest state
         shown = {
             "worker": worker,
             "details": json.dumps(details),
             "audit": _cli(db, "audit", str(item_id)),
             "audit --json": _cli(db, "audit", str(item_id), "--json"),
+            "audit --at": _cli(db, "audit", str(item_id), "--at", at),
+            "audit --at --json": _cli(db, "audit", str(item_id), "--at", at, "--json"),
             "progress": _cli(db, "progress", str(item_id)),
             "progress --json": _cli(db, "progress", str(item_id), "--json"),
             "list": _cli(db, "list"),

@@ -20,7 +20,7 @@ from workcenter.adapters.cli_common import emit_json as _emit_json
 from workcenter.adapters.cli_common import open_center as _open
 from workcenter.adapters.cli_common import parse_uuid as _uuid
 from workcenter.adapters.demo import ScriptedProvider, run_demo
-from workcenter.adapters.terminal import safe_data, text
+from workcenter.adapters.terminal import safe, safe_data, text
 from workcenter.adapters.worker import load_executor, run_worker
 from workcenter.application import Claim
 from workcenter.domain.errors import WorkcenterError
@@ -58,7 +58,8 @@ def _item_table(detail: dict[str, Any]) -> Table:
 
 
 def _refusal_line(error: WorkcenterError) -> str:
-    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+    # A message may quote the refused input: its control characters print visibly.
+    return safe(f"{type(error).__name__}: {' '.join(str(error).split())}")
 
 
 class WorkcenterGroup(click.Group):

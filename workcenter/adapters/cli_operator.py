@@ -14,7 +14,9 @@ from rich.text import Text
 from workcenter.adapters import presenters
 from workcenter.adapters.cli_common import console, emit_json, open_center, parse_uuid
 from workcenter.adapters.terminal import safe_data, text
+from workcenter.domain.action import ActionState
 from workcenter.domain.goal_progress import GoalProgress
+from workcenter.domain.work_item import WorkItemState
 from workcenter.projections.audit import AuditRow, explain_progress
 from workcenter.projections.sanitize import sanitize_event_payload, sanitize_record
 
@@ -35,6 +37,11 @@ def _audit_row_json(row: AuditRow, raw: bool) -> dict[str, Any]:
     if raw:
         data["payload"] = payload
     return data
+
+
+def _state(data: dict[str, Any], schema: type[Any], raw: bool) -> Any:
+    """A state shown with ``--at``: masked like the rows, unless ``--raw``."""
+    return data if raw else sanitize_record(data, schema)
 
 
 def _at_time(value: str | None) -> datetime | None:
@@ -83,13 +90,11 @@ def audit(
         until: int | None = None
         if at_version is not None or moment is not None:
             until, item, actions = wc.state_at(work_item_id, version=at_version, at=moment)
+            ordered = sorted(actions.values(), key=lambda a: (a.sequence, a.id))
             state = {
                 "position": until,
-                "item": presenters.item_json(item),
-                "actions": [
-                    presenters.action_json(a)
-                    for a in sorted(actions.values(), key=lambda a: (a.sequence, a.id))
-                ],
+                "item": _state(presenters.item_json(item), WorkItemState, raw),
+                "actions": [_state(presenters.action_json(a), ActionState, raw) for a in ordered],
             }
         rows = wc.audit(
             work_item_id,
