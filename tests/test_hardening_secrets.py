@@ -38,8 +38,10 @@ from workcenter.projections.sanitize import (
     failure_reason,
     sanitize_diagnostic,
     sanitize_diagnostic_paths,
+    sanitize_event_payload,
     sanitize_failure,
     sanitize_personal,
+    sanitize_record,
     sanitize_waiting_reason,
 )
 
@@ -124,6 +126,26 @@ def test_the_audit_never_masks_a_closed_set_stop_code(db_path: Path) -> None:
     assert stops["BudgetStopRecorded"] == {"code": "work_item_tokens_exhausted"}
     text = invoke(db_path, "audit", str(item_id)).output
     assert '"code":"work_item_tokens_exhausted"' in text and "***" not in text
+
+
+def test_typed_records_keep_closed_set_values_and_mask_free_form_secrets() -> None:
+    stopped = {
+        "code": "work_item_tokens_exhausted",
+        "details": {"run_id": "r1", "code": "oauth-code-1", "estimated_next_tokens": 5},
+    }
+    assert sanitize_event_payload("ExecutionStopped", stopped) == {
+        "code": "work_item_tokens_exhausted",  # a Literal: never masked
+        "details": {"run_id": "r1", "code": "***", "estimated_next_tokens": 5},
+    }
+    assert sanitize_event_payload("BudgetExtended", {"additions": {"max_tokens": 5}}) == {
+        "additions": {"max_tokens": 5}
+    }
+    unknown = {"pin_password": 1234, "note": "sk-abcdefgh1234 in /home/al/x", "ok": True}
+    assert sanitize_record(unknown) == {
+        "pin_password": "***",
+        "note": "*** in [path redacted]",
+        "ok": True,
+    }
 
 
 def test_progress_masks_passwords_bearer_tokens_and_home_directories(db_path: Path) -> None:

@@ -271,7 +271,7 @@ _PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 _NESTED_PAIR_SPLIT = re.compile(r"[?#&;]")
 
 
-def nests_credential(value: str) -> bool:
+def _nests_credential(value: str) -> bool:
     """Whether a query value, decoded up to three times, carries a sensitive-named
     parameter of its own (``next=%2Fcb%3Faccess_token%3Dx``), or is still encoded
     after the third round (so what it hides cannot be told)."""
@@ -294,7 +294,7 @@ def _holds_sensitive_pair(text: str) -> bool:
 
 def _mask_pair(match: re.Match[str]) -> str:
     value = match.group("value")
-    if value and (is_sensitive_name(match.group("name")) or nests_credential(value)):
+    if value and (is_sensitive_name(match.group("name")) or _nests_credential(value)):
         return f"{match.group('name')}={MASK}"
     return match.group(0)
 
@@ -451,7 +451,7 @@ def sanitize_waiting_reason(value: object, limit: int = DIAGNOSTIC_LIMIT) -> str
 # number, a flag, an id, a time) is kept as it is, whatever its field is called: a
 # stop ``code`` such as ``work_item_tokens_exhausted`` is a fact, not a credential.
 # Only in free-form mappings, where the keys are data, does a sensitive key mask its
-# text value.
+# value (a text or a number: a PIN is a number).
 
 RECORD_TEXT_LIMIT = 64 * 1024
 _CLOSED_TYPES: tuple[type, ...] = (bool, int, float, UUID, datetime, Enum, type(None))
@@ -486,7 +486,8 @@ def _item_schema(schema: Any, index: int) -> Any:
 def _free_mapping(data: Mapping[str, Any], values: Any) -> dict[str, Any]:
     shown: dict[str, Any] = {}
     for key, value in data.items():
-        if isinstance(value, str) and is_sensitive_name(str(key)) and not _is_closed(values):
+        secret_shaped = isinstance(value, str | int | float) and not isinstance(value, bool)
+        if secret_shaped and is_sensitive_name(str(key)) and not _is_closed(values):
             shown[key] = MASK
         else:
             shown[key] = sanitize_record(value, values)
