@@ -15,6 +15,7 @@ import click
 from eventsourcing.persistence import PersistenceError
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from workcenter.adapters import presenters
 from workcenter.adapters.cli_common import command_hint, console, db_option, work_item_id
@@ -22,39 +23,47 @@ from workcenter.adapters.cli_common import emit_json as _emit_json
 from workcenter.adapters.cli_common import open_center as _open
 from workcenter.adapters.demo import ScriptedProvider, run_demo
 from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.adapters.terminal import safe, text
 from workcenter.adapters.worker import StopSignals, load_executor, run_worker
 from workcenter.application import Claim
 from workcenter.domain.errors import InvalidInput, WorkcenterError
 from workcenter.domain.work_item import WorkItemStatus
+from workcenter.projections.sanitize import sanitize_personal
 
 
 def _item_table(detail: dict[str, Any]) -> Table:
     item, progress = detail["item"], detail["goal_progress"]
-    table = Table(title=item["title"], show_lines=False)
+    table = Table(title=text(sanitize_personal(item["title"])), show_lines=False)
     table.add_column("field", style="bold")
     table.add_column("value")
-    table.add_row("id", item["id"])
-    table.add_row("status", item["status"])
-    table.add_row("mode", item["mode"])
+    table.add_row("id", text(item["id"]))
+    table.add_row("status", text(item["status"]))
+    table.add_row("mode", text(item["mode"]))
     table.add_row("version", str(item["version"]))
     table.add_row("contract revision", str(item["contract_revision"]))
-    table.add_row("delivery", f"{item['delivery_target']} ({progress['delivery']['status']})")
+    table.add_row("delivery", text(f"{item['delivery_target']} ({progress['delivery']['status']})"))
     for row in progress["criteria"]:
-        mark = {"passed": "[green]passed[/]", "failed": "[red]failed[/]"}.get(
-            row["status"], "unmet"
+        style = {"passed": "green", "failed": "red"}.get(row["status"], "")
+        table.add_row(
+            "criterion",
+            Text.assemble(
+                text(row["status"], style), "  ", text(sanitize_personal(row["criterion"]))
+            ),
         )
-        table.add_row("criterion", f"{mark}  {row['criterion']}")
     for action in detail["actions"]:
         table.add_row(
             f"action {action['sequence']}",
-            f"{action['type']}: {action['status']} (generation {action['generation']}, "
-            f"{len(action['runs'])} runs)",
+            text(
+                f"{action['type']}: {action['status']} (generation {action['generation']}, "
+                f"{len(action['runs'])} runs)"
+            ),
         )
     return table
 
 
 def _refusal_line(error: WorkcenterError) -> str:
-    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+    # A message may quote the refused input: its control characters print visibly.
+    return safe(f"{type(error).__name__}: {' '.join(str(error).split())}")
 
 
 class WorkcenterGroup(click.Group):
@@ -161,7 +170,9 @@ def list_items(ctx: click.Context, status: str | None, as_json: bool) -> None:
     for column in ("status", "mode", "title"):
         table.add_column(column)
     for r in rows:
-        table.add_row(str(r["id"]), r["status"], r["mode"], r["title"])
+        table.add_row(
+            str(r["id"]), text(r["status"]), text(r["mode"]), text(sanitize_personal(r["title"]))
+        )
     console.print(table)
 
 
@@ -218,7 +229,9 @@ def history(ctx: click.Context, item_id: str, at_version: int | None, as_json: b
     for column in ("version", "at", "event", "data"):
         table.add_column(column)
     for e in events:
-        table.add_row(str(e["version"]), e["at"], e["type"], json.dumps(e["data"])[:120])
+        table.add_row(
+            str(e["version"]), text(e["at"]), text(e["type"]), text(json.dumps(e["data"])[:120])
+        )
     console.print(table)
     if state:
         _emit_json(state)
@@ -227,12 +240,16 @@ def history(ctx: click.Context, item_id: str, at_version: int | None, as_json: b
 def _budget_table(budget: dict[str, Any]) -> Table:
     usage, limits = budget["usage"], budget["limits"]
     stop = budget["stop_reason"]
-    table = Table(title=f"Budget of {budget['work_item_id']}  [{budget['status']}]")
+    table = Table(title=text(f"Budget of {budget['work_item_id']}  [{budget['status']}]"))
     table.add_column("field", style="bold")
     table.add_column("value")
     table.add_row(
         "stop",
-        f"[red]{stop['code']}[/] at {stop['at']} {json.dumps(stop['details'])}" if stop else "none",
+        Text.assemble(
+            text(stop["code"], "red"), text(f" at {stop['at']} {json.dumps(stop['details'])}")
+        )
+        if stop
+        else "none",
     )
     table.add_row(
         "requests",
@@ -269,8 +286,10 @@ def _budget_table(budget: dict[str, Any]) -> Table:
     for row in budget["action_attempts"]:
         table.add_row(
             f"action {row['sequence']}",
-            f"{row['type']}: {row['attempts']} attempts of {row['effective_max_attempts']} "
-            f"(planned {row['original_max_attempts']}, cap {limits['max_action_attempts']})",
+            text(
+                f"{row['type']}: {row['attempts']} attempts of {row['effective_max_attempts']} "
+                f"(planned {row['original_max_attempts']}, cap {limits['max_action_attempts']})"
+            ),
         )
     table.add_row(
         "versions",
@@ -446,9 +465,9 @@ def worker(
     def on_event(kind: str, claim: Claim, detail: str) -> None:
         line = f"{kind} {claim.action_type} {claim.action_id} {detail}".rstrip()
         if kind == "error":  # on stderr, so --json keeps stdout for the stats
-            click.echo(" ".join(line.split()), err=True)
+            click.echo(safe(" ".join(line.split())), err=True)
         elif not as_json:
-            console.print(line, markup=False, highlight=False)
+            console.print(text(line), highlight=False)
 
     with _open(ctx) as wc, StopSignals() as signals:
         stats = run_worker(

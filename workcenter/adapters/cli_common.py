@@ -12,6 +12,7 @@ import click
 import orjson
 from rich.console import Console, ConsoleDimensions
 
+from workcenter.adapters.terminal import escape_json
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput, NotFound
 
@@ -35,7 +36,8 @@ console = _Console(soft_wrap=True)
 
 
 def emit_json(data: Any) -> None:
-    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+    serialised = orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+    sys.stdout.write(escape_json(serialised) + "\n")
 
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -10,6 +10,7 @@ from uuid import UUID
 import click
 import orjson
 from rich.table import Table
+from rich.text import Text
 
 from workcenter.adapters import presenters
 from workcenter.adapters.cli_common import (
@@ -20,28 +21,36 @@ from workcenter.adapters.cli_common import (
     resolve_id,
     work_item_id,
 )
+from workcenter.adapters.terminal import text
 from workcenter.application import WorkCenter
+from workcenter.domain.action import ActionState
+from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.work_item import WorkItemState
 from workcenter.projections.audit import AuditRow, explain_progress
-from workcenter.projections.sanitize import sanitize_diagnostic
+from workcenter.projections.sanitize import sanitize_event_payload, sanitize_record
 
 # --- audit and progress (issue 4) ---------------------------------------------
 
 SUMMARY_CHARS = 200
 
 
-def _summary(payload: dict[str, Any], raw: bool) -> str:
-    text = orjson.dumps(payload).decode()
-    return text if raw else sanitize_diagnostic(text)
+def _summary(event_type: str, payload: dict[str, Any], raw: bool) -> str:
+    shown = payload if raw else sanitize_event_payload(event_type, payload)
+    return orjson.dumps(shown).decode()
 
 
 def _audit_row_json(row: AuditRow, raw: bool) -> dict[str, Any]:
     data = row.json()
     payload = data.pop("payload")
-    data["summary"] = _summary(payload, raw)
+    data["summary"] = _summary(row.type, payload, raw)
     if raw:
         data["payload"] = payload
     return data
+
+
+def _state(data: dict[str, Any], schema: type[Any], raw: bool) -> Any:
+    """A state shown with ``--at``: masked like the rows, unless ``--raw``."""
+    return data if raw else sanitize_record(data, schema)
 
 
 def _at_time(value: str | None) -> datetime | None:
@@ -103,13 +112,11 @@ def audit(
         until: int | None = None
         if at_version is not None or moment is not None:
             until, item_then, actions = wc.state_at(item.id, version=at_version, at=moment)
+            ordered = sorted(actions.values(), key=lambda a: (a.sequence, a.id))
             state = {
                 "position": until,
-                "item": presenters.item_json(item_then),
-                "actions": [
-                    presenters.action_json(a)
-                    for a in sorted(actions.values(), key=lambda a: (a.sequence, a.id))
-                ],
+                "item": _state(presenters.item_json(item_then), WorkItemState, raw),
+                "actions": [_state(presenters.action_json(a), ActionState, raw) for a in ordered],
             }
         rows = wc.audit(
             item.id,
@@ -136,11 +143,15 @@ def audit(
             if part
         )
         console.print(
-            f"[bold]{e['position']:>5}[/] {e['time'][:19]}  {e['aggregate']} v{e['version']}  "
-            f"[cyan]{e['type']}[/]  by {by}  {ids}",
+            Text.assemble(
+                text(f"{e['position']:>5}", "bold"),
+                text(f" {e['time'][:19]}  {e['aggregate']} v{e['version']}  "),
+                text(e["type"], "cyan"),
+                text(f"  by {by}  {ids}"),
+            ),
             highlight=False,
         )
-        console.print(f"      {e['summary'][:SUMMARY_CHARS]}", highlight=False, markup=False)
+        console.print(text(f"      {e['summary'][:SUMMARY_CHARS]}"), highlight=False)
     if state:
         emit_json(state)
 
@@ -151,31 +162,49 @@ def audit(
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def progress(ctx: click.Context, item_id: str, as_json: bool) -> None:
-    """Goal progress, and which Runs were proof, stale or conflicting."""
+    """Goal progress, and which Runs were proof, stale or conflicting.
+
+    Criteria, blocker reasons and Action types pass the same masking as audit
+    summaries: a blocker reason may be a Run's error."""
     with open_center(ctx) as wc:
         item = wc.work_item(work_item_id(wc, item_id))
         goal = wc.goal_progress(item.id)
         explanation = explain_progress(item, wc.actions(item), goal)
-    data = {"goal_progress": presenters.progress_json(goal), "explanation": explanation}
+    shown = sanitize_record(presenters.progress_json(goal), GoalProgress)
+    data = {"goal_progress": shown, "explanation": sanitize_record(explanation)}
     if as_json:
         emit_json(data)
         return
+    _print_progress(sanitize_record(item.title), data)
+
+
+def _run_ids(run_ids: list[str]) -> str:
+    return ", ".join(run_id[:8] for run_id in run_ids)
+
+
+def _print_progress(title: str, data: dict[str, Any]) -> None:
+    goal, explanation = data["goal_progress"], data["explanation"]
     table = Table(
-        title=f"Goal progress of {item.title} (contract revision {goal.contract_revision})"
+        title=text(f"Goal progress of {title} (contract revision {goal['contract_revision']})")
     )
     table.add_column("criterion")
     table.add_column("status")
     table.add_column("runs")
-    for row in goal.criteria:
-        run_ids = row.evidence_run_ids or row.conflicting_run_ids
-        table.add_row(row.criterion, row.status, ", ".join(str(r)[:8] for r in run_ids))
+    for row in goal["criteria"]:
+        run_ids = row["evidence_run_ids"] or row["conflicting_run_ids"]
+        table.add_row(text(row["criterion"]), text(row["status"]), _run_ids(run_ids))
+    delivery = goal["delivery"]
     table.add_row(
-        f"delivery ({goal.delivery.target})",
-        goal.delivery.status,
-        ", ".join(str(r)[:8] for r in goal.delivery.evidence_run_ids),
+        text(f"delivery ({delivery['target']})"),
+        text(delivery["status"]),
+        _run_ids(delivery["evidence_run_ids"]),
     )
-    for blocker in goal.blockers:
-        table.add_row(f"blocker {str(blocker.action_id)[:8]}", blocker.status, blocker.reason[:80])
+    for blocker in goal["blockers"]:
+        table.add_row(
+            f"blocker {blocker['action_id'][:8]}",
+            text(blocker["status"]),
+            text(blocker["reason"][:80]),
+        )
     console.print(table)
     run_table = Table(title="Runs")
     for column in ("action", "run", "status", "generation", "revision", "roles"):
@@ -185,12 +214,12 @@ def progress(ctx: click.Context, item_id: str, as_json: bool) -> None:
         if run["conflicts_with"]:
             roles += f" (fails: {'; '.join(run['conflicts_with'])})"
         run_table.add_row(
-            f"{run['sequence']} {run['action_type']}",
+            text(f"{run['sequence']} {run['action_type']}"),
             run["run_id"][:8],
-            run["status"],
+            text(run["status"]),
             str(run["generation"]),
             str(run["contract_revision"]),
-            roles,
+            text(roles),
         )
     console.print(run_table)
 

@@ -22,6 +22,7 @@ from typing import Any
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain.errors import CommandRefused, InvalidInput, StaleRun, WorkcenterError
 from workcenter.domain.outcome import RunReport
+from workcenter.projections.sanitize import sanitize_personal
 
 Executor = Callable[[Claim], RunReport | Mapping[str, Any]]
 LATE_INPUT = "input arrived while the Run was executing; the next Run receives it"
@@ -155,6 +156,9 @@ def _executor_error(
     stats: WorkerStats,
     on_event: Callable[[str, Claim, str], None] | None,
 ) -> None:
+    # An exception's text often quotes credentials or local paths: neither is
+    # recorded nor printed.
+    reason = sanitize_personal(reason)
     stats.errors += 1
     if on_event:
         on_event("error", claim, reason)
