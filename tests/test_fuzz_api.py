@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from workcenter.application import WorkCenter
 from workcenter.domain import action as act
+from workcenter.domain import actor as actors
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain.errors import WorkcenterError
 
@@ -31,6 +32,25 @@ ODD: list[Any] = [
 odd = st.sampled_from(ODD)
 texts = st.one_of(st.text(max_size=40), odd)
 numbers = st.one_of(st.integers(-3, 60), st.floats(allow_nan=True), odd)
+actor_args = st.one_of(
+    st.none(),
+    st.sampled_from(
+        [
+            "user:alice",
+            "coordinator",
+            "operator:ops",
+            "worker:w@boot",
+            actors.user("bob"),
+            actors.OPERATOR,
+            "robot:r2",
+            "user:",
+            ":x",
+            "unknown",
+            "user:" + "x" * 201,
+        ]
+    ),
+    texts,
+)
 json_like = st.recursive(
     st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=20), odd),
     lambda inner: st.one_of(
@@ -109,6 +129,7 @@ def _commands(world: World, data: st.DataObject) -> dict[str, Callable[[], Any]]
                     odd,
                 )
             ),
+            actor=d(actor_args),
         ),
         "update_contract": lambda: wc.update_contract(
             d(ids),
@@ -116,11 +137,17 @@ def _commands(world: World, data: st.DataObject) -> dict[str, Callable[[], Any]]
             title=d(st.one_of(st.none(), texts)),
             goal=d(st.one_of(st.none(), texts)),
             acceptance_criteria=d(st.one_of(st.none(), st.lists(texts, max_size=3), odd)),
+            actor=d(actor_args),
         ),
-        "start": lambda: wc.start(d(ids), expected_version=d(st.one_of(st.none(), version))),
-        "cancel": lambda: wc.cancel(d(ids), reason=d(texts)),
+        "start": lambda: wc.start(
+            d(ids), expected_version=d(st.one_of(st.none(), version)), actor=d(actor_args)
+        ),
+        "cancel": lambda: wc.cancel(d(ids), reason=d(texts), actor=d(actor_args)),
         "resume": lambda: wc.resume(
-            d(ids), expected_version=d(version), expected_ledger_version=d(version)
+            d(ids),
+            expected_version=d(version),
+            expected_ledger_version=d(version),
+            actor=d(actor_args),
         ),
         "retry": lambda: wc.retry(
             d(ids),
@@ -128,6 +155,7 @@ def _commands(world: World, data: st.DataObject) -> dict[str, Callable[[], Any]]
             expected_version=d(version),
             expected_generation=d(st.one_of(st.none(), version)),
             answer=d(texts),
+            actor=d(actor_args),
         ),
         "guide": lambda: wc.guide(
             d(ids),
@@ -135,6 +163,7 @@ def _commands(world: World, data: st.DataObject) -> dict[str, Callable[[], Any]]
             expected_version=d(version),
             expected_generation=d(st.one_of(st.none(), version)),
             guidance=d(texts),
+            actor=d(actor_args),
         ),
         "plan_actions": lambda: wc.plan_actions(
             d(ids),
@@ -146,13 +175,50 @@ def _commands(world: World, data: st.DataObject) -> dict[str, Callable[[], Any]]
             supersede_action_ids=d(st.one_of(st.just(()), st.lists(ids, max_size=2), odd)),
             goal_refs=d(st.one_of(st.none(), json_like)),
             rationale=d(texts),
+            actor=d(actor_args),
         ),
-        "complete": lambda: wc.complete(d(ids), expected_version=d(version), completion=d(payload)),
-        "claim_next": lambda: wc.claim_next(d(texts), lease_seconds=d(numbers)),
-        "renew_lease": lambda: wc.renew_lease(d(claims), lease_seconds=d(numbers)),
-        "finish_run": lambda: wc.finish_run(d(claims), d(report)),
-        "interrupt": lambda: wc.interrupt(d(claims), reason=d(texts)),
-        "recover": lambda: wc.recover(worker=d(st.one_of(st.none(), texts))),
+        "complete": lambda: wc.complete(
+            d(ids), expected_version=d(version), completion=d(payload), actor=d(actor_args)
+        ),
+        "claim_next": lambda: wc.claim_next(
+            d(texts), lease_seconds=d(numbers), actor=d(actor_args)
+        ),
+        "renew_lease": lambda: wc.renew_lease(
+            d(claims), lease_seconds=d(numbers), actor=d(actor_args)
+        ),
+        "finish_run": lambda: wc.finish_run(d(claims), d(report), actor=d(actor_args)),
+        "interrupt": lambda: wc.interrupt(
+            d(claims),
+            reason=d(texts),
+            progress=d(
+                st.one_of(
+                    st.none(),
+                    st.fixed_dictionaries(
+                        {"summary": texts},
+                        optional={"response": texts, "stats": json_like},
+                    ),
+                    payload,
+                )
+            ),
+            actor=d(actor_args),
+        ),
+        "add_input": lambda: wc.add_input(
+            d(ids),
+            d(ids),
+            expected_version=d(version),
+            expected_generation=d(version),
+            text=d(texts),
+            expected_run_id=d(st.one_of(st.none(), ids)),
+            actor=d(actor_args),
+        ),
+        "defer": lambda: wc.defer(d(claims), actor=d(actor_args)),
+        "pending_input": lambda: wc.pending_input(d(claims)),
+        "consume_input": lambda: wc.consume_input(
+            d(claims),
+            d(st.one_of(st.lists(ids, max_size=3), odd)),
+            actor=d(actor_args),
+        ),
+        "recover": lambda: wc.recover(worker=d(st.one_of(st.none(), texts)), actor=d(actor_args)),
         "extend_budget": lambda: wc.extend_budget(
             d(ids),
             expected_version=d(version),
@@ -166,6 +232,7 @@ def _commands(world: World, data: st.DataObject) -> dict[str, Callable[[], Any]]
                     odd,
                 )
             ),
+            actor=d(actor_args),
         ),
         "reserve_request": lambda: wc.reserve_request(
             d(ids),
@@ -173,24 +240,32 @@ def _commands(world: World, data: st.DataObject) -> dict[str, Callable[[], Any]]
             kind=d(st.one_of(st.sampled_from(["action", "coordinator"]), odd)),
             run_id=d(st.one_of(st.none(), ids)),
             request_id=d(st.one_of(st.none(), texts)),
+            actor=d(actor_args),
         ),
         "settle_request": lambda: wc.settle_request(
             d(ids),
             d(texts),
             usage=d(st.one_of(st.none(), payload)),
             complete=d(st.one_of(st.booleans(), odd)),
+            actor=d(actor_args),
         ),
         "reserve_coordinator_request": lambda: wc.reserve_coordinator_request(
-            d(ids), turn_id=d(texts), request=d(payload)
+            d(ids),
+            turn_id=d(texts),
+            request=d(payload),
+            actor=d(actor_args),
         ),
         "settle_coordinator_turn": lambda: wc.settle_coordinator_turn(
             d(ids),
             d(texts),
             usage=d(st.one_of(st.none(), payload)),
             complete=d(st.one_of(st.booleans(), odd)),
+            actor=d(actor_args),
         ),
         "record_coordinator_failure": lambda: wc.record_coordinator_failure(
-            d(ids), turn_id=d(texts)
+            d(ids),
+            turn_id=d(texts),
+            actor=d(actor_args),
         ),
         "can_coordinate_automatically": lambda: wc.can_coordinate_automatically(
             d(ids), user_message=d(st.one_of(st.booleans(), odd))

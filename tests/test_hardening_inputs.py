@@ -154,6 +154,12 @@ def _version_commands(wc: WorkCenter, bad: Any) -> Iterator[Callable[[], Any]]:
     yield lambda: wc.plan_actions(dynamic.id, expected_version=bad, actions=[action_spec()])
     yield lambda: wc.complete(dynamic.id, expected_version=bad, completion={})
     yield lambda: wc.extend_budget(dynamic.id, expected_version=bad, additions={"max_tokens": 1})
+    yield lambda: wc.add_input(
+        dynamic.id, action_id, expected_version=bad, expected_generation=1, text="x"
+    )
+    yield lambda: wc.add_input(
+        dynamic.id, action_id, expected_version=dynamic.version, expected_generation=bad, text="x"
+    )
     cancelled = wc.cancel(create_linear(wc).id)
     ledger = wc.ledger(cancelled.id).version
     yield lambda: wc.resume(cancelled.id, expected_version=bad, expected_ledger_version=ledger)

@@ -308,8 +308,8 @@ class WorkCenter(BudgetCommands):
         by = actors.resolve(actor, actors.USER)
         if not isinstance(work_item_id, UUID) or not isinstance(action_id, UUID):
             raise InvalidInput("work_item_id and action_id must be ids")
-        if isinstance(expected_generation, bool) or not isinstance(expected_generation, int):
-            raise InvalidInput("expected_generation must be an integer")
+        expected_version = inputs.version(expected_version)
+        expected_generation = inputs.version(expected_generation, "expected_generation")
         if expected_run_id is not None and not isinstance(expected_run_id, UUID):
             raise InvalidInput("expected_run_id must be a Run id")
         input_id = uuid4()
