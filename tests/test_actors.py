@@ -76,6 +76,21 @@ def test_a_user_is_recorded_on_what_the_user_decides(db_path: Path, wc: WorkCent
     assert "by user alice" in _text(db_path, item.id, "--type", "WorkItemCreated")
 
 
+def test_history_text_shows_each_events_actor_in_its_own_column(
+    db_path: Path, wc: WorkCenter
+) -> None:
+    title = "A title long enough that it would be cut if the actor led the payload"
+    item = wc.create_work_item(title=title, goal="G", actor="user:alice")
+    result = CliRunner().invoke(
+        cli, ["--db", str(db_path), "history", str(item.id)], env={"COLUMNS": "10000"}
+    )
+    assert result.exit_code == 0, result.output
+    (created,) = [line for line in result.output.splitlines() if "WorkItemCreated" in line]
+    cells = [cell.strip() for cell in created.split("│")]
+    assert "user alice" in cells
+    assert title in created and '"actor"' not in created
+
+
 def test_the_coordinator_stand_ins_are_the_coordinators(
     db_path: Path, wc: WorkCenter, clock: FakeClock
 ) -> None:
@@ -279,7 +294,12 @@ def test_a_bad_actor_is_refused_and_writes_nothing(
         ),
         lambda: wc.record_coordinator_failure(item.id, turn_id="t", actor=bad),
         lambda: wc.start(item.id, actor=bad),
-        lambda: wc.resume(item.id, expected_version=version, actor=bad),
+        lambda: wc.resume(
+            item.id,
+            expected_version=version,
+            expected_ledger_version=wc.ledger(item.id).version,
+            actor=bad,
+        ),
         lambda: wc.retry(item.id, action_id, expected_version=version, actor=bad),
         lambda: wc.guide(item.id, action_id, expected_version=version, guidance="g", actor=bad),
         lambda: wc.complete(item.id, expected_version=version, completion={}, actor=bad),
@@ -412,5 +432,5 @@ def test_a_run_command_given_neither_a_claim_nor_a_run_ref_is_refused(wc: WorkCe
         lambda: wc.interrupt(None),  # type: ignore[arg-type]
         lambda: wc.renew_lease(42),  # type: ignore[arg-type]
     ):
-        with refused(wc, InvalidInput, "Claim or RunRef"):
+        with refused(wc, InvalidInput, "a Claim or a RunRef"):
             command()

@@ -13,6 +13,7 @@ the user saw is a resumption, itself in the class.
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 import pytest
 from conftest import (
@@ -54,11 +55,13 @@ def test_update_goes_through_claim_renew_and_finish(wc: WorkCenter) -> None:
     assert wc.action(implement.id).status == "superseded"  # decided on the latest state
 
 
-def test_update_goes_through_a_title_change(wc: WorkCenter) -> None:
+def test_update_conflicts_with_a_title_change(wc: WorkCenter) -> None:
+    """A title is part of the contract: an edit from before it is refused (ADR-0004)."""
     item = create_linear(wc)
     wc.update_contract(item.id, expected_version=item.version, title="Renamed")
-    updated = wc.update_contract(item.id, expected_version=item.version, goal="Refined goal")
-    assert (updated.title, updated.goal) == ("Renamed", "Refined goal")
+    with _conflict(wc) as info:
+        wc.update_contract(item.id, expected_version=item.version, goal="Refined goal")
+    assert info.value.conflicting == ["TitleChanged"]
 
 
 def test_update_goes_through_guidance(wc: WorkCenter) -> None:
@@ -141,22 +144,29 @@ def test_start_conflicts_with_another_start(wc: WorkCenter) -> None:
 # --- resume: conflicts with contract changes, cancellation, resumption, completion ----
 
 
+def _resume(wc: WorkCenter, item_id: UUID, seen: int) -> wi.WorkItemState:
+    """Resume from WorkItem version ``seen``, the ledger as it is now."""
+    return wc.resume(
+        item_id, expected_version=seen, expected_ledger_version=wc.ledger(item_id).version
+    )
+
+
 def test_resume_conflicts_with_another_resume(wc: WorkCenter) -> None:
     item = plan(wc, create_dynamic(wc).id)
     cancelled = wc.cancel(item.id)
-    wc.resume(item.id, expected_version=cancelled.version)
+    _resume(wc, item.id, cancelled.version)
     with _conflict(wc) as info:
-        wc.resume(item.id, expected_version=cancelled.version)
+        _resume(wc, item.id, cancelled.version)
     assert "WorkItemResumed" in info.value.conflicting
 
 
 def test_resume_conflicts_with_a_cancel_after_what_was_seen(wc: WorkCenter) -> None:
     item = create_linear(wc)
     first = wc.cancel(item.id)
-    wc.resume(item.id, expected_version=first.version)
+    _resume(wc, item.id, first.version)
     wc.cancel(item.id)  # cancelled again: the user's view predates this cancellation
     with _conflict(wc) as info:
-        wc.resume(item.id, expected_version=first.version)
+        _resume(wc, item.id, first.version)
     assert info.value.conflicting[0] == "WorkItemResumed"
     assert "WorkItemCancelled" in info.value.conflicting
 
@@ -199,7 +209,7 @@ def test_retry_conflicts_with_cancel_and_resume(wc: WorkCenter) -> None:
     wc.finish_run(claim(wc), report("failed"))
     seen = wc.work_item(item.id)
     cancelled = wc.cancel(item.id)
-    wc.resume(item.id, expected_version=cancelled.version)
+    _resume(wc, item.id, cancelled.version)
     with _conflict(wc):
         wc.retry(item.id, seen.current_action_id, expected_version=seen.version)  # type: ignore[arg-type]
 

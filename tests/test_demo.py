@@ -50,6 +50,7 @@ def test_read_verbs_answer_in_json_after_the_demo(tmp_path: Path) -> None:
 
 
 def test_unknown_item_is_a_clear_error(tmp_path: Path) -> None:
+    WorkCenter.open(tmp_path / "x.db").close()
     result = CliRunner().invoke(
         cli, ["--db", str(tmp_path / "x.db"), "show", "00000000-0000-0000-0000-000000000000"]
     )
@@ -314,9 +315,11 @@ def test_resume_is_refused_while_a_budget_is_spent_or_nothing_is_stopped(tmp_pat
             title="t", goal="g", acceptance_criteria=["c"], start=True, limits={"max_requests": 1}
         )
         running = wc.create_work_item(title="r", goal="g", acceptance_criteria=["c"], start=True)
+        running_ledger = wc.ledger(running.id)
         assert wc.reserve_request(item.id, request={}).allowed
         assert not wc.reserve_request(item.id, request={}).allowed
         stopped, ledger = wc.work_item(item.id), wc.ledger(item.id)
+        running_ledger = wc.ledger(running.id)
     assert stopped.stopped == "work_item_requests_exhausted"
 
     _assert_refused(
@@ -333,6 +336,13 @@ def test_resume_is_refused_while_a_budget_is_spent_or_nothing_is_stopped(tmp_pat
     )
     _assert_refused(
         db,
-        ["resume", str(running.id), "--expected-version", str(running.version)],
+        [
+            "resume",
+            str(running.id),
+            "--expected-version",
+            str(running.version),
+            "--expected-ledger-version",
+            str(running_ledger.version),
+        ],
         "CommandRefused",
     )

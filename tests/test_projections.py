@@ -148,7 +148,11 @@ class Scenario:
         elif op == "cancel":
             wc.cancel(item_id, reason=f"cancel {k}")
         elif op == "resume":
-            wc.resume(item_id, expected_version=item.version)
+            wc.resume(
+                item_id,
+                expected_version=item.version,
+                expected_ledger_version=wc.ledger(item_id).version,
+            )
         elif op in ("retry", "guide"):
             action_id = self.pick([e.action_id for e in item.plan], k)
             if action_id is None:

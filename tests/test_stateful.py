@@ -939,7 +939,15 @@ class Ledger(RuleBasedStateMachine):
             expected = cancels[-1].originator_version - 1 if cancels else expected
         ok = item.status == "cancelled" and not stale
         actions = wc.actions(item)
-        after = self.attempt(wc, ok, lambda: wc.resume(item.id, expected_version=expected))
+        after = self.attempt(
+            wc,
+            ok,
+            lambda: wc.resume(
+                item.id,
+                expected_version=expected,
+                expected_ledger_version=wc.ledger(item.id).version,
+            ),
+        )
         if stale:
             assert isinstance(after, errors.VersionConflict | errors.CommandRefused)
         if not ok:

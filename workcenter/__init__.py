@@ -1,5 +1,6 @@
 """Workcenter: a durable, event-sourced work ledger for AI-agent orchestration."""
 
+from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.application import Claim, SystemClock, WorkCenter, WriteContention
 from workcenter.domain.errors import (
     CommandRefused,
@@ -20,6 +21,7 @@ __all__ = [
     "ResourceStopError",
     "RunReport",
     "StaleRun",
+    "StoreUnavailable",
     "SystemClock",
     "VersionConflict",
     "WorkCenter",

@@ -5,18 +5,16 @@ call the domain, and save every touched aggregate in one atomic write.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import EllipsisType
 from typing import Any, cast
 from uuid import UUID, uuid4
 
-from eventsourcing.persistence import IntegrityError
-
-from workcenter import audit_trail
+from workcenter import audit_trail, claiming
 from workcenter.budget import BudgetCommands
+from workcenter.claiming import Claim
 from workcenter.domain import action as act
-from workcenter.domain import action_input, lifecycle, planning, runs
+from workcenter.domain import action_input, bounds, inputs, lifecycle, planning, runs
 from workcenter.domain import actor as actors
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
@@ -48,44 +46,6 @@ __all__ = [
     "WorkCenter",
     "WriteContention",
 ]
-
-CLAIM_PAGE = 16
-
-
-@dataclass(frozen=True)
-class Claim:
-    """A claimed Run and what its worker needs to execute it."""
-
-    work_item_id: UUID
-    action_id: UUID
-    run_id: UUID
-    boot_id: str
-    lease_epoch: int
-    expires_at: datetime
-    worker: str
-    action_type: str
-    brief: act.Brief
-    context: tuple[act.ContextEntry, ...]
-    goal: str
-    acceptance_criteria: tuple[str, ...]
-    delivery_target: str | None
-    attempt: int
-    # Input queued for the Action and not yet consumed: the Run should consume it.
-    inputs: tuple[act.QueuedInput, ...] = ()
-
-    @property
-    def ref(self) -> act.RunRef:
-        return act.RunRef(
-            action_id=self.action_id,
-            run_id=self.run_id,
-            boot_id=self.boot_id,
-            lease_epoch=self.lease_epoch,
-        )
-
-    @property
-    def actor(self) -> Actor:
-        """The worker that holds the claim: who its renewals, finish and interrupt are by."""
-        return actors.worker(self.worker, self.boot_id)
 
 
 class WorkCenter(BudgetCommands):
@@ -124,9 +84,10 @@ class WorkCenter(BudgetCommands):
     ) -> wi.WorkItemState:
         """Create a WorkItem and its ResourceLedger (default limits, or ``limits``).
 
-        A linear item's ``stages`` are names or ``{"type", "maxAttempts"}`` objects."""
+        A linear item's ``stages`` are names or ``{"type", "maxAttempts"}`` objects. Texts
+        and lists are bounded (docs/limits.md): input past a bound is refused."""
         by = actors.resolve(actor, actors.USER)
-        if mode not in ("dynamic", "linear"):
+        if not isinstance(mode, str) or mode not in ("dynamic", "linear"):
             raise InvalidInput(f"mode must be dynamic or linear, not {mode!r}")
         contract = wi.validate_contract(
             title=title,
@@ -139,7 +100,7 @@ class WorkCenter(BudgetCommands):
             mode=mode,
             contract=contract,
             stages=stages,
-            start=start,
+            start=inputs.flag(start, "start"),
             at=self.clock.now(),
             by=by,
             limits=self._limits(limits),
@@ -151,6 +112,7 @@ class WorkCenter(BudgetCommands):
     def _limits(limits: Mapping[str, int] | None) -> rl.Limits | None:
         if limits is None:
             return None
+        inputs.mapping(limits, "limits")
         try:
             return rl.Limits(**limits)
         except (TypeError, ValueError) as error:
@@ -167,6 +129,10 @@ class WorkCenter(BudgetCommands):
         delivery_target: str | EllipsisType | None = ...,
         actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
+        """Edit the contract; a title, goal, criteria or target edit conflicts with any
+        other contract edit after ``expected_version``."""
+        expected_version = inputs.version(expected_version)
+
         def decide(
             item: wi.WorkItemState, actions: dict[UUID, act.ActionState], at: datetime, by: Actor
         ) -> Unit:
@@ -196,6 +162,7 @@ class WorkCenter(BudgetCommands):
         expected_version: int | None = None,
         actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
+        expected_version = inputs.optional_version(expected_version, "expected_version")
         return self._item_command(
             work_item_id,
             expected_version,
@@ -208,6 +175,7 @@ class WorkCenter(BudgetCommands):
     def cancel(
         self, work_item_id: UUID, *, reason: str = "", actor: Actor | str | None = None
     ) -> wi.WorkItemState:
+        reason = inputs.text(reason, "reason", bounds.REASON)
         return self._item_command(
             work_item_id,
             None,
@@ -222,10 +190,15 @@ class WorkCenter(BudgetCommands):
         work_item_id: UUID,
         *,
         expected_version: int,
-        expected_ledger_version: int | None = None,
+        expected_ledger_version: int,
         actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
-        """Resume a cancelled item, or one its budget stopped (after extending it)."""
+        """Resume a cancelled item, or one its budget stopped (after extending it).
+
+        ``expected_ledger_version`` is the ledger version the user saw: a stop, extend
+        or resume recorded after it refuses the resume (the execution-control check)."""
+        expected_version = inputs.version(expected_version)
+        expected_ledger_version = inputs.version(expected_ledger_version, "expected_ledger_version")
         by = actors.resolve(actor, actors.USER)
 
         def attempt() -> Unit:
@@ -251,6 +224,8 @@ class WorkCenter(BudgetCommands):
         answer: str = "",
         actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
+        answer = inputs.text(answer, "answer", bounds.ANSWER)
+        expected_generation = inputs.optional_version(expected_generation, "expected_generation")
         return self._action_input(
             work_item_id,
             action_id,
@@ -277,6 +252,8 @@ class WorkCenter(BudgetCommands):
         guidance: str,
         actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
+        guidance = inputs.text(guidance, "guidance", bounds.GUIDANCE)
+        expected_generation = inputs.optional_version(expected_generation, "expected_generation")
         return self._action_input(
             work_item_id,
             action_id,
@@ -302,6 +279,8 @@ class WorkCenter(BudgetCommands):
         decide: Callable[[wi.WorkItemState, dict[UUID, act.ActionState], datetime, Actor], Unit],
     ) -> wi.WorkItemState:
         """Retry and guidance: the open Actions plus the target, whatever its status."""
+        expected_version = inputs.version(expected_version)
+        action_id = inputs.aggregate_id(action_id, "Action")
         return self._item_command(
             work_item_id,
             expected_version,
@@ -329,8 +308,8 @@ class WorkCenter(BudgetCommands):
         by = actors.resolve(actor, actors.USER)
         if not isinstance(work_item_id, UUID) or not isinstance(action_id, UUID):
             raise InvalidInput("work_item_id and action_id must be ids")
-        if isinstance(expected_generation, bool) or not isinstance(expected_generation, int):
-            raise InvalidInput("expected_generation must be an integer")
+        expected_version = inputs.version(expected_version)
+        expected_generation = inputs.version(expected_generation, "expected_generation")
         if expected_run_id is not None and not isinstance(expected_run_id, UUID):
             raise InvalidInput("expected_run_id must be a Run id")
         input_id = uuid4()
@@ -367,6 +346,7 @@ class WorkCenter(BudgetCommands):
         actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
         """A Coordinator turn's plan (its stand-in until there is a Coordinator)."""
+        expected_version = inputs.version(expected_version)
         payload = {
             "actions": actions,
             "close_actions": close_actions,
@@ -391,6 +371,7 @@ class WorkCenter(BudgetCommands):
         actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
         """A Coordinator turn's completion (its stand-in until there is a Coordinator)."""
+        expected_version = inputs.version(expected_version)
         return self._item_command(
             work_item_id,
             expected_version,
@@ -408,66 +389,13 @@ class WorkCenter(BudgetCommands):
 
         Candidates come from the work-queue read model; each is re-checked on its
         aggregates, and a stale candidate or a lost race moves on to the next.
-        The claim is by the worker ``worker@boot`` unless ``actor`` says otherwise.
+        ``lease_seconds`` is from 1 s to 24 h (86,400 s). The claim is by the worker
+        ``worker@boot`` unless ``actor`` says otherwise.
         """
+        worker = inputs.text(worker, "worker", bounds.WORKER, required=True)
+        lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))
         by = actors.resolve(actor, actors.worker(worker, self.boot_id))
-        lease = timedelta(seconds=lease_seconds)
-        self._catch_up_work_queue()
-        seen: set[UUID] = set()
-        offset = 0
-        while True:
-            candidates = self.work_queue.ready_actions(CLAIM_PAGE, offset)
-            if not candidates:
-                return None
-            offset += len(candidates)
-            for action_id in candidates:
-                if action_id in seen:
-                    continue
-                seen.add(action_id)
-                claim = self._try_claim(action_id, worker, lease, by)
-                if claim is not None:
-                    return claim
-
-    def _try_claim(self, action_id: UUID, worker: str, lease: timedelta, by: Actor) -> Claim | None:
-        action = self.action(action_id)
-        item = self.work_item(action.work_item_id)
-        if runs.claimable(item, action) is not None:
-            return None
-        unit = runs.claim(
-            item,
-            action,
-            self.ledger(item.id),
-            worker=worker,
-            boot_id=self.boot_id,
-            lease=lease,
-            at=self.clock.now(),
-            by=by,
-        )
-        try:
-            self._save(unit)
-        except IntegrityError:
-            return None
-        claimed = unit.action(action_id)
-        run = claimed.current_run
-        if run is None:
-            return None  # the ledger had no attempt left: the stop was saved instead
-        return Claim(
-            work_item_id=item.id,
-            action_id=action_id,
-            run_id=run.id,
-            boot_id=run.owner_boot_id,
-            lease_epoch=run.lease_epoch,
-            expires_at=run.expires_at,
-            worker=worker,
-            action_type=claimed.type,
-            brief=claimed.brief,
-            context=claimed.context,
-            goal=item.goal,
-            acceptance_criteria=item.acceptance_criteria,
-            delivery_target=item.delivery_target,
-            attempt=claimed.attempt,
-            inputs=claimed.unconsumed_inputs,
-        )
+        return claiming.claim_next(self, worker, lease, by)
 
     @property
     def _run_side(self) -> RunSide:
@@ -480,7 +408,8 @@ class WorkCenter(BudgetCommands):
         lease_seconds: float = 60.0,
         actor: Actor | str | None = None,
     ) -> bool:
-        """Extend the lease; False when the Run is no longer live (stop working on it)."""
+        """Extend the lease by ``lease_seconds`` (1 s to 24 h) from now; False when the
+        Run is no longer live (stop working on it)."""
         return self._run_side.renew_lease(claim, lease_seconds, actor)
 
     def finish_run(
@@ -493,6 +422,8 @@ class WorkCenter(BudgetCommands):
         """Record the Run's outcome: completed, waiting, retryable or failed.
 
         By the claim's worker unless ``actor`` says otherwise."""
+        if not isinstance(report, RunReport | Mapping):
+            raise InvalidInput(f"a run report must be a mapping, not {type(report).__name__}")
         return self._run_side.command(
             claim,
             actor,
@@ -517,6 +448,7 @@ class WorkCenter(BudgetCommands):
         """Give the Run up gracefully; ``progress`` ({summary, response, stats}) is its
         final response and execution stats, recorded as the lease is released. By the
         claim's worker unless ``actor`` says otherwise."""
+        reason = inputs.text(reason, "reason", bounds.REASON)
         final = parse_progress(progress)
         return self._run_side.command(
             claim,
@@ -562,15 +494,18 @@ class WorkCenter(BudgetCommands):
         return planning.progress(item, self.actions(item))
 
     def list_work_items(self, status: str | None = None) -> list[dict[str, Any]]:
+        if status is not None and (not isinstance(status, str) or status not in wi.STATUSES):
+            raise InvalidInput(f"status must be one of {', '.join(wi.STATUSES)}, not {status!r}")
         self._catch_up_work_queue()
         return self.work_queue.work_items(status)
 
     def history(self, work_item_id: UUID) -> list[DomainEvent]:
         """The WorkItem's events in order (its Action events are in ``action_history``)."""
-        self.work_item(work_item_id)
+        work_item_id = self.work_item(work_item_id).id
         return cast(list[DomainEvent], list(self.store.events.get(work_item_id)))
 
     def action_history(self, action_id: UUID) -> list[DomainEvent]:
+        action_id = self.action(action_id).id  # NotFound unless it is an Action
         return cast(list[DomainEvent], list(self.store.events.get(action_id)))
 
     def audit(
@@ -586,6 +521,14 @@ class WorkCenter(BudgetCommands):
         """The item's events (its Actions' and ledger's too) read from the event store,
         in position order: the newest ``limit`` that match the filters (up to position
         ``until``, if given), each with the actor its command recorded."""
+        if limit is not None:
+            limit = inputs.version(limit, "limit")
+        if until is not None:
+            until = inputs.version(until, "until")
+        action_id = inputs.optional_id(action_id, "Action")
+        run_id = inputs.optional_id(run_id, "Run")
+        if type is not None:
+            type = inputs.text(type, "type", bounds.ACTION_TYPE)
         return audit_rows.select(
             audit_trail.rows(self, work_item_id, until),
             limit=limit,
@@ -601,4 +544,8 @@ class WorkCenter(BudgetCommands):
 
         Each Action is loaded at its latest version written at or before the position.
         """
+        if version is not None:
+            version = inputs.version(version, "version")
+        if at is not None:
+            at = inputs.moment(at, "at")
         return audit_trail.state_at(self, work_item_id, version=version, at=at)

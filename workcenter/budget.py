@@ -9,10 +9,11 @@ from typing import Any
 from uuid import UUID
 
 from workcenter.domain import actor as actors
+from workcenter.domain import bounds, inputs
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
-from workcenter.domain.errors import NotFound
+from workcenter.domain.errors import InvalidInput, NotFound
 from workcenter.domain.unit import Unit
 from workcenter.store import Store
 
@@ -47,10 +48,15 @@ class BudgetCommands(Store):
         A denial is returned (and a stopping denial saved); the caller must not
         send the request. Only a stop writes the WorkItem too.
         """
+        if kind not in ("action", "coordinator"):
+            raise InvalidInput(f"kind must be action or coordinator, not {kind!r}")
+        run_id = inputs.optional_id(run_id, "Run")
+        if request_id is not None:
+            request_id = inputs.text(request_id, "request_id", bounds.REQUEST_ID)
         default = actors.COORDINATOR if kind == "coordinator" else actors.USER
         by = actors.resolve(actor, default)
         request_id = request_id or uuid.uuid4().hex
-        estimate = rl.estimate_tokens(request)
+        estimate = _estimate(request)
         return self._admit(
             work_item_id,
             lambda ledger, active, at: rl.reserve(
@@ -76,6 +82,8 @@ class BudgetCommands(Store):
         actor: Actor | str | None = None,
     ) -> bool:
         """Record what a request cost; False when there was nothing to settle."""
+        request_id = inputs.text(request_id, "request_id", bounds.REQUEST_ID, required=True)
+        complete = inputs.flag(complete, "complete")
         by = actors.resolve(actor, actors.USER)
         return self._settle(
             work_item_id,
@@ -96,8 +104,9 @@ class BudgetCommands(Store):
     ) -> rl.Admission:
         """Admit a Coordinator provider request of turn ``turn_id`` (a repeat is a hidden
         retry: a new request, the earlier ones of the turn settled unknown)."""
+        turn_id = inputs.text(turn_id, "turn_id", bounds.REQUEST_ID, required=True)
         by = actors.resolve(actor, actors.COORDINATOR)
-        estimate = rl.estimate_tokens(request)
+        estimate = _estimate(request)
         retry_id = uuid.uuid4().hex
         return self._admit(
             work_item_id,
@@ -123,6 +132,8 @@ class BudgetCommands(Store):
         actor: Actor | str | None = None,
     ) -> bool:
         """Settle a Coordinator turn's requests; False when it had none to settle."""
+        turn_id = inputs.text(turn_id, "turn_id", bounds.REQUEST_ID, required=True)
+        complete = inputs.flag(complete, "complete")
         by = actors.resolve(actor, actors.COORDINATOR)
         return self._settle(
             work_item_id,
@@ -159,9 +170,9 @@ class BudgetCommands(Store):
         settle: Callable[[rl.LedgerState, rl.Usage | None, datetime], list[rl.LedgerEvent]],
         by: Actor,
     ) -> bool:
-        normalised = (
-            usage if isinstance(usage, rl.Usage) or usage is None else rl.normalize_usage(usage)
-        )
+        if not isinstance(usage, rl.Usage) and usage is not None:
+            usage = rl.normalize_usage(inputs.mapping(usage, "usage"))
+        normalised = usage
 
         def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
             unit = Unit(item, {}, at, ledger, by=by)
@@ -179,6 +190,7 @@ class BudgetCommands(Store):
         actor: Actor | str | None = None,
     ) -> rl.LedgerState:
         """A user raises limits. Clears no stop: resume does, once nothing is spent."""
+        expected_version = inputs.version(expected_version)
         by = actors.resolve(actor, actors.USER)
 
         def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
@@ -194,6 +206,7 @@ class BudgetCommands(Store):
     def record_coordinator_failure(
         self, work_item_id: UUID, *, turn_id: str, actor: Actor | str | None = None
     ) -> rl.LedgerState:
+        turn_id = inputs.text(turn_id, "turn_id", bounds.REQUEST_ID, required=True)
         by = actors.resolve(actor, actors.COORDINATOR)
 
         def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
@@ -208,6 +221,7 @@ class BudgetCommands(Store):
     def can_coordinate_automatically(
         self, work_item_id: UUID, *, user_message: bool = False
     ) -> bool:
+        user_message = inputs.flag(user_message, "user_message")
         try:
             item = self.work_item(work_item_id)
         except NotFound:
@@ -216,3 +230,9 @@ class BudgetCommands(Store):
             return False
         retry_after = self.ledger(work_item_id).retry_after
         return user_message or retry_after is None or self.clock.now() >= retry_after
+
+
+def _estimate(request: object) -> int:
+    """The request's estimate. Its size is not bounded here: a large request is
+    what the budget is there to charge (a request that is no JSON is refused)."""
+    return rl.estimate_tokens(inputs.mapping(request, "request"))

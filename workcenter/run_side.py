@@ -13,7 +13,7 @@ from uuid import UUID
 from eventsourcing.persistence import IntegrityError
 
 from workcenter.domain import action as act
-from workcenter.domain import action_input, runs
+from workcenter.domain import action_input, bounds, inputs, runs
 from workcenter.domain import actor as actors
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
@@ -22,7 +22,8 @@ from workcenter.domain.unit import Unit
 from workcenter.store import SAVE_ATTEMPTS, WriteContention, project_action
 
 if TYPE_CHECKING:
-    from workcenter.application import Claim, WorkCenter
+    from workcenter.application import WorkCenter
+    from workcenter.claiming import Claim
 
 RunDecision = Callable[[wi.WorkItemState, act.ActionState, act.RunRef, datetime, Actor], Unit]
 
@@ -34,7 +35,7 @@ def run_ref(claim: object) -> act.RunRef:
     ref = getattr(claim, "ref", None)
     if isinstance(ref, act.RunRef):
         return ref
-    raise InvalidInput("expected a Claim or RunRef of a claimed Run")
+    raise InvalidInput(f"expected a Claim or a RunRef, not {type(claim).__name__}")
 
 
 def run_actor(claim: Claim | act.RunRef, action: act.ActionState) -> Actor:
@@ -76,6 +77,7 @@ class RunSide:
     ) -> bool:
         """Extend the lease; False when the Run is no longer live (stop working on it)."""
         ref = run_ref(claim)
+        lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))
         chosen = chosen_actor(actor)
         for _ in range(SAVE_ATTEMPTS):
             action = self.wc.action(ref.action_id)
@@ -83,7 +85,7 @@ class RunSide:
                 events = act.renew(
                     action,
                     ref,
-                    lease=timedelta(seconds=lease_seconds),
+                    lease=lease,
                     at=self.wc.clock.now(),
                     by=chosen or run_actor(claim, action),
                 )
@@ -135,6 +137,8 @@ class RunSide:
     def recover(self, worker: str | None, actor: Actor | str | None) -> list[UUID]:
         """End every dead Run (see ``WorkCenter.recover``); the operator's by default."""
         wc = self.wc
+        if worker is not None:
+            worker = inputs.text(worker, "worker", bounds.WORKER, required=True)
         by = actors.resolve(actor, actors.OPERATOR)
         wc._catch_up_work_queue()
         recovered: list[UUID] = []

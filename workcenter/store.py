@@ -9,22 +9,25 @@ models (ADR-0016); a lost race reloads and decides again.
 from __future__ import annotations
 
 import os
+import sqlite3
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol, Self, cast
+from typing import Any, Protocol, Self, TypeVar, cast
 from uuid import UUID
 
 import orjson
 from eventsourcing.application import AggregateNotFoundError, Application
-from eventsourcing.persistence import IntegrityError
+from eventsourcing.persistence import IntegrityError, PersistenceError
 from eventsourcing.sqlite import SQLiteCursor
 
 from workcenter.adapters.persistence import (
     SNAPSHOT_CLASSES,
     ActionSnapshot,
     LedgerSnapshot,
+    StoreUnavailable,
     WorkItemSnapshot,
+    prepare_store_file,
     resolve_db_path,
     sqlite_env,
     store_env,
@@ -35,7 +38,9 @@ from workcenter.adapters.recorders import (
     OneCommitSQLiteRecorder,
     SnapshotWrite,
 )
+from workcenter.adapters.sqlite_settings import SYNCHRONOUS_ENV, validate_synchronous
 from workcenter.domain import action as act
+from workcenter.domain import inputs
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import InvalidInput, NotFound, VersionConflict, WorkcenterError
@@ -48,6 +53,7 @@ from workcenter.projections.lifecycle import Progress, ProjectionStatus, Rebuild
 from workcenter.projections.work_queue import WorkQueue, WorkQueueView
 
 SNAPSHOT_INTERVAL = 50
+S = TypeVar("S", bound=AggregateState)
 # Read models written in each command's own transaction (ADR-0016). The detail view
 # is too, in every command that changes a WorkItem or an Action (`refreshes_detail`),
 # so a browser's read right after a write finds the DTO stored (ADR-0019 measured
@@ -71,21 +77,35 @@ class WriteContention(WorkcenterError):
     code = "write_contention"
 
 
+class ForeignStream(Exception):
+    """The stream loaded belongs to another aggregate type (an Action's id given as a
+    WorkItem's, say): the load answers NotFound, never a fold of foreign events."""
+
+
 def _projector(
     evolve: Callable[[Any, Any], Any],
+    state_class: type[AggregateState],
+    event_class: type[DomainEvent],
     snapshot: type[ActionSnapshot | WorkItemSnapshot | LedgerSnapshot],
 ) -> Callable[[Any, Iterable[Any]], Any]:
     def project(state: Any, events: Iterable[Any]) -> Any:
+        if state is not None and not isinstance(state, state_class):
+            raise ForeignStream  # a cached state of another type
         for event in events:
-            state = event.state if isinstance(event, snapshot) else evolve(state, event)
+            if isinstance(event, snapshot):
+                state = event.state
+            elif isinstance(event, event_class):
+                state = evolve(state, event)
+            else:
+                raise ForeignStream
         return state
 
     return project
 
 
-project_action = _projector(act.evolve, ActionSnapshot)
-project_work_item = _projector(wi.evolve, WorkItemSnapshot)
-project_ledger = _projector(rl.evolve, LedgerSnapshot)
+project_action = _projector(act.evolve, act.ActionState, act.ActionEvent, ActionSnapshot)
+project_work_item = _projector(wi.evolve, wi.WorkItemState, wi.WorkItemEvent, WorkItemSnapshot)
+project_ledger = _projector(rl.evolve, rl.LedgerState, rl.LedgerEvent, LedgerSnapshot)
 
 
 INLINE_ENV = "WORKCENTER_INLINE_PROJECTIONS"
@@ -153,17 +173,28 @@ class Store:
         boot_id: str | None = None,
         inline_projections: bool | None = None,
         sqlite_synchronous: str | None = None,
+        create: bool = True,
     ) -> Self:
-        """Open (or create) the SQLite store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db.
+        """Open the SQLite store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db (creating it
+        unless ``create`` is false). ``StoreUnavailable`` if it cannot be opened, or is
+        another application's file; a refused file is left as it was.
 
         ``sqlite_synchronous`` (FULL or NORMAL, else ``$WORKCENTER_SQLITE_SYNCHRONOUS``,
         else NORMAL) is what a commit waits for (ADR-0018)."""
-        return cls(
-            EventStore(env=sqlite_env(resolve_db_path(db), sqlite_synchronous)),
-            clock=clock,
-            boot_id=boot_id,
-            inline_projections=inline_projections,
-        )
+        db_path = resolve_db_path(db)
+        # A bad synchronous setting is InvalidInput before any file exists.
+        validate_synchronous(sqlite_synchronous or os.environ.get(SYNCHRONOUS_ENV, "NORMAL"))
+        env = sqlite_env(db_path, sqlite_synchronous)
+        prepare_store_file(db_path, create=create)
+        try:
+            return cls(
+                EventStore(env=env),
+                clock=clock,
+                boot_id=boot_id,
+                inline_projections=inline_projections,
+            )
+        except (PersistenceError, sqlite3.Error) as error:
+            raise StoreUnavailable(f"cannot open the store at {db_path}: {error}") from None
 
     def close(self) -> None:
         self.store.close()
@@ -187,33 +218,44 @@ class Store:
         return state
 
     def work_item(self, work_item_id: UUID, version: int | None = None) -> wi.WorkItemState:
-        try:
-            state = self._load(work_item_id, version, project_work_item)
-        except AggregateNotFoundError:
-            raise NotFound("WorkItem", work_item_id) from None
-        if not isinstance(state, wi.WorkItemState):
+        work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
+        state = self._load_state(work_item_id, version, project_work_item, wi.WorkItemState)
+        if state is None:
             raise NotFound("WorkItem", work_item_id)
         return state
 
     def action(self, action_id: UUID, version: int | None = None) -> act.ActionState:
-        try:
-            state = self._load(action_id, version, project_action)
-        except AggregateNotFoundError:
-            raise NotFound("Action", action_id) from None
-        if not isinstance(state, act.ActionState):
+        action_id = inputs.aggregate_id(action_id, "Action")
+        state = self._load_state(action_id, version, project_action, act.ActionState)
+        if state is None:
             raise NotFound("Action", action_id)
         return state
 
     def ledger(self, work_item_id: UUID, version: int | None = None) -> rl.LedgerState:
         """The WorkItem's ResourceLedger."""
+        work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
         ledger_id = rl.ledger_id_for(work_item_id)
-        try:
-            state = self._load(ledger_id, version, project_ledger)
-        except AggregateNotFoundError:
-            raise NotFound("ResourceLedger of WorkItem", work_item_id) from None
-        if not isinstance(state, rl.LedgerState):
+        state = self._load_state(ledger_id, version, project_ledger, rl.LedgerState)
+        if state is None:
             raise NotFound("ResourceLedger of WorkItem", work_item_id)
         return state
+
+    def _load_state(
+        self,
+        aggregate_id: UUID,
+        version: int | None,
+        projector: Callable[..., Any],
+        state_class: type[S],
+    ) -> S | None:
+        """The state, or None when the stream is missing, of another aggregate type, or
+        asked for at a version before its first."""
+        if version is not None and inputs.version(version, "version") < 1:
+            return None
+        try:
+            state = self._load(aggregate_id, version, projector)
+        except (AggregateNotFoundError, ForeignStream):
+            return None
+        return state if isinstance(state, state_class) else None
 
     def actions(self, item: wi.WorkItemState, *statuses: str) -> dict[UUID, act.ActionState]:
         """The item's Actions (only those whose mirrored status is in ``statuses``, if given)."""
@@ -232,6 +274,7 @@ class Store:
         the view is written at each save, and if it is behind the head of the event log
         (a writer crashed between its events and its views) the read catches it up first.
         With inline projections off it is as fresh as the runner has made it (ADR-0019)."""
+        work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
         head_sql = self.store.recorder.select_max_notification_id_statement  # type: ignore[attr-defined]
 
         def head(c: SQLiteCursor) -> int:
@@ -257,6 +300,8 @@ class Store:
     ) -> list[RebuildReport]:
         """Replay one read model (default: every one) from zero into shadow tables and swap
         it in atomically: readers see the old view until the new one is complete."""
+        if name is not None and not isinstance(name, str):
+            raise InvalidInput(f"a read model's name is a string, not {type(name).__name__}")
         names = list(self.projections.views) if name is None else [name]
         unknown = [n for n in names if n not in self.projections.views]
         if unknown:

@@ -7,49 +7,64 @@ line ``ErrorName: message`` on stderr and exit status 2; nothing was written.
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
-from typing import Any
+from typing import Any, get_args
 
 import click
+from eventsourcing.persistence import PersistenceError
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from workcenter.adapters import presenters
-from workcenter.adapters.cli_common import console
+from workcenter.adapters.cli_common import command_hint, console, db_option, work_item_id
 from workcenter.adapters.cli_common import emit_json as _emit_json
 from workcenter.adapters.cli_common import open_center as _open
-from workcenter.adapters.cli_common import parse_uuid as _uuid
 from workcenter.adapters.demo import ScriptedProvider, run_demo
-from workcenter.adapters.worker import load_executor, run_worker
+from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.adapters.terminal import safe, text
+from workcenter.adapters.worker import StopSignals, load_executor, run_worker
 from workcenter.application import Claim
-from workcenter.domain.errors import WorkcenterError
+from workcenter.domain.actor import Actor
+from workcenter.domain.errors import InvalidInput, WorkcenterError
+from workcenter.domain.work_item import WorkItemStatus
+from workcenter.projections.sanitize import sanitize_personal
 
 
 def _item_table(detail: dict[str, Any]) -> Table:
     item, progress = detail["item"], detail["goal_progress"]
-    table = Table(title=f"{item['title']}  [{item['status']}]", show_lines=False)
+    table = Table(title=text(sanitize_personal(item["title"])), show_lines=False)
     table.add_column("field", style="bold")
     table.add_column("value")
-    table.add_row("id", item["id"])
-    table.add_row("mode", item["mode"])
+    table.add_row("id", text(item["id"]))
+    table.add_row("status", text(item["status"]))
+    table.add_row("mode", text(item["mode"]))
     table.add_row("version", str(item["version"]))
     table.add_row("contract revision", str(item["contract_revision"]))
-    table.add_row("delivery", f"{item['delivery_target']} ({progress['delivery']['status']})")
+    table.add_row("delivery", text(f"{item['delivery_target']} ({progress['delivery']['status']})"))
     for row in progress["criteria"]:
-        mark = {"passed": "[green]passed[/]", "failed": "[red]failed[/]"}.get(
-            row["status"], "unmet"
+        style = {"passed": "green", "failed": "red"}.get(row["status"], "")
+        table.add_row(
+            "criterion",
+            Text.assemble(
+                text(row["status"], style), "  ", text(sanitize_personal(row["criterion"]))
+            ),
         )
-        table.add_row("criterion", f"{mark}  {row['criterion']}")
     for action in detail["actions"]:
         table.add_row(
             f"action {action['sequence']}",
-            f"{action['type']}: {action['status']} (generation {action['generation']}, "
-            f"{len(action['runs'])} runs)",
+            text(
+                f"{action['type']}: {action['status']} (generation {action['generation']}, "
+                f"{len(action['runs'])} runs)"
+            ),
         )
     return table
 
 
 def _refusal_line(error: WorkcenterError) -> str:
-    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+    # A message may quote the refused input: its control characters print visibly.
+    return safe(f"{type(error).__name__}: {' '.join(str(error).split())}")
 
 
 class WorkcenterGroup(click.Group):
@@ -61,20 +76,21 @@ class WorkcenterGroup(click.Group):
         except WorkcenterError as error:
             click.echo(_refusal_line(error), err=True)
             ctx.exit(2)
+        except (PersistenceError, sqlite3.Error) as error:  # the store failed under a verb
+            click.echo(_refusal_line(StoreUnavailable(str(error))), err=True)
+            ctx.exit(2)
 
 
-@click.group(cls=WorkcenterGroup)
-@click.option(
-    "--db",
-    type=click.Path(dir_okay=False),
-    default=None,
-    help="SQLite file (default: $WORKCENTER_DB or ./workcenter.db).",
-)
+@click.group(cls=WorkcenterGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="workcenter", prog_name="workcenter")
+@db_option
 @click.pass_context
-def cli(ctx: click.Context, db: str | None) -> None:
-    """Workcenter: a durable, event-sourced work ledger for AI-agent orchestration."""
+def cli(ctx: click.Context) -> None:
+    """Workcenter: a durable, event-sourced work ledger for AI-agent orchestration.
+
+    --db may be given before or after the verb.
+    """
     ctx.ensure_object(dict)
-    ctx.obj["db"] = db
 
 
 def _budget_line(budget: dict[str, Any]) -> str:
@@ -85,16 +101,26 @@ def _budget_line(budget: dict[str, Any]) -> str:
     )
 
 
-def _stop_hint(budget: dict[str, Any]) -> str:
+def _stop_hint(ctx: click.Context, budget: dict[str, Any]) -> str:
+    extend = command_hint(
+        ctx,
+        "budget",
+        "extend",
+        budget["work_item_id"],
+        "--expected-version",
+        str(budget["ledger_version"]),
+        "--tokens",
+        "N",
+    )
     return (
         f"[red]stopped by its budget: {budget['stop_reason']['code']}[/] "
-        f"({_budget_line(budget)}). Raise the limit with `workcenter budget extend "
-        f"{budget['work_item_id']} --expected-version {budget['ledger_version']} --tokens N`; "
+        f"({_budget_line(budget)}). Raise the limit with `{escape(extend)}`; "
         "it prints the `workcenter resume` command to run next."
     )
 
 
 @cli.command()
+@db_option
 @click.option("--json", "as_json", is_flag=True, help="Print the final item as JSON only.")
 @click.option(
     "--max-tokens",
@@ -110,7 +136,7 @@ def demo(ctx: click.Context, as_json: bool, max_tokens: int | None) -> None:
     item needing attention (exit status 0: the budget held).
     """
     provider = ScriptedProvider()
-    with _open(ctx) as wc:
+    with _open(ctx, create=True) as wc:
         say = (lambda _: None) if as_json else (lambda line: console.print(line))
         limits = {"max_tokens": max_tokens} if max_tokens is not None else None
         item_id = run_demo(wc, say=say, provider=provider, limits=limits)
@@ -121,13 +147,16 @@ def demo(ctx: click.Context, as_json: bool, max_tokens: int | None) -> None:
         return
     console.print(_item_table(detail))
     if budget["stop_reason"] is not None:
-        console.print(_stop_hint(budget), soft_wrap=True)
+        console.print(_stop_hint(ctx, budget), soft_wrap=True)
     else:
         console.print(f"budget: {_budget_line(budget)}", soft_wrap=True)
 
 
 @cli.command(name="list")
-@click.option("--status", default=None, help="Only items in this status.")
+@db_option
+@click.option(
+    "--status", type=click.Choice(get_args(WorkItemStatus)), help="Only items in this status."
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def list_items(ctx: click.Context, status: str | None, as_json: bool) -> None:
@@ -138,14 +167,18 @@ def list_items(ctx: click.Context, status: str | None, as_json: bool) -> None:
         _emit_json([{**r, "id": str(r["id"])} for r in rows])
         return
     table = Table()
-    for column in ("id", "status", "mode", "title"):
+    table.add_column("id", no_wrap=True, min_width=36)
+    for column in ("status", "mode", "title"):
         table.add_column(column)
     for r in rows:
-        table.add_row(str(r["id"]), r["status"], r["mode"], r["title"])
+        table.add_row(
+            str(r["id"]), text(r["status"]), text(r["mode"]), text(sanitize_personal(r["title"]))
+        )
     console.print(table)
 
 
 @cli.command()
+@db_option
 @click.argument("item_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the item's browser detail DTO.")
 @click.option(
@@ -158,9 +191,9 @@ def show(ctx: click.Context, item_id: str, as_json: bool, state: bool) -> None:
     """Show one WorkItem with its Actions and goal progress (--json: its detail DTO)."""
     with _open(ctx) as wc:
         if as_json and not state:
-            dto = wc.detail(_uuid(item_id))
+            dto = wc.detail(work_item_id(wc, item_id))
         else:
-            detail = presenters.detail_json(wc, wc.work_item(_uuid(item_id)))
+            detail = presenters.detail_json(wc, wc.work_item(work_item_id(wc, item_id)))
     if as_json:
         _emit_json(detail if state else dto)
     else:
@@ -168,6 +201,7 @@ def show(ctx: click.Context, item_id: str, as_json: bool, state: bool) -> None:
 
 
 @cli.command()
+@db_option
 @click.argument("item_id")
 @click.option("--at", "at_version", type=int, default=None, help="Also show the state at VERSION.")
 @click.option("--json", "as_json", is_flag=True)
@@ -175,10 +209,15 @@ def show(ctx: click.Context, item_id: str, as_json: bool, state: bool) -> None:
 def history(ctx: click.Context, item_id: str, at_version: int | None, as_json: bool) -> None:
     """The WorkItem's events in order (and its state as it was at --at VERSION)."""
     with _open(ctx) as wc:
-        work_item_id = _uuid(item_id)
-        events = [presenters.event_json(e) for e in wc.history(work_item_id)]
+        item = wc.work_item(work_item_id(wc, item_id))
+        if at_version is not None and not 1 <= at_version <= item.version:
+            raise InvalidInput(
+                f"WorkItem {item.id} has no version {at_version} "
+                f"(its versions are 1 to {item.version})"
+            )
+        events = [presenters.event_json(e) for e in wc.history(item.id)]
         state = (
-            presenters.item_json(wc.work_item(work_item_id, version=at_version))
+            presenters.item_json(wc.work_item(item.id, version=at_version))
             if at_version is not None
             else None
         )
@@ -188,24 +227,37 @@ def history(ctx: click.Context, item_id: str, at_version: int | None, as_json: b
         _emit_json({"events": events, "state": state} if state else {"events": events})
         return
     table = Table()
-    for column in ("version", "at", "event", "data"):
+    for column in ("version", "at", "event", "by", "data"):
         table.add_column(column)
     for e in events:
-        table.add_row(str(e["version"]), e["at"], e["type"], json.dumps(e["data"])[:120])
+        # The actor gets its own column so that it does not crowd the payload out.
+        data = dict(e["data"])
+        by = Actor.model_validate(data.pop("actor")) if "actor" in data else None
+        table.add_row(
+            str(e["version"]),
+            text(e["at"]),
+            text(e["type"]),
+            text(str(by or "")),
+            text(json.dumps(data)[:120]),
+        )
     console.print(table)
     if state:
-        console.print_json(data=state)
+        _emit_json(state)
 
 
 def _budget_table(budget: dict[str, Any]) -> Table:
     usage, limits = budget["usage"], budget["limits"]
     stop = budget["stop_reason"]
-    table = Table(title=f"Budget of {budget['work_item_id']}  [{budget['status']}]")
+    table = Table(title=text(f"Budget of {budget['work_item_id']}  [{budget['status']}]"))
     table.add_column("field", style="bold")
     table.add_column("value")
     table.add_row(
         "stop",
-        f"[red]{stop['code']}[/] at {stop['at']} {json.dumps(stop['details'])}" if stop else "none",
+        Text.assemble(
+            text(stop["code"], "red"), text(f" at {stop['at']} {json.dumps(stop['details'])}")
+        )
+        if stop
+        else "none",
     )
     table.add_row(
         "requests",
@@ -242,8 +294,10 @@ def _budget_table(budget: dict[str, Any]) -> Table:
     for row in budget["action_attempts"]:
         table.add_row(
             f"action {row['sequence']}",
-            f"{row['type']}: {row['attempts']} attempts of {row['effective_max_attempts']} "
-            f"(planned {row['original_max_attempts']}, cap {limits['max_action_attempts']})",
+            text(
+                f"{row['type']}: {row['attempts']} attempts of {row['effective_max_attempts']} "
+                f"(planned {row['original_max_attempts']}, cap {limits['max_action_attempts']})"
+            ),
         )
     table.add_row(
         "versions",
@@ -259,13 +313,14 @@ def budget() -> None:
 
 
 @budget.command(name="show")
+@db_option
 @click.argument("item_id")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def budget_show(ctx: click.Context, item_id: str, as_json: bool) -> None:
     """Limits, usage, attempts per Action, the stop reason and the versions to expect."""
     with _open(ctx) as wc:
-        snapshot = presenters.budget_json(wc, _uuid(item_id))
+        snapshot = presenters.budget_json(wc, work_item_id(wc, item_id))
     if as_json:
         _emit_json(snapshot)
     else:
@@ -273,6 +328,7 @@ def budget_show(ctx: click.Context, item_id: str, as_json: bool) -> None:
 
 
 @budget.command(name="extend")
+@db_option
 @click.argument("item_id")
 @click.option(
     "--expected-version",
@@ -315,9 +371,9 @@ def budget_extend(
             "--coordinator-failures"
         )
     with _open(ctx) as wc:
-        work_item_id = _uuid(item_id)
-        wc.extend_budget(work_item_id, expected_version=expected_version, additions=additions)
-        snapshot = presenters.budget_json(wc, work_item_id)
+        item = wc.work_item(work_item_id(wc, item_id))
+        wc.extend_budget(item.id, expected_version=expected_version, additions=additions)
+        snapshot = presenters.budget_json(wc, item.id)
     if as_json:
         _emit_json(snapshot)
         return
@@ -325,21 +381,30 @@ def budget_extend(
     added = ", ".join(f"{name} +{value} = {limits[name]}" for name, value in additions.items())
     console.print(f"extended: {added}; ledger version {snapshot['ledger_version']}", soft_wrap=True)
     if snapshot["stop_reason"] is not None:
+        resume_command = command_hint(
+            ctx,
+            "resume",
+            str(item.id),
+            "--expected-version",
+            str(snapshot["item_version"]),
+            "--expected-ledger-version",
+            str(snapshot["ledger_version"]),
+        )
         console.print(
-            f"still stopped ({snapshot['stop_reason']['code']}): run `workcenter resume "
-            f"{item_id} --expected-version {snapshot['item_version']} "
-            f"--expected-ledger-version {snapshot['ledger_version']}`",
+            f"still stopped ({snapshot['stop_reason']['code']}): run `{resume_command}`",
             soft_wrap=True,
+            markup=False,
         )
 
 
 @cli.command()
+@db_option
 @click.argument("item_id")
 @click.option("--expected-version", type=int, required=True, help="The WorkItem version you saw.")
 @click.option(
     "--expected-ledger-version",
     type=int,
-    default=None,
+    required=True,
     help="The ledger (or control) version you saw; refused if a stop, extend or resume came after.",
 )
 @click.option("--json", "as_json", is_flag=True)
@@ -348,18 +413,17 @@ def resume(
     ctx: click.Context,
     item_id: str,
     expected_version: int,
-    expected_ledger_version: int | None,
+    expected_ledger_version: int,
     as_json: bool,
 ) -> None:
     """Resume a cancelled WorkItem, or one its budget stopped (extend the budget first)."""
     with _open(ctx) as wc:
-        work_item_id = _uuid(item_id)
         item = wc.resume(
-            work_item_id,
+            work_item_id(wc, item_id),
             expected_version=expected_version,
             expected_ledger_version=expected_ledger_version,
         )
-        snapshot = presenters.budget_json(wc, work_item_id)
+        snapshot = presenters.budget_json(wc, item.id)
     if as_json:
         _emit_json({"item": presenters.item_json(item), "budget": snapshot})
     else:
@@ -367,11 +431,21 @@ def resume(
 
 
 @cli.command()
+@db_option
 @click.option("--executor", "executor_spec", required=True, help="module:callable")
 @click.option("--name", default="worker-1", show_default=True, help="Worker name.")
-@click.option("--lease", "lease_seconds", default=60.0, show_default=True)
-@click.option("--poll", "poll_seconds", default=2.0, show_default=True)
-@click.option("--max-runs", type=int, default=None)
+@click.option(
+    "--lease",
+    "lease_seconds",
+    type=click.FloatRange(min=1, max=86_400),
+    default=60.0,
+    show_default=True,
+    help="Lease length in seconds (1 to 86400).",
+)
+@click.option(
+    "--poll", "poll_seconds", type=click.FloatRange(min=0.01), default=2.0, show_default=True
+)
+@click.option("--max-runs", type=click.IntRange(min=1), default=None)
 @click.option("--exit-when-idle", is_flag=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the final stats as JSON.")
 @click.pass_context
@@ -385,36 +459,42 @@ def worker(
     exit_when_idle: bool,
     as_json: bool,
 ) -> None:
-    """Claim, renew and finish Runs through an executor until stopped."""
+    """Claim, renew and finish Runs through an executor until stopped.
+
+    Ctrl-C or SIGTERM interrupts the Run in hand (it is retried), prints the
+    summary and exits 130 or 143. A malformed executor report is an error: the
+    Run is interrupted with the reason and the worker goes on.
+    """
     try:
         executor = load_executor(executor_spec)
     except (ImportError, AttributeError, ValueError) as error:
         raise click.BadParameter(str(error), param_hint="--executor") from None
 
     def on_event(kind: str, claim: Claim, detail: str) -> None:
-        if not as_json:
-            console.print(f"{kind} {claim.action_type} {claim.action_id} {detail}")
+        line = f"{kind} {claim.action_type} {claim.action_id} {detail}".rstrip()
+        if kind == "error":  # on stderr, so --json keeps stdout for the stats
+            click.echo(safe(" ".join(line.split())), err=True)
+        elif not as_json:
+            console.print(text(line), highlight=False)
 
-    with _open(ctx) as wc:
-        try:
-            stats = run_worker(
-                wc,
-                executor,
-                worker=name,
-                lease_seconds=lease_seconds,
-                poll_seconds=poll_seconds,
-                max_runs=max_runs,
-                exit_when_idle=exit_when_idle,
-                on_event=on_event,
-            )
-        except KeyboardInterrupt:
-            return
-    if as_json:
-        _emit_json(stats.__dict__)
-    else:
-        console.print(
-            f"claimed {stats.claimed}, finished {stats.finished}, interrupted {stats.interrupted}"
+    with _open(ctx) as wc, StopSignals() as signals:
+        stats = run_worker(
+            wc,
+            executor,
+            worker=name,
+            lease_seconds=lease_seconds,
+            poll_seconds=poll_seconds,
+            max_runs=max_runs,
+            exit_when_idle=exit_when_idle,
+            signals=signals,
+            on_event=on_event,
         )
+    if as_json:
+        _emit_json(stats.json())
+    else:
+        console.print(stats.summary(), markup=False, highlight=False)
+    if signals.signum is not None:
+        ctx.exit(128 + signals.signum)
 
 
 # The operator verbs (audit, progress, projections) live in their own module.

@@ -1,30 +1,102 @@
-"""What every ``workcenter`` verb shares: the console, JSON output, opening the store."""
+"""What every ``workcenter`` verb shares: the console, JSON output, opening the store, ids."""
 
 from __future__ import annotations
 
+import shlex
 import sys
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 from uuid import UUID
 
 import click
 import orjson
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 
+from workcenter.adapters.terminal import escape_json
 from workcenter.application import WorkCenter
+from workcenter.domain.errors import InvalidInput, NotFound
 
-console = Console()
+# Output that is not a terminal is read by programs: lines are never wrapped or cut there.
+PIPE_WIDTH = 100_000
+MIN_PREFIX = 4
+
+
+class _Console(Console):
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        return size if self.is_terminal else ConsoleDimensions(PIPE_WIDTH, size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self._width, self._height = new_size
+
+
+console = _Console(soft_wrap=True)
 
 
 def emit_json(data: Any) -> None:
-    sys.stdout.write(orjson.dumps(data, option=orjson.OPT_INDENT_2).decode() + "\n")
+    serialised = orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+    sys.stdout.write(escape_json(serialised) + "\n")
 
 
-def open_center(ctx: click.Context) -> WorkCenter:
-    return WorkCenter.open(ctx.obj["db"])
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def parse_uuid(value: str) -> UUID:
+def _remember_db(ctx: click.Context, _: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(dict)["db"] = value
+
+
+def db_option(command: F) -> F:
+    """``--db`` on a verb as well as before it (the one given last wins)."""
+    return click.option(
+        "--db",
+        default=None,
+        expose_value=False,
+        callback=_remember_db,
+        help="SQLite file (default: $WORKCENTER_DB or ./workcenter.db).",
+    )(command)
+
+
+def open_center(
+    ctx: click.Context, *, create: bool = False, inline_projections: bool | None = None
+) -> WorkCenter:
+    """The store the user named; only a verb that writes new work may create one."""
+    return WorkCenter.open(
+        ctx.ensure_object(dict).get("db"), create=create, inline_projections=inline_projections
+    )
+
+
+def command_hint(ctx: click.Context, *words: str) -> str:
+    """A ``workcenter`` command line to run next, naming the same store the user named."""
+    db = ctx.ensure_object(dict).get("db")
+    prefix = ["workcenter", "--db", db] if db is not None else ["workcenter"]
+    return shlex.join([*prefix, *words])
+
+
+def resolve_id(value: str, kind: str, candidates: Callable[[], Iterable[UUID]]) -> UUID:
+    """A full id, or a unique prefix of one of ``candidates`` (as audit and progress print)."""
     try:
         return UUID(value)
     except ValueError:
-        raise click.BadParameter(f"{value!r} is not a WorkItem id") from None
+        pass
+    prefix = value.strip().lower()
+    if len(prefix) < MIN_PREFIX or any(c not in "0123456789abcdef-" for c in prefix):
+        raise InvalidInput(
+            f"{value!r} is not a valid {kind} id (give the id or at least {MIN_PREFIX} of its "
+            "first characters)"
+        )
+    matches = sorted({c for c in candidates() if str(c).startswith(prefix)}, key=str)
+    if not matches:
+        raise NotFound(f"{kind} with an id starting", value)
+    if len(matches) > 1:
+        shown = ", ".join(str(m) for m in matches[:3]) + (", ..." if len(matches) > 3 else "")
+        raise InvalidInput(
+            f"{kind} id prefix {value!r} is ambiguous: {len(matches)} ids start with it ({shown})"
+        )
+    return matches[0]
+
+
+def work_item_id(wc: WorkCenter, value: str) -> UUID:
+    return resolve_id(value, "WorkItem", lambda: (row["id"] for row in wc.list_work_items()))

@@ -5,33 +5,52 @@ from __future__ import annotations
 import contextlib
 from datetime import UTC, datetime
 from typing import Any
+from uuid import UUID
 
 import click
 import orjson
 from rich.table import Table
+from rich.text import Text
 
 from workcenter.adapters import presenters
-from workcenter.adapters.cli_common import console, emit_json, open_center, parse_uuid
+from workcenter.adapters.cli_common import (
+    console,
+    db_option,
+    emit_json,
+    open_center,
+    resolve_id,
+    work_item_id,
+)
+from workcenter.adapters.terminal import text
+from workcenter.application import WorkCenter
+from workcenter.domain.action import ActionState
+from workcenter.domain.goal_progress import GoalProgress
+from workcenter.domain.work_item import WorkItemState
 from workcenter.projections.audit import AuditRow, explain_progress
-from workcenter.projections.sanitize import sanitize_diagnostic
+from workcenter.projections.sanitize import sanitize_event_payload, sanitize_record
 
 # --- audit and progress (issue 4) ---------------------------------------------
 
 SUMMARY_CHARS = 200
 
 
-def _summary(payload: dict[str, Any], raw: bool) -> str:
-    text = orjson.dumps(payload).decode()
-    return text if raw else sanitize_diagnostic(text)
+def _summary(event_type: str, payload: dict[str, Any], raw: bool) -> str:
+    shown = payload if raw else sanitize_event_payload(event_type, payload)
+    return orjson.dumps(shown).decode()
 
 
 def _audit_row_json(row: AuditRow, raw: bool) -> dict[str, Any]:
     data = row.json()
     payload = data.pop("payload")
-    data["summary"] = _summary(payload, raw)
+    data["summary"] = _summary(row.type, payload, raw)
     if raw:
         data["payload"] = payload
     return data
+
+
+def _state(data: dict[str, Any], schema: type[Any], raw: bool) -> Any:
+    """A state shown with ``--at``: masked like the rows, unless ``--raw``."""
+    return data if raw else sanitize_record(data, schema)
 
 
 def _at_time(value: str | None) -> datetime | None:
@@ -44,7 +63,20 @@ def _at_time(value: str | None) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
+def _action_id(item: WorkItemState, value: str) -> UUID:
+    return resolve_id(value, "Action", lambda: (e.action_id for e in item.plan))
+
+
+def _run_id(wc: WorkCenter, item: WorkItemState, value: str) -> UUID:
+    return resolve_id(
+        value,
+        "Run",
+        lambda: (run.id for action in wc.actions(item).values() for run in action.runs),
+    )
+
+
 @click.command()
+@db_option
 @click.argument("item_id")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--at", "at_version", type=int, default=None, help="State at this WorkItem version.")
@@ -75,24 +107,22 @@ def audit(
         raise click.UsageError("give --at or --at-time, not both")
     moment = _at_time(at_time)
     with open_center(ctx) as wc:
-        work_item_id = parse_uuid(item_id)
+        item = wc.work_item(work_item_id(wc, item_id))
         state: dict[str, Any] | None = None
         until: int | None = None
         if at_version is not None or moment is not None:
-            until, item, actions = wc.state_at(work_item_id, version=at_version, at=moment)
+            until, item_then, actions = wc.state_at(item.id, version=at_version, at=moment)
+            ordered = sorted(actions.values(), key=lambda a: (a.sequence, a.id))
             state = {
                 "position": until,
-                "item": presenters.item_json(item),
-                "actions": [
-                    presenters.action_json(a)
-                    for a in sorted(actions.values(), key=lambda a: (a.sequence, a.id))
-                ],
+                "item": _state(presenters.item_json(item_then), WorkItemState, raw),
+                "actions": [_state(presenters.action_json(a), ActionState, raw) for a in ordered],
             }
         rows = wc.audit(
-            work_item_id,
+            item.id,
             limit=limit,
-            action_id=parse_uuid(action_id) if action_id else None,
-            run_id=parse_uuid(run_id) if run_id else None,
+            action_id=_action_id(item, action_id) if action_id is not None else None,
+            run_id=_run_id(wc, item, run_id) if run_id is not None else None,
             type=event_type,
             until=until,
         )
@@ -119,45 +149,68 @@ def audit(
             if part
         )
         console.print(
-            f"[bold]{e['position']:>5}[/] {e['time'][:19]}  {e['aggregate']} v{e['version']}  "
-            f"[cyan]{e['type']}[/]  by {by}  {ids}",
+            Text.assemble(
+                text(f"{e['position']:>5}", "bold"),
+                text(f" {e['time'][:19]}  {e['aggregate']} v{e['version']}  "),
+                text(e["type"], "cyan"),
+                text(f"  by {by}  {ids}"),
+            ),
             highlight=False,
         )
-        console.print(f"      {e['summary'][:SUMMARY_CHARS]}", highlight=False, markup=False)
+        console.print(text(f"      {e['summary'][:SUMMARY_CHARS]}"), highlight=False)
     if state:
-        console.print_json(data=state)
+        emit_json(state)
 
 
 @click.command()
+@db_option
 @click.argument("item_id")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def progress(ctx: click.Context, item_id: str, as_json: bool) -> None:
-    """Goal progress, and which Runs were proof, stale or conflicting."""
+    """Goal progress, and which Runs were proof, stale or conflicting.
+
+    Criteria, blocker reasons and Action types pass the same masking as audit
+    summaries: a blocker reason may be a Run's error."""
     with open_center(ctx) as wc:
-        item = wc.work_item(parse_uuid(item_id))
+        item = wc.work_item(work_item_id(wc, item_id))
         goal = wc.goal_progress(item.id)
         explanation = explain_progress(item, wc.actions(item), goal)
-    data = {"goal_progress": presenters.progress_json(goal), "explanation": explanation}
+    shown = sanitize_record(presenters.progress_json(goal), GoalProgress)
+    data = {"goal_progress": shown, "explanation": sanitize_record(explanation)}
     if as_json:
         emit_json(data)
         return
+    _print_progress(sanitize_record(item.title), data)
+
+
+def _run_ids(run_ids: list[str]) -> str:
+    return ", ".join(run_id[:8] for run_id in run_ids)
+
+
+def _print_progress(title: str, data: dict[str, Any]) -> None:
+    goal, explanation = data["goal_progress"], data["explanation"]
     table = Table(
-        title=f"Goal progress of {item.title} (contract revision {goal.contract_revision})"
+        title=text(f"Goal progress of {title} (contract revision {goal['contract_revision']})")
     )
     table.add_column("criterion")
     table.add_column("status")
     table.add_column("runs")
-    for row in goal.criteria:
-        run_ids = row.evidence_run_ids or row.conflicting_run_ids
-        table.add_row(row.criterion, row.status, ", ".join(str(r)[:8] for r in run_ids))
+    for row in goal["criteria"]:
+        run_ids = row["evidence_run_ids"] or row["conflicting_run_ids"]
+        table.add_row(text(row["criterion"]), text(row["status"]), _run_ids(run_ids))
+    delivery = goal["delivery"]
     table.add_row(
-        f"delivery ({goal.delivery.target})",
-        goal.delivery.status,
-        ", ".join(str(r)[:8] for r in goal.delivery.evidence_run_ids),
+        text(f"delivery ({delivery['target']})"),
+        text(delivery["status"]),
+        _run_ids(delivery["evidence_run_ids"]),
     )
-    for blocker in goal.blockers:
-        table.add_row(f"blocker {str(blocker.action_id)[:8]}", blocker.status, blocker.reason[:80])
+    for blocker in goal["blockers"]:
+        table.add_row(
+            f"blocker {blocker['action_id'][:8]}",
+            text(blocker["status"]),
+            text(blocker["reason"][:80]),
+        )
     console.print(table)
     run_table = Table(title="Runs")
     for column in ("action", "run", "status", "generation", "revision", "roles"):
@@ -167,12 +220,12 @@ def progress(ctx: click.Context, item_id: str, as_json: bool) -> None:
         if run["conflicts_with"]:
             roles += f" (fails: {'; '.join(run['conflicts_with'])})"
         run_table.add_row(
-            f"{run['sequence']} {run['action_type']}",
+            text(f"{run['sequence']} {run['action_type']}"),
             run["run_id"][:8],
-            run["status"],
+            text(run["status"]),
             str(run["generation"]),
             str(run["contract_revision"]),
-            roles,
+            text(roles),
         )
     console.print(run_table)
 
@@ -186,11 +239,14 @@ def projections() -> None:
 
 
 @projections.command(name="status")
+@db_option
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def projections_status(ctx: click.Context, as_json: bool) -> None:
-    """Each read model's position, the head of the event sequence, and the lag."""
-    with open_center(ctx) as wc:
+    """Each read model's position, the head of the event sequence, and the lag (as they
+    are: this only observes, it catches nothing up)."""
+    # Opened without inline projections, or opening would catch the eager views up.
+    with open_center(ctx, inline_projections=False) as wc:
         report = [row.json() for row in wc.projection_status()]
     if as_json:
         emit_json(report)
@@ -205,6 +261,7 @@ def projections_status(ctx: click.Context, as_json: bool) -> None:
 
 
 @projections.command(name="rebuild")
+@db_option
 @click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
@@ -242,11 +299,19 @@ def projections_rebuild(ctx: click.Context, name: str | None, as_json: bool) -> 
         )
 
 
+def _positions(positions: dict[str, int]) -> str:
+    return ", ".join(f"{name} at {position}" for name, position in positions.items())
+
+
 @projections.command(name="run")
+@db_option
 @click.option("--once", is_flag=True, help="Catch up to the head once, then exit.")
-@click.option("--poll", "poll_seconds", type=float, default=0.5, show_default=True)
+@click.option(
+    "--poll", "poll_seconds", type=click.FloatRange(min=0.01), default=0.5, show_default=True
+)
+@click.option("--json", "as_json", is_flag=True, help="Print what was applied as JSON.")
 @click.pass_context
-def projections_run(ctx: click.Context, once: bool, poll_seconds: float) -> None:
+def projections_run(ctx: click.Context, once: bool, poll_seconds: float, as_json: bool) -> None:
     """Follow the event sequence and keep every read model current (the asynchronous
     lifecycle; pair it with WORKCENTER_INLINE_PROJECTIONS=0 on the writers)."""
     from workcenter.projections.runner import ProjectionRunner
@@ -255,11 +320,16 @@ def projections_run(ctx: click.Context, once: bool, poll_seconds: float) -> None
         runner = ProjectionRunner(wc, poll=poll_seconds)
         if once:
             applied = runner.run_once()
-            console.print(f"applied {applied} events; positions {runner.positions()}")
-            return
-        console.print(f"following the event sequence every {poll_seconds} s (Ctrl-C stops)")
-        with contextlib.suppress(KeyboardInterrupt):
-            runner.run_forever()
-        if runner.error is not None:
-            raise runner.error
-        console.print(f"applied {runner.applied} events; positions {runner.positions()}")
+        else:
+            if not as_json:
+                console.print(f"following the event sequence every {poll_seconds} s (Ctrl-C stops)")
+            with contextlib.suppress(KeyboardInterrupt):
+                runner.run_forever()
+            if runner.error is not None:
+                raise runner.error
+            applied = runner.applied
+        positions = runner.positions()
+    if as_json:
+        emit_json({"applied": applied, "positions": positions})
+    else:
+        console.print(f"applied {applied} events; {_positions(positions)}", highlight=False)

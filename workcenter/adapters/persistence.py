@@ -7,6 +7,8 @@ Adapted from the ``eventsourcing`` project's pydantic/orjson example
 from __future__ import annotations
 
 import os
+import sqlite3
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -18,6 +20,7 @@ from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.adapters.sqlite_settings import FACTORY_TOPIC, synchronous_env
 from workcenter.domain.action import ActionState
 from workcenter.domain.actor import LEGACY, Actor
+from workcenter.domain.errors import WorkcenterError
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.resource_ledger import LedgerState
 from workcenter.domain.work_item import WorkItemState
@@ -118,3 +121,102 @@ def store_env() -> dict[str, str]:
         "AGGREGATE_CACHE_MAXSIZE": "5000",
         "DEEPCOPY_FROM_AGGREGATE_CACHE": "n",
     }
+
+
+class StoreUnavailable(WorkcenterError):
+    """The store cannot be opened: no such file, not a Workcenter store, or not writable."""
+
+    code = "store_unavailable"
+
+
+# The SQLite header marks a file as a Workcenter store (ADR-0014): ``application_id``
+# says whose file it is, ``user_version`` which layout it has.
+APPLICATION_ID = 0x57434E54  # "WCNT"
+SCHEMA_VERSION = 1
+# A store written before the marker existed is recognised by tables only Workcenter makes
+# (not the audit view's: a store made since the audit reads the event store has none).
+LEGACY_TABLES = frozenset({"stored_events", "tracking", "wq_items"})
+
+
+def _is_in_memory(db_path: str) -> bool:
+    return db_path == ":memory:" or db_path.startswith("file:")
+
+
+def _read_header(path: Path) -> tuple[int, int, set[str]]:
+    """(application_id, user_version, table names) read without writing a byte."""
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as error:
+        raise StoreUnavailable(f"cannot open {path}: {error}") from None
+    try:
+        application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        user_version = conn.execute("PRAGMA user_version").fetchone()[0]
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.DatabaseError as error:
+        raise StoreUnavailable(f"{path} is not a Workcenter store ({error})") from None
+    finally:
+        conn.close()
+    return application_id, user_version, tables
+
+
+def _writable(path: Path) -> bool:
+    # SQLite writes a journal next to the file, so its directory must be writable too.
+    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
+
+
+def prepare_store_file(db_path: str, *, create: bool) -> None:
+    """Refuse, before anything is written, a path that cannot hold a Workcenter store,
+    then mark a new store (or one made before the marker existed) as Workcenter's.
+
+    Without ``create`` a missing or empty file is refused: reading never makes a store.
+    """
+    if _is_in_memory(db_path):
+        return
+    try:
+        _prepare(Path(db_path), create=create)
+    except OSError as error:  # e.g. a directory on the way that this user may not enter
+        raise StoreUnavailable(f"cannot open the store at {db_path}: {error.strerror}") from None
+    except ValueError:  # a NUL byte, or text the file system cannot encode
+        raise StoreUnavailable(f"{db_path!r} is not a usable file name") from None
+
+
+def _prepare(path: Path, *, create: bool) -> None:
+    if path.is_dir():
+        raise StoreUnavailable(f"{path} is a directory, not a Workcenter store")
+    if not path.exists() or path.stat().st_size == 0:
+        if not create:
+            raise StoreUnavailable(f"no Workcenter store at {path}")
+        if not path.parent.is_dir():
+            raise StoreUnavailable(f"cannot create a store at {path}: no directory {path.parent}")
+        if not os.access(path.parent, os.W_OK | os.X_OK):
+            raise StoreUnavailable(f"cannot create a store at {path}: its directory is read-only")
+        _stamp(path)
+        return
+    if not _writable(path):
+        raise StoreUnavailable(f"{path} is read-only; Workcenter writes to its store")
+    application_id, user_version, tables = _read_header(path)
+    if application_id == APPLICATION_ID:
+        if user_version > SCHEMA_VERSION:
+            raise StoreUnavailable(
+                f"{path} has store layout {user_version}; this Workcenter reads up to "
+                f"{SCHEMA_VERSION} (upgrade Workcenter)"
+            )
+    elif application_id != 0 or (tables and not tables >= LEGACY_TABLES):
+        raise StoreUnavailable(f"{path} is not a Workcenter store (another application's file)")
+    elif not tables and not create:
+        raise StoreUnavailable(f"no Workcenter store at {path} (an empty SQLite file)")
+    if application_id != APPLICATION_ID:
+        _stamp(path)  # an empty SQLite file, or a store from before the marker
+
+
+def _stamp(path: Path) -> None:
+    try:
+        conn = sqlite3.connect(path)
+        try:
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.commit()
+        finally:
+            conn.close()
+    except sqlite3.Error as error:
+        raise StoreUnavailable(f"cannot write the store at {path}: {error}") from None

@@ -2,7 +2,8 @@
 
 An executor is any callable ``executor(claim) -> report`` where the report is a
 ``RunReport`` or a mapping with ``outcome`` and its fields. An executor that
-raises interrupts its Run (the auto-retry rule decides what happens next).
+raises, or returns anything else, is an error: its Run is interrupted with the
+reason (the auto-retry rule decides what happens next) and the loop goes on.
 User input queued for the Action arrives in ``claim.inputs`` and is consumed
 as the executor starts; input that arrives while it runs cannot be in its
 report, so that Run is interrupted and the next one receives the input.
@@ -11,15 +12,18 @@ report, so that Run is interrupted and the next one receives the input.
 from __future__ import annotations
 
 import importlib
+import signal
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain import actor as actors
-from workcenter.domain.errors import CommandRefused, StaleRun, WorkcenterError
+from workcenter.domain.errors import CommandRefused, InvalidInput, StaleRun, WorkcenterError
 from workcenter.domain.outcome import RunReport
+from workcenter.projections.sanitize import sanitize_personal
 
 Executor = Callable[[Claim], RunReport | Mapping[str, Any]]
 LATE_INPUT = "input arrived while the Run was executing; the next Run receives it"
@@ -44,7 +48,69 @@ class WorkerStats:
     finished: int = 0
     interrupted: int = 0
     lost: int = 0
+    errors: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
+
+    def json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        return (
+            f"claimed {self.claimed}, finished {self.finished}, interrupted {self.interrupted}, "
+            f"lost {self.lost}, errors {self.errors}"
+        )
+
+
+class WorkerStopped(BaseException):
+    """A stop signal arrived while an executor was working (not an ``Exception``, so an
+    executor's own ``except Exception`` cannot swallow it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+class StopSignals:
+    """SIGINT and SIGTERM stop the worker: the loop ends, and an executor at work is
+    interrupted so its Run is given back at once instead of waiting for its lease.
+
+    Outside the executor a signal only sets ``event``: a claim or a finish being
+    written is completed first, never cut in half.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signum: int | None = None
+        self._executing = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        for signum in self.SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        self.signum = self.signum or signum
+        self.event.set()
+        if self._executing:
+            self._executing = False
+            raise WorkerStopped(signum)
+
+    @contextmanager
+    def executing(self) -> Iterator[None]:
+        if self.event.is_set():
+            raise WorkerStopped(self.signum or signal.SIGTERM)
+        self._executing = True
+        try:
+            yield
+        finally:
+            self._executing = False
 
 
 class _LeaseKeeper(threading.Thread):
@@ -64,6 +130,42 @@ class _LeaseKeeper(threading.Thread):
                 return
 
 
+def _give_back(
+    wc: WorkCenter,
+    claim: Claim,
+    reason: str,
+    stats: WorkerStats,
+    on_event: Callable[[str, Claim, str], None] | None,
+) -> None:
+    """Interrupt the Run (retryable) with ``reason``; a Run already lost stays lost."""
+    try:
+        wc.interrupt(claim, reason=reason)
+    except WorkcenterError:  # stale, or the item ended meanwhile: the Run is not ours now
+        stats.lost += 1
+        if on_event:
+            on_event("lost", claim, "the lease was lost before the interruption was recorded")
+        return
+    stats.interrupted += 1
+    if on_event:
+        on_event("interrupted", claim, reason)
+
+
+def _executor_error(
+    wc: WorkCenter,
+    claim: Claim,
+    reason: str,
+    stats: WorkerStats,
+    on_event: Callable[[str, Claim, str], None] | None,
+) -> None:
+    # An exception's text often quotes credentials or local paths: neither is
+    # recorded nor printed.
+    reason = sanitize_personal(reason)
+    stats.errors += 1
+    if on_event:
+        on_event("error", claim, reason)
+    _give_back(wc, claim, reason, stats, on_event)
+
+
 def run_one(
     wc: WorkCenter,
     executor: Executor,
@@ -72,8 +174,13 @@ def run_one(
     lease_seconds: float = 60.0,
     stats: WorkerStats | None = None,
     on_event: Callable[[str, Claim, str], None] | None = None,
+    signals: StopSignals | None = None,
 ) -> Claim | None:
-    """Claim and execute one Action; None when nothing is claimable."""
+    """Claim and execute one Action; None when nothing is claimable.
+
+    An executor that raises, or reports something that is not a valid report, is an
+    error: its Run is interrupted with the reason (so it can be retried) and counted.
+    """
     stats = stats or WorkerStats()
     claim = wc.claim_next(worker, lease_seconds=lease_seconds)
     if claim is None:
@@ -86,34 +193,37 @@ def run_one(
     keeper = _LeaseKeeper(wc, claim, lease_seconds)
     keeper.start()
     try:
-        report = executor(claim)
+        with signals.executing() if signals else nullcontext():
+            report = executor(claim)
+    except WorkerStopped as stopped:
+        keeper.stopped.set()
+        keeper.join()
+        _give_back(wc, claim, f"worker stopped by {stopped}", stats, on_event)
+        return claim
     except Exception as error:  # an executor's failure must not kill the worker
         keeper.stopped.set()
         keeper.join()
-        try:
-            wc.interrupt(claim, reason=f"executor raised {type(error).__name__}: {error}")
-            stats.interrupted += 1
-        except StaleRun:
-            stats.lost += 1
-        if on_event:
-            on_event("interrupted", claim, str(error))
+        _executor_error(
+            wc, claim, f"executor raised {type(error).__name__}: {error}", stats, on_event
+        )
         return claim
     keeper.stopped.set()
     keeper.join()
     try:
-        action = wc.finish_run(claim, report)
+        action = wc.finish_run(claim, _checked(report))
     except StaleRun:
         stats.lost += 1
         if on_event:
             on_event("lost", claim, "the lease was lost before the outcome was recorded")
         return claim
-    except CommandRefused:
-        if not wc.pending_input(claim):
-            raise
-        wc.interrupt(claim, reason=LATE_INPUT)
-        stats.interrupted += 1
-        if on_event:
-            on_event("interrupted", claim, LATE_INPUT)
+    except WorkcenterError as error:
+        if isinstance(error, CommandRefused) and wc.pending_input(claim):
+            wc.interrupt(claim, reason=LATE_INPUT)
+            stats.interrupted += 1
+            if on_event:
+                on_event("interrupted", claim, LATE_INPUT)
+        else:
+            _executor_error(wc, claim, f"malformed executor report: {error}", stats, on_event)
         return claim
     run = action.run(claim.run_id)
     outcome = run.status if run else "unknown"
@@ -122,6 +232,14 @@ def run_one(
     if on_event:
         on_event("finished", claim, outcome)
     return claim
+
+
+def _checked(report: object) -> RunReport | Mapping[str, Any]:
+    if isinstance(report, RunReport | Mapping):
+        return report
+    raise InvalidInput(
+        f"the executor returned {type(report).__name__}, not a RunReport or a mapping"
+    )
 
 
 def run_worker(
@@ -134,11 +252,12 @@ def run_worker(
     max_runs: int | None = None,
     exit_when_idle: bool = False,
     stop: threading.Event | None = None,
+    signals: StopSignals | None = None,
     on_event: Callable[[str, Claim, str], None] | None = None,
 ) -> WorkerStats:
     """Loop until stopped, idle (if asked) or ``max_runs`` Runs were handled."""
     stats = WorkerStats()
-    stop = stop or threading.Event()
+    stop = signals.event if signals else (stop or threading.Event())
     # The loop recovers dead Runs itself, so the recovery is recorded as this worker's.
     by = actors.worker(worker, wc.boot_id)
     wc.recover(worker=worker, actor=by)
@@ -151,8 +270,10 @@ def run_worker(
                 lease_seconds=lease_seconds,
                 stats=stats,
                 on_event=on_event,
+                signals=signals,
             )
-        except WorkcenterError:
+        except WorkcenterError:  # the claim itself was refused (contention): try again later
+            stats.errors += 1
             claim = None
         if claim is None:
             if exit_when_idle:

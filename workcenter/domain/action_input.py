@@ -16,9 +16,10 @@ from workcenter.domain import action as act
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
+from workcenter.domain.inputs import encodable
 from workcenter.domain.lifecycle import ACTION_INPUT_CONFLICTS
 from workcenter.domain.model import DomainEvent, Emitter
-from workcenter.domain.run import INPUT_LIMIT, encodable
+from workcenter.domain.run import INPUT_LIMIT
 from workcenter.domain.unit import Unit
 
 # Input acts on the Action as the user saw it (its generation, and the Run if the

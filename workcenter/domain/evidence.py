@@ -108,6 +108,7 @@ def normalize_evidence(raw: object) -> tuple[EvidenceItem, ...]:
 # --- ref canonicalisation (section 1.5) ------------------------------------
 
 _PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+_NESTED_SPLIT = re.compile(r"[?#&;]")
 _SCHEME_PREFIX = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _SECRET_WORDS = (
     "token", "apikey", "secret", "sig", "credential", "password", "auth", "code", "cookie",
@@ -152,17 +153,29 @@ def _canonical_file(ref: str) -> str | None:
     return path
 
 
-def _looks_secret(name: str) -> bool:
-    # Decoding a bounded number of times defeats double encoding without
-    # letting an attacker make us loop; anything still encoded is refused.
-    for _ in range(_DECODE_ROUNDS):
-        if not _PERCENT_ESCAPE.search(name):
-            break
-        name = unquote(name)
-    if _PERCENT_ESCAPE.search(name):
-        return True
+def _secret_word(name: str) -> bool:
     squashed = re.sub(r"[^a-z0-9]", "", name.lower())
     return any(word in squashed for word in _SECRET_WORDS)
+
+
+def _names_secret(text: str) -> bool:
+    """Whether any ``name=value`` pair of ``text`` (split at ``? # & ;``) has a secret name."""
+    return any(pair and _secret_word(pair.partition("=")[0]) for pair in _NESTED_SPLIT.split(text))
+
+
+def _hides_secret(section: str) -> bool:
+    # Whole query and fragment sections are decoded, values included, so a
+    # parameter nested in an encoded value (next=%2Fcb%3Ftoken%3Dx) is seen like
+    # a top-level one. A bounded number of rounds defeats double encoding
+    # without letting an attacker make us loop; anything still encoded after
+    # them is refused, since what it hides cannot be told.
+    for _ in range(_DECODE_ROUNDS):
+        if _names_secret(section):
+            return True
+        if not _PERCENT_ESCAPE.search(section):
+            return False
+        section = unquote(section)
+    return _names_secret(section) or bool(_PERCENT_ESCAPE.search(section))
 
 
 def _canonical_link(ref: str) -> str | None:
@@ -178,10 +191,8 @@ def _canonical_link(ref: str) -> str | None:
     scheme = parts.scheme.lower()
     if scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc:
         return None
-    for section in (parts.query, parts.fragment):
-        for pair in re.split(r"[&;]", section):
-            if pair and _looks_secret(pair.partition("=")[0]):
-                return None
+    if _hides_secret(parts.query) or _hides_secret(parts.fragment):
+        return None
     # Scheme and host are case-insensitive: lowercasing them lets duplicates
     # collapse. Everything after the authority is kept byte for byte.
     authority_end = len(parts.scheme) + 3 + len(parts.netloc)

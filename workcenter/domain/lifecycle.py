@@ -26,7 +26,10 @@ from workcenter.domain.workflow import Stage, parse_stages
 
 TEXT_LIMIT = 8_000
 
+# A title is part of the contract: two edits from the same version have one winner
+# (ADR-0004), whichever fields each changed.
 UPDATE_CONFLICTS: tuple[type[DomainEvent], ...] = (
+    wi.TitleChanged,
     wi.ContractRefined,
     wi.WorkItemCancelled,
     wi.WorkItemCompleted,

@@ -14,6 +14,7 @@ from pydantic import ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
 from workcenter.domain import action as act
+from workcenter.domain import bounds, inputs
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.evidence import (
@@ -53,12 +54,15 @@ class RunReport(Immutable):
 
     @classmethod
     def parse(cls, payload: RunReport | dict[str, Any]) -> RunReport:
+        inputs.payload(
+            payload.model_dump() if isinstance(payload, RunReport) else payload, "run report"
+        )
         if isinstance(payload, RunReport):
             return payload
         try:
             return cls.model_validate(payload)
         except ValidationError as error:
-            raise InvalidInput(f"malformed run report: {error}") from None
+            raise InvalidInput(f"malformed run report: {inputs.describe(error)}") from None
 
 
 class ContractPatch(Immutable):
@@ -84,15 +88,20 @@ def _patch(raw: Any) -> ContractPatch | None:
     if not isinstance(raw, dict):
         raise InvalidInput("contractPatch must be an object")
     fields: dict[str, Any] = {}
-    for key, name in (("title", "title"), ("goal", "goal")):
+    # The patch refines the contract, so the contract's bounds hold: past one it is
+    # refused like a user's edit, never cut.
+    for key, limit in (("title", bounds.TITLE), ("goal", bounds.GOAL)):
         value = raw.get(key)
         if isinstance(value, str) and value.strip():
-            fields[name] = value.strip()[: wi.TITLE_LIMIT if key == "title" else None]
+            fields[key] = inputs.text(value, f"contractPatch.{key}", limit)
     criteria = raw.get("acceptanceCriteria", raw.get("acceptance_criteria"))
     if criteria is not None:
-        if not isinstance(criteria, list) or not all(isinstance(c, str) for c in criteria):
-            raise InvalidInput("contractPatch.acceptanceCriteria must be a list of strings")
-        fields["acceptance_criteria"] = tuple(c.strip() for c in criteria if c.strip())
+        fields["acceptance_criteria"] = inputs.texts(
+            criteria,
+            "contractPatch.acceptanceCriteria",
+            limit=bounds.CRITERION,
+            count=bounds.CRITERIA,
+        )
     target = raw.get("deliveryTarget", raw.get("delivery_target"))
     if target is not None:
         if target not in wi.DELIVERY_TARGETS:

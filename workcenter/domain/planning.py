@@ -11,13 +11,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 from uuid import UUID
 
 from pydantic import ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from workcenter.domain import action as act
+from workcenter.domain import bounds, inputs
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
@@ -27,9 +28,8 @@ from workcenter.domain.unit import Unit
 
 MAX_NEW_ACTIONS = 8
 MAX_ACTIONS_PER_ITEM = 64
-BRIEF_LIMIT = 2_000
-SUMMARY_LIMIT = 8_000
-MAX_RISKS = 24
+BRIEF_LIMIT = bounds.BRIEF_FIELD
+SUMMARY_LIMIT = bounds.COMPLETION_SUMMARY
 RATIONALE_MIN = 20
 WORKSPACE_MODES: tuple[str, ...] = ("read", "shared", "isolated-write", "integrate")
 _SLUG = re.compile(r"[^a-z0-9_]+")
@@ -41,55 +41,67 @@ class _Input(Immutable):
     )
 
 
+# The bounds of docs/limits.md, on the texts as given.
+_Brief = Annotated[str, Field(max_length=bounds.BRIEF_FIELD)]
+_Reason = Annotated[str, Field(max_length=bounds.REASON)]
+_Criterion = Annotated[str, Field(max_length=bounds.CRITERION)]
+_Ids = Annotated[tuple[UUID, ...], Field(max_length=bounds.IDS)]
+
+
 class ActionSpec(_Input):
-    type: str = "custom"
-    objective: str
-    approach: str
-    expected_outcome: str
-    workspace_mode: str = "shared"
+    type: Annotated[str, Field(max_length=bounds.ACTION_TYPE)] = "custom"
+    objective: _Brief
+    approach: _Brief
+    expected_outcome: _Brief
+    workspace_mode: Annotated[str, Field(max_length=bounds.ACTION_TYPE)] = "shared"
     max_attempts: int = act.DEFAULT_MAX_ATTEMPTS
 
 
 class CloseAction(_Input):
     action_id: UUID
-    reason: str
+    reason: _Reason
 
 
 class GoalRefs(_Input):
-    criteria: tuple[str, ...] = ()
-    blocker_action_ids: tuple[UUID, ...] = ()
+    criteria: Annotated[tuple[_Criterion, ...], Field(max_length=bounds.CRITERIA)] = ()
+    blocker_action_ids: _Ids = ()
     delivery: bool = False
 
 
 class Plan(_Input):
-    actions: tuple[ActionSpec, ...]
-    close_actions: tuple[CloseAction, ...] = ()
-    supersede_action_ids: tuple[UUID, ...] = ()
+    actions: Annotated[tuple[ActionSpec, ...], Field(max_length=MAX_NEW_ACTIONS * 2)]
+    close_actions: Annotated[tuple[CloseAction, ...], Field(max_length=MAX_ACTIONS_PER_ITEM)] = ()
+    supersede_action_ids: _Ids = ()
     goal_refs: GoalRefs | None = None
-    rationale: str = ""
+    rationale: Annotated[str, Field(max_length=bounds.RATIONALE)] = ""
 
 
 class AcceptanceResultInput(_Input):
-    criterion: str
-    status: str
-    evidence_run_ids: tuple[UUID, ...] = ()
+    criterion: _Criterion
+    status: Annotated[str, Field(max_length=bounds.ACTION_TYPE)]
+    evidence_run_ids: _Ids = ()
 
 
 class Completion(_Input):
-    summary: str
-    acceptance_results: tuple[AcceptanceResultInput, ...]
-    evidence_run_ids: tuple[UUID, ...] = ()
-    residual_risks: tuple[str, ...] = Field(default=(), max_length=MAX_RISKS)
-    close_actions: tuple[CloseAction, ...] = ()
+    summary: Annotated[str, Field(max_length=bounds.COMPLETION_SUMMARY)]
+    acceptance_results: Annotated[
+        tuple[AcceptanceResultInput, ...], Field(max_length=bounds.CRITERIA)
+    ]
+    evidence_run_ids: _Ids = ()
+    residual_risks: Annotated[
+        tuple[Annotated[str, Field(max_length=bounds.RISK)], ...], Field(max_length=bounds.RISKS)
+    ] = ()
+    close_actions: Annotated[tuple[CloseAction, ...], Field(max_length=MAX_ACTIONS_PER_ITEM)] = ()
 
 
 def _parse(model: type[Any], payload: Any) -> Any:
     if isinstance(payload, model):
         return payload
+    inputs.payload(payload, model.__name__)
     try:
         return model.model_validate(payload)
     except ValidationError as error:
-        raise InvalidInput(f"malformed {model.__name__}: {error}") from None
+        raise InvalidInput(f"malformed {model.__name__}: {inputs.describe(error)}") from None
 
 
 def progress(item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState]) -> GoalProgress:
@@ -344,7 +356,7 @@ def complete(
                 for r in results
             ),
             evidence_run_ids=completion.evidence_run_ids,
-            residual_risks=tuple(r.strip()[:2_000] for r in completion.residual_risks),
+            residual_risks=tuple(r.strip() for r in completion.residual_risks),
             outputs=tuple(outputs[:50]),
             responses=responses,
         ),

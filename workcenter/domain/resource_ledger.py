@@ -81,7 +81,10 @@ def estimate_tokens(request: Mapping[str, Any]) -> int:
     ``{}`` is 16,385: an unknown output budget is charged at 16,384 tokens.
     """
     body = {key: request[key] for key in ("system", "messages", "tools") if key in request}
-    size = len(orjson.dumps(body))
+    try:
+        size = len(orjson.dumps(body))
+    except orjson.JSONEncodeError as error:
+        raise InvalidInput(f"the request is not JSON: {error}") from None
     out = request.get("max_tokens", request.get("maxTokens"))
     if isinstance(out, bool) or not isinstance(out, int) or out <= 0:
         out = UNKNOWN_REQUEST_TOKENS

@@ -14,6 +14,7 @@ from uuid import UUID, uuid5
 
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.evidence import AcceptanceCheck, EvidenceItem
+from workcenter.domain.inputs import encodable
 from workcenter.domain.model import Immutable
 
 RunStatus = Literal[
@@ -128,15 +129,6 @@ _COUNTER_KEYS: Mapping[str, str] = {
     "cacheWriteTokens": "cache_write_tokens",
     "totalTokens": "total_tokens",
 }
-
-
-def encodable(text: str, what: str) -> str:
-    """``text`` unchanged, or refused if it cannot be stored (a lone surrogate)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidInput(f"{what} is not valid Unicode text") from None
-    return text
 
 
 def _text(raw: Mapping[str, Any], key: str, limit: int) -> str:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, get_args
 from uuid import UUID
 
+from workcenter.domain import bounds, inputs
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.domain.model import AggregateState, DomainEvent, Emitter, Immutable
@@ -24,11 +25,11 @@ WorkItemStatus = Literal[
 ]
 DeliveryTarget = Literal["response", "workspace_files", "pull_request", "merge"]
 Mode = Literal["dynamic", "linear"]
+STATUSES: tuple[str, ...] = get_args(WorkItemStatus)
 DELIVERY_TARGETS: tuple[str, ...] = ("response", "workspace_files", "pull_request", "merge")
 DEFAULT_STAGES: tuple[str, ...] = ("triage", "implement", "review", "deliver")
 TERMINAL: frozenset[str] = frozenset({"done", "cancelled"})
 ACTIVE: frozenset[str] = frozenset({"ready", "running", "waiting", "needs_attention"})
-TITLE_LIMIT = 200
 
 
 class PlanEntry(Immutable):
@@ -312,27 +313,23 @@ def validate_contract(
     acceptance_criteria: object,
     delivery_target: object,
 ) -> Contract:
-    if not isinstance(title, str) or not title.strip():
-        raise InvalidInput("title is required")
-    if not isinstance(goal, str) or not goal.strip():
-        raise InvalidInput("goal is required")
-    if not isinstance(acceptance_criteria, list | tuple):
-        raise InvalidInput("acceptance_criteria must be a list of strings")
-    criteria: list[str] = []
-    for criterion in acceptance_criteria:
-        if not isinstance(criterion, str):
-            raise InvalidInput("acceptance_criteria must be a list of strings")
-        if criterion.strip():
-            criteria.append(criterion.strip())
-    if delivery_target is not None and delivery_target not in DELIVERY_TARGETS:
+    """The contract as stated, stripped; a text or list past its bound is refused, not cut."""
+    if not isinstance(delivery_target, str | None) or (
+        delivery_target is not None and delivery_target not in DELIVERY_TARGETS
+    ):
         raise InvalidInput(
             f"delivery_target must be one of {', '.join(DELIVERY_TARGETS)} or null, "
             f"not {delivery_target!r}"
         )
     return Contract(
-        title=title.strip()[:TITLE_LIMIT],
-        goal=goal.strip(),
-        acceptance_criteria=tuple(criteria),
+        title=inputs.text(title, "title", bounds.TITLE, required=True),
+        goal=inputs.text(goal, "goal", bounds.GOAL, required=True),
+        acceptance_criteria=inputs.texts(
+            acceptance_criteria,
+            "acceptance_criteria",
+            limit=bounds.CRITERION,
+            count=bounds.CRITERIA,
+        ),
         delivery_target=delivery_target,
     )
 

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from workcenter.domain import bounds
 from workcenter.domain.action import DEFAULT_MAX_ATTEMPTS
 from workcenter.domain.errors import InvalidInput
+from workcenter.domain.inputs import encodable
 from workcenter.domain.model import Immutable
-from workcenter.domain.run import encodable
 
 # The range the original clamps planned Actions to; a user's stage outside it is refused.
 MIN_STAGE_ATTEMPTS = 1
 MAX_STAGE_ATTEMPTS = 5
-MAX_STAGES = 32
+MAX_STAGES = bounds.STAGES
 _STAGE_KEYS = frozenset({"type", "id", "maxAttempts", "max_attempts"})
 
 
@@ -30,6 +31,8 @@ class Stage(Immutable):
 def _slug(value: object) -> str:
     if not isinstance(value, str) or not value or value != value.strip().lower():
         raise InvalidInput("linear stages must be lowercase slugs")
+    if len(value) > bounds.STAGE:
+        raise InvalidInput(f"a stage name has at most {bounds.STAGE} characters")
     return encodable(value, "a stage name")
 
 

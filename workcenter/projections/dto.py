@@ -8,7 +8,9 @@ Keys are camelCase; optional fields are omitted, never null. Every DTO passes
 ``enforce_budget`` (512 KiB). What is never sent: workDir and local paths, raw
 Run records (worker, boot id, lease, error, end reason, tool output, checks),
 context entries (instructions, guidance, input), credentials. Errors reach a
-browser only through sanitisers (c) and (d) (ADR-0009).
+browser only through sanitisers (c) and (d) (ADR-0009), other text a Run or the
+Coordinator wrote through (b), and the user's title, goal and criteria through
+``sanitize_personal`` (no credential, no home directory; ADR-0013).
 
 The Coordinator conversation does not exist yet: ``messages``, ``turns``,
 ``attachments`` and ``live_message`` are optional inputs, bounded here already.
@@ -50,6 +52,7 @@ from workcenter.projections.sanitize import (
     rev,
     sanitize_diagnostic_paths,
     sanitize_failure,
+    sanitize_personal,
     sanitize_waiting_reason,
     truncate_utf8,
 )
@@ -124,7 +127,7 @@ def goal_progress_dto(progress: GoalProgress | None) -> dict[str, Any] | None:
     for row in ranked[:MAX_CRITERIA]:
         status = row.status if row.status in ("passed", "failed") else "unmet"
         entry: dict[str, Any] = {
-            "criterion": truncate_utf8(row.criterion, CRITERION_LIMIT),
+            "criterion": sanitize_personal(row.criterion, CRITERION_LIMIT),
             "status": status,
             "evidenceRunIds": ids(row.evidence_run_ids),
         }
@@ -244,8 +247,8 @@ def _base(
         "coordinatorRevision": cnt(coordinator_revision),
         "coordinationMode": item.mode,
         "executionMode": item.mode,
-        "title": truncate_utf8(item.title, TITLE_LIMIT),
-        "goal": truncate_utf8(item.goal, GOAL_LIMIT),
+        "title": sanitize_personal(item.title, TITLE_LIMIT),
+        "goal": sanitize_personal(item.goal, GOAL_LIMIT),
         "status": item.status,
     }
     if item.current_action_id is not None:
@@ -443,7 +446,7 @@ def _final_result(final: FinalResult, runs: Mapping[UUID, Run]) -> dict[str, Any
         "summary": sanitize_diagnostic_paths(final.summary, RESPONSE_LIMIT),
         "acceptanceResults": [
             {
-                "criterion": truncate_utf8(r.criterion, CRITERION_LIMIT),
+                "criterion": sanitize_personal(r.criterion, CRITERION_LIMIT),
                 "status": r.status,
                 "evidenceRunIds": ids(r.evidence_run_ids, 24),
             }
@@ -460,7 +463,7 @@ def _final_result(final: FinalResult, runs: Mapping[UUID, Run]) -> dict[str, Any
 
 
 def _criteria(criteria: Sequence[str]) -> list[str]:
-    return [truncate_utf8(c, CONTRACT_CRITERION_LIMIT) for c in criteria[:MAX_CRITERIA]]
+    return [sanitize_personal(c, CONTRACT_CRITERION_LIMIT) for c in criteria[:MAX_CRITERIA]]
 
 
 def _mainline(item: WorkItemState, ordered: Sequence[ActionState]) -> dict[str, Any]:

@@ -7,11 +7,13 @@ output. Every function returns text that orjson can serialise: a lone surrogate
 The four sanitisers:
 
 - (a) ``sanitize_diagnostic``: truncate, drop URL user info and mask sensitive
-  query values, mask ``name: value`` / ``name=value`` for sensitive names and
-  ``Bearer x``, truncate again;
+  query values (also one hiding a sensitive parameter in its encoded value),
+  mask ``name: value`` / ``name=value`` for sensitive names, ``Bearer x`` and
+  bare provider tokens (``sk-...``, ``AKIA...``), truncate again;
 - (b) ``sanitize_diagnostic_paths``: (a), then local paths become ``[path redacted]``;
 - (c) ``sanitize_failure``: the fixed sentence when the text looks unsafe, else (a);
-- (d) ``failure_reason``: the short, single-line reason shown on rows.
+- (d) ``failure_reason``: the short, single-line reason shown on rows;
+- ``sanitize_personal``: (a), then home directories are redacted (ADR-0013).
 
 ``sanitize_waiting_reason`` is this project's addition (ADR-0009): blocker and
 waiting reasons may be a Run's error, so they get (b) plus the token test of (c).
@@ -21,9 +23,17 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
+from enum import Enum
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 from urllib.parse import unquote
+from uuid import UUID
+
+from pydantic import BaseModel
+
+from workcenter.domain.model import DomainEvent
 
 DIAGNOSTIC_LIMIT = 8 * 1024
 UNSAFE_SCAN_CHARS = 16_000
@@ -45,11 +55,11 @@ SENSITIVE_NAMES: frozenset[str] = frozenset(
     }
 )  # fmt: skip
 # Stricter than the original (ADR-0009): a name that merely *ends* with one of
-# these is sensitive too (GITHUB_TOKEN, db_password, aws.secret). The short,
+# these is sensitive too (GITHUB_TOKEN, db_password, aws_secret_access_key). The short,
 # ambiguous names (sig, auth, code) still need an exact match.
 _SENSITIVE_SUFFIXES: tuple[str, ...] = (
     "token", "secret", "password", "passwd", "apikey", "credential", "signature",
-    "authorization", "cookie",
+    "authorization", "cookie", "accesskey", "secretkey", "privatekey",
 )  # fmt: skip
 # For these the value runs to ";" or the end of the line ("Bearer abc def").
 _LINE_VALUE_SUFFIXES: tuple[str, ...] = ("authorization", "cookie")
@@ -163,7 +173,7 @@ _LINE_VALUE_END = re.compile(r"[;\r\n]")
 _NEWLINE = re.compile(r"[\r\n]")
 
 _URL = re.compile(
-    r"(?<![A-Za-z0-9+.\-])(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*+)://(?P<rest>[^\s<>\"'`]*+)"
+    r"(?<![A-Za-z0-9])(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*+)://(?P<rest>[^\s<>\"'`]*+)"
 )
 _QUERY_PAIR = re.compile(r"(?P<name>[^=&;#?]+)=(?P<value>[^&;#]*)")
 _BEARER = re.compile(r"(?i)(?<![A-Za-z0-9])(bearer)[ \t]+[^\s\"',;]+")
@@ -175,6 +185,13 @@ _PATH = re.compile(
     r"|(?<![A-Za-z0-9])[A-Za-z]:[\\/][^\s\"'<>|`]*"  # drive C:\ or C:/
     # POSIX /abs/path or ~/path, not inside a URL or a relative path.
     r"|(?<![A-Za-z0-9_.~:/\\<\-])~?/[^\s\"'<>()\[\]{},;`/*][^\s\"'<>()\[\]{},;`]*"
+)
+# Home directories name a person: /home/alice, /Users/bob, C:\\Users\\carol, /root,
+# ~/notes and ~dave/notes (not inside a URL's path or a longer word).
+_HOME_PATH = re.compile(
+    r"(?<![A-Za-z0-9_.])(?:[A-Za-z]:)?[\\/](?i:home|users)[\\/][^\s\"'<>|`\\/]+[^\s\"'<>|`]*"
+    r"|(?<![A-Za-z0-9_.])/root(?![A-Za-z0-9_.\-])[^\s\"'<>|`]*"
+    r"|(?<![A-Za-z0-9_.~])~[A-Za-z0-9_.\-]*[\\/][^\s\"'<>|`]*"
 )
 _PROVIDER_TOKEN = re.compile(
     r"(?<![A-Za-z0-9])(?:sk-[A-Za-z0-9_\-]{8,}|github_pat_[A-Za-z0-9_]{8,}"
@@ -249,8 +266,35 @@ def _split_url(rest: str) -> tuple[str, str, str]:
     return authority, tail[:split], tail[split:]
 
 
+_DECODE_ROUNDS = 3
+_PERCENT_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
+_NESTED_PAIR_SPLIT = re.compile(r"[?#&;]")
+
+
+def _nests_credential(value: str) -> bool:
+    """Whether a query value, decoded up to three times, carries a sensitive-named
+    parameter of its own (``next=%2Fcb%3Faccess_token%3Dx``), or is still encoded
+    after the third round (so what it hides cannot be told)."""
+    for _ in range(_DECODE_ROUNDS):
+        if _holds_sensitive_pair(value):
+            return True
+        if not _PERCENT_ESCAPE.search(value):
+            return False
+        value = unquote(value)
+    return _holds_sensitive_pair(value) or bool(_PERCENT_ESCAPE.search(value))
+
+
+def _holds_sensitive_pair(text: str) -> bool:
+    for pair in _NESTED_PAIR_SPLIT.split(text):
+        name, sep, value = pair.partition("=")
+        if sep and value and is_sensitive_name(name):
+            return True
+    return False
+
+
 def _mask_pair(match: re.Match[str]) -> str:
-    if match.group("value") and is_sensitive_name(match.group("name")):
+    value = match.group("value")
+    if value and (is_sensitive_name(match.group("name")) or _nests_credential(value)):
         return f"{match.group('name')}={MASK}"
     return match.group(0)
 
@@ -305,18 +349,28 @@ def is_unsafe(text: str) -> bool:
     """The unsafe test of (c): a token, a long mixed run or any absolute path in the
     first 16,000 characters."""
     head = text[:UNSAFE_SCAN_CHARS]
-    return has_secret_token(head) or (_may_hold_path(head) and bool(_PATH.search(head)))
+    if has_secret_token(head):
+        return True
+    return _may_hold_path(head) and bool(_PATH.search(head) or _HOME_PATH.search(head))
 
 
 def redact_paths(text: str) -> str:
-    return _PATH.sub(PATH_REDACTED, text) if _may_hold_path(text) else text
+    """Every absolute path, a home directory in any context included (``</home/a>``)."""
+    if not _may_hold_path(text):
+        return text
+    return _HOME_PATH.sub(PATH_REDACTED, _PATH.sub(PATH_REDACTED, text))
+
+
+def redact_home_paths(text: str) -> str:
+    return _HOME_PATH.sub(PATH_REDACTED, text) if _may_hold_path(text) else text
 
 
 # --- sanitisers ----------------------------------------------------------------------
 
 
 def sanitize_diagnostic(value: object, limit: int = DIAGNOSTIC_LIMIT) -> str:
-    """(a): truncate, scrub URLs, mask sensitive assignments and Bearer, truncate again."""
+    """(a): truncate, scrub URLs, mask sensitive assignments, Bearer and bare provider
+    tokens, truncate again."""
     text = truncate_utf8(value, limit)
     if not text:
         return ""
@@ -325,12 +379,24 @@ def sanitize_diagnostic(value: object, limit: int = DIAGNOSTIC_LIMIT) -> str:
     text = _mask_assignments(text)
     if _may_hold_bearer(text):
         text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
+    if _may_hold_token(text):
+        text = _PROVIDER_TOKEN.sub(MASK, text)
     return truncate_utf8(text, limit)
 
 
 def sanitize_diagnostic_paths(value: object, limit: int = DIAGNOSTIC_LIMIT) -> str:
     """(b): (a), then file URLs, UNC, drive and POSIX absolute paths are redacted."""
     return truncate_utf8(redact_paths(sanitize_diagnostic(value, limit)), limit)
+
+
+def sanitize_personal(value: object, limit: int = DIAGNOSTIC_LIMIT) -> str:
+    """(a), then home directories (which name a person) become ``[path redacted]``.
+
+    For the user's own words in a DTO and for everything printed on a terminal
+    (ADR-0013): other paths stay, as they are usually the subject (an endpoint to
+    fix, the file a worker failed on), yet no credential and no person's home
+    directory is shown."""
+    return truncate_utf8(redact_home_paths(sanitize_diagnostic(value, limit)), limit)
 
 
 def sanitize_failure(
@@ -376,3 +442,95 @@ def sanitize_waiting_reason(value: object, limit: int = DIAGNOSTIC_LIMIT) -> str
     if has_secret_token(text):
         return WAITING_SENTENCE
     return sanitize_diagnostic_paths(text, min(limit, UNSAFE_SCAN_CHARS))
+
+
+# --- typed records (audit payloads, goal progress) -----------------------------------
+#
+# A record is JSON data (a model dumped in JSON mode) walked together with its type.
+# Free text gets ``sanitize_personal``; a value from a closed set (a Literal, a
+# number, a flag, an id, a time) is kept as it is, whatever its field is called: a
+# stop ``code`` such as ``work_item_tokens_exhausted`` is a fact, not a credential.
+# Only in free-form mappings, where the keys are data, does a sensitive key mask its
+# value (a text or a number: a PIN is a number).
+
+RECORD_TEXT_LIMIT = 64 * 1024
+_CLOSED_TYPES: tuple[type, ...] = (bool, int, float, UUID, datetime, Enum, type(None))
+
+
+def _is_closed(schema: Any) -> bool:
+    if get_origin(schema) is Literal:
+        return True
+    if get_origin(schema) in (Union, UnionType):
+        return all(_is_closed(arm) for arm in get_args(schema))
+    return isinstance(schema, type) and issubclass(schema, _CLOSED_TYPES)
+
+
+def _optional_arm(schema: Any) -> Any:
+    """``X | None`` -> X; any other union of open types -> Any."""
+    if get_origin(schema) not in (Union, UnionType):
+        return schema
+    arms = [arm for arm in get_args(schema) if arm is not type(None)]
+    open_arms = [arm for arm in arms if not _is_closed(arm)]
+    return arms[0] if len(arms) == 1 else open_arms[0] if len(open_arms) == 1 else Any
+
+
+def _item_schema(schema: Any, index: int) -> Any:
+    args = get_args(schema)
+    if not args:
+        return Any
+    if get_origin(schema) is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+        return args[index] if index < len(args) else Any
+    return args[0]
+
+
+def _free_mapping(data: Mapping[str, Any], values: Any) -> dict[str, Any]:
+    shown: dict[str, Any] = {}
+    for key, value in data.items():
+        secret_shaped = isinstance(value, str | int | float) and not isinstance(value, bool)
+        if secret_shaped and is_sensitive_name(str(key)) and not _is_closed(values):
+            shown[key] = MASK
+        else:
+            shown[key] = sanitize_record(value, values)
+    return shown
+
+
+def sanitize_record(data: Any, schema: Any = Any) -> Any:
+    """``data`` with its free text through ``sanitize_personal`` and its closed-set
+    values as they are.
+
+    ``schema`` is the type ``data`` was dumped from (a pydantic model class, a
+    ``Literal``, ``tuple[X, ...]``, ``dict[str, X]``...); ``Any`` treats every
+    string as free text and every mapping as free-form."""
+    if data is None or _is_closed(schema):
+        return data
+    schema = _optional_arm(schema)
+    if isinstance(data, str):
+        return sanitize_personal(data, RECORD_TEXT_LIMIT)
+    if isinstance(schema, type) and issubclass(schema, BaseModel) and isinstance(data, Mapping):
+        fields = schema.model_fields
+        return {
+            key: sanitize_record(value, fields[key].annotation if key in fields else Any)
+            for key, value in data.items()
+        }
+    if isinstance(data, Mapping):
+        args = get_args(schema)
+        return _free_mapping(data, args[1] if len(args) == 2 else Any)
+    if isinstance(data, list | tuple):
+        return [sanitize_record(value, _item_schema(schema, i)) for i, value in enumerate(data)]
+    return data
+
+
+def _event_classes(base: type[BaseModel]) -> dict[str, type[BaseModel]]:
+    found: dict[str, type[BaseModel]] = {}
+    for sub in base.__subclasses__():
+        found[sub.__name__] = sub
+        found |= _event_classes(sub)
+    return found
+
+
+def sanitize_event_payload(event_type: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """An audit row's payload for a person: the event class named ``event_type`` says
+    which fields are closed-set; an unknown type is free-form throughout."""
+    schema: Any = _event_classes(DomainEvent).get(event_type, Any)
+    shown = sanitize_record(payload, schema)
+    return shown if isinstance(shown, dict) else {}

@@ -1,0 +1,119 @@
+"""The claim: a worker takes the oldest claimable Action, and what it gets to run it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+from uuid import UUID
+
+from eventsourcing.persistence import IntegrityError
+
+from workcenter.domain import action as act
+from workcenter.domain import actor as actors
+from workcenter.domain import runs
+from workcenter.domain.actor import Actor
+
+if TYPE_CHECKING:
+    from workcenter.application import WorkCenter
+
+CLAIM_PAGE = 16
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claimed Run and what its worker needs to execute it."""
+
+    work_item_id: UUID
+    action_id: UUID
+    run_id: UUID
+    boot_id: str
+    lease_epoch: int
+    expires_at: datetime
+    worker: str
+    action_type: str
+    brief: act.Brief
+    context: tuple[act.ContextEntry, ...]
+    goal: str
+    acceptance_criteria: tuple[str, ...]
+    delivery_target: str | None
+    attempt: int
+    # Input queued for the Action and not yet consumed: the Run should consume it.
+    inputs: tuple[act.QueuedInput, ...] = ()
+
+    @property
+    def ref(self) -> act.RunRef:
+        return act.RunRef(
+            action_id=self.action_id,
+            run_id=self.run_id,
+            boot_id=self.boot_id,
+            lease_epoch=self.lease_epoch,
+        )
+
+    @property
+    def actor(self) -> Actor:
+        """The worker that holds the claim: who its renewals, finish and interrupt are by."""
+        return actors.worker(self.worker, self.boot_id)
+
+
+def claim_next(wc: WorkCenter, worker: str, lease: timedelta, by: Actor) -> Claim | None:
+    """Claim for ``worker`` (already validated) by ``by``; see ``WorkCenter.claim_next``."""
+    wc._catch_up_work_queue()
+    seen: set[UUID] = set()
+    offset = 0
+    while True:
+        candidates = wc.work_queue.ready_actions(CLAIM_PAGE, offset)
+        if not candidates:
+            return None
+        offset += len(candidates)
+        for action_id in candidates:
+            if action_id in seen:
+                continue
+            seen.add(action_id)
+            claim = _try_claim(wc, action_id, worker, lease, by)
+            if claim is not None:
+                return claim
+
+
+def _try_claim(
+    wc: WorkCenter, action_id: UUID, worker: str, lease: timedelta, by: Actor
+) -> Claim | None:
+    action = wc.action(action_id)
+    item = wc.work_item(action.work_item_id)
+    if runs.claimable(item, action) is not None:
+        return None
+    unit = runs.claim(
+        item,
+        action,
+        wc.ledger(item.id),
+        worker=worker,
+        boot_id=wc.boot_id,
+        lease=lease,
+        at=wc.clock.now(),
+        by=by,
+    )
+    try:
+        wc._save(unit)
+    except IntegrityError:
+        return None
+    claimed = unit.action(action_id)
+    run = claimed.current_run
+    if run is None:
+        return None  # the ledger had no attempt left: the stop was saved instead
+    return Claim(
+        work_item_id=item.id,
+        action_id=action_id,
+        run_id=run.id,
+        boot_id=run.owner_boot_id,
+        lease_epoch=run.lease_epoch,
+        expires_at=run.expires_at,
+        worker=worker,
+        action_type=claimed.type,
+        brief=claimed.brief,
+        context=claimed.context,
+        goal=item.goal,
+        acceptance_criteria=item.acceptance_criteria,
+        delivery_target=item.delivery_target,
+        attempt=claimed.attempt,
+        inputs=claimed.unconsumed_inputs,
+    )

@@ -1,0 +1,155 @@
+"""Validators for command input at the service's boundary.
+
+Each either returns the value in the type the domain expects or raises
+``InvalidInput`` (``NotFound`` for an id that names nothing), so a command
+refused here has written nothing and no other exception reaches the caller.
+Texts must be encodable: a lone surrogate would only fail later, at save.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from pydantic import ValidationError
+
+from workcenter.domain import bounds
+from workcenter.domain.errors import InvalidInput, NotFound
+
+
+def encodable(value: str, name: str) -> str:
+    """``value`` unchanged, or refused if it cannot be stored (a lone surrogate)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInput(f"{name} is not valid text (it holds a lone surrogate)") from None
+    return value
+
+
+def text(value: object, name: str, limit: int, *, required: bool = False) -> str:
+    """A string of at most ``limit`` characters once stripped (non-blank if ``required``)."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"{name} must be a string, not {type(value).__name__}")
+    encodable(value, name)
+    stripped = value.strip()
+    if required and not stripped:
+        raise InvalidInput(f"{name} is required")
+    if len(stripped) > limit:
+        raise InvalidInput(f"{name} is longer than {limit} characters ({len(stripped)})")
+    return stripped
+
+
+def strings(value: object, name: str, *, limit: int, count: int) -> tuple[str, ...]:
+    """A list of at most ``count`` strings of at most ``limit`` characters, as given."""
+    if not isinstance(value, list | tuple) or not all(isinstance(v, str) for v in value):
+        raise InvalidInput(f"{name} must be a list of strings")
+    if len(value) > count:
+        raise InvalidInput(f"{name} holds more than {count} entries ({len(value)})")
+    for entry in value:
+        encodable(entry, name)
+        if len(entry) > limit:
+            raise InvalidInput(f"each of {name} must be at most {limit} characters")
+    return tuple(value)
+
+
+def texts(value: object, name: str, *, limit: int, count: int) -> tuple[str, ...]:
+    """Like ``strings``, each stripped first and blank ones dropped."""
+    if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+        value = [v.strip() for v in value]
+    return tuple(entry for entry in strings(value, name, limit=limit, count=count) if entry)
+
+
+def version(value: object, name: str = "expected_version") -> int:
+    """An aggregate version as the caller saw it (or a count): an int, not a bool,
+    str or float, of a size storage can compare."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{name} must be an integer, not {value!r}")
+    if abs(value) > bounds.INTEGER:
+        raise InvalidInput(f"{name} must be at most {bounds.INTEGER} in size, not {value}")
+    return value
+
+
+def optional_version(value: object, name: str) -> int | None:
+    return None if value is None else version(value, name)
+
+
+def flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{name} must be true or false, not {value!r}")
+    return value
+
+
+def lease_seconds(value: object) -> float:
+    """A lease length in seconds, within the documented bounds."""
+    low, high = bounds.LEASE_MIN_SECONDS, bounds.LEASE_MAX_SECONDS
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not low <= value <= high
+    ):
+        raise InvalidInput(f"lease_seconds must be a number from {low} to {high}, not {value!r}")
+    return float(value)
+
+
+def aggregate_id(value: object, kind: str) -> UUID:
+    """A UUID, or its string form; a string that is no UUID names nothing."""
+    if isinstance(value, UUID):
+        return value
+    if not isinstance(value, str):
+        raise InvalidInput(f"a {kind} id must be a UUID, not {type(value).__name__}")
+    try:
+        return UUID(value)
+    except ValueError:
+        raise NotFound(kind, ascii(value)[1:-1][:80]) from None
+
+
+def optional_id(value: object, kind: str) -> UUID | None:
+    return None if value is None else aggregate_id(value, kind)
+
+
+def moment(value: object, name: str) -> datetime:
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        raise InvalidInput(f"{name} must be a timezone-aware datetime")
+    return value
+
+
+def mapping(value: object, name: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidInput(f"{name} must be a mapping, not {type(value).__name__}")
+    return value
+
+
+def payload(value: object, name: str) -> None:
+    """A JSON-like payload within the raw ceilings, every text encodable.
+
+    Run reports and planning decisions are parsed and normalised later; this only
+    keeps a hostile payload from costing unbounded work or failing at save.
+    """
+    pending: list[tuple[object, int]] = [(value, 0)]
+    seen = 0
+    while pending:
+        node, depth = pending.pop()
+        seen += 1
+        if depth > bounds.PAYLOAD_DEPTH or seen > bounds.PAYLOAD_VALUES:
+            raise InvalidInput(f"{name} is nested too deeply or holds too many values")
+        if isinstance(node, str):
+            encodable(node, name)
+            if len(node) > bounds.PAYLOAD_TEXT:
+                raise InvalidInput(f"{name} holds a text longer than {bounds.PAYLOAD_TEXT}")
+        elif isinstance(node, Mapping | list | tuple):
+            if len(node) > bounds.PAYLOAD_ITEMS:
+                raise InvalidInput(f"{name} holds a list longer than {bounds.PAYLOAD_ITEMS}")
+            children = [*node.keys(), *node.values()] if isinstance(node, Mapping) else node
+            pending.extend((child, depth + 1) for child in children)
+
+
+def describe(error: ValidationError) -> str:
+    """A pydantic error in one line: where and what, without its documentation links."""
+    first = error.errors(include_url=False)[0]
+    where = ".".join(str(part) for part in first["loc"]) or "input"
+    more = f" (and {error.error_count() - 1} more)" if error.error_count() > 1 else ""
+    return f"{where}: {first['msg']}{more}"
