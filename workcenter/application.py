@@ -544,6 +544,7 @@ class WorkCenter(BudgetCommands):
 
         Each Action is loaded at its latest version written at or before the position.
         """
+        work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
         if version is not None:
             version = inputs.version(version, "version")
         if at is not None:

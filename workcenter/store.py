@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -60,6 +61,7 @@ S = TypeVar("S", bound=AggregateState)
 # this against catching it up on read and a fold on read).
 EAGER_VIEWS: list[str] = [WorkQueue.name]
 SAVE_ATTEMPTS = 8
+OPEN_ATTEMPTS = 4
 
 
 class Clock(Protocol):
@@ -186,15 +188,21 @@ class Store:
         validate_synchronous(sqlite_synchronous or os.environ.get(SYNCHRONOUS_ENV, "NORMAL"))
         env = sqlite_env(db_path, sqlite_synchronous)
         prepare_store_file(db_path, create=create)
-        try:
-            return cls(
-                EventStore(env=env),
-                clock=clock,
-                boot_id=boot_id,
-                inline_projections=inline_projections,
-            )
-        except (PersistenceError, sqlite3.Error) as error:
-            raise StoreUnavailable(f"cannot open the store at {db_path}: {error}") from None
+        for attempt in range(OPEN_ATTEMPTS):
+            try:
+                return cls(
+                    EventStore(env=env),
+                    clock=clock,
+                    boot_id=boot_id,
+                    inline_projections=inline_projections,
+                )
+            except (PersistenceError, sqlite3.Error) as error:
+                # Processes that open a new file at once race to create its tables (a
+                # lock, or the library's migration row written twice); the loser's next
+                # try finds them made. A store that cannot be opened fails every try.
+                failure = error
+                time.sleep(0.05 * (attempt + 1))
+        raise StoreUnavailable(f"cannot open the store at {db_path}: {failure}") from None
 
     def close(self) -> None:
         self.store.close()
