@@ -13,10 +13,10 @@ from datetime import datetime
 from uuid import UUID
 
 from workcenter.domain import action as act
+from workcenter.domain import inputs
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
-from workcenter.domain.inputs import encodable
 from workcenter.domain.lifecycle import ACTION_INPUT_CONFLICTS
 from workcenter.domain.model import DomainEvent, Emitter
 from workcenter.domain.run import INPUT_LIMIT
@@ -29,12 +29,7 @@ INPUT_CONFLICTS: tuple[type[DomainEvent], ...] = ACTION_INPUT_CONFLICTS
 
 def input_text(text: object) -> str:
     """Trimmed input text; empty or over-long text is refused, never cut."""
-    if not isinstance(text, str) or not text.strip():
-        raise InvalidInput("input text is required")
-    text = encodable(text.strip(), "input text")
-    if len(text) > INPUT_LIMIT:
-        raise InvalidInput(f"input text is {len(text)} characters; at most {INPUT_LIMIT}")
-    return text
+    return inputs.text(text, "input text", INPUT_LIMIT, required=True)
 
 
 def add_input(
