@@ -325,6 +325,37 @@ def test_hints_keep_the_db_the_user_gave(tmp_path: Path) -> None:
     assert f"workcenter --db '{db}' resume {item_id}" in extended.stdout
 
 
+def test_after_a_budget_stop_extend_and_resume_the_cli_says_what_comes_next(
+    tmp_path: Path,
+) -> None:
+    """A resumed dynamic item is running with its stopped Actions superseded and
+    nothing to claim: resume and show say that its next Actions must be planned."""
+    db = str(tmp_path / "stopped.db")
+    assert invoke("--db", db, "demo", "--max-tokens", "1000").exit_code == 0
+    item_id = json.loads(invoke("list", "--db", db, "--json").stdout)[0]["id"]
+    budget = json.loads(invoke("budget", "show", item_id, "--db", db, "--json").stdout)
+    extended = invoke(
+        "budget", "extend", item_id, "--db", db, "--tokens", "5000",
+        "--expected-version", str(budget["ledger_version"]),
+    )  # fmt: skip
+    assert extended.exit_code == 0, extended.output
+    budget = json.loads(invoke("budget", "show", item_id, "--db", db, "--json").stdout)
+    resumed = invoke(
+        "resume", item_id, "--db", db,
+        "--expected-version", str(budget["item_version"]),
+        "--expected-ledger-version", str(budget["ledger_version"]),
+    )  # fmt: skip
+    assert resumed.exit_code == 0, resumed.output
+    for output in (resumed.stdout, invoke("show", item_id, "--db", db).stdout):
+        assert "no Action is ready or running" in output
+        assert "plan_actions" in output
+    worker = invoke(
+        "worker", "--db", db, "--executor", "workcenter.adapters.executors:echo",
+        "--exit-when-idle",
+    )  # fmt: skip
+    assert "claimed 0" in worker.stdout
+
+
 @pytest.mark.parametrize("at", ["0", "999", "-1"])
 def test_history_at_a_version_the_item_never_had_is_refused(
     store: tuple[str, UUID], at: str

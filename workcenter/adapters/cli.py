@@ -198,6 +198,7 @@ def show(ctx: click.Context, item_id: str, as_json: bool, state: bool) -> None:
         _emit_json(detail if state else dto)
     else:
         console.print(_item_table(detail))
+        _say_what_next(detail["item"]["status"], detail["item"]["mode"], detail["actions"])
 
 
 @cli.command()
@@ -428,6 +429,22 @@ def resume(
         _emit_json({"item": presenters.item_json(item), "budget": snapshot})
     else:
         console.print(f"resumed: WorkItem is {item.status} (version {item.version})")
+        _say_what_next(item.status, item.mode, [{"status": e.status} for e in item.plan])
+
+
+def _say_what_next(status: str, mode: str, actions: list[dict[str, Any]]) -> None:
+    """A dynamic item that is running with no open Action waits for its next Actions to
+    be planned (a resume supersedes the stopped ones): say so, or it looks stuck."""
+    if mode != "dynamic" or status != "running":
+        return
+    if any(a["status"] in ("ready", "running", "waiting") for a in actions):
+        return
+    console.print(
+        "no Action is ready or running: a dynamic WorkItem's next Actions are planned by"
+        " its Coordinator, which Workcenter does not have yet; plan them with the Python"
+        " API's WorkCenter.plan_actions, then run a worker",
+        soft_wrap=True,
+    )
 
 
 @cli.command()
