@@ -10,7 +10,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from workcenter.domain import action as act
-from workcenter.domain import action_input, bounds, inputs, lifecycle, planning
+from workcenter.domain import action_input, bounds, inputs, lifecycle, modes, planning
 from workcenter.domain import actor as actors
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
@@ -64,7 +64,7 @@ class WorkItemCommands:
         A linear item's ``stages`` are names or ``{"type", "maxAttempts"}`` objects. Texts
         and lists are bounded (docs/limits.md): input past a bound is refused."""
         by = actors.resolve(actor, actors.USER)
-        if not isinstance(mode, str) or mode not in ("dynamic", "linear"):
+        if not isinstance(mode, str) or mode not in modes.POLICIES:
             raise InvalidInput(f"mode must be dynamic or linear, not {mode!r}")
         contract = wi.validate_contract(
             title=title,
