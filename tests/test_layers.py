@@ -1,31 +1,88 @@
-"""The domain imports nothing of adapters, projections or the persistence library."""
+"""Every layer imports only what is below it.
+
+The domain imports nothing of the others nor the persistence library; the read
+models (projections) import only the domain; the service layer (the modules at
+the package's top) imports no adapter except in its composition root, the
+bootstrap; adapters may import anything.
+"""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-DOMAIN = Path(__file__).parent.parent / "workcenter" / "domain"
-FORBIDDEN = (
-    "workcenter.adapters",
-    "workcenter.projections",
-    "workcenter.application",
-    "eventsourcing",
-)
+import pytest
+
+PACKAGE = Path(__file__).parent.parent / "workcenter"
+SERVICE_MODULES = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+COMPOSITION_ROOTS = {"bootstrap.py", "__init__.py"}
 
 
-def _imports(path: Path) -> set[str]:
+def _imports(source: str) -> set[str]:
     names: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
+            if node.module == "workcenter":  # `from workcenter import store`
+                names.update(f"workcenter.{alias.name}" for alias in node.names)
     return names
 
 
-def test_domain_imports_no_infrastructure() -> None:
-    files = sorted(DOMAIN.glob("*.py"))
+def _forbidden(layer: str, name: str) -> tuple[str, ...]:
+    service = tuple(f"workcenter.{m}" for m in sorted(SERVICE_MODULES))
+    if layer == "domain":
+        return ("workcenter.adapters", "workcenter.projections", "eventsourcing", *service)
+    if layer == "projections":
+        return ("workcenter.adapters", *service)
+    if layer == "service" and name not in COMPOSITION_ROOTS:
+        return ("workcenter.adapters", "eventsourcing.sqlite", "eventsourcing.postgres")
+    return ()
+
+
+def violations(layer: str, files: list[Path]) -> dict[str, list[str]]:
+    found = {}
+    for f in files:
+        forbidden = _forbidden(layer, f.name)
+        bad = sorted(n for n in _imports(f.read_text()) if forbidden and n.startswith(forbidden))
+        if bad:
+            found[f.name] = bad
+    return found
+
+
+def layer_files(layer: str) -> list[Path]:
+    folder = PACKAGE if layer == "service" else PACKAGE / layer
+    return sorted(folder.glob("*.py"))
+
+
+@pytest.mark.parametrize("layer", ["domain", "projections", "service"])
+def test_each_layer_imports_only_what_is_below_it(layer: str) -> None:
+    files = layer_files(layer)
     assert len(files) > 5
-    offending = {f.name: sorted(n for n in _imports(f) if n.startswith(FORBIDDEN)) for f in files}
-    assert {name: names for name, names in offending.items() if names} == {}
+    assert violations(layer, files) == {}
+
+
+@pytest.mark.parametrize(
+    ("layer", "name", "planted"),
+    [
+        ("domain", "x.py", "from eventsourcing.application import Application"),
+        ("domain", "x.py", "from workcenter.projections.detail import Detail"),
+        ("domain", "x.py", "from workcenter import repository"),
+        ("projections", "x.py", "from workcenter.application import WorkCenter"),
+        ("projections", "x.py", "import workcenter.adapters.persistence"),
+        ("service", "x.py", "from workcenter.adapters.recorders import SNAPSHOTS"),
+        ("service", "x.py", "from eventsourcing.sqlite import SQLiteCursor"),
+    ],
+)
+def test_a_planted_violation_is_caught(tmp_path: Path, layer: str, name: str, planted: str) -> None:
+    module = tmp_path / name
+    module.write_text(f"{planted}\n")
+    expected = sorted(_imports(planted) - {"workcenter"})
+    assert violations(layer, [*layer_files(layer), module]) == {name: expected}
+
+
+def test_the_composition_root_may_name_adapters(tmp_path: Path) -> None:
+    root = tmp_path / "bootstrap.py"
+    root.write_text("from workcenter.adapters.recorders import OneCommitSQLiteRecorder\n")
+    assert violations("service", [root]) == {}

@@ -39,7 +39,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from workcenter import store as workcenter_store
+from workcenter import repository as workcenter_store
 from workcenter.application import WorkCenter
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain.errors import CommandRefused, VersionConflict

@@ -27,11 +27,12 @@ from conftest import (
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.adapters.sql_counts import SqlCounts, sql_counts, traced
 from workcenter.application import WorkCenter
+from workcenter.bootstrap import EAGER_VIEWS, EventStore, compose
 from workcenter.domain.errors import InvalidInput
 from workcenter.projections import inline
 from workcenter.projections.detail import Detail
 from workcenter.projections.inline import InlineWrite
-from workcenter.store import EAGER_VIEWS, SNAPSHOT_INTERVAL, EventStore, Store
+from workcenter.repository import SNAPSHOT_INTERVAL
 
 READ_BACK = "SELECT ROWID, * FROM STORED_EVENTS"
 
@@ -187,7 +188,7 @@ def test_the_store_refuses_a_recorder_that_would_drop_the_views(db_path: Path) -
         env={"PERSISTENCE_MODULE": "eventsourcing.sqlite", "SQLITE_DBNAME": str(db_path)}
     )
     with pytest.raises(TypeError, match="OneCommitSQLiteRecorder"):
-        Store(plain)
+        compose(plain)
     plain.close()
 
 

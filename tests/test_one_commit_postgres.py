@@ -21,8 +21,8 @@ from conftest import create_dynamic, plan
 from workcenter.adapters.persistence import store_env
 from workcenter.adapters.recorders import INLINE_WRITE
 from workcenter.application import WorkCenter
+from workcenter.bootstrap import EventStore
 from workcenter.projections.inline import InlineWrite
-from workcenter.store import EventStore
 
 SETTINGS = os.environ.get("WORKCENTER_TEST_POSTGRES", "127.0.0.1 5432 postgres test").split()
 

@@ -40,7 +40,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from workcenter import store as workcenter_store
+from workcenter import repository as workcenter_store
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain import action as act
 from workcenter.domain import errors

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from workcenter.application import WorkCenter
+from workcenter.bootstrap import EAGER_VIEWS
 from workcenter.domain.errors import WorkcenterError
-from workcenter.store import EAGER_VIEWS
 
 KILLS = 6
 SEED = 7

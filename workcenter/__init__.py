@@ -1,7 +1,7 @@
 """Workcenter: a durable, event-sourced work ledger for AI-agent orchestration."""
 
-from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.application import Claim, SystemClock, WorkCenter, WriteContention
+from workcenter.bootstrap import StoreUnavailable
 from workcenter.domain.errors import (
     CommandRefused,
     InvalidInput,

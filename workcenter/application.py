@@ -1,40 +1,41 @@
-"""The service layer: load what a command needs, check what the caller saw,
-call the domain, and save every touched aggregate in one atomic write.
+"""The service facade: every command and read of Workcenter, one line each.
+
+``WorkCenter`` owns no logic of its own. The composition root
+(``workcenter.bootstrap``) wires the parts: the repository and its unit of work,
+the registry of read models, and the command handlers by area (WorkItem
+commands, Run commands, budget commands, reads) that each method delegates to.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+import os
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from types import EllipsisType
-from typing import Any, cast
-from uuid import UUID, uuid4
+from typing import Any, Self
+from uuid import UUID
 
-from workcenter import audit_trail, claiming
+from workcenter import bootstrap
+from workcenter.bootstrap import EventStore
 from workcenter.budget import BudgetCommands
 from workcenter.claiming import Claim
 from workcenter.domain import action as act
-from workcenter.domain import action_input, bounds, inputs, lifecycle, planning, runs
-from workcenter.domain import actor as actors
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
-from workcenter.domain.errors import InvalidInput
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.outcome import RunReport
-from workcenter.domain.run import parse_progress
-from workcenter.domain.unit import Unit
-from workcenter.projections import audit as audit_rows
+from workcenter.ports import Clock, SystemClock
 from workcenter.projections.audit import DEFAULT_LIMIT, AuditRow
-from workcenter.run_side import RunSide
-from workcenter.store import (
-    SNAPSHOT_INTERVAL,
-    Clock,
-    EventStore,
-    SystemClock,
-    WriteContention,
-)
+from workcenter.projections.detail import Detail, DetailView
+from workcenter.projections.inline import InlineProjections
+from workcenter.projections.lifecycle import Progress, ProjectionStatus, RebuildReport
+from workcenter.projections.work_queue import WorkQueue, WorkQueueView
+from workcenter.reads import Reads
+from workcenter.repository import SNAPSHOT_INTERVAL, WriteContention
+from workcenter.run_commands import RunCommands
+from workcenter.work_item_commands import WorkItemCommands
 
 __all__ = [
     "SNAPSHOT_INTERVAL",
@@ -48,24 +49,105 @@ __all__ = [
 ]
 
 
-class WorkCenter(BudgetCommands):
+class WorkCenter:
     """The embeddable service: every command and read of Workcenter."""
 
-    def _item_command(
+    def __init__(
         self,
-        work_item_id: UUID,
-        expected_version: int | None,
-        conflicts: tuple[type[DomainEvent], ...] | None,
-        decide: Callable[[wi.WorkItemState, dict[UUID, act.ActionState], datetime, Actor], Unit],
-        *statuses: str,
-        by: Actor,
-    ) -> wi.WorkItemState:
-        def attempt() -> Unit:
-            item = self.work_item(work_item_id)
-            self._check_expected(item, expected_version, conflicts)
-            return decide(item, self.actions(item, *statuses), self.clock.now(), by)
+        store: EventStore,
+        *,
+        clock: Clock | None = None,
+        boot_id: str | None = None,
+        inline_projections: bool | None = None,
+    ):
+        parts = bootstrap.compose(
+            store, clock=clock, boot_id=boot_id, inline_projections=inline_projections
+        )
+        self.store = parts.store
+        self.clock = parts.clock
+        self.boot_id = parts.boot_id
+        self._read_models = parts.read_models
+        self._repository = parts.repository
+        self._items = WorkItemCommands(parts.repository, parts.clock)
+        self._runs = RunCommands(parts.repository, parts.read_models, parts.clock, parts.boot_id)
+        self._budget = BudgetCommands(parts.repository, parts.clock)
+        self._reads = Reads(parts.repository, parts.read_models, parts.read_streams)
 
-        return self._execute(attempt).item
+    @classmethod
+    def open(
+        cls,
+        db: str | os.PathLike[str] | None = None,
+        *,
+        clock: Clock | None = None,
+        boot_id: str | None = None,
+        inline_projections: bool | None = None,
+        sqlite_synchronous: str | None = None,
+        create: bool = True,
+    ) -> Self:
+        """Open the SQLite store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db (creating it
+        unless ``create`` is false). ``StoreUnavailable`` if it cannot be opened, or is
+        another application's file; a refused file is left as it was.
+
+        ``sqlite_synchronous`` (FULL or NORMAL, else ``$WORKCENTER_SQLITE_SYNCHRONOUS``,
+        else NORMAL) is what a commit waits for (ADR-0018)."""
+        return bootstrap.open_store(
+            db,
+            sqlite_synchronous,
+            create,
+            lambda store: cls(
+                store, clock=clock, boot_id=boot_id, inline_projections=inline_projections
+            ),
+        )
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # --- the parts' views, for the CLI, the runner and tests ------------------
+
+    @property
+    def inline_projections(self) -> bool:
+        return self._read_models.inline
+
+    @inline_projections.setter
+    def inline_projections(self, inline: bool) -> None:
+        self._read_models.inline = inline
+
+    @property
+    def projections(self) -> InlineProjections:
+        return self._read_models.projections
+
+    @property
+    def work_queue(self) -> WorkQueueView:
+        return self._read_models.view(WorkQueue.name)
+
+    @property
+    def details(self) -> DetailView:
+        return self._read_models.view(Detail.name)
+
+    # --- loading --------------------------------------------------------------
+
+    def work_item(self, work_item_id: UUID, version: int | None = None) -> wi.WorkItemState:
+        return self._repository.work_item(work_item_id, version)
+
+    def action(self, action_id: UUID, version: int | None = None) -> act.ActionState:
+        return self._repository.action(action_id, version)
+
+    def ledger(self, work_item_id: UUID, version: int | None = None) -> rl.LedgerState:
+        """The WorkItem's ResourceLedger."""
+        return self._repository.ledger(work_item_id, version)
+
+    def actions(self, item: wi.WorkItemState, *statuses: str) -> dict[UUID, act.ActionState]:
+        """The item's Actions (only those whose mirrored status is in ``statuses``, if given)."""
+        return self._repository.actions(item, *statuses)
+
+    def event_count(self) -> int:
+        return self._repository.event_count()
 
     # --- WorkItem commands ----------------------------------------------------
 
@@ -86,37 +168,17 @@ class WorkCenter(BudgetCommands):
 
         A linear item's ``stages`` are names or ``{"type", "maxAttempts"}`` objects. Texts
         and lists are bounded (docs/limits.md): input past a bound is refused."""
-        by = actors.resolve(actor, actors.USER)
-        if not isinstance(mode, str) or mode not in ("dynamic", "linear"):
-            raise InvalidInput(f"mode must be dynamic or linear, not {mode!r}")
-        contract = wi.validate_contract(
+        return self._items.create_work_item(
             title=title,
             goal=goal,
             acceptance_criteria=acceptance_criteria,
             delivery_target=delivery_target,
-        )
-        unit = lifecycle.create(
-            work_item_id=uuid4(),
             mode=mode,
-            contract=contract,
             stages=stages,
-            start=inputs.flag(start, "start"),
-            at=self.clock.now(),
-            by=by,
-            limits=self._limits(limits),
+            start=start,
+            limits=limits,
+            actor=actor,
         )
-        self._save(unit)
-        return unit.item
-
-    @staticmethod
-    def _limits(limits: Mapping[str, int] | None) -> rl.Limits | None:
-        if limits is None:
-            return None
-        inputs.mapping(limits, "limits")
-        try:
-            return rl.Limits(**limits)
-        except (TypeError, ValueError) as error:
-            raise InvalidInput(f"invalid limits: {error}") from None
 
     def update_contract(
         self,
@@ -131,28 +193,14 @@ class WorkCenter(BudgetCommands):
     ) -> wi.WorkItemState:
         """Edit the contract; a title, goal, criteria or target edit conflicts with any
         other contract edit after ``expected_version``."""
-        expected_version = inputs.version(expected_version)
-
-        def decide(
-            item: wi.WorkItemState, actions: dict[UUID, act.ActionState], at: datetime, by: Actor
-        ) -> Unit:
-            contract = wi.validate_contract(
-                title=item.title if title is None else title,
-                goal=item.goal if goal is None else goal,
-                acceptance_criteria=(
-                    item.acceptance_criteria if acceptance_criteria is None else acceptance_criteria
-                ),
-                delivery_target=item.delivery_target if delivery_target is ... else delivery_target,
-            )
-            return lifecycle.update_contract(item, actions, contract, at, by)
-
-        return self._item_command(
+        return self._items.update_contract(
             work_item_id,
-            expected_version,
-            lifecycle.UPDATE_CONFLICTS,
-            decide,
-            *act.OPEN_STATUSES,
-            by=actors.resolve(actor, actors.USER),
+            expected_version=expected_version,
+            title=title,
+            goal=goal,
+            acceptance_criteria=acceptance_criteria,
+            delivery_target=delivery_target,
+            actor=actor,
         )
 
     def start(
@@ -162,28 +210,12 @@ class WorkCenter(BudgetCommands):
         expected_version: int | None = None,
         actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
-        expected_version = inputs.optional_version(expected_version, "expected_version")
-        return self._item_command(
-            work_item_id,
-            expected_version,
-            lifecycle.START_CONFLICTS,
-            lifecycle.start,
-            *act.OPEN_STATUSES,
-            by=actors.resolve(actor, actors.USER),
-        )
+        return self._items.start(work_item_id, expected_version=expected_version, actor=actor)
 
     def cancel(
         self, work_item_id: UUID, *, reason: str = "", actor: Actor | str | None = None
     ) -> wi.WorkItemState:
-        reason = inputs.text(reason, "reason", bounds.REASON)
-        return self._item_command(
-            work_item_id,
-            None,
-            (),
-            lambda item, actions, at, by: lifecycle.cancel(item, actions, at, reason, by),
-            *act.OPEN_STATUSES,
-            by=actors.resolve(actor, actors.USER),
-        )
+        return self._items.cancel(work_item_id, reason=reason, actor=actor)
 
     def resume(
         self,
@@ -197,22 +229,12 @@ class WorkCenter(BudgetCommands):
 
         ``expected_ledger_version`` is the ledger version the user saw: a stop, extend
         or resume recorded after it refuses the resume (the execution-control check)."""
-        expected_version = inputs.version(expected_version)
-        expected_ledger_version = inputs.version(expected_ledger_version, "expected_ledger_version")
-        by = actors.resolve(actor, actors.USER)
-
-        def attempt() -> Unit:
-            item = self.work_item(work_item_id)
-            self._check_expected(item, expected_version, lifecycle.RESUME_CONFLICTS)
-            ledger = self.ledger(work_item_id)
-            self._check_expected(ledger, expected_ledger_version, rl.CONTROL_EVENTS)
-            actions = self.actions(item, "cancelled", *act.OPEN_STATUSES)
-            stopping = lifecycle.stopping_action_id(ledger)
-            if stopping is not None and stopping not in actions:
-                actions[stopping] = self.action(stopping)
-            return lifecycle.resume(item, actions, ledger, self.clock.now(), by)
-
-        return self._execute(attempt).item
+        return self._items.resume(
+            work_item_id,
+            expected_version=expected_version,
+            expected_ledger_version=expected_ledger_version,
+            actor=actor,
+        )
 
     def retry(
         self,
@@ -224,22 +246,13 @@ class WorkCenter(BudgetCommands):
         answer: str = "",
         actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
-        answer = inputs.text(answer, "answer", bounds.ANSWER)
-        expected_generation = inputs.optional_version(expected_generation, "expected_generation")
-        return self._action_input(
+        return self._items.retry(
             work_item_id,
             action_id,
-            expected_version,
-            actors.resolve(actor, actors.USER),
-            lambda item, actions, at, by: lifecycle.retry(
-                item,
-                actions,
-                action_id=action_id,
-                expected_generation=expected_generation,
-                answer=answer,
-                at=at,
-                by=by,
-            ),
+            expected_version=expected_version,
+            expected_generation=expected_generation,
+            answer=answer,
+            actor=actor,
         )
 
     def guide(
@@ -252,44 +265,13 @@ class WorkCenter(BudgetCommands):
         guidance: str,
         actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
-        guidance = inputs.text(guidance, "guidance", bounds.GUIDANCE)
-        expected_generation = inputs.optional_version(expected_generation, "expected_generation")
-        return self._action_input(
+        return self._items.guide(
             work_item_id,
             action_id,
-            expected_version,
-            actors.resolve(actor, actors.USER),
-            lambda item, actions, at, by: lifecycle.guide(
-                item,
-                actions,
-                action_id=action_id,
-                expected_generation=expected_generation,
-                guidance=guidance,
-                at=at,
-                by=by,
-            ),
-        )
-
-    def _action_input(
-        self,
-        work_item_id: UUID,
-        action_id: UUID,
-        expected_version: int,
-        by: Actor,
-        decide: Callable[[wi.WorkItemState, dict[UUID, act.ActionState], datetime, Actor], Unit],
-    ) -> wi.WorkItemState:
-        """Retry and guidance: the open Actions plus the target, whatever its status."""
-        expected_version = inputs.version(expected_version)
-        action_id = inputs.aggregate_id(action_id, "Action")
-        return self._item_command(
-            work_item_id,
-            expected_version,
-            lifecycle.ACTION_INPUT_CONFLICTS,
-            lambda item, actions, at, by: decide(
-                item, actions | {action_id: self.action(action_id)}, at, by
-            ),
-            *act.OPEN_STATUSES,
-            by=by,
+            expected_version=expected_version,
+            expected_generation=expected_generation,
+            guidance=guidance,
+            actor=actor,
         )
 
     def add_input(
@@ -305,33 +287,15 @@ class WorkCenter(BudgetCommands):
     ) -> act.ActionState:
         """Send input to a ready Action (a new generation) or to the Run of a running one
         (queued for it; refused if that Run, its generation or its lease is stale)."""
-        by = actors.resolve(actor, actors.USER)
-        if not isinstance(work_item_id, UUID) or not isinstance(action_id, UUID):
-            raise InvalidInput("work_item_id and action_id must be ids")
-        expected_version = inputs.version(expected_version)
-        expected_generation = inputs.version(expected_generation, "expected_generation")
-        if expected_run_id is not None and not isinstance(expected_run_id, UUID):
-            raise InvalidInput("expected_run_id must be a Run id")
-        input_id = uuid4()
-        self._item_command(
+        return self._items.add_input(
             work_item_id,
-            expected_version,
-            action_input.INPUT_CONFLICTS,
-            lambda item, actions, at, by: action_input.add_input(
-                item,
-                actions | {action_id: self.action(action_id)},
-                action_id=action_id,
-                input_id=input_id,
-                text=text,
-                expected_generation=expected_generation,
-                expected_run_id=expected_run_id,
-                at=at,
-                by=by,
-            ),
-            *act.OPEN_STATUSES,
-            by=by,
+            action_id,
+            expected_version=expected_version,
+            expected_generation=expected_generation,
+            text=text,
+            expected_run_id=expected_run_id,
+            actor=actor,
         )
-        return self.action(action_id)
 
     def plan_actions(
         self,
@@ -346,20 +310,15 @@ class WorkCenter(BudgetCommands):
         actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
         """A Coordinator turn's plan (its stand-in until there is a Coordinator)."""
-        expected_version = inputs.version(expected_version)
-        payload = {
-            "actions": actions,
-            "close_actions": close_actions,
-            "supersede_action_ids": supersede_action_ids,
-            "goal_refs": goal_refs,
-            "rationale": rationale,
-        }
-        return self._item_command(
+        return self._items.plan_actions(
             work_item_id,
-            expected_version,
-            None,
-            lambda item, loaded, at, by: planning.plan_actions(item, loaded, payload, at=at, by=by),
-            by=actors.resolve(actor, actors.COORDINATOR),
+            expected_version=expected_version,
+            actions=actions,
+            close_actions=close_actions,
+            supersede_action_ids=supersede_action_ids,
+            goal_refs=goal_refs,
+            rationale=rationale,
+            actor=actor,
         )
 
     def complete(
@@ -371,13 +330,8 @@ class WorkCenter(BudgetCommands):
         actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
         """A Coordinator turn's completion (its stand-in until there is a Coordinator)."""
-        expected_version = inputs.version(expected_version)
-        return self._item_command(
-            work_item_id,
-            expected_version,
-            None,
-            lambda item, loaded, at, by: planning.complete(item, loaded, completion, at=at, by=by),
-            by=actors.resolve(actor, actors.COORDINATOR),
+        return self._items.complete(
+            work_item_id, expected_version=expected_version, completion=completion, actor=actor
         )
 
     # --- Run commands ---------------------------------------------------------
@@ -392,14 +346,7 @@ class WorkCenter(BudgetCommands):
         ``lease_seconds`` is from 1 s to 24 h (86,400 s). The claim is by the worker
         ``worker@boot`` unless ``actor`` says otherwise.
         """
-        worker = inputs.text(worker, "worker", bounds.WORKER, required=True)
-        lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))
-        by = actors.resolve(actor, actors.worker(worker, self.boot_id))
-        return claiming.claim_next(self, worker, lease, by)
-
-    @property
-    def _run_side(self) -> RunSide:
-        return RunSide(self)
+        return self._runs.claim_next(worker, lease_seconds, actor)
 
     def renew_lease(
         self,
@@ -410,7 +357,7 @@ class WorkCenter(BudgetCommands):
     ) -> bool:
         """Extend the lease by ``lease_seconds`` (1 s to 24 h) from now; False when the
         Run is no longer live (stop working on it)."""
-        return self._run_side.renew_lease(claim, lease_seconds, actor)
+        return self._runs.renew_lease(claim, lease_seconds, actor)
 
     def finish_run(
         self,
@@ -422,20 +369,7 @@ class WorkCenter(BudgetCommands):
         """Record the Run's outcome: completed, waiting, retryable or failed.
 
         By the claim's worker unless ``actor`` says otherwise."""
-        if not isinstance(report, RunReport | Mapping):
-            raise InvalidInput(f"a run report must be a mapping, not {type(report).__name__}")
-        return self._run_side.command(
-            claim,
-            actor,
-            lambda item, action, ref, at, by: runs.finish(
-                item,
-                action,
-                ref,
-                dict(report) if isinstance(report, Mapping) else report,
-                at=at,
-                by=by,
-            ),
-        )
+        return self._runs.finish_run(claim, report, actor)
 
     def interrupt(
         self,
@@ -448,15 +382,7 @@ class WorkCenter(BudgetCommands):
         """Give the Run up gracefully; ``progress`` ({summary, response, stats}) is its
         final response and execution stats, recorded as the lease is released. By the
         claim's worker unless ``actor`` says otherwise."""
-        reason = inputs.text(reason, "reason", bounds.REASON)
-        final = parse_progress(progress)
-        return self._run_side.command(
-            claim,
-            actor,
-            lambda item, action, ref, at, by: runs.interrupt(
-                item, action, ref, reason=reason, at=at, by=by, progress=final
-            ),
-        )
+        return self._runs.interrupt(claim, reason, progress, actor)
 
     def defer(
         self, claim: Claim | act.RunRef, *, actor: Actor | str | None = None
@@ -464,10 +390,10 @@ class WorkCenter(BudgetCommands):
         """The workspace is busy: end the Run as deferred and give its attempt back.
 
         By the claim's worker unless ``actor`` says otherwise."""
-        return self._run_side.defer(claim, actor)
+        return self._runs.defer(claim, actor)
 
     def pending_input(self, claim: Claim | act.RunRef) -> tuple[act.QueuedInput, ...]:
-        return self._run_side.pending_input(claim)
+        return self._runs.pending_input(claim)
 
     def consume_input(
         self,
@@ -476,7 +402,7 @@ class WorkCenter(BudgetCommands):
         *,
         actor: Actor | str | None = None,
     ) -> act.ActionState:
-        return self._run_side.consume_input(claim, input_ids, actor)
+        return self._runs.consume_input(claim, input_ids, actor)
 
     def recover(self, *, worker: str | None = None, actor: Actor | str | None = None) -> list[UUID]:
         """End every Run whose lease expired or whose owner restarted (a new boot id).
@@ -485,28 +411,124 @@ class WorkCenter(BudgetCommands):
         it, every Run from another boot is dead (one process owns all workers).
         Recovery is the operator's unless ``actor`` says otherwise.
         """
-        return self._run_side.recover(worker, actor)
+        return self._runs.recover(worker, actor)
+
+    # --- budget commands ------------------------------------------------------
+
+    def reserve_request(
+        self,
+        work_item_id: UUID,
+        *,
+        request: Mapping[str, Any],
+        kind: rl.RequestKind = "action",
+        run_id: UUID | None = None,
+        request_id: str | None = None,
+        actor: Actor | str | None = None,
+    ) -> rl.Admission:
+        """Admit one LLM request before it is sent, at its estimated cost.
+
+        A denial is returned (and a stopping denial saved); the caller must not
+        send the request. Only a stop writes the WorkItem too. Requests are by the
+        user (the embedding caller) unless ``actor`` names the worker or Coordinator
+        that makes them; Coordinator requests default to it.
+        """
+        return self._budget.reserve_request(
+            work_item_id,
+            request=request,
+            kind=kind,
+            run_id=run_id,
+            request_id=request_id,
+            actor=actor,
+        )
+
+    def settle_request(
+        self,
+        work_item_id: UUID,
+        request_id: str,
+        *,
+        usage: Mapping[str, Any] | rl.Usage | None,
+        complete: bool = True,
+        actor: Actor | str | None = None,
+    ) -> bool:
+        """Record what a request cost; False when there was nothing to settle."""
+        return self._budget.settle_request(
+            work_item_id, request_id, usage=usage, complete=complete, actor=actor
+        )
+
+    def reserve_coordinator_request(
+        self,
+        work_item_id: UUID,
+        *,
+        turn_id: str,
+        request: Mapping[str, Any],
+        actor: Actor | str | None = None,
+    ) -> rl.Admission:
+        """Admit a Coordinator provider request of turn ``turn_id`` (a repeat is a hidden
+        retry: a new request, the earlier ones of the turn settled unknown)."""
+        return self._budget.reserve_coordinator_request(
+            work_item_id, turn_id=turn_id, request=request, actor=actor
+        )
+
+    def settle_coordinator_turn(
+        self,
+        work_item_id: UUID,
+        turn_id: str,
+        *,
+        usage: Mapping[str, Any] | rl.Usage | None,
+        complete: bool = True,
+        actor: Actor | str | None = None,
+    ) -> bool:
+        """Settle a Coordinator turn's requests; False when it had none to settle."""
+        return self._budget.settle_coordinator_turn(
+            work_item_id, turn_id, usage=usage, complete=complete, actor=actor
+        )
+
+    def extend_budget(
+        self,
+        work_item_id: UUID,
+        *,
+        expected_version: int,
+        additions: Mapping[str, Any],
+        actor: Actor | str | None = None,
+    ) -> rl.LedgerState:
+        """A user raises limits. Clears no stop: resume does, once nothing is spent."""
+        return self._budget.extend_budget(
+            work_item_id, expected_version=expected_version, additions=additions, actor=actor
+        )
+
+    def record_coordinator_failure(
+        self, work_item_id: UUID, *, turn_id: str, actor: Actor | str | None = None
+    ) -> rl.LedgerState:
+        return self._budget.record_coordinator_failure(work_item_id, turn_id=turn_id, actor=actor)
+
+    def can_coordinate_automatically(
+        self, work_item_id: UUID, *, user_message: bool = False
+    ) -> bool:
+        return self._budget.can_coordinate_automatically(work_item_id, user_message=user_message)
 
     # --- reads ----------------------------------------------------------------
 
     def goal_progress(self, work_item_id: UUID) -> GoalProgress:
-        item = self.work_item(work_item_id)
-        return planning.progress(item, self.actions(item))
+        return self._reads.goal_progress(work_item_id)
 
     def list_work_items(self, status: str | None = None) -> list[dict[str, Any]]:
-        if status is not None and (not isinstance(status, str) or status not in wi.STATUSES):
-            raise InvalidInput(f"status must be one of {', '.join(wi.STATUSES)}, not {status!r}")
-        self._catch_up_work_queue()
-        return self.work_queue.work_items(status)
+        return self._reads.list_work_items(status)
+
+    def detail(self, work_item_id: UUID) -> dict[str, Any]:
+        """The item's detail DTO from the detail read model (as of the item's latest event).
+
+        With inline projections on it reflects every command committed before the read:
+        the view is written at each save, and if it is behind the head of the event log
+        (a writer crashed between its events and its views) the read catches it up first.
+        With inline projections off it is as fresh as the runner has made it (ADR-0019)."""
+        return self._reads.detail(work_item_id)
 
     def history(self, work_item_id: UUID) -> list[DomainEvent]:
         """The WorkItem's events in order (its Action events are in ``action_history``)."""
-        work_item_id = self.work_item(work_item_id).id
-        return cast(list[DomainEvent], list(self.store.events.get(work_item_id)))
+        return self._reads.history(work_item_id)
 
     def action_history(self, action_id: UUID) -> list[DomainEvent]:
-        action_id = self.action(action_id).id  # NotFound unless it is an Action
-        return cast(list[DomainEvent], list(self.store.events.get(action_id)))
+        return self._reads.action_history(action_id)
 
     def audit(
         self,
@@ -521,20 +543,8 @@ class WorkCenter(BudgetCommands):
         """The item's events (its Actions' and ledger's too) read from the event store,
         in position order: the newest ``limit`` that match the filters (up to position
         ``until``, if given), each with the actor its command recorded."""
-        if limit is not None:
-            limit = inputs.version(limit, "limit")
-        if until is not None:
-            until = inputs.version(until, "until")
-        action_id = inputs.optional_id(action_id, "Action")
-        run_id = inputs.optional_id(run_id, "Run")
-        if type is not None:
-            type = inputs.text(type, "type", bounds.ACTION_TYPE)
-        return audit_rows.select(
-            audit_trail.rows(self, work_item_id, until),
-            limit=limit,
-            action_id=action_id,
-            run_id=run_id,
-            type=type,
+        return self._reads.audit(
+            work_item_id, limit=limit, action_id=action_id, run_id=run_id, type=type, until=until
         )
 
     def state_at(
@@ -544,9 +554,15 @@ class WorkCenter(BudgetCommands):
 
         Each Action is loaded at its latest version written at or before the position.
         """
-        work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
-        if version is not None:
-            version = inputs.version(version, "version")
-        if at is not None:
-            at = inputs.moment(at, "at")
-        return audit_trail.state_at(self, work_item_id, version=version, at=at)
+        return self._reads.state_at(work_item_id, version, at)
+
+    def projection_status(self) -> list[ProjectionStatus]:
+        """Each registered read model's position, the head of the event sequence, the lag."""
+        return self._read_models.status()
+
+    def rebuild_projection(
+        self, name: str | None = None, *, progress: Progress | None = None
+    ) -> list[RebuildReport]:
+        """Replay one read model (default: every one) from zero into shadow tables and swap
+        it in atomically: readers see the old view until the new one is complete."""
+        return self._read_models.rebuild(name, progress)

@@ -15,12 +15,17 @@ from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import InvalidInput, NotFound
 from workcenter.domain.unit import Unit
-from workcenter.store import Store
+from workcenter.ports import Clock
+from workcenter.repository import Repository
 
 
-class BudgetCommands(Store):
+class BudgetCommands:
     """Requests are by the user (the embedding caller) unless ``actor`` names the
     worker or Coordinator that makes them; Coordinator turns default to it."""
+
+    def __init__(self, repository: Repository, clock: Clock) -> None:
+        self.repo = repository
+        self.clock = clock
 
     def _ledger_command(
         self,
@@ -28,10 +33,10 @@ class BudgetCommands(Store):
         decide: Callable[[wi.WorkItemState, rl.LedgerState, datetime], Unit],
     ) -> Unit:
         def attempt() -> Unit:
-            item = self.work_item(work_item_id)
-            return decide(item, self.ledger(work_item_id), self.clock.now())
+            item = self.repo.work_item(work_item_id)
+            return decide(item, self.repo.ledger(work_item_id), self.clock.now())
 
-        return self._execute(attempt)
+        return self.repo.execute(attempt)
 
     def reserve_request(
         self,
@@ -194,7 +199,7 @@ class BudgetCommands(Store):
         by = actors.resolve(actor, actors.USER)
 
         def decide(item: wi.WorkItemState, ledger: rl.LedgerState, at: datetime) -> Unit:
-            self._check_expected(ledger, expected_version, rl.CONTROL_EVENTS)
+            self.repo.check_expected(ledger, expected_version, rl.CONTROL_EVENTS)
             unit = Unit(item, {}, at, ledger, by=by)
             unit.apply_ledger(rl.extend(ledger, additions, at, by=by))
             return unit
@@ -223,12 +228,12 @@ class BudgetCommands(Store):
     ) -> bool:
         user_message = inputs.flag(user_message, "user_message")
         try:
-            item = self.work_item(work_item_id)
+            item = self.repo.work_item(work_item_id)
         except NotFound:
             return False
         if item.status in wi.TERMINAL or item.stopped:
             return False
-        retry_after = self.ledger(work_item_id).retry_after
+        retry_after = self.repo.ledger(work_item_id).retry_after
         return user_message or retry_after is None or self.clock.now() >= retry_after
 
 

@@ -15,7 +15,7 @@ from workcenter.domain import runs
 from workcenter.domain.actor import Actor
 
 if TYPE_CHECKING:
-    from workcenter.application import WorkCenter
+    from workcenter.run_commands import RunCommands
 
 CLAIM_PAGE = 16
 
@@ -56,13 +56,13 @@ class Claim:
         return actors.worker(self.worker, self.boot_id)
 
 
-def claim_next(wc: WorkCenter, worker: str, lease: timedelta, by: Actor) -> Claim | None:
+def claim_next(wc: RunCommands, worker: str, lease: timedelta, by: Actor) -> Claim | None:
     """Claim for ``worker`` (already validated) by ``by``; see ``WorkCenter.claim_next``."""
-    wc._catch_up_work_queue()
+    work_queue = wc.work_queue()
     seen: set[UUID] = set()
     offset = 0
     while True:
-        candidates = wc.work_queue.ready_actions(CLAIM_PAGE, offset)
+        candidates = work_queue.ready_actions(CLAIM_PAGE, offset)
         if not candidates:
             return None
         offset += len(candidates)
@@ -76,16 +76,16 @@ def claim_next(wc: WorkCenter, worker: str, lease: timedelta, by: Actor) -> Clai
 
 
 def _try_claim(
-    wc: WorkCenter, action_id: UUID, worker: str, lease: timedelta, by: Actor
+    wc: RunCommands, action_id: UUID, worker: str, lease: timedelta, by: Actor
 ) -> Claim | None:
-    action = wc.action(action_id)
-    item = wc.work_item(action.work_item_id)
+    action = wc.repo.action(action_id)
+    item = wc.repo.work_item(action.work_item_id)
     if runs.claimable(item, action) is not None:
         return None
     unit = runs.claim(
         item,
         action,
-        wc.ledger(item.id),
+        wc.repo.ledger(item.id),
         worker=worker,
         boot_id=wc.boot_id,
         lease=lease,
@@ -93,7 +93,7 @@ def _try_claim(
         by=by,
     )
     try:
-        wc._save(unit)
+        wc.repo.save(unit)
     except IntegrityError:
         return None
     claimed = unit.action(action_id)

@@ -13,7 +13,7 @@ from datetime import datetime
 from uuid import UUID
 
 from workcenter.domain import action as act
-from workcenter.domain import inputs
+from workcenter.domain import inputs, modes
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
@@ -57,7 +57,7 @@ def add_input(
         raise CommandRefused(f"Action {action_id} does not belong to WorkItem {item.id}")
     if action.generation != expected_generation:
         raise CommandRefused("Action changed before input was applied")
-    if item.mode == "linear" and item.current_action_id != action.id:
+    if modes.of(item).current_action_only and item.current_action_id != action.id:
         raise CommandRefused("input goes to the current Action of a linear WorkItem")
     unit = Unit(item, actions, at, by=by)
     if action.status == "ready":

@@ -16,13 +16,15 @@ from typing import Literal
 from uuid import UUID
 
 from workcenter.domain import action as act
+from workcenter.domain import modes
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.domain.model import DomainEvent
+from workcenter.domain.modes import prior_result
 from workcenter.domain.unit import Unit
-from workcenter.domain.workflow import Stage, parse_stages
+from workcenter.domain.workflow import Stage
 
 TEXT_LIMIT = 8_000
 
@@ -51,28 +53,6 @@ def clip(text: object, limit: int = TEXT_LIMIT) -> str:
     return text.strip()[:limit] if isinstance(text, str) else ""
 
 
-def stage_brief(stage: str, item: wi.WorkItemState) -> act.Brief:
-    return act.Brief(
-        objective=f"{stage.capitalize()}: {item.goal}"[:2_000],
-        expected_outcome="Evidence and one acceptance check per criterion."[:2_000],
-    )
-
-
-def add_stage_action(
-    unit: Unit, stage: str, context: tuple[act.ContextEntry, ...] = ()
-) -> act.ActionState:
-    """Linear: insert the Action for ``stage``, with the stage's attempt limit, and
-    make it the current one."""
-    action = unit.plan_action(
-        type=stage,
-        brief=stage_brief(stage, unit.item),
-        context=context,
-        max_attempts=unit.item.max_attempts_for(stage) or act.DEFAULT_MAX_ATTEMPTS,
-    )
-    unit.set_status("ready", action.id)
-    return action
-
-
 def invalidate_open(unit: Unit, status: Literal["superseded", "cancelled"], reason: str) -> None:
     for action in list(unit.actions.values()):
         unit.apply_action(
@@ -98,7 +78,7 @@ def create(
     limits: rl.Limits | None = None,
 ) -> Unit:
     """``stages`` (linear only) are names or ``{type, maxAttempts}`` objects."""
-    workflow = parse_stages(stages or wi.DEFAULT_STAGES) if mode == "linear" else ()
+    workflow = modes.policy(mode).workflow(stages)
     unit = Unit.new_item(
         wi.create(
             work_item_id=work_item_id,
@@ -120,10 +100,7 @@ def create(
 
 def _start(unit: Unit) -> None:
     unit.item_event(wi.WorkItemStarted)
-    if unit.item.mode == "linear":
-        add_stage_action(unit, unit.item.stages[0])
-    else:
-        unit.derive_status()
+    modes.of(unit.item).begin(unit)
 
 
 def start(
@@ -169,10 +146,7 @@ def update_contract(
         changed_fields=changed,
     )
     invalidate_open(unit, "superseded", "contract changed")
-    if item.mode == "linear":
-        add_stage_action(unit, item.stages[0])
-    elif item.status != "draft":
-        unit.derive_status()
+    modes.of(item).restart(unit, item)
     return unit
 
 
@@ -229,29 +203,7 @@ def resume(
     cancelled = sorted(
         (a for a in unit.actions.values() if a.status == "cancelled"), key=lambda a: a.sequence
     )
-    if item.mode == "dynamic":
-        for action in cancelled:
-            unit.apply_action(
-                act.supersede_cancelled(action, reason="resumed after cancel", at=at, by=by)
-            )
-        unit.derive_status()
-        return unit
-    if not cancelled:
-        add_stage_action(unit, item.stages[0])
-        return unit
-    for action in cancelled:
-        unit.apply_action(
-            act.reset(
-                action,
-                reason="resumed",
-                add_context=(),
-                contract_revision=item.contract_revision,
-                at=at,
-                by=by,
-                keep_inputs=True,
-            )
-        )
-    unit.set_status("ready", cancelled[-1].id)
+    modes.of(item).resume(unit, cancelled)
     return unit
 
 
@@ -289,55 +241,14 @@ def _target(
     return action
 
 
-def prior_result(action: act.ActionState, answer: str = "") -> act.ContextEntry | None:
-    """The context entry carrying an Action's latest ended Run to its next attempt."""
-    run = next((r for r in reversed(action.runs) if r.result is not None), None)
-    if run is None or run.result is None:
-        return None
-    return act.ContextEntry(
-        kind="prior_result",
-        text=run.result.summary or run.result.error or "",
-        action_type=action.type,
-        run_id=run.id,
-        evidence=run.result.evidence,
-        review_decision=run.result.review_decision,
-        waiting_reason=(run.result.waiting_reason or "") + (f"\nAnswer: {answer}" if answer else "")
-        or None,
-    )
-
-
 def _next_generation(
     unit: Unit,
     target: act.ActionState,
     reason: Literal["guided", "retried"],
     entries: tuple[act.ContextEntry, ...],
 ) -> Unit:
-    """Dynamic: reset the Action in place. Linear: supersede it (so it can neither
-    block nor be revived) and make a replacement with the same spec current."""
-    if unit.item.mode == "dynamic":
-        unit.apply_action(
-            act.reset(
-                target,
-                reason=reason,
-                add_context=entries,
-                contract_revision=unit.item.contract_revision,
-                at=unit.at,
-                by=unit.by,
-            )
-        )
-        unit.derive_status()
-        return unit
-    unit.apply_action(
-        act.invalidate(target, status="superseded", reason=reason, at=unit.at, by=unit.by)
-    )
-    replacement = unit.plan_action(
-        type=target.type,
-        brief=target.brief,
-        workspace_mode=target.workspace_mode,
-        max_attempts=target.max_attempts,
-        context=tuple(e for e in target.context if e.kind != "input") + entries,
-    )
-    unit.set_status("ready", replacement.id)
+    """The mode's next attempt at ``target`` (see ``ModePolicy.next_generation``)."""
+    modes.of(unit.item).next_generation(unit, target, reason, entries)
     return unit
 
 
@@ -385,13 +296,12 @@ def guide(
     guidance = clip(guidance)
     if not guidance:
         raise InvalidInput("guidance text is required")
-    allowed = ("ready", "running") if item.mode == "linear" else tuple(wi.ACTIVE)
-    if item.status not in allowed:
+    policy = modes.of(item)
+    if item.status not in policy.guidance_item_statuses:
         raise CommandRefused(f"WorkItem is {item.status}; no active Action for guidance")
     target = _target(item, actions, action_id, expected_generation, "guidance")
-    guidable = ("ready", "running") if item.mode == "linear" else ("ready", "running", "waiting")
-    if target.status not in guidable or (
-        item.mode == "linear" and item.current_action_id != target.id
+    if target.status not in policy.guidable_statuses or (
+        policy.current_action_only and item.current_action_id != target.id
     ):
         raise CommandRefused(f"Action is {target.status}; no active Action for guidance")
     entry = act.ContextEntry(kind="guidance", text=guidance)

@@ -14,7 +14,7 @@ from pydantic import ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
 from workcenter.domain import action as act
-from workcenter.domain import bounds, inputs
+from workcenter.domain import bounds, inputs, modes
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.evidence import (
@@ -117,11 +117,7 @@ def _is_final_gate(item: wi.WorkItemState, action: act.ActionState, decision: st
         return True
     if decision != "approved":
         return False
-    if item.mode == "linear":
-        return action.type in item.stages and item.stages[-1] == action.type
-    return not any(
-        e.type == "deliver" and e.action_id != action.id for e in item.entries(*act.OPEN_STATUSES)
-    )
+    return modes.of(item).is_last_stage(item, action)
 
 
 def normalise(
@@ -160,8 +156,8 @@ def normalise(
             contract_patch=None,
         )
 
-    if patch is not None and item.mode == "dynamic":
-        patch = None  # dynamic items take contract changes from users only
+    if patch is not None and not modes.of(item).takes_contract_patches:
+        patch = None
     if patch is not None and action.type != "triage":
         return failed("Only a triage Action may patch the contract")
     if outcome != "completed":

@@ -18,7 +18,7 @@ from pydantic import ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from workcenter.domain import action as act
-from workcenter.domain import bounds, inputs
+from workcenter.domain import bounds, inputs, modes
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
@@ -173,7 +173,7 @@ def plan_actions(
     by: Actor,
 ) -> Unit:
     plan: Plan = _parse(Plan, payload)
-    if item.mode != "dynamic":
+    if not modes.of(item).takes_plans:
         raise CommandRefused("Only dynamic WorkItems take planned Actions")
     if item.status not in wi.ACTIVE:
         raise CommandRefused(f"Cannot plan Actions for a WorkItem in {item.status}")
@@ -254,7 +254,7 @@ def complete(
     by: Actor,
 ) -> Unit:
     completion: Completion = _parse(Completion, payload)
-    if item.mode != "dynamic":
+    if not modes.of(item).takes_plans:
         raise CommandRefused("Linear WorkItems complete through their deliver stage")
     if item.status not in wi.ACTIVE:
         raise CommandRefused(f"Cannot complete a WorkItem in {item.status}")

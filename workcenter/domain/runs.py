@@ -12,12 +12,12 @@ from typing import Any, Literal
 from uuid import UUID
 
 from workcenter.domain import action as act
+from workcenter.domain import modes
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.action_input import refuse_unconsumed
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, StaleRun
-from workcenter.domain.lifecycle import add_stage_action, prior_result
 from workcenter.domain.model import Emitter
 from workcenter.domain.outcome import NormalisedOutcome, RunReport, normalise
 from workcenter.domain.unit import Unit
@@ -32,14 +32,7 @@ def claimable(item: wi.WorkItemState, action: act.ActionState) -> str | None:
         return f"Action is {action.status}"
     if item.stopped:
         return f"WorkItem is stopped by its budget ({item.stopped})"
-    if item.mode == "linear":
-        if item.status != "ready" or item.current_action_id != action.id:
-            return "Action is not the current Action of a ready WorkItem"
-        if item.entries("failed"):
-            return "WorkItem has a failed Action"
-    elif item.status not in wi.ACTIVE:
-        return f"WorkItem is {item.status}"
-    return None
+    return modes.of(item).why_not_claimable(item, action)
 
 
 def claim(
@@ -78,11 +71,6 @@ def claim(
     return unit
 
 
-def _settle_linear_interruption(unit: Unit, action: act.ActionState) -> None:
-    after = unit.action(action.id)
-    unit.set_status("ready" if after.status == "ready" else "needs_attention", action.id)
-
-
 def interrupt(
     item: wi.WorkItemState,
     action: act.ActionState,
@@ -103,15 +91,8 @@ def interrupt(
     unit.apply_action(
         act.interrupt(action, run, reason=reason or "interrupted", at=at, by=by, progress=progress)
     )
-    _settle_after_ended_run(unit, action)
+    modes.of(unit.item).after_run_ended(unit, action)
     return unit
-
-
-def _settle_after_ended_run(unit: Unit, action: act.ActionState) -> None:
-    if unit.item.mode == "linear":
-        _settle_linear_interruption(unit, action)
-    else:
-        unit.derive_status()
 
 
 def defer(
@@ -131,7 +112,7 @@ def defer(
         attempt=max(0, action.attempt - 1),
     )
     unit.apply_action(emit.events)
-    _settle_after_ended_run(unit, action)
+    modes.of(unit.item).after_run_ended(unit, action)
     return unit
 
 
@@ -156,10 +137,7 @@ def finish(
     unit.apply_action(
         act.finish(action, run, outcome=normalised.outcome, result=normalised.result, at=at, by=by)
     )
-    if item.mode == "dynamic":
-        unit.derive_status()
-    else:
-        _advance_linear(unit, unit.action(action.id), normalised)
+    modes.of(item).after_finish(unit, unit.action(action.id), normalised)
     return unit
 
 
@@ -195,47 +173,6 @@ def _apply_patch(unit: Unit, normalised: NormalisedOutcome) -> None:
         )
 
 
-def _next_stage(
-    item: wi.WorkItemState, action: act.ActionState, decision: str | None
-) -> str | None:
-    stages = item.stages
-    index = stages.index(action.type) if action.type in stages else len(stages) - 1
-    if action.type == "review" and decision == "changes_requested":
-        # The latest earlier stage that is neither review nor deliver, triage last;
-        # create() guarantees there is one.
-        earlier = [s for s in stages[:index] if s not in ("review", "deliver")]
-        editable = [s for s in earlier if s != "triage"]
-        return (editable or earlier)[-1]
-    return stages[index + 1] if index + 1 < len(stages) else None
-
-
-def _advance_linear(unit: Unit, action: act.ActionState, normalised: NormalisedOutcome) -> None:
-    if normalised.outcome == "waiting":
-        unit.set_status("waiting", action.id)
-    elif action.status == "ready":
-        unit.set_status("ready", action.id)
-    elif action.status == "failed":
-        unit.set_status("needs_attention", action.id)
-    else:
-        stage = _next_stage(unit.item, action, normalised.result.review_decision)
-        if stage is None and unit.item.stopped:
-            # While stopped an item only needs attention: done too (resource-ledger.md 3).
-            unit.set_status("needs_attention", action.id)
-            return
-        if stage is None:
-            unit.item_event(
-                wi.WorkItemCompleted,
-                final_result=wi.FinalResult(
-                    summary=normalised.result.summary,
-                    evidence_run_ids=(action.result_run_id,) if action.result_run_id else (),
-                ),
-            )
-            return
-        carried = tuple(e for e in action.context if e.kind != "input")
-        entry = prior_result(action)
-        add_stage_action(unit, stage, (*carried, entry) if entry else carried)
-
-
 def recover(
     item: wi.WorkItemState,
     action: act.ActionState,
@@ -257,7 +194,7 @@ def recover(
     )
     if current:
         unit.apply_action(act.interrupt(action, run, reason=RECOVERED_REASON, at=at, by=by))
-        _settle_after_ended_run(unit, action)
+        modes.of(unit.item).after_run_ended(unit, action)
         return unit
     status: Literal["cancelled", "superseded"] = (
         "cancelled" if item.status == "cancelled" else "superseded"
@@ -272,8 +209,7 @@ def recover(
             run_status=status,
         )
     )
-    if item.mode == "dynamic" and item.status in wi.ACTIVE:
-        unit.derive_status()
+    modes.of(item).after_stale_run_ended(unit)
     return unit
 
 

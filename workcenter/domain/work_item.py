@@ -352,8 +352,8 @@ def create(
         goal=contract.goal,
         acceptance_criteria=contract.acceptance_criteria,
         delivery_target=contract.delivery_target,
-        stages=stages if mode == "linear" else (),
-        stage_max_attempts=stage_max_attempts if mode == "linear" else (),
+        stages=stages,
+        stage_max_attempts=stage_max_attempts,
     )
     return emit.events
 

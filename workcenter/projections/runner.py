@@ -18,12 +18,20 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Self
+from typing import Any, Protocol, Self
 
 from workcenter.projections.inline import InlineProjections
 
-if TYPE_CHECKING:
-    from workcenter.store import Store
+
+class Store(Protocol):
+    """What the runner needs of a service: its event store and its registered views."""
+
+    @property
+    def store(self) -> Any: ...
+
+    @property
+    def projections(self) -> InlineProjections: ...
+
 
 DEFAULT_POLL = 0.5
 

@@ -1,0 +1,104 @@
+"""The reads: goal progress, the list of items, an item's detail, its history, its
+audit trail and its state at a point of that trail."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import orjson
+
+from workcenter import audit_trail
+from workcenter.domain import action as act
+from workcenter.domain import bounds, inputs, planning
+from workcenter.domain import work_item as wi
+from workcenter.domain.errors import InvalidInput, NotFound
+from workcenter.domain.goal_progress import GoalProgress
+from workcenter.domain.model import DomainEvent
+from workcenter.ports import StreamReader
+from workcenter.projections import audit as audit_rows
+from workcenter.projections.audit import DEFAULT_LIMIT, AuditRow
+from workcenter.projections.detail import Detail, DetailView
+from workcenter.projections.work_queue import WorkQueue
+from workcenter.read_models import ReadModels
+from workcenter.repository import Repository
+
+
+class Reads:
+    def __init__(
+        self, repository: Repository, read_models: ReadModels, read_streams: StreamReader
+    ) -> None:
+        self.repo = repository
+        self.read_models = read_models
+        self.read_streams = read_streams
+
+    def goal_progress(self, work_item_id: UUID) -> GoalProgress:
+        item = self.repo.work_item(work_item_id)
+        return planning.progress(item, self.repo.actions(item))
+
+    def list_work_items(self, status: str | None) -> list[dict[str, Any]]:
+        if status is not None and (not isinstance(status, str) or status not in wi.STATUSES):
+            raise InvalidInput(f"status must be one of {', '.join(wi.STATUSES)}, not {status!r}")
+        return self.read_models.fresh(WorkQueue.name).work_items(status)  # type: ignore[no-any-return]
+
+    def detail(self, work_item_id: UUID) -> dict[str, Any]:
+        """See ``WorkCenter.detail``: the stored DTO, caught up first if it is behind the
+        head and its lifecycle says so."""
+        work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
+        details: DetailView = self.read_models.view(Detail.name)
+        raw, current = details.current_detail_bytes(
+            work_item_id, Detail.name, self.read_models.head
+        )
+        if not current and self.read_models.catches_up_on_read(Detail.name):
+            self.read_models.catch_up([Detail.name])
+            raw = details.detail_bytes(work_item_id)
+        dto = None if raw is None else dict(orjson.loads(raw))
+        if dto is None:
+            self.repo.work_item(work_item_id)  # NotFound if there is no such item
+            raise NotFound("detail (the projection runner is behind) of WorkItem", work_item_id)
+        return dto
+
+    def history(self, work_item_id: UUID) -> list[DomainEvent]:
+        return self.repo.events(self.repo.work_item(work_item_id).id)
+
+    def action_history(self, action_id: UUID) -> list[DomainEvent]:
+        return self.repo.events(self.repo.action(action_id).id)  # NotFound unless an Action
+
+    def audit(
+        self,
+        work_item_id: UUID,
+        *,
+        limit: int | None = DEFAULT_LIMIT,
+        action_id: UUID | None = None,
+        run_id: UUID | None = None,
+        type: str | None = None,
+        until: int | None = None,
+    ) -> list[AuditRow]:
+        if limit is not None:
+            limit = inputs.version(limit, "limit")
+        if until is not None:
+            until = inputs.version(until, "until")
+        action_id = inputs.optional_id(action_id, "Action")
+        run_id = inputs.optional_id(run_id, "Run")
+        if type is not None:
+            type = inputs.text(type, "type", bounds.ACTION_TYPE)
+        return audit_rows.select(
+            audit_trail.rows(self.repo, self.read_streams, work_item_id, until),
+            limit=limit,
+            action_id=action_id,
+            run_id=run_id,
+            type=type,
+        )
+
+    def state_at(
+        self, work_item_id: UUID, version: int | None, at: datetime | None
+    ) -> tuple[int, wi.WorkItemState, dict[UUID, act.ActionState]]:
+        work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
+        if version is not None:
+            version = inputs.version(version, "version")
+        if at is not None:
+            at = inputs.moment(at, "at")
+        return audit_trail.state_at(
+            self.repo, self.read_streams, work_item_id, version=version, at=at
+        )

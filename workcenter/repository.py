@@ -1,0 +1,261 @@
+"""The repository and its unit of work: loading aggregates and saving a command.
+
+Aggregates are loaded through the library's repository (cache and snapshots)
+with pure projector functions, and a command's Unit of events is saved in one
+transaction together with any snapshot due and the rows of the inline read
+models (ADR-0016); a lost race reloads and decides again. What reaches the
+database is the recorder's business: this module only hands it the snapshots
+and the inline write through the ``TransactionArguments`` port.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar, cast
+from uuid import UUID
+
+from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.persistence import IntegrityError
+
+from workcenter.domain import action as act
+from workcenter.domain import inputs
+from workcenter.domain import resource_ledger as rl
+from workcenter.domain import work_item as wi
+from workcenter.domain.errors import NotFound, VersionConflict, WorkcenterError
+from workcenter.domain.model import AggregateState, DomainEvent
+from workcenter.domain.unit import Unit
+from workcenter.ports import TransactionArguments
+from workcenter.projections.inline import InlineWrite
+from workcenter.read_models import ReadModels
+
+SNAPSHOT_INTERVAL = 50
+SAVE_ATTEMPTS = 8
+S = TypeVar("S", bound=AggregateState)
+SnapshotClasses = Mapping[type[AggregateState], type[DomainEvent]]
+
+
+class WriteContention(WorkcenterError):
+    """Other writers kept moving the same aggregates; the command gave up."""
+
+    code = "write_contention"
+
+
+class ForeignStream(Exception):
+    """The stream loaded belongs to another aggregate type (an Action's id given as a
+    WorkItem's, say): the load answers NotFound, never a fold of foreign events."""
+
+
+def _projector(
+    evolve: Callable[[Any, Any], Any],
+    state_class: type[AggregateState],
+    event_class: type[DomainEvent],
+    snapshot: type[DomainEvent],
+) -> Callable[[Any, Iterable[Any]], Any]:
+    def project(state: Any, events: Iterable[Any]) -> Any:
+        if state is not None and not isinstance(state, state_class):
+            raise ForeignStream  # a cached state of another type
+        for event in events:
+            if isinstance(event, snapshot):
+                state = event.state  # type: ignore[attr-defined]
+            elif isinstance(event, event_class):
+                state = evolve(state, event)
+            else:
+                raise ForeignStream
+        return state
+
+    return project
+
+
+def fold(state: S, events: Iterable[DomainEvent], evolve: Callable[[Any, Any], Any]) -> S:
+    """``state`` after ``events`` (a command's own, just decided)."""
+    for event in events:
+        state = evolve(state, event)
+    return state
+
+
+class Repository:
+    """Loads a command's aggregates and saves its events as one unit of work."""
+
+    def __init__(
+        self,
+        store: Application[UUID],
+        read_models: ReadModels,
+        transaction: TransactionArguments,
+        snapshot_classes: SnapshotClasses,
+    ) -> None:
+        self.store = store
+        self.read_models = read_models
+        self.transaction = transaction
+        self.snapshot_classes = snapshot_classes
+        self.project_action = _projector(
+            act.evolve, act.ActionState, act.ActionEvent, snapshot_classes[act.ActionState]
+        )
+        self.project_work_item = _projector(
+            wi.evolve, wi.WorkItemState, wi.WorkItemEvent, snapshot_classes[wi.WorkItemState]
+        )
+        self.project_ledger = _projector(
+            rl.evolve, rl.LedgerState, rl.LedgerEvent, snapshot_classes[rl.LedgerState]
+        )
+
+    # --- loading --------------------------------------------------------------
+
+    def _load(self, aggregate_id: UUID, version: int | None, projector: Callable[..., Any]) -> Any:
+        repository = self.store.repository
+        state = repository.get(aggregate_id, version=version, projector_func=projector)
+        if version is None and repository.cache is not None:
+            # The library fast-forwards a cached state but keeps the old (immutable) one
+            # in the cache; put the newer state back so the next load replays only the
+            # events after it, not every event since the aggregate was first cached.
+            repository.cache.put(aggregate_id, state)
+        return state
+
+    def work_item(self, work_item_id: UUID, version: int | None = None) -> wi.WorkItemState:
+        work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
+        state = self._load_state(work_item_id, version, self.project_work_item, wi.WorkItemState)
+        if state is None:
+            raise NotFound("WorkItem", work_item_id)
+        return state
+
+    def action(self, action_id: UUID, version: int | None = None) -> act.ActionState:
+        action_id = inputs.aggregate_id(action_id, "Action")
+        state = self._load_state(action_id, version, self.project_action, act.ActionState)
+        if state is None:
+            raise NotFound("Action", action_id)
+        return state
+
+    def ledger(self, work_item_id: UUID, version: int | None = None) -> rl.LedgerState:
+        """The WorkItem's ResourceLedger."""
+        work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
+        ledger_id = rl.ledger_id_for(work_item_id)
+        state = self._load_state(ledger_id, version, self.project_ledger, rl.LedgerState)
+        if state is None:
+            raise NotFound("ResourceLedger of WorkItem", work_item_id)
+        return state
+
+    def _load_state(
+        self,
+        aggregate_id: UUID,
+        version: int | None,
+        projector: Callable[..., Any],
+        state_class: type[S],
+    ) -> S | None:
+        """The state, or None when the stream is missing, of another aggregate type, or
+        asked for at a version before its first."""
+        if version is not None and inputs.version(version, "version") < 1:
+            return None
+        try:
+            state = self._load(aggregate_id, version, projector)
+        except (AggregateNotFoundError, ForeignStream):
+            return None
+        return state if isinstance(state, state_class) else None
+
+    def actions(self, item: wi.WorkItemState, *statuses: str) -> dict[UUID, act.ActionState]:
+        """The item's Actions (only those whose mirrored status is in ``statuses``, if given)."""
+        entries = item.entries(*statuses) if statuses else item.plan
+        return {e.action_id: self.action(e.action_id) for e in entries}
+
+    def events(self, aggregate_id: UUID, after: int | None = None) -> list[DomainEvent]:
+        return cast(list[DomainEvent], list(self.store.events.get(aggregate_id, gt=after)))
+
+    def event_count(self) -> int:
+        return self.store.recorder.max_notification_id() or 0
+
+    # --- the unit of work -----------------------------------------------------
+
+    def save(self, unit: Unit) -> None:
+        states: dict[UUID, AggregateState] = {unit.item.id: unit.item, **unit.actions}
+        if unit.ledger is not None:
+            states[unit.ledger.id] = unit.ledger
+        self.save_events(unit.events, states)
+
+    def save_events(
+        self, events: Sequence[DomainEvent], states: Mapping[UUID, AggregateState]
+    ) -> None:
+        """One transaction: the events, snapshots of ``states`` that crossed an interval,
+        and the rows and positions of the eager read models, applied from ``events``."""
+        if not events:
+            return
+        along: dict[str, Any] = {}
+        snapshots = self._snapshots(states, events)
+        if snapshots:
+            along.update(self.transaction.snapshots(snapshots))
+        inline = None
+        if self.read_models.inline:
+            inline = InlineWrite(events, self.read_models.written_by(events), self.store.mapper)
+            along.update(self.transaction.inline(inline))
+        self.store.save(*events, **along)
+        if inline is not None and inline.left_behind:
+            # Too far behind to catch up inside the command; the rule is in inline.py.
+            self.read_models.catch_up(inline.left_behind)
+
+    def _snapshots(
+        self, states: Mapping[UUID, AggregateState], events: Sequence[DomainEvent]
+    ) -> list[DomainEvent]:
+        """A snapshot of every aggregate whose stream crossed a multiple of the interval.
+
+        The library snapshots only aggregates it was given, and it is given events.
+        """
+        if self.store.snapshots is None:
+            return []
+        crossed = {e.originator_id for e in events if e.originator_version % SNAPSHOT_INTERVAL == 0}
+        return [
+            self.snapshot_classes[type(state)](
+                originator_id=state.id,
+                originator_version=state.version,
+                timestamp=events[-1].timestamp,
+                state=state,  # type: ignore[call-arg]
+            )
+            for aggregate_id in crossed
+            if (state := states.get(aggregate_id)) is not None
+        ]
+
+    def execute(self, decide: Callable[[], Unit]) -> Unit:
+        """Decide and save; on a lost race reload and decide again (the checks run again too)."""
+        for _ in range(SAVE_ATTEMPTS):
+            unit = decide()
+            try:
+                self.save(unit)
+            except IntegrityError:
+                continue
+            return unit
+        raise WriteContention("the aggregates kept changing; try again")
+
+    def save_action(
+        self, decide: Callable[[act.ActionState], Sequence[DomainEvent]], action_id: UUID
+    ) -> act.ActionState | None:
+        """A command on the Action alone: load, decide, save; retried on a lost race.
+        None if it kept losing."""
+        for _ in range(SAVE_ATTEMPTS):
+            action = self.action(action_id)
+            events = decide(action)
+            after = fold(action, events, act.evolve)
+            try:
+                self.save_events(events, {action.id: after})
+            except IntegrityError:
+                continue
+            return after
+        return None
+
+    def check_expected(
+        self,
+        state: AggregateState,
+        expected_version: int | None,
+        conflicts: tuple[type[DomainEvent], ...] | None,
+    ) -> None:
+        """Refuse only if an event of the command's conflict class came after what the caller saw.
+
+        ``conflicts=None`` is the strict class: any later event conflicts.
+        """
+        if expected_version is None or expected_version == state.version:
+            return
+        subject = "Execution control" if isinstance(state, rl.LedgerState) else ""
+        if expected_version > state.version or expected_version < 1:
+            raise VersionConflict(
+                state.id, expected_version, state.version, ["unknown version"], subject
+            )
+        later = self.events(state.id, after=expected_version)
+        clashing = [
+            type(e).__name__ for e in later if conflicts is None or isinstance(e, conflicts)
+        ]
+        if clashing:
+            raise VersionConflict(state.id, expected_version, state.version, clashing, subject)

@@ -1,0 +1,210 @@
+"""The Run commands: the claim, lease renewal, finishing, interrupting and
+deferring a Run, the input a running Action receives, and recovery of dead Runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+from workcenter import claiming
+from workcenter.claiming import Claim
+from workcenter.domain import action as act
+from workcenter.domain import action_input, bounds, inputs, runs
+from workcenter.domain import actor as actors
+from workcenter.domain import work_item as wi
+from workcenter.domain.actor import Actor
+from workcenter.domain.errors import InvalidInput, WorkcenterError
+from workcenter.domain.model import DomainEvent
+from workcenter.domain.outcome import RunReport
+from workcenter.domain.run import parse_progress
+from workcenter.domain.unit import Unit
+from workcenter.ports import Clock
+from workcenter.projections.work_queue import WorkQueue, WorkQueueView
+from workcenter.read_models import ReadModels
+from workcenter.repository import Repository, WriteContention
+
+RunDecision = Callable[[wi.WorkItemState, act.ActionState, act.RunRef, datetime, Actor], Unit]
+
+
+def run_ref(claim: object) -> act.RunRef:
+    """The fencing reference of a Claim or RunRef; anything else is refused."""
+    if isinstance(claim, act.RunRef):
+        return claim
+    ref = getattr(claim, "ref", None)
+    if isinstance(ref, act.RunRef):
+        return ref
+    raise InvalidInput(f"expected a Claim or a RunRef, not {type(claim).__name__}")
+
+
+def run_actor(claim: Claim | act.RunRef, action: act.ActionState) -> Actor:
+    """The worker a Run command is by: the claim's, else the one that claimed the Run."""
+    held = getattr(claim, "actor", None)
+    if isinstance(held, Actor):
+        return held
+    run = action.run(run_ref(claim).run_id)
+    # No such Run: the decision refuses the command, so nothing is recorded by anyone.
+    return actors.worker(run.worker, run.owner_boot_id) if run else actors.OPERATOR
+
+
+def chosen_actor(actor: Actor | str | None) -> Actor | None:
+    """An explicit actor, checked before anything is loaded; None for the Run's worker."""
+    return None if actor is None else actors.parse(actor)
+
+
+class RunCommands:
+    """A worker's side: what it claims and how its Runs end."""
+
+    def __init__(
+        self, repository: Repository, read_models: ReadModels, clock: Clock, boot_id: str
+    ) -> None:
+        self.repo = repository
+        self.read_models = read_models
+        self.clock = clock
+        self.boot_id = boot_id
+
+    def work_queue(self) -> WorkQueueView:
+        """Claims and recovery read the work queue: it is brought up to the head first,
+        even when inline projections are off (then only it, leaving the rest to the runner)."""
+        return self.read_models.fresh(WorkQueue.name)  # type: ignore[no-any-return]
+
+    def claim_next(
+        self, worker: str, lease_seconds: float, actor: Actor | str | None
+    ) -> Claim | None:
+        """See ``WorkCenter.claim_next``."""
+        worker = inputs.text(worker, "worker", bounds.WORKER, required=True)
+        lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))
+        by = actors.resolve(actor, actors.worker(worker, self.boot_id))
+        return claiming.claim_next(self, worker, lease, by)
+
+    def command(
+        self, claim: Claim | act.RunRef, actor: Actor | str | None, decide: RunDecision
+    ) -> act.ActionState:
+        """Load the Run's Action and item, decide as the Run's worker (or ``actor``), save."""
+        ref = run_ref(claim)
+        chosen = chosen_actor(actor)
+
+        def attempt() -> Unit:
+            action = self.repo.action(ref.action_id)
+            item = self.repo.work_item(action.work_item_id)
+            by = chosen or run_actor(claim, action)
+            return decide(item, action, ref, self.clock.now(), by)
+
+        return self.repo.execute(attempt).action(ref.action_id)
+
+    def renew_lease(
+        self, claim: Claim | act.RunRef, lease_seconds: float, actor: Actor | str | None
+    ) -> bool:
+        """Extend the lease; False when the Run is no longer live (stop working on it)."""
+        ref = run_ref(claim)
+        lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))
+        chosen = chosen_actor(actor)
+
+        refused: list[WorkcenterError] = []
+
+        def renew(action: act.ActionState) -> Sequence[DomainEvent]:
+            by = chosen or run_actor(claim, action)
+            try:
+                return act.renew(action, ref, lease=lease, at=self.clock.now(), by=by)
+            except WorkcenterError as error:
+                refused.append(error)  # a Run no longer live: nothing is written
+                return []
+
+        return self.repo.save_action(renew, ref.action_id) is not None and not refused
+
+    def finish_run(
+        self,
+        claim: Claim | act.RunRef,
+        report: RunReport | Mapping[str, Any],
+        actor: Actor | str | None,
+    ) -> act.ActionState:
+        if not isinstance(report, RunReport | Mapping):
+            raise InvalidInput(f"a run report must be a mapping, not {type(report).__name__}")
+        return self.command(
+            claim,
+            actor,
+            lambda item, action, ref, at, by: runs.finish(
+                item,
+                action,
+                ref,
+                dict(report) if isinstance(report, Mapping) else report,
+                at=at,
+                by=by,
+            ),
+        )
+
+    def interrupt(
+        self,
+        claim: Claim | act.RunRef,
+        reason: str,
+        progress: act.RunProgress | Mapping[str, Any] | None,
+        actor: Actor | str | None,
+    ) -> act.ActionState:
+        reason = inputs.text(reason, "reason", bounds.REASON)
+        final = parse_progress(progress)
+        return self.command(
+            claim,
+            actor,
+            lambda item, action, ref, at, by: runs.interrupt(
+                item, action, ref, reason=reason, at=at, by=by, progress=final
+            ),
+        )
+
+    def defer(self, claim: Claim | act.RunRef, actor: Actor | str | None) -> act.ActionState:
+        """The workspace is busy: end the Run as deferred and give its attempt back."""
+        return self.command(
+            claim,
+            actor,
+            lambda item, action, ref, at, by: runs.defer(item, action, ref, at=at, by=by),
+        )
+
+    def pending_input(self, claim: Claim | act.RunRef) -> tuple[act.QueuedInput, ...]:
+        """Input queued for the Action that this live Run has not consumed yet."""
+        ref = run_ref(claim)
+        return action_input.pending(self.repo.action(ref.action_id), ref)
+
+    def consume_input(
+        self, claim: Claim | act.RunRef, input_ids: Sequence[UUID], actor: Actor | str | None
+    ) -> act.ActionState:
+        """Record that the Run took the named queued input into its work (by the Run's
+        worker unless ``actor`` says otherwise)."""
+        ref = run_ref(claim)
+        chosen = chosen_actor(actor)
+        if isinstance(input_ids, str | bytes) or not isinstance(input_ids, Sequence):
+            raise InvalidInput("input_ids must be a list of input ids")
+        if not all(isinstance(i, UUID) for i in input_ids):
+            raise InvalidInput("input_ids must be a list of input ids")
+
+        def consume(action: act.ActionState) -> Sequence[DomainEvent]:
+            by = chosen or run_actor(claim, action)
+            return action_input.consume(action, ref, input_ids, at=self.clock.now(), by=by)
+
+        after = self.repo.save_action(consume, ref.action_id)
+        if after is None:
+            raise WriteContention("the Action kept changing; try again")
+        return after
+
+    def recover(self, worker: str | None, actor: Actor | str | None) -> list[UUID]:
+        """End every dead Run (see ``WorkCenter.recover``); the operator's by default."""
+        repo = self.repo
+        if worker is not None:
+            worker = inputs.text(worker, "worker", bounds.WORKER, required=True)
+        by = actors.resolve(actor, actors.OPERATOR)
+        recovered: list[UUID] = []
+        for action_id, run_id, *_ in self.work_queue().live_runs():
+
+            def attempt(action_id: UUID = action_id, run_id: UUID = run_id) -> Unit:
+                action = repo.action(action_id)
+                run = action.run(run_id)
+                at = self.clock.now()
+                if run is None or not runs.is_dead(run, boot_id=self.boot_id, worker=worker, at=at):
+                    return Unit(repo.work_item(action.work_item_id), {}, at, by=by)
+                return runs.recover(
+                    repo.work_item(action.work_item_id), action, run_id=run_id, at=at, by=by
+                )
+
+            if repo.execute(attempt).events:
+                recovered.append(run_id)
+        return recovered
