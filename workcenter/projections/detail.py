@@ -26,6 +26,7 @@ from eventsourcing.persistence import Tracking
 from eventsourcing.projection import Projection
 from eventsourcing.sqlite import SQLiteCursor
 
+from workcenter.adapters.compression import deflate, inflate
 from workcenter.domain import action as act
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
@@ -63,6 +64,11 @@ def refreshes_detail(events: Iterable[DomainEvent]) -> bool:
     settled, many per Run) leaves it behind; the next such save or read catches up,
     building the item's DTO once for all those ledger events instead of once each."""
     return any(kind_of(event) in ("item", "action") for event in events)
+
+
+def _as_bytes(blob: str | bytes) -> bytes:
+    # Rows written before compression held the state as TEXT.
+    return blob.encode() if isinstance(blob, str) else bytes(blob)
 
 
 def build_detail(
@@ -116,7 +122,13 @@ class DetailView(TrackedView):
         for aggregate_id, (kind, item_id, state) in working.items():
             c.execute(
                 "INSERT OR REPLACE INTO dv_states VALUES (?, ?, ?, ?, ?)",
-                (aggregate_id.hex, item_id.hex, kind, state.version, state.model_dump_json()),
+                (
+                    aggregate_id.hex,
+                    item_id.hex,
+                    kind,
+                    state.version,
+                    deflate(state.model_dump_json().encode()),
+                ),
             )
             self._remember(state)
         for item_id, (position, at) in touched.items():
@@ -124,7 +136,7 @@ class DetailView(TrackedView):
             if dto is not None:
                 c.execute(
                     "INSERT OR REPLACE INTO dv_details VALUES (?, ?, ?)",
-                    (item_id.hex, position, dto),
+                    (item_id.hex, position, deflate(dto)),
                 )
 
     def _remember(self, state: AggregateState) -> None:
@@ -136,7 +148,7 @@ class DetailView(TrackedView):
         cached = self._cache.get(aggregate_id)
         if cached is not None and cached.version == version:
             return cached
-        state = STATE_CLASSES[kind].model_validate_json(blob)
+        state = STATE_CLASSES[kind].model_validate_json(inflate(_as_bytes(blob)))
         self._remember(state)
         return state
 
@@ -194,11 +206,11 @@ class DetailView(TrackedView):
             current = (self._max_tracking_id(application_name, c) or 0) >= head(c)
             c.execute("SELECT dto FROM dv_details WHERE work_item_id = ?", (work_item_id.hex,))
             row = c.fetchone()
-        return (bytes(row[0]) if row else None), current
+        return (inflate(bytes(row[0])) if row else None), current
 
     def detail_bytes(self, work_item_id: UUID) -> bytes | None:
         rows = self._rows("SELECT dto FROM dv_details WHERE work_item_id = ?", (work_item_id.hex,))
-        return bytes(rows[0][0]) if rows else None
+        return inflate(bytes(rows[0][0])) if rows else None
 
 
 class Detail(Projection[DetailView]):
