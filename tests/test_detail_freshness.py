@@ -10,7 +10,17 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from conftest import BOOT_ID, WORKER, FakeClock, claim, create_linear, report
+from conftest import (
+    BOOT_ID,
+    WORKER,
+    FakeClock,
+    action_spec,
+    claim,
+    create_dynamic,
+    create_linear,
+    plan,
+    report,
+)
 
 from workcenter.application import WorkCenter
 from workcenter.projections.detail import Detail
@@ -114,3 +124,30 @@ def test_ledger_only_saves_leave_the_view_to_the_next_read_which_sees_them(
     wc.reserve_request(item.id, request=request, run_id=claimed.run_id)
     wc.finish_run(claimed, report())  # an Action save brings the view to the head
     assert detail_position(wc) == wc.event_count()
+
+
+def test_two_writers_on_one_item_each_store_the_dto_of_every_state(
+    db_path: Path, wc: WorkCenter, clock: FakeClock
+) -> None:
+    """The view keeps no states of its own (ADR-0020): what another process changed since
+    this one last folded an Action comes from the event store, never a stale memory."""
+    item = create_dynamic(wc)
+    plan(wc, item.id, action_spec(objective="First"), action_spec(objective="Second"))
+    other = WorkCenter.open(db_path, clock=clock, boot_id="other-boot")
+    try:
+        first = claim(wc)
+        wc.detail(item.id)  # both processes have folded the item's states now
+        other.detail(item.id)
+        clock.advance(1)
+        second = claim(other, "other-worker")
+        other.finish_run(second, report())  # this process's cached Actions are stale now
+        clock.advance(1)
+        assert wc.renew_lease(first)  # a save that touches only the first Action
+        statuses = {a["id"]: a["status"] for a in wc.detail(item.id)["actions"]}
+        assert statuses[str(second.action_id)] == "completed"
+        assert statuses[str(first.action_id)] == "running"
+        live = wc.details.dump()
+        wc.rebuild_projection(Detail.name)
+        assert wc.details.dump() == live
+    finally:
+        other.close()

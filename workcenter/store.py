@@ -48,7 +48,13 @@ from workcenter.domain.errors import InvalidInput, NotFound, VersionConflict, Wo
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.unit import Unit
 from workcenter.projections import lifecycle as projection_lifecycle
-from workcenter.projections.detail import Detail, DetailView, refreshes_detail
+from workcenter.projections.detail import (
+    Detail,
+    DetailView,
+    EventStoreStates,
+    Kind,
+    refreshes_detail,
+)
 from workcenter.projections.inline import InlineProjections, InlineWrite, InTransactionView
 from workcenter.projections.lifecycle import Progress, ProjectionStatus, RebuildReport
 from workcenter.projections.work_queue import WorkQueue, WorkQueueView
@@ -108,6 +114,11 @@ def _projector(
 project_action = _projector(act.evolve, act.ActionState, act.ActionEvent, ActionSnapshot)
 project_work_item = _projector(wi.evolve, wi.WorkItemState, wi.WorkItemEvent, WorkItemSnapshot)
 project_ledger = _projector(rl.evolve, rl.LedgerState, rl.LedgerEvent, LedgerSnapshot)
+STATE_LOADERS: dict[str, tuple[Callable[..., Any], type[AggregateState]]] = {
+    "item": (project_work_item, wi.WorkItemState),
+    "action": (project_action, act.ActionState),
+    "ledger": (project_ledger, rl.LedgerState),
+}
 
 
 INLINE_ENV = "WORKCENTER_INLINE_PROJECTIONS"
@@ -150,7 +161,9 @@ class Store:
         datastore = store.factory.datastore  # type: ignore[attr-defined]
         self.work_queue = WorkQueueView(datastore)
         self.work_queue.create_table()
-        self.details = DetailView(datastore)
+        self.details = DetailView(
+            datastore, source=EventStoreStates(store.recorder, self._state_at)
+        )
         self.details.create_table()
         self.projections = InlineProjections(
             store.recorder,
@@ -264,6 +277,11 @@ class Store:
         except (AggregateNotFoundError, ForeignStream):
             return None
         return state if isinstance(state, state_class) else None
+
+    def _state_at(self, kind: Kind, aggregate_id: UUID, version: int) -> AggregateState | None:
+        """A stream's state at ``version``, for the detail view (which keeps no states)."""
+        projector, state_class = STATE_LOADERS[kind]
+        return self._load_state(aggregate_id, version, projector, state_class)
 
     def actions(self, item: wi.WorkItemState, *statuses: str) -> dict[UUID, act.ActionState]:
         """The item's Actions (only those whose mirrored status is in ``statuses``, if given)."""

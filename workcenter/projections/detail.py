@@ -4,9 +4,11 @@ It is an inline view: the DTO of an item is stored when a command on the item
 or its Actions is saved, so a read right after such a write is one query; the
 ledger's own writes are folded by the next save or read (ADR-0019).
 
-The view folds the states of every WorkItem, Action and ResourceLedger from
-their events (``dv_states``), and whenever events of an item arrive it rebuilds
-that item's DTO from the states after them (``dv_details``). The DTO's ``now``
+Whenever events of an item arrive the view rebuilds that item's DTO from the
+states after them (``dv_details``): it folds the batch's events onto the states
+before them, and takes every other state of the item (its Actions, its ledger)
+from the event store, which snapshots and caches them; the view keeps no copy of
+any state (ADR-0020). The DTO's ``now``
 is the timestamp of the item's latest event, never the clock, so live and
 rebuilt views are byte-for-byte equal: an item's DTO depends only on its events.
 Within one batch an item's DTO is built once, after its last event there, which
@@ -15,9 +17,9 @@ gives the same bytes however the log is paged.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 from uuid import UUID
 
 import orjson
@@ -35,11 +37,6 @@ from workcenter.projections.dto import detail_dto
 from workcenter.projections.tracked import Batch, TrackedView
 
 Kind = Literal["item", "action", "ledger"]
-STATE_CLASSES: dict[Kind, type[AggregateState]] = {
-    "item": wi.WorkItemState,
-    "action": act.ActionState,
-    "ledger": rl.LedgerState,
-}
 EVOLVE: dict[Kind, Callable[[Any, Any], AggregateState]] = {
     "item": wi.evolve,
     "action": act.evolve,
@@ -66,11 +63,6 @@ def refreshes_detail(events: Iterable[DomainEvent]) -> bool:
     return any(kind_of(event) in ("item", "action") for event in events)
 
 
-def _as_bytes(blob: str | bytes) -> bytes:
-    # Rows written before compression held the state as TEXT.
-    return blob.encode() if isinstance(blob, str) else bytes(blob)
-
-
 def build_detail(
     item: wi.WorkItemState,
     actions: dict[UUID, act.ActionState],
@@ -81,22 +73,74 @@ def build_detail(
     return orjson.dumps(detail_dto(item, actions, ledger, now=at))
 
 
-class DetailView(TrackedView):
-    TABLES: ClassVar[tuple[str, ...]] = ("dv_states", "dv_details")
+class StateSource(Protocol):
+    """The event store, as the view reads it: the newest version of streams, and a
+    stream's state at a version (snapshots and the fold are the store's)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def versions(
+        self, aggregate_ids: Sequence[UUID], c: SQLiteCursor | None = None
+    ) -> dict[UUID, int]:
+        """The newest versions, read with ``c`` if given (a cursor on the event store's
+        own database), else in a read transaction of the store's."""
+        ...
+
+    def holds_events_of(self, datastore: Any) -> bool: ...
+
+    def state(self, kind: Kind, aggregate_id: UUID, version: int) -> AggregateState | None: ...
+
+
+class EventStoreStates:
+    """The ``StateSource`` of a store: its recorder's newest versions, and its loader."""
+
+    def __init__(
+        self, recorder: Any, load: Callable[[Kind, UUID, int], AggregateState | None]
+    ) -> None:
+        self.recorder = recorder
+        self.load = load
+
+    def versions(
+        self, aggregate_ids: Sequence[UUID], c: SQLiteCursor | None = None
+    ) -> dict[UUID, int]:
+        if c is not None:
+            return self._versions(c, aggregate_ids)
+        with self.recorder.datastore.transaction(commit=False) as read:
+            return self._versions(read, aggregate_ids)
+
+    def _versions(self, c: SQLiteCursor, aggregate_ids: Sequence[UUID]) -> dict[UUID, int]:
+        marks = ",".join("?" * len(aggregate_ids))
+        c.execute(
+            "SELECT originator_id, MAX(originator_version)"
+            f" FROM {self.recorder.events_table_name}"
+            f" WHERE originator_id IN ({marks}) GROUP BY originator_id",
+            [i.hex for i in aggregate_ids],
+        )
+        return {UUID(row[0]): int(row[1]) for row in c.fetchall()}
+
+    def holds_events_of(self, datastore: Any) -> bool:
+        return datastore is self.recorder.datastore
+
+    def state(self, kind: Kind, aggregate_id: UUID, version: int) -> AggregateState | None:
+        return self.load(kind, aggregate_id, version)
+
+
+class DetailView(TrackedView):
+    TABLES: ClassVar[tuple[str, ...]] = ("dv_details",)
+
+    def __init__(self, *args: Any, source: StateSource, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        # (aggregate id, version) -> state: a state at a version is a pure fold, so an
-        # entry is never stale; a version mismatch with the row just reloads it.
+        self.source = source
+        # aggregate id -> the newest state the view folded or loaded: a state at a version
+        # is a pure fold, so an entry is right whenever its version is the one wanted.
         self._cache: dict[UUID, AggregateState] = {}
+
+    def shadow(self, datastore: Any) -> DetailView:
+        return DetailView(datastore, source=self.source)
 
     def construct_create_table_statements(self) -> list[str]:
         return [
             *super().construct_create_table_statements(),
-            "CREATE TABLE IF NOT EXISTS dv_states ("
-            " aggregate_id TEXT PRIMARY KEY, work_item_id TEXT NOT NULL, kind TEXT NOT NULL,"
-            " version INTEGER NOT NULL, state BLOB NOT NULL)",
-            "CREATE INDEX IF NOT EXISTS dv_states_by_item ON dv_states (work_item_id)",
+            # Folded states were kept here before ADR-0020; the event store serves them now.
+            "DROP TABLE IF EXISTS dv_states",
             "CREATE TABLE IF NOT EXISTS dv_details ("
             " work_item_id TEXT PRIMARY KEY, position INTEGER NOT NULL, dto BLOB NOT NULL)",
         ]
@@ -104,35 +148,28 @@ class DetailView(TrackedView):
     # --- writing --------------------------------------------------------------
 
     def _apply_batch(self, c: SQLiteCursor, batch: Batch) -> None:
-        working: dict[UUID, tuple[Kind, UUID, AggregateState]] = {}
+        working: dict[UUID, AggregateState] = {}
         touched: dict[UUID, tuple[int, datetime]] = {}
         for position, event in batch:
             kind = kind_of(event)
             if kind is None:
                 continue
             aggregate_id = event.originator_id
-            before = working.get(aggregate_id) or self._load(c, aggregate_id)
-            state = before[2] if before else None
-            if state is not None and state.version >= event.originator_version:
-                continue  # already folded (a redelivery): nothing changes
-            after = EVOLVE[kind](state, event)
+            before = working.get(aggregate_id)
+            if before is None and event.originator_version > 1:
+                before = self._at(kind, aggregate_id, event.originator_version - 1)
+            after = EVOLVE[kind](before, event)
             item_id = after.id if kind == "item" else after.work_item_id  # type: ignore[attr-defined]
-            working[aggregate_id] = (kind, item_id, after)
+            working[aggregate_id] = after
             touched[item_id] = (position, event.timestamp)
-        for aggregate_id, (kind, item_id, state) in working.items():
-            c.execute(
-                "INSERT OR REPLACE INTO dv_states VALUES (?, ?, ?, ?, ?)",
-                (
-                    aggregate_id.hex,
-                    item_id.hex,
-                    kind,
-                    state.version,
-                    deflate(state.model_dump_json().encode()),
-                ),
-            )
+        for state in working.values():
             self._remember(state)
+        # The live view shares the event store's database: its versions are read in this
+        # transaction, which sees the batch's own events too. A rebuild's shadow is
+        # another file, so it reads them from the store.
+        events_cursor = c if self.source.holds_events_of(self.datastore) else None
         for item_id, (position, at) in touched.items():
-            dto = self._build(c, item_id, at)
+            dto = self._build(item_id, at, working, events_cursor)
             if dto is not None:
                 c.execute(
                     "INSERT OR REPLACE INTO dv_details VALUES (?, ?, ?)",
@@ -144,44 +181,44 @@ class DetailView(TrackedView):
             self._cache.clear()
         self._cache[state.id] = state
 
-    def _state(self, aggregate_id: UUID, kind: Kind, version: int, blob: Any) -> AggregateState:
+    def _at(self, kind: Kind, aggregate_id: UUID, version: int) -> AggregateState | None:
         cached = self._cache.get(aggregate_id)
         if cached is not None and cached.version == version:
             return cached
-        state = STATE_CLASSES[kind].model_validate_json(inflate(_as_bytes(blob)))
-        self._remember(state)
+        state = self.source.state(kind, aggregate_id, version)
+        if state is not None:
+            self._remember(state)
         return state
 
-    def _load(
-        self, c: SQLiteCursor, aggregate_id: UUID
-    ) -> tuple[Kind, UUID, AggregateState] | None:
-        c.execute(
-            "SELECT kind, work_item_id, version, state FROM dv_states WHERE aggregate_id = ?",
-            (aggregate_id.hex,),
-        )
-        row = c.fetchone()
-        if row is None:
-            return None
-        return row[0], UUID(row[1]), self._state(aggregate_id, row[0], row[2], row[3])
+    def _newest(
+        self,
+        wanted: dict[UUID, Kind],
+        working: dict[UUID, AggregateState],
+        c: SQLiteCursor | None,
+    ) -> dict[UUID, AggregateState]:
+        """The states of ``wanted`` after this batch: folded here, else the store's newest
+        (committed before this transaction, which holds the write lock when inline)."""
+        found = {i: working[i] for i in wanted if i in working}
+        rest = [i for i in wanted if i not in working]
+        for aggregate_id, version in (self.source.versions(rest, c) if rest else {}).items():
+            state = self._at(wanted[aggregate_id], aggregate_id, version)
+            if state is not None:
+                found[aggregate_id] = state
+        return found
 
-    def _build(self, c: SQLiteCursor, item_id: UUID, at: datetime) -> bytes | None:
-        # Versions first: cached states skip reading and validating their blobs.
-        c.execute(
-            "SELECT aggregate_id, kind, version FROM dv_states WHERE work_item_id = ?",
-            (item_id.hex,),
-        )
-        rows = [(UUID(r[0]), r[1], r[2]) for r in c.fetchall()]
-        states: dict[UUID, AggregateState] = {}
-        for aggregate_id, kind, version in rows:
-            cached = self._cache.get(aggregate_id)
-            if cached is not None and cached.version == version:
-                states[aggregate_id] = cached
-                continue
-            c.execute("SELECT state FROM dv_states WHERE aggregate_id = ?", (aggregate_id.hex,))
-            states[aggregate_id] = self._state(aggregate_id, kind, version, c.fetchone()[0])
-        item = states.get(item_id)
+    def _build(
+        self,
+        item_id: UUID,
+        at: datetime,
+        working: dict[UUID, AggregateState],
+        c: SQLiteCursor | None,
+    ) -> bytes | None:
+        item = self._newest({item_id: "item"}, working, c).get(item_id)
         if not isinstance(item, wi.WorkItemState):
             return None
+        wanted: dict[UUID, Kind] = {e.action_id: "action" for e in item.plan}
+        wanted[rl.ledger_id_for(item_id)] = "ledger"
+        states = self._newest(wanted, working, c)
         actions = {k: s for k, s in states.items() if isinstance(s, act.ActionState)}
         ledger = next((s for s in states.values() if isinstance(s, rl.LedgerState)), None)
         return build_detail(item, actions, ledger, at)
