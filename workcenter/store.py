@@ -369,6 +369,12 @@ class Store:
                 events, self._inline_views(events), self.store.mapper
             )
         self.store.save(*events, **along)
+        cache = self.store.repository.cache
+        if cache is not None:
+            # The library caches only aggregates it saves, and it is given events: keep the
+            # states just saved, so the next command's load replays nothing (ADR-0020).
+            for state in states.values():
+                cache.put(state.id, state)
         if inline is not None and inline.left_behind:
             # Too far behind to catch up inside the command; the rule is in inline.py.
             self.projections.catch_up(names=inline.left_behind)
