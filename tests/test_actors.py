@@ -29,6 +29,7 @@ from eventsourcing.persistence import StoredEvent
 from eventsourcing.utils import get_topic
 
 from workcenter.adapters.cli import cli
+from workcenter.adapters.compression import inflate
 from workcenter.adapters.worker import run_worker
 from workcenter.application import Actor, WorkCenter
 from workcenter.domain import actor as actors
@@ -220,7 +221,7 @@ def test_every_stored_event_carries_its_actor(wc: WorkCenter) -> None:
     stored = wc.store.recorder.select_notifications(start=1, limit=1_000)
     assert stored
     for notification in stored:
-        actor = orjson.loads(notification.state)["actor"]
+        actor = orjson.loads(inflate(notification.state))["actor"]
         assert actor["kind"] in ("user", "coordinator", "worker"), notification.topic
         assert "caused_by" not in actor  # no cause, no bytes spent on a null
 

@@ -10,7 +10,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from conftest import BOOT_ID, WORKER, FakeClock, claim, create_linear, report
+import pytest
+from conftest import (
+    BOOT_ID,
+    WORKER,
+    FakeClock,
+    action_spec,
+    claim,
+    create_dynamic,
+    create_linear,
+    plan,
+    report,
+)
 
 from workcenter.application import WorkCenter
 from workcenter.projections.detail import Detail
@@ -114,3 +125,54 @@ def test_ledger_only_saves_leave_the_view_to_the_next_read_which_sees_them(
     wc.reserve_request(item.id, request=request, run_id=claimed.run_id)
     wc.finish_run(claimed, report())  # an Action save brings the view to the head
     assert detail_position(wc) == wc.event_count()
+
+
+def test_two_writers_on_one_item_each_store_the_dto_of_every_state(
+    db_path: Path, wc: WorkCenter, clock: FakeClock
+) -> None:
+    """The view keeps no states of its own (ADR-0020): what another process changed since
+    this one last folded an Action comes from the event store, never a stale memory."""
+    item = create_dynamic(wc)
+    plan(wc, item.id, action_spec(objective="First"), action_spec(objective="Second"))
+    other = WorkCenter.open(db_path, clock=clock, boot_id="other-boot")
+    try:
+        first = claim(wc)
+        wc.detail(item.id)  # both processes have folded the item's states now
+        other.detail(item.id)
+        clock.advance(1)
+        second = claim(other, "other-worker")
+        other.finish_run(second, report())  # this process's cached Actions are stale now
+        clock.advance(1)
+        assert wc.renew_lease(first)  # a save that touches only the first Action
+        statuses = {a["id"]: a["status"] for a in wc.detail(item.id)["actions"]}
+        assert statuses[str(second.action_id)] == "completed"
+        assert statuses[str(first.action_id)] == "running"
+        live = wc.details.dump()
+        wc.rebuild_projection(Detail.name)
+        assert wc.details.dump() == live
+    finally:
+        other.close()
+
+
+def test_a_save_folds_the_detail_states_with_its_own_cursor_never_a_second_connection(
+    wc: WorkCenter, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Inside a command's transaction the detail view reads the states it lacks with
+    the transaction's own cursor: asking the pool for a reader there waits for any
+    writer queued behind this one, which waits for it (a deadlock under threads)."""
+    item = create_dynamic(wc)
+    plan(wc, item.id, action_spec(objective="one"), action_spec(objective="two"))
+    clock.advance(1)
+    wc.details._cache.clear()  # the view must fetch the item's other states
+
+    def through_the_pool(*_: Any) -> None:
+        raise AssertionError("a state was loaded through the pool inside the write")
+
+    monkeypatch.setattr(wc.details.source, "load", through_the_pool)
+    claimed = wc.claim_next("w", lease_seconds=60)
+    assert claimed is not None
+    wc.finish_run(claimed, report())
+    monkeypatch.undo()
+    live = wc.detail(item.id)
+    wc.rebuild_projection(Detail.name)
+    assert wc.detail(item.id) == live

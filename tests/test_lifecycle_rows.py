@@ -25,6 +25,7 @@ from conftest import (
 )
 from eventsourcing.persistence import StoredEvent
 
+from workcenter.adapters.compression import inflate
 from workcenter.adapters.worker import LATE_INPUT, run_one
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain import action as act
@@ -107,7 +108,7 @@ def _stored(wc: WorkCenter, originator_id: UUID, version: int) -> StoredEvent:
 
 
 def _as_v1(stored: StoredEvent, drop: str, originator_id: UUID | None = None) -> StoredEvent:
-    state = orjson.loads(stored.state)
+    state = orjson.loads(inflate(stored.state))
     state.pop("class_version")
     state.pop(drop)
     if originator_id is not None:
@@ -123,7 +124,7 @@ def _as_v1(stored: StoredEvent, drop: str, originator_id: UUID | None = None) ->
 def test_a_v1_work_item_creation_loads_with_the_default_limit_per_stage(wc: WorkCenter) -> None:
     item = create_linear(wc, start=False)
     stored = _stored(wc, item.id, 1)
-    assert orjson.loads(stored.state)["class_version"] == 2
+    assert orjson.loads(inflate(stored.state))["class_version"] == 2
     old_id = uuid4()
     wc.store.recorder.insert_events([_as_v1(stored, "stage_max_attempts", old_id)])
     event = wc.store.mapper.to_domain_event(_as_v1(stored, "stage_max_attempts"))

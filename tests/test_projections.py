@@ -258,7 +258,7 @@ def test_a_batch_straddling_the_position_applies_only_the_new_events(
     batch = notifications(wc)
     middle = len(batch) // 2
     with fresh_center() as (other, _, _):
-        view = type(wc.details)(other.details.datastore)
+        view = wc.details.shadow(other.details.datastore)
         view.apply("detail", batch[:middle])
         assert view.apply("detail", batch) == len(batch) - middle
         assert view.dump() == wc.details.dump()

@@ -21,7 +21,7 @@ from uuid import UUID
 from eventsourcing.application import Application
 from eventsourcing.persistence import PersistenceError
 
-from workcenter.adapters import event_log
+from workcenter.adapters import compression, event_log
 from workcenter.adapters.one_commit import OneCommitArguments
 from workcenter.adapters.persistence import (
     SNAPSHOT_CLASSES,
@@ -33,8 +33,16 @@ from workcenter.adapters.persistence import (
 )
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.adapters.sqlite_settings import SYNCHRONOUS_ENV, validate_synchronous
+from workcenter.domain.model import AggregateState
 from workcenter.ports import Clock, StreamReader, SystemClock
-from workcenter.projections.detail import Detail, DetailView, refreshes_detail
+from workcenter.projections.detail import (
+    Blobs,
+    Detail,
+    DetailView,
+    EventStoreStates,
+    Kind,
+    refreshes_detail,
+)
 from workcenter.projections.work_queue import WorkQueue, WorkQueueView
 from workcenter.read_models import OnRead, ReadModel, ReadModels
 from workcenter.repository import Repository
@@ -61,12 +69,28 @@ def inline_from_env() -> bool:
     return os.environ.get(INLINE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def read_model_registry(store: Application[UUID]) -> list[ReadModel]:
+LoadState = Callable[[Kind, UUID, int], AggregateState | None]
+
+
+def read_model_registry(store: Application[UUID], load_state: LoadState) -> list[ReadModel]:
     """Every read model and its lifecycle: adding one is one entry here."""
     datastore = store.factory.datastore  # type: ignore[attr-defined]
     work_queue = WorkQueueView(datastore)
     work_queue.create_table()
-    details = DetailView(datastore)
+    details = DetailView(
+        datastore,
+        source=EventStoreStates(
+            store.recorder,
+            load_state,
+            mapper=store.mapper,
+            snapshots_table=(
+                store.snapshots.recorder.events_table_name  # type: ignore[attr-defined]
+                if store.snapshots is not None
+                else None
+            ),
+        ),
+        blobs=Blobs(deflate=compression.deflate, inflate=compression.inflate),
+    )
     details.create_table()
     return [
         ReadModel(WorkQueue.name, work_queue, on_read=OnRead.ALWAYS),
@@ -101,13 +125,21 @@ def compose(
         raise TypeError("the event store must use OneCommitSQLiteRecorder (see sqlite_env)")
     # Off (scale-out): saves leave the views to `workcenter projections run`.
     inline = inline_projections if inline_projections is not None else inline_from_env()
-    read_models = ReadModels(store, read_model_registry(store), inline=inline)
+    # The detail view loads states through the repository, which saves through the
+    # views: the loader is bound once both exist.
+    repository: list[Repository] = []
+
+    def load_state(kind: Kind, aggregate_id: UUID, version: int) -> AggregateState | None:
+        return repository[0].state_at(kind, aggregate_id, version)
+
+    read_models = ReadModels(store, read_model_registry(store, load_state), inline=inline)
+    repository.append(Repository(store, read_models, OneCommitArguments(store), SNAPSHOT_CLASSES))
     return Parts(
         store=store,
         clock=clock or SystemClock(),
         boot_id=boot_id or uuid.uuid4().hex,
         read_models=read_models,
-        repository=Repository(store, read_models, OneCommitArguments(store), SNAPSHOT_CLASSES),
+        repository=repository[0],
         read_streams=partial(event_log.streams_in_order, store),
     )
 

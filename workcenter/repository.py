@@ -25,6 +25,7 @@ from workcenter.domain.errors import NotFound, VersionConflict, WorkcenterError
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.unit import Unit
 from workcenter.ports import TransactionArguments
+from workcenter.projections.detail import Kind
 from workcenter.projections.inline import InlineWrite
 from workcenter.read_models import ReadModels
 
@@ -149,6 +150,14 @@ class Repository:
             return None
         return state if isinstance(state, state_class) else None
 
+    def state_at(self, kind: Kind, aggregate_id: UUID, version: int) -> AggregateState | None:
+        """A stream's state at ``version``, for the detail view (which keeps no states)."""
+        if kind == "item":
+            return self._load_state(aggregate_id, version, self.project_work_item, wi.WorkItemState)
+        if kind == "action":
+            return self._load_state(aggregate_id, version, self.project_action, act.ActionState)
+        return self._load_state(aggregate_id, version, self.project_ledger, rl.LedgerState)
+
     def actions(self, item: wi.WorkItemState, *statuses: str) -> dict[UUID, act.ActionState]:
         """The item's Actions (only those whose mirrored status is in ``statuses``, if given)."""
         entries = item.entries(*statuses) if statuses else item.plan
@@ -184,6 +193,12 @@ class Repository:
             inline = InlineWrite(events, self.read_models.written_by(events), self.store.mapper)
             along.update(self.transaction.inline(inline))
         self.store.save(*events, **along)
+        cache = self.store.repository.cache
+        if cache is not None:
+            # The library caches only aggregates it saves, and it is given events: keep the
+            # states just saved, so the next command's load replays nothing (ADR-0020).
+            for state in states.values():
+                cache.put(state.id, state)
         if inline is not None and inline.left_behind:
             # Too far behind to catch up inside the command; the rule is in inline.py.
             self.read_models.catch_up(inline.left_behind)

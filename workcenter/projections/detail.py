@@ -4,9 +4,11 @@ It is an inline view: the DTO of an item is stored when a command on the item
 or its Actions is saved, so a read right after such a write is one query; the
 ledger's own writes are folded by the next save or read (ADR-0019).
 
-The view folds the states of every WorkItem, Action and ResourceLedger from
-their events (``dv_states``), and whenever events of an item arrive it rebuilds
-that item's DTO from the states after them (``dv_details``). The DTO's ``now``
+Whenever events of an item arrive the view rebuilds that item's DTO from the
+states after them (``dv_details``): it folds the batch's events onto the states
+before them, and takes every other state of the item (its Actions, its ledger)
+from the event store, which snapshots and caches them; the view keeps no copy of
+any state (ADR-0020). The DTO's ``now``
 is the timestamp of the item's latest event, never the clock, so live and
 rebuilt views are byte-for-byte equal: an item's DTO depends only on its events.
 Within one batch an item's DTO is built once, after its last event there, which
@@ -15,14 +17,15 @@ gives the same bytes however the log is paged.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 from uuid import UUID
 
 import orjson
 from eventsourcing.dispatch import singledispatchmethod
-from eventsourcing.persistence import Tracking
+from eventsourcing.persistence import StoredEvent, Tracking
 from eventsourcing.projection import Projection
 from eventsourcing.sqlite import SQLiteCursor
 
@@ -34,11 +37,6 @@ from workcenter.projections.dto import detail_dto
 from workcenter.projections.tracked import Batch, TrackedView
 
 Kind = Literal["item", "action", "ledger"]
-STATE_CLASSES: dict[Kind, type[AggregateState]] = {
-    "item": wi.WorkItemState,
-    "action": act.ActionState,
-    "ledger": rl.LedgerState,
-}
 EVOLVE: dict[Kind, Callable[[Any, Any], AggregateState]] = {
     "item": wi.evolve,
     "action": act.evolve,
@@ -75,22 +73,143 @@ def build_detail(
     return orjson.dumps(detail_dto(item, actions, ledger, now=at))
 
 
-class DetailView(TrackedView):
-    TABLES: ClassVar[tuple[str, ...]] = ("dv_states", "dv_details")
+class StateSource(Protocol):
+    """The event store, as the view reads it: the newest version of streams, and a
+    stream's state at a version (snapshots and the fold are the store's)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def versions(
+        self, aggregate_ids: Sequence[UUID], c: SQLiteCursor | None = None
+    ) -> dict[UUID, int]:
+        """The newest versions, read with ``c`` if given (a cursor on the event store's
+        own database), else in a read transaction of the store's."""
+        ...
+
+    def holds_events_of(self, datastore: Any) -> bool: ...
+
+    def state(
+        self, kind: Kind, aggregate_id: UUID, version: int, c: SQLiteCursor | None = None
+    ) -> AggregateState | None:
+        """The state at ``version``, read with ``c`` if given, else through the store."""
+        ...
+
+
+class EventStoreStates:
+    """The ``StateSource`` of a store: its recorder's newest versions, and its loader.
+
+    Inside a write transaction (``c`` given) a state is folded from the stream's rows
+    read with that same cursor: asking the store's pool for a reader there would wait
+    for any writer queued behind this one, which waits for us (a deadlock)."""
+
+    def __init__(
+        self,
+        recorder: Any,
+        load: Callable[[Kind, UUID, int], AggregateState | None],
+        *,
+        mapper: Any,
+        snapshots_table: str | None,
+    ) -> None:
+        self.recorder = recorder
+        self.load = load
+        self.mapper = mapper
+        self.snapshots_table = snapshots_table
+
+    def versions(
+        self, aggregate_ids: Sequence[UUID], c: SQLiteCursor | None = None
+    ) -> dict[UUID, int]:
+        if c is not None:
+            return self._versions(c, aggregate_ids)
+        with self.recorder.datastore.transaction(commit=False) as read:
+            return self._versions(read, aggregate_ids)
+
+    def _versions(self, c: SQLiteCursor, aggregate_ids: Sequence[UUID]) -> dict[UUID, int]:
+        marks = ",".join("?" * len(aggregate_ids))
+        c.execute(
+            "SELECT originator_id, MAX(originator_version)"
+            f" FROM {self.recorder.events_table_name}"
+            f" WHERE originator_id IN ({marks}) GROUP BY originator_id",
+            [i.hex for i in aggregate_ids],
+        )
+        return {UUID(row[0]): int(row[1]) for row in c.fetchall()}
+
+    def holds_events_of(self, datastore: Any) -> bool:
+        return datastore is self.recorder.datastore
+
+    def state(
+        self, kind: Kind, aggregate_id: UUID, version: int, c: SQLiteCursor | None = None
+    ) -> AggregateState | None:
+        if c is None:
+            return self.load(kind, aggregate_id, version)
+        state: Any = None
+        after = 0
+        if self.snapshots_table is not None:
+            c.execute(
+                f"SELECT originator_version, topic, state FROM {self.snapshots_table}"
+                " WHERE originator_id = ? AND originator_version <= ?"
+                " ORDER BY originator_version DESC LIMIT 1",
+                (aggregate_id.hex, version),
+            )
+            row = c.fetchone()
+            if row is not None:
+                state = self._decode(aggregate_id, row).state
+                after = state.version
+        c.execute(
+            f"SELECT originator_version, topic, state FROM {self.recorder.events_table_name}"
+            " WHERE originator_id = ? AND originator_version > ? AND originator_version <= ?"
+            " ORDER BY originator_version",
+            (aggregate_id.hex, after, version),
+        )
+        evolve = EVOLVE[kind]
+        for row in c.fetchall():
+            event = self._decode(aggregate_id, row)
+            if kind_of(event) != kind:
+                return None  # a stream of another aggregate type
+            state = evolve(state, event)
+        return state if state is not None and state.version == version else None
+
+    def _decode(self, aggregate_id: UUID, row: Any) -> Any:
+        return self.mapper.to_domain_event(
+            StoredEvent(
+                originator_id=aggregate_id,
+                originator_version=row[0],
+                topic=row[1],
+                state=bytes(row[2]),
+            )
+        )
+
+
+@dataclass(frozen=True)
+class Blobs:
+    """How the stored DTOs are packed (the store's compression, given by the composition
+    root so that read models import no adapter)."""
+
+    deflate: Callable[[bytes], bytes]
+    inflate: Callable[[bytes], bytes]
+
+
+STORED_AS_IS = Blobs(deflate=lambda data: data, inflate=lambda data: data)
+
+
+class DetailView(TrackedView):
+    TABLES: ClassVar[tuple[str, ...]] = ("dv_details",)
+
+    def __init__(
+        self, *args: Any, source: StateSource, blobs: Blobs = STORED_AS_IS, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
-        # (aggregate id, version) -> state: a state at a version is a pure fold, so an
-        # entry is never stale; a version mismatch with the row just reloads it.
+        self.source = source
+        self.blobs = blobs
+        # aggregate id -> the newest state the view folded or loaded: a state at a version
+        # is a pure fold, so an entry is right whenever its version is the one wanted.
         self._cache: dict[UUID, AggregateState] = {}
+
+    def shadow(self, datastore: Any) -> DetailView:
+        return DetailView(datastore, source=self.source, blobs=self.blobs)
 
     def construct_create_table_statements(self) -> list[str]:
         return [
             *super().construct_create_table_statements(),
-            "CREATE TABLE IF NOT EXISTS dv_states ("
-            " aggregate_id TEXT PRIMARY KEY, work_item_id TEXT NOT NULL, kind TEXT NOT NULL,"
-            " version INTEGER NOT NULL, state BLOB NOT NULL)",
-            "CREATE INDEX IF NOT EXISTS dv_states_by_item ON dv_states (work_item_id)",
+            # Folded states were kept here before ADR-0020; the event store serves them now.
+            "DROP TABLE IF EXISTS dv_states",
             "CREATE TABLE IF NOT EXISTS dv_details ("
             " work_item_id TEXT PRIMARY KEY, position INTEGER NOT NULL, dto BLOB NOT NULL)",
         ]
@@ -98,33 +217,32 @@ class DetailView(TrackedView):
     # --- writing --------------------------------------------------------------
 
     def _apply_batch(self, c: SQLiteCursor, batch: Batch) -> None:
-        working: dict[UUID, tuple[Kind, UUID, AggregateState]] = {}
+        # The live view shares the event store's database: its states and versions are
+        # read in this transaction, which sees the batch's own events too. A rebuild's
+        # shadow is another file, so it reads them from the store.
+        events_cursor = c if self.source.holds_events_of(self.datastore) else None
+        working: dict[UUID, AggregateState] = {}
         touched: dict[UUID, tuple[int, datetime]] = {}
         for position, event in batch:
             kind = kind_of(event)
             if kind is None:
                 continue
             aggregate_id = event.originator_id
-            before = working.get(aggregate_id) or self._load(c, aggregate_id)
-            state = before[2] if before else None
-            if state is not None and state.version >= event.originator_version:
-                continue  # already folded (a redelivery): nothing changes
-            after = EVOLVE[kind](state, event)
+            before = working.get(aggregate_id)
+            if before is None and event.originator_version > 1:
+                before = self._at(kind, aggregate_id, event.originator_version - 1, events_cursor)
+            after = EVOLVE[kind](before, event)
             item_id = after.id if kind == "item" else after.work_item_id  # type: ignore[attr-defined]
-            working[aggregate_id] = (kind, item_id, after)
+            working[aggregate_id] = after
             touched[item_id] = (position, event.timestamp)
-        for aggregate_id, (kind, item_id, state) in working.items():
-            c.execute(
-                "INSERT OR REPLACE INTO dv_states VALUES (?, ?, ?, ?, ?)",
-                (aggregate_id.hex, item_id.hex, kind, state.version, state.model_dump_json()),
-            )
+        for state in working.values():
             self._remember(state)
         for item_id, (position, at) in touched.items():
-            dto = self._build(c, item_id, at)
+            dto = self._build(item_id, at, working, events_cursor)
             if dto is not None:
                 c.execute(
                     "INSERT OR REPLACE INTO dv_details VALUES (?, ?, ?)",
-                    (item_id.hex, position, dto),
+                    (item_id.hex, position, self.blobs.deflate(dto)),
                 )
 
     def _remember(self, state: AggregateState) -> None:
@@ -132,44 +250,46 @@ class DetailView(TrackedView):
             self._cache.clear()
         self._cache[state.id] = state
 
-    def _state(self, aggregate_id: UUID, kind: Kind, version: int, blob: Any) -> AggregateState:
+    def _at(
+        self, kind: Kind, aggregate_id: UUID, version: int, c: SQLiteCursor | None
+    ) -> AggregateState | None:
         cached = self._cache.get(aggregate_id)
         if cached is not None and cached.version == version:
             return cached
-        state = STATE_CLASSES[kind].model_validate_json(blob)
-        self._remember(state)
+        state = self.source.state(kind, aggregate_id, version, c)
+        if state is not None:
+            self._remember(state)
         return state
 
-    def _load(
-        self, c: SQLiteCursor, aggregate_id: UUID
-    ) -> tuple[Kind, UUID, AggregateState] | None:
-        c.execute(
-            "SELECT kind, work_item_id, version, state FROM dv_states WHERE aggregate_id = ?",
-            (aggregate_id.hex,),
-        )
-        row = c.fetchone()
-        if row is None:
-            return None
-        return row[0], UUID(row[1]), self._state(aggregate_id, row[0], row[2], row[3])
+    def _newest(
+        self,
+        wanted: dict[UUID, Kind],
+        working: dict[UUID, AggregateState],
+        c: SQLiteCursor | None,
+    ) -> dict[UUID, AggregateState]:
+        """The states of ``wanted`` after this batch: folded here, else the store's newest
+        (committed before this transaction, which holds the write lock when inline)."""
+        found = {i: working[i] for i in wanted if i in working}
+        rest = [i for i in wanted if i not in working]
+        for aggregate_id, version in (self.source.versions(rest, c) if rest else {}).items():
+            state = self._at(wanted[aggregate_id], aggregate_id, version, c)
+            if state is not None:
+                found[aggregate_id] = state
+        return found
 
-    def _build(self, c: SQLiteCursor, item_id: UUID, at: datetime) -> bytes | None:
-        # Versions first: cached states skip reading and validating their blobs.
-        c.execute(
-            "SELECT aggregate_id, kind, version FROM dv_states WHERE work_item_id = ?",
-            (item_id.hex,),
-        )
-        rows = [(UUID(r[0]), r[1], r[2]) for r in c.fetchall()]
-        states: dict[UUID, AggregateState] = {}
-        for aggregate_id, kind, version in rows:
-            cached = self._cache.get(aggregate_id)
-            if cached is not None and cached.version == version:
-                states[aggregate_id] = cached
-                continue
-            c.execute("SELECT state FROM dv_states WHERE aggregate_id = ?", (aggregate_id.hex,))
-            states[aggregate_id] = self._state(aggregate_id, kind, version, c.fetchone()[0])
-        item = states.get(item_id)
+    def _build(
+        self,
+        item_id: UUID,
+        at: datetime,
+        working: dict[UUID, AggregateState],
+        c: SQLiteCursor | None,
+    ) -> bytes | None:
+        item = self._newest({item_id: "item"}, working, c).get(item_id)
         if not isinstance(item, wi.WorkItemState):
             return None
+        wanted: dict[UUID, Kind] = {e.action_id: "action" for e in item.plan}
+        wanted[rl.ledger_id_for(item_id)] = "ledger"
+        states = self._newest(wanted, working, c)
         actions = {k: s for k, s in states.items() if isinstance(s, act.ActionState)}
         ledger = next((s for s in states.values() if isinstance(s, rl.LedgerState)), None)
         return build_detail(item, actions, ledger, at)
@@ -194,11 +314,11 @@ class DetailView(TrackedView):
             current = (self._max_tracking_id(application_name, c) or 0) >= head(c)
             c.execute("SELECT dto FROM dv_details WHERE work_item_id = ?", (work_item_id.hex,))
             row = c.fetchone()
-        return (bytes(row[0]) if row else None), current
+        return (self.blobs.inflate(bytes(row[0])) if row else None), current
 
     def detail_bytes(self, work_item_id: UUID) -> bytes | None:
         rows = self._rows("SELECT dto FROM dv_details WHERE work_item_id = ?", (work_item_id.hex,))
-        return bytes(rows[0][0]) if rows else None
+        return self.blobs.inflate(bytes(rows[0][0])) if rows else None
 
 
 class Detail(Projection[DetailView]):

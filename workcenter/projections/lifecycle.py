@@ -133,7 +133,7 @@ def rebuild(
     shadow_path = str(Path(directory) / f"{name}.sqlite")
     datastore = SQLiteDatastore(shadow_path)
     try:
-        shadow = type(live)(datastore)
+        shadow = live.shadow(datastore)
         shadow.create_table()
         total = count_after(recorder, 0, recorder.max_notification_id() or 0)
         applied = position = 0

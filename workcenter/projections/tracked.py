@@ -35,6 +35,10 @@ class TrackedView(SQLiteTrackingRecorder):
                 c, application_name, batch, self.locked_position(c, application_name)
             )
 
+    def shadow(self, datastore: Any) -> TrackedView:
+        """The same view on another datastore (a rebuild's shadow file)."""
+        return type(self)(datastore)
+
     def position_within(self, c: SQLiteCursor, application_name: str) -> int:
         """The position, read in the caller's transaction (which must hold the write lock)."""
         return self._max_tracking_id(application_name, c) or 0
