@@ -311,10 +311,15 @@ class DetailView(TrackedView):
         """The item's stored DTO and whether the view had every event up to ``head``,
         both read in one transaction: the fast path of a read right after a write."""
         with self.datastore.transaction(commit=False) as c:
-            current = (self._max_tracking_id(application_name, c) or 0) >= head(c)
-            c.execute("SELECT dto FROM dv_details WHERE work_item_id = ?", (work_item_id.hex,))
-            row = c.fetchone()
-        return (self.blobs.inflate(bytes(row[0])) if row else None), current
+            # The position and the DTO in one statement: a read is a handful of these.
+            c.execute(
+                "SELECT (SELECT MAX(notification_id) FROM tracking WHERE application_name = ?),"
+                " (SELECT dto FROM dv_details WHERE work_item_id = ?)",
+                (application_name, work_item_id.hex),
+            )
+            position, dto = c.fetchone()
+            current = (position or 0) >= head(c)
+        return (None if dto is None else self.blobs.inflate(bytes(dto))), current
 
     def detail_bytes(self, work_item_id: UUID) -> bytes | None:
         rows = self._rows("SELECT dto FROM dv_details WHERE work_item_id = ?", (work_item_id.hex,))
