@@ -26,8 +26,6 @@ from workcenter.domain.modes import prior_result
 from workcenter.domain.unit import Unit
 from workcenter.domain.workflow import Stage
 
-TEXT_LIMIT = 8_000
-
 # A title is part of the contract: two edits from the same version have one winner
 # (ADR-0004), whichever fields each changed.
 UPDATE_CONFLICTS: tuple[type[DomainEvent], ...] = (
@@ -49,8 +47,10 @@ RESUME_CONFLICTS: tuple[type[DomainEvent], ...] = (
 ACTION_INPUT_CONFLICTS: tuple[type[DomainEvent], ...] = RESUME_CONFLICTS
 
 
-def clip(text: object, limit: int = TEXT_LIMIT) -> str:
-    return text.strip()[:limit] if isinstance(text, str) else ""
+def stripped(text: object) -> str:
+    """User text as the event records it; the service refused it first if it was too long
+    (docs/limits.md), so nothing is cut here."""
+    return text.strip() if isinstance(text, str) else ""
 
 
 def invalidate_open(unit: Unit, status: Literal["superseded", "cancelled"], reason: str) -> None:
@@ -164,7 +164,7 @@ def cancel(
         return unit
     _open_actions(item, actions)
     invalidate_open(unit, "cancelled", reason or "work item cancelled")
-    unit.item_event(wi.WorkItemCancelled, reason=clip(reason))
+    unit.item_event(wi.WorkItemCancelled, reason=stripped(reason))
     return unit
 
 
@@ -268,7 +268,7 @@ def retry(
     target = _target(item, actions, action_id, expected_generation, "input")
     if target.status not in ("waiting", "failed"):
         raise CommandRefused(f"Action is {target.status}; only waiting or failed Actions retry")
-    answer = clip(answer)
+    answer = stripped(answer)
     if target.status == "waiting" and not answer:
         raise InvalidInput("a waiting Action needs an answer to retry")
     entries = tuple(
@@ -293,7 +293,7 @@ def guide(
     by: Actor,
 ) -> Unit:
     """Give an Action guidance: a new generation (dynamic) or a replacement (linear)."""
-    guidance = clip(guidance)
+    guidance = stripped(guidance)
     if not guidance:
         raise InvalidInput("guidance text is required")
     policy = modes.of(item)
