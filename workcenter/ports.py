@@ -7,7 +7,7 @@ change to the bootstrap, not to the commands.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 from uuid import UUID
@@ -42,3 +42,53 @@ class StreamReader(Protocol):
     def __call__(
         self, stream_ids: Sequence[UUID], *, until: int | None = None
     ) -> list[tuple[int, DomainEvent]]: ...
+
+
+# --- the Coordinator's LLM ----------------------------------------------------
+
+
+class ProviderRequest(Protocol):
+    """One provider turn's request, as the Coordinator prepared (and hashed) it.
+
+    ``messages`` are chat messages (``{"role": ..., "content": ...}``) and
+    ``reply_schema`` is the JSON schema a structured reply must satisfy; the
+    body and its hash never change once prepared (coordinator.md 3.1)."""
+
+    @property
+    def turn_id(self) -> str: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def messages(self) -> Sequence[dict[str, str]]: ...
+
+    @property
+    def reply_schema(self) -> dict[str, Any]: ...
+
+
+class ProviderReply(Protocol):
+    """What the model answered: its text (a JSON decision, or text around one) and
+    the usage the provider reported (None when it reported none)."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def usage(self) -> dict[str, Any] | None: ...
+
+
+class CoordinatorProvider(Protocol):
+    """What an embedding service implements to answer a Coordinator turn.
+
+    ``before_request`` must be called right before every HTTP request the
+    provider sends, hidden retries included: each call reserves budget through
+    the ResourceLedger and raises ``ResourceStopError`` (or ``TurnFenceLost``)
+    when the request must not be sent, which the provider lets propagate. A
+    provider that cannot see its own retries calls it once. Failures raise
+    ``ProviderFailed`` with ``transient`` set for rate limits and server errors.
+    """
+
+    def answer(
+        self, request: ProviderRequest, before_request: Callable[[], None]
+    ) -> ProviderReply: ...

@@ -84,3 +84,24 @@ class ResourceStopError(WorkcenterError):
     def __init__(self, code: str, message: str | None = None) -> None:
         super().__init__(message or f"LLM request refused by the ResourceLedger: {code}")
         self.code = code
+
+
+class ProviderFailed(WorkcenterError):
+    """The Coordinator's LLM provider failed to answer a turn.
+
+    ``transient`` marks rate limits, timeouts and server errors (coordinator.md
+    3.4); either kind fails the turn, and a transient one lets an automatic
+    turn be begun again after the ledger's retry-after."""
+
+    code = "provider_failed"
+
+    def __init__(self, message: str, *, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class TurnFenceLost(WorkcenterError):
+    """A Coordinator turn lost its mailbox claim (expired, taken over or released):
+    nothing it computed may be sent or applied."""
+
+    code = "turn_fence_lost"
