@@ -77,7 +77,7 @@ class OpenAICompatibleProvider:
         self.max_retries = _checked_retries(max_retries)
         module = _openai()
         self._openai = module
-        self._call: ContextVar[_Call] = ContextVar("provider_call")
+        self._before: ContextVar[Callable[[], None]] = ContextVar("before_request")
         self._client: openai.OpenAI = module.OpenAI(
             base_url=self.base_url,
             api_key=api_key or os.environ.get("OPENAI_API_KEY") or NO_KEY,
@@ -105,8 +105,7 @@ class OpenAICompatibleProvider:
     def answer(
         self, request: ProviderRequest, before_request: Callable[[], None]
     ) -> ProviderTurnReply:
-        call = _Call(before_request)
-        token = self._call.set(call)
+        token = self._before.set(before_request)
         try:
             completion = self._client.chat.completions.create(
                 model=self.model,
@@ -121,35 +120,37 @@ class OpenAICompatibleProvider:
                 },
             )
             return _reply(completion)
+        except _Stopped as stopped:
+            refusal = stopped.refusal
         except ProviderFailed:
             raise
         except Exception as error:
-            if error is call.refusal:
-                raise
             raise _failure(self._openai, error) from None
         finally:
-            self._call.reset(token)
+            self._before.reset(token)
+        raise refusal  # outside the handler: its cause and context stay its own
 
     def close(self) -> None:
         """Close the connection pool (the provider is unusable after)."""
         self._client.close()
 
     def _on_request(self, _request: object) -> None:
-        call = self._call.get()
         try:
-            call.before_request()
+            self._before.get()()
         except BaseException as refusal:
-            call.refusal = refusal
-            raise
+            raise _Stopped(refusal) from None
 
 
-class _Call:
-    """One ``answer`` in flight: its ``before_request``, and what that raised, which
-    must leave ``answer`` as it is while every other error becomes ``ProviderFailed``."""
+class _Stopped(BaseException):
+    """Carries what ``before_request`` raised out of the client.
 
-    def __init__(self, before_request: Callable[[], None]) -> None:
-        self.before_request = before_request
-        self.refusal: BaseException | None = None
+    Not an ``Exception``: older clients catch every ``Exception`` from sending,
+    retry it and wrap it as a connection error, which would turn a budget denial
+    into a transient failure and ask the ledger again on each retry."""
+
+    def __init__(self, refusal: BaseException) -> None:
+        super().__init__(refusal)
+        self.refusal = refusal
 
 
 def _failure(module: Any, error: Exception) -> ProviderFailed:
@@ -188,8 +189,12 @@ def _usage(usage: Any) -> dict[str, Any] | None:
         "total_tokens": usage.total_tokens,
         "cacheTokensAreIncludedInInput": True,
     }
-    details = usage.prompt_tokens_details
-    cached = getattr(details, "cached_tokens", None) if details is not None else None
+    # older clients have no field for the details and keep them as a plain dict
+    details = getattr(usage, "prompt_tokens_details", None)
+    if isinstance(details, Mapping):
+        cached = details.get("cached_tokens")
+    else:
+        cached = getattr(details, "cached_tokens", None)
     if cached:
         reported["cache_read_tokens"] = cached
     return reported
