@@ -163,9 +163,8 @@ def _failure(module: Any, error: Exception) -> ProviderFailed:
         return ProviderFailed("the provider timed out", transient=True)
     if isinstance(error, module.APIConnectionError):
         return ProviderFailed(f"cannot reach the provider: {_excerpt(str(error))}", transient=True)
-    return ProviderFailed(
-        f"the provider's answer is unusable: {_excerpt(str(error))}", transient=False
-    )
+    # a body that is not a completion (a proxy's HTML page, say): asking again won't help
+    return ProviderFailed(f"the provider call failed: {_excerpt(str(error))}", transient=False)
 
 
 def _reply(completion: Any) -> ProviderTurnReply:
