@@ -17,6 +17,8 @@ from uuid import uuid4
 
 import pytest
 from domain_states import CRITERIA, TURN, History, brief, decision, passing
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from workcenter.domain import action as act
 from workcenter.domain import decisions, lifecycle
@@ -348,6 +350,7 @@ def test_goal_refs_must_each_be_valid_and_name_something() -> None:
         ({"criteria": [CRITERIA[0]]}, "not unmet"),
         ({"criteria": [CRITERIA[1], "Made up"]}, "not unmet"),
         ({"blockerActionIds": [str(done.id)]}, "not a current blocker"),
+        ({"criteria": ["x" * 1_001]}, "goalRefs"),
     ]
     for refs, match in cases:
         with rejected(h, DecisionInvalid, match):
@@ -870,3 +873,92 @@ def test_a_reply_with_every_key_null_as_a_strict_decoder_writes_it_parses() -> N
     }
     h.decide(full, AUTOMATIC_TURN)
     assert len(h.item.plan) == 1
+
+
+# --- robustness: only the typed errors leave parse and apply ---------------------------------
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 70) | st.text(max_size=12),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+
+
+@st.composite
+def replies(draw: st.DrawFn, ids: list[str]) -> dict[str, Any]:
+    an_id = st.sampled_from([*ids, str(uuid4())])
+    plausible: dict[str, st.SearchStrategy[Any]] = {
+        "question": st.none() | st.text(max_size=12),
+        "workItemType": st.none() | st.text(max_size=12),
+        "contractPatch": st.none()
+        | st.fixed_dictionaries(
+            {},
+            optional={
+                "title": st.none() | st.text(max_size=12),
+                "goal": st.none() | st.text(max_size=12),
+                "acceptanceCriteria": _json,
+                "deliveryTarget": st.none() | st.sampled_from(["response", "merge", "email"]),
+            },
+        ),
+        "closeActions": st.none()
+        | st.lists(
+            st.fixed_dictionaries({"actionId": an_id, "reason": st.text(max_size=8)}), max_size=3
+        ),
+        "supersedeActionIds": st.none() | st.lists(an_id, max_size=3),
+        "guidance": st.none()
+        | st.lists(
+            st.fixed_dictionaries({"actionId": an_id, "instruction": st.text(max_size=8)}),
+            max_size=3,
+        ),
+        "actions": st.none()
+        | st.lists(
+            st.builds(
+                lambda mode, attempts, refs, objective: brief(
+                    objective=objective, workspaceMode=mode, maxAttempts=attempts, goalRefs=refs
+                ),
+                st.none() | st.sampled_from(["read", "shared", "odd"]),
+                _json,
+                st.none()
+                | st.fixed_dictionaries(
+                    {"criteria": st.lists(st.sampled_from(CRITERIA), max_size=2)}
+                ),
+                st.sampled_from(["Find the cause", "Other", " "]),
+            ),
+            max_size=9,
+        ),
+        "completion": st.none() | _json,
+    }
+    fields = draw(st.fixed_dictionaries({}, optional=plausible))
+    kind = draw(
+        st.sampled_from(
+            ["answer", "create_actions", "guide_actions", "request_human", "complete", "bad"]
+        )
+    )
+    return decision(kind, **fields)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), automatic=st.booleans())
+def test_any_reply_is_parsed_or_invalid_then_applied_or_refused(
+    data: st.DataObject, automatic: bool
+) -> None:
+    h = History()
+    ready, failed = h.plan(brief(objective="a"), brief(objective="b"))
+    h.finish(failed.id, {"outcome": "failed", "error": "boom"})
+    raw = data.draw(replies([str(ready.id), str(failed.id)]))
+    authority = AUTOMATIC_TURN if automatic else USER_TURN
+    before = h.snapshot()
+    try:
+        reply = h.parse(raw, authority)
+    except DecisionInvalid:
+        assert h.snapshot() == before
+        return
+    try:
+        unit = h.apply(reply, authority)
+    except DecisionRefused:
+        return
+    if automatic:
+        assert not any(isinstance(e, wi.ContractRefined | wi.TitleChanged) for e in unit.events)
+    assert unit.item.status != "done" or reply.decision.kind == "complete"

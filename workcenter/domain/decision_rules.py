@@ -16,8 +16,10 @@ from datetime import datetime
 from typing import Literal, NoReturn
 from uuid import UUID
 
+from pydantic import ValidationError
+
 from workcenter.domain import action as act
-from workcenter.domain import bounds, lifecycle, modes, planning
+from workcenter.domain import bounds, inputs, lifecycle, modes, planning
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.decision_models import (
@@ -166,11 +168,14 @@ def _closes(decision: Decision) -> list[planning.CloseAction]:
 
 
 def _goal_refs(refs: GoalRefs) -> planning.GoalRefs:
-    return planning.GoalRefs(
-        criteria=refs.criteria or (),
-        blocker_action_ids=refs.blocker_action_ids or (),
-        delivery=bool(refs.delivery),
-    )
+    try:
+        return planning.GoalRefs(
+            criteria=refs.criteria or (),
+            blocker_action_ids=refs.blocker_action_ids or (),
+            delivery=bool(refs.delivery),
+        )
+    except ValidationError as error:  # past the bounds no criterion or Action can have
+        raise InvalidInput(f"goalRefs: {inputs.describe(error)}") from None
 
 
 def _rationale(brief: ActionBrief) -> str:
