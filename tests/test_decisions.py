@@ -375,7 +375,13 @@ def test_repeating_finished_or_standing_work_needs_goal_refs_and_a_rationale() -
     )
     assert h.actions[done.id].status == "completed"
     refs = {"criteria": [CRITERIA[0]]}
-    for spec in (brief(), brief(goalRefs=refs), brief(goalRefs=refs, rationale="too short")):
+    long_enough = "Long enough to count as a reason"
+    for spec in (
+        brief(),
+        brief(goalRefs=refs),
+        brief(goalRefs=refs, rationale="too short"),
+        brief(rationale=long_enough),  # a rationale without goalRefs is not enough
+    ):
         with rejected(h, DecisionInvalid, "repeating the research Action"):
             h.parse(decision("create_actions", actions=[spec]))
     h.decide(
@@ -760,6 +766,19 @@ def test_a_stopped_item_takes_no_decision() -> None:
     with pytest.raises(DecisionRefused, match="stopped by its budget"):
         decisions.apply_decision(reply, USER_TURN, h.item, h.actions, stopped, at=h.tick(), by=TURN)
     assert h.snapshot() == before and action.id in h.actions
+
+
+def test_a_draft_takes_only_an_answer() -> None:
+    h = History()
+    draft = h.item.model_copy(update={"status": "draft"})
+    reply = h.parse(decision("request_human", question="Start?"))
+    with pytest.raises(DecisionRefused, match="draft"):
+        decisions.apply_decision(reply, USER_TURN, draft, {}, h.ledger, at=h.tick(), by=TURN)
+    answer = h.parse(decision("answer"))
+    assert (
+        decisions.apply_decision(answer, USER_TURN, draft, {}, h.ledger, at=h.at, by=TURN).events
+        == []
+    )
 
 
 def test_a_finished_or_linear_item_takes_no_decision() -> None:

@@ -181,7 +181,7 @@ def _goal_refs(refs: GoalRefs) -> planning.GoalRefs:
 def _rationale(brief: ActionBrief) -> str:
     own = (brief.rationale or "").strip()
     inside = (brief.goal_refs.rationale or "").strip() if brief.goal_refs else ""
-    return own or inside
+    return (own or inside)[: bounds.RATIONALE]
 
 
 def _spec(brief: ActionBrief) -> planning.ActionSpec:
@@ -218,7 +218,6 @@ def check_create_actions(
         standing = planning.repeat_keys(actions, REPEAT_STATUSES)
         prepared: list[planning.PreparedAction] = []
         for brief in briefs:
-            # The gate reads the raw mode at parse: absent counts as mutating.
             # On the raw mode (absent counts as mutating), which the prepared one
             # follows: an absent or unknown mode is prepared as shared.
             planning.refuse_mutating_without_target(item, brief.workspace_mode)

@@ -131,8 +131,8 @@ def parse_reply(
     actions: Mapping[UUID, act.ActionState],
 ) -> CoordinatorReply:
     """The decision in ``text``, checked by every at-parse rule against the turn's
-    snapshot (``item``, ``actions``); a patch on a kind that cannot carry one is
-    dropped. Raises ``DecisionInvalid``."""
+    snapshot (``item`` and every one of its open Actions, plus any the reply names);
+    a patch on a kind that cannot carry one is dropped. Raises ``DecisionInvalid``."""
     if not isinstance(text, str):
         raise DecisionInvalid("the reply is not text")
     reply = _validated(_json_object(text))
@@ -165,11 +165,15 @@ def parse_reply(
 # --- apply ---------------------------------------------------------------------------
 
 
-def _refuse_unless_decidable(item: wi.WorkItemState, ledger: rl.LedgerState) -> None:
+def _refuse_unless_decidable(
+    decision: Decision, item: wi.WorkItemState, ledger: rl.LedgerState
+) -> None:
     if not modes.of(item).takes_plans:
         refuse("apply", "only dynamic WorkItems take Coordinator decisions")
     if item.status in wi.TERMINAL:
         refuse("apply", f"WorkItem is {item.status}")
+    if item.status == "draft" and decision.kind != "answer":
+        refuse("apply", "WorkItem is a draft; only an answer is possible until it starts")
     stop = ledger.stop_reason.code if ledger.stop_reason is not None else item.stopped
     if stop:
         refuse("apply", f"WorkItem is stopped by its budget ({stop})")
@@ -192,7 +196,7 @@ def apply_decision(
     """
     decision = reply.decision
     check_authority(decision, authority, "apply")
-    _refuse_unless_decidable(item, ledger)
+    _refuse_unless_decidable(decision, item, ledger)
     patch: Patch | None = normalise_patch(decision.contract_patch, "apply")
     check_patch_kind(decision, patch)
     unit, changed = refined(item, actions, patch, at=at, by=by)
