@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from workcenter.domain import action as act
 from workcenter.domain import bounds, inputs, lifecycle, modes, planning
+from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.decision_models import (
@@ -148,10 +149,11 @@ def refined(
     *,
     at: datetime,
     by: Actor,
+    ledger: rl.LedgerState | None = None,
 ) -> tuple[Unit, bool]:
     """A unit holding the refinement ``patch`` makes (if any) and whether the contract
     changed: a change supersedes every open Action in the same write (4.7, 9.4)."""
-    unit = Unit(item, actions, at, by=by)
+    unit = Unit(item, actions, at, ledger, by=by)
     if patch is None:
         return unit, False
     return unit, bool(lifecycle.refine_contract(unit, patch.contract(item)))

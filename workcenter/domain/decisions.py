@@ -199,8 +199,7 @@ def apply_decision(
     _refuse_unless_decidable(decision, item, ledger)
     patch: Patch | None = normalise_patch(decision.contract_patch, "apply")
     check_patch_kind(decision, patch)
-    unit, changed = refined(item, actions, patch, at=at, by=by)
-    unit.ledger = ledger
+    unit, changed = refined(item, actions, patch, at=at, by=by, ledger=ledger)
     match decision.kind:
         case "answer":
             pass
