@@ -238,9 +238,12 @@ class Anchor:
     def parse(cls, text: str) -> Anchor:
         value, _, position = text.strip().partition("@")
         try:
-            if len(value) != DIGEST_HEX or not position.isdigit():
+            if len(value) != DIGEST_HEX or not position.isascii() or not position.isdigit():
                 raise ValueError
-            return cls(bytes.fromhex(value), int(position))
+            anchor = cls(bytes.fromhex(value), int(position))
+            if anchor.position < 1:
+                raise ValueError
+            return anchor
         except ValueError:
             raise InvalidInput(
                 f"{text!r} is not an anchor: give DIGEST@POSITION as `workcenter audit anchor`"
@@ -385,13 +388,16 @@ def _check(row: Row, walk: _Walk, whole_store: bool) -> Break | None:
         previous_digest = row.previous_digest if row.previous_digest is not None else GENESIS
     seen = walk.streams.get(stream)
     if (seen is None and version != FIRST_VERSION) or (seen is not None and version != seen[0] + 1):
-        after = f"version {seen[0]} at position {seen[1]}" if seen else "nothing"
+        before = (
+            f"after version {seen[0]} of that stream at position {seen[1]}"
+            if seen
+            else f"with no version {version - 1} of that stream before it"
+        )
         return Break(
             "stream",
             row.position,
-            f"position {row.position} holds {_where(event)} "
-            f"after {after} of that stream: versions were deleted, inserted or "
-            "swapped",
+            f"position {row.position} holds {_where(event)} {before}: versions were "
+            "deleted, inserted or swapped",
             stream,
             version,
             seen[1] if seen else None,

@@ -128,11 +128,7 @@ class SQLiteChainTable:
             f"CREATE TABLE IF NOT EXISTS {self.name} (position INTEGER PRIMARY KEY,"
             " previous INTEGER NOT NULL, digest BLOB NOT NULL)"
         )
-        # Cast, so that a row whose types were tampered with still reads, and fails.
-        self._event_columns = (
-            "rowid, CAST(originator_id AS BLOB), CAST(originator_version AS INTEGER),"
-            " CAST(topic AS BLOB), CAST(state AS BLOB)"
-        )
+        self._event_columns = _event_columns("")
 
     def head(self, c: SQLiteCursor) -> Link | None:
         c.execute(
@@ -205,7 +201,7 @@ class SQLiteChainTable:
 
     def _walk_streams(self, c: SQLiteCursor, streams: Sequence[UUID]) -> Iterator[Row]:
         c.execute(
-            f"SELECT e.{self._event_columns.replace(', ', ', e.')},"
+            f"SELECT {_event_columns('e.')},"
             f" c.position, c.previous, c.digest, p.digest FROM {self.events} e"
             f" LEFT JOIN {self.name} c ON c.position = e.rowid"
             f" LEFT JOIN {self.name} p ON p.position = c.previous"
@@ -222,6 +218,15 @@ class SQLiteChainTable:
             head = self.head(c)
             c.execute(f"SELECT MAX(rowid) FROM {self.events}")
             return head, c.fetchone()[0] or 0
+
+
+def _event_columns(table: str) -> str:
+    # Cast, so that a row whose types were tampered with still reads, and fails.
+    return (
+        f"{table}rowid, CAST({table}originator_id AS BLOB),"
+        f" CAST({table}originator_version AS INTEGER), CAST({table}topic AS BLOB),"
+        f" CAST({table}state AS BLOB)"
+    )
 
 
 def _stored(row: Any, at: int) -> StoredEvent:
