@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from conftest import SHM, FakeClock, action_spec, claim, create_dynamic, create_linear, plan
+from conftest import SHM, FakeClock, action_spec, create_dynamic, create_linear, plan
 from conftest import report as run_report
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
