@@ -410,3 +410,30 @@ def test_cli_refusals_are_one_line(store: Store, db_path: Path) -> None:
     # `audit ID` still prints the item's trail.
     trail = _cli(db_path, "audit", str(store.items[0]), "--json", "--limit", "1")
     assert trail.exit_code == 0 and '"events"' in trail.output
+
+
+def test_two_openers_of_an_unchained_store_chain_it_once(store: Store, db_path: Path) -> None:
+    import threading
+
+    store.tamper.drop_chain()
+    store.wc.close()
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def open_it() -> None:
+        try:
+            barrier.wait()
+            WorkCenter.open(db_path, boot_id="opener").close()
+        except BaseException as error:  # reported below, with the other thread's
+            errors.append(error)
+
+    threads = [threading.Thread(target=open_it) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    positions = store.tamper.positions()
+    assert store.tamper.links() == list(zip(positions, [0, *positions[:-1]], strict=True))
+    with WorkCenter.open(db_path) as wc:
+        assert wc.verify_history().ok
