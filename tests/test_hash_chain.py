@@ -281,11 +281,38 @@ def test_an_event_inserted_without_a_link_is_unchained(store: Store) -> None:
     assert broken is not None and (broken.kind, broken.position) == ("unchained", position)
 
 
-def test_a_tampered_type_fails_the_walk_not_the_verifier(store: Store) -> None:
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("originator_id", "not a uuid"),
+        ("originator_id", "x" * 300),
+        ("originator_id", None),
+        ("originator_version", None),
+        ("originator_version", -(2**63)),
+        ("topic", None),
+        ("topic", 42),
+        ("state", None),
+        ("state", "text, not bytes"),
+    ],
+)
+def test_a_tampered_type_fails_the_walk_not_the_verifier(
+    store: Store, column: str, value: object
+) -> None:
     position = store.tamper.positions()[2]
-    store.tamper.set_column(position, "originator_id", "not a uuid")
+    store.tamper.set_column(position, column, value)
     broken = store.verify().broken
-    assert broken is not None and broken.position == position
+    assert broken is not None and broken.position == position, broken
+    # The item that held the event finds it changed, or, when its stream id was
+    # changed, its stream missing a version from there on.
+    found = [b for b in (store.verify(item).broken for item in store.items) if b]
+    assert found and all(b.position >= position for b in found), found
+
+
+def test_a_tampered_digest_type_is_a_break(store: Store) -> None:
+    position = store.tamper.positions()[3]
+    store.tamper._run(("UPDATE event_chain SET digest = 7 WHERE position = ?", (position,)))
+    broken = store.verify().broken
+    assert broken is not None and (broken.kind, broken.position) == ("digest", position)
 
 
 def test_one_item_verifies_while_another_is_broken(store: Store) -> None:

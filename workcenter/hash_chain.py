@@ -93,9 +93,10 @@ def digest(
     topic = event.topic.encode(errors="surrogateescape")
     oid = _id_bytes(event.originator_id)
     h = hashlib.sha256(TAG)
-    h.update(struct.pack(">QQB", position, previous, len(oid)))
+    # Signed 64-bit: every SQLite and PostgreSQL integer, even a tampered one, fits.
+    h.update(struct.pack(">qqQ", position, previous, len(oid)))
     h.update(oid)
-    h.update(struct.pack(">QI", event.originator_version, len(topic)))
+    h.update(struct.pack(">qQ", event.originator_version, len(topic)))
     h.update(topic)
     h.update(struct.pack(">Q", len(event.state)))
     h.update(event.state)

@@ -131,9 +131,7 @@ class SQLiteChainTable:
         self._event_columns = _event_columns("")
 
     def head(self, c: SQLiteCursor) -> Link | None:
-        c.execute(
-            f"SELECT position, previous, digest FROM {self.name} ORDER BY position DESC LIMIT 1"
-        )
+        c.execute(f"SELECT {_link_columns('')} FROM {self.name} ORDER BY position DESC LIMIT 1")
         row = c.fetchone()
         return Link(row[0], row[1], row[2]) if row else None
 
@@ -187,7 +185,7 @@ class SQLiteChainTable:
         after = 0
         while True:
             events = self._events(c, after, None)
-            sql = f"SELECT position, previous, digest FROM {self.name} WHERE position > ?"
+            sql = f"SELECT {_link_columns('')} FROM {self.name} WHERE position > ?"
             params: list[Any] = [after]
             if events:
                 sql += " AND position <= ?"
@@ -202,7 +200,7 @@ class SQLiteChainTable:
     def _walk_streams(self, c: SQLiteCursor, streams: Sequence[UUID]) -> Iterator[Row]:
         c.execute(
             f"SELECT {_event_columns('e.')},"
-            f" c.position, c.previous, c.digest, p.digest FROM {self.events} e"
+            f" {_link_columns('c.')}, CAST(p.digest AS BLOB) FROM {self.events} e"
             f" LEFT JOIN {self.name} c ON c.position = e.rowid"
             f" LEFT JOIN {self.name} p ON p.position = c.previous"
             f" WHERE e.originator_id IN ({','.join('?' * len(streams))}) ORDER BY e.rowid",
@@ -223,10 +221,22 @@ class SQLiteChainTable:
 def _event_columns(table: str) -> str:
     # Cast, so that a row whose types were tampered with still reads, and fails.
     return (
-        f"{table}rowid, CAST({table}originator_id AS BLOB),"
-        f" CAST({table}originator_version AS INTEGER), CAST({table}topic AS BLOB),"
-        f" CAST({table}state AS BLOB)"
+        f"{table}rowid, {_blob(f'{table}originator_id')},"
+        f" {_integer(f'{table}originator_version')}, {_blob(f'{table}topic')},"
+        f" {_blob(f'{table}state')}"
     )
+
+
+def _link_columns(table: str) -> str:
+    return f"{table}position, {_integer(f'{table}previous')}, {_blob(f'{table}digest')}"
+
+
+def _blob(column: str) -> str:
+    return f"COALESCE(CAST({column} AS BLOB), x'')"
+
+
+def _integer(column: str) -> str:
+    return f"COALESCE(CAST({column} AS INTEGER), -1)"
 
 
 def _stored(row: Any, at: int) -> StoredEvent:
