@@ -464,3 +464,10 @@ def test_two_openers_of_an_unchained_store_chain_it_once(store: Store, db_path: 
     assert store.tamper.links() == list(zip(positions, [0, *positions[:-1]], strict=True))
     with WorkCenter.open(db_path) as wc:
         assert wc.verify_history().ok
+
+
+def test_verify_reports_its_progress_up_to_the_last_position(store: Store) -> None:
+    seen: list[tuple[int, int]] = []
+    assert store.wc.verify_history(progress=lambda done, last: seen.append((done, last))).ok
+    last = store.tamper.positions()[-1]
+    assert seen and seen[-1] == (last, last)

@@ -182,7 +182,7 @@ def _chain(
 def append_links(
     table: ChainTable, c: Any, positions: Sequence[int], stored: Sequence[StoredEvent]
 ) -> None:
-    """THE WRITE HOOK: chain a command's events, just inserted at ``positions`` in the
+    """The write hook: chain a command's events, just inserted at ``positions`` in the
     transaction of cursor ``c``, which must hold the store's write lock (SQLite's
     ``BEGIN`` plus the insert; PostgreSQL's ``LOCK TABLE ... IN EXCLUSIVE MODE``), so
     that no other writer can chain in between. Events before them left unchained
@@ -208,7 +208,7 @@ def append_links(
 
 
 def chain_unchained(table: ChainTable, transaction: Callable[[], Any]) -> int:
-    """THE MIGRATION: chain every event after the chain's head, ``BATCH`` per write
+    """The migration: chain every event after the chain's head, ``BATCH`` per write
     transaction (``transaction()`` is a context manager giving a cursor that holds the
     write lock); idempotent, and resumable if interrupted. Returns how many it chained."""
     chained = 0
@@ -358,9 +358,9 @@ def _check(row: Row, walk: _Walk, whole_store: bool) -> Break | None:
                 return Break(
                     "missing",
                     link.previous,
-                    f"position {link.previous} is missing: "
-                    f"position {row.position} ({_where(event)}) follows it, but the "
-                    "event was deleted",
+                    f"position {link.previous} is missing: position {row.position} "
+                    f"({_where(event)}) was chained after it, but the walk came from "
+                    f"position {expected}: the events in between were deleted",
                     stream,
                     version,
                     expected,
@@ -405,12 +405,16 @@ def _check(row: Row, walk: _Walk, whole_store: bool) -> Break | None:
         )
     stream_digest = seen[2] if seen else GENESIS
     if digest(row.position, link.previous, event, previous_digest, stream_digest) != link.digest:
+        followed = [f"position {link.previous}"] if link.previous else []
+        if seen:
+            followed.append(f"its stream's version {seen[0]} at position {seen[1]}")
+        cause = " or ".join(followed)
         return Break(
             "digest",
             row.position,
-            f"position {row.position} ({_where(event)}) does "
-            "not match its digest: its stored bytes were changed, or position "
-            f"{link.previous} before it was changed and hashed again",
+            f"position {row.position} ({_where(event)}) does not match its digest: its "
+            "stored bytes or its digest were changed"
+            + (f", or an event it follows ({cause}) was changed and hashed again" if cause else ""),
             stream,
             version,
             link.previous,

@@ -205,7 +205,7 @@ def audit_verify(
 ) -> None:
     """Walk the hash chain over every event (or over one WorkItem's streams) and report
     the first broken link; exit status 1 when the history was changed."""
-    from rich.progress import BarColumn, Progress, TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
     with open_center(ctx, inline_projections=False) as wc:
         scope = work_item_id(wc, item_id) if item_id is not None else None
@@ -215,7 +215,7 @@ def audit_verify(
             with Progress(
                 "[bold]{task.description}",
                 BarColumn(),
-                "{task.completed:,.0f}/{task.total:,.0f}",
+                MofNCompleteColumn(),
                 TimeElapsedColumn(),
                 console=console,
                 transient=True,
