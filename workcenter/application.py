@@ -26,6 +26,8 @@ from workcenter.domain.actor import Actor
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.outcome import RunReport
+from workcenter.hash_chain import Anchor, Verdict
+from workcenter.history_proof import HistoryProof, VerifyProgress
 from workcenter.ports import Clock, SystemClock
 from workcenter.projections.audit import DEFAULT_LIMIT, AuditRow
 from workcenter.projections.detail import Detail, DetailView
@@ -72,6 +74,7 @@ class WorkCenter:
         self._runs = RunCommands(parts.repository, parts.read_models, parts.clock, parts.boot_id)
         self._budget = BudgetCommands(parts.repository, parts.clock)
         self._reads = Reads(parts.repository, parts.read_models, parts.read_streams)
+        self._proof = HistoryProof(parts.repository, parts.chain)
 
     @classmethod
     def open(
@@ -555,6 +558,22 @@ class WorkCenter:
         Each Action is loaded at its latest version written at or before the position.
         """
         return self._reads.state_at(work_item_id, version, at)
+
+    def verify_history(
+        self,
+        work_item_id: UUID | None = None,
+        *,
+        anchor: Anchor | str | None = None,
+        progress: VerifyProgress | None = None,
+    ) -> Verdict:
+        """Walk the hash chain over the whole store (or one WorkItem's streams) and report
+        the first broken link; with ``anchor`` (``DIGEST@POSITION`` from
+        ``history_anchor``), also that nothing up to its position changed (ADR-0028)."""
+        return self._proof.verify(work_item_id, anchor, progress)
+
+    def history_anchor(self) -> Anchor | None:
+        """The chain's head digest and position, to keep outside the store."""
+        return self._proof.anchor()
 
     def projection_status(self) -> list[ProjectionStatus]:
         """Each registered read model's position, the head of the event sequence, the lag."""

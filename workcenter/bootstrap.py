@@ -21,6 +21,7 @@ from uuid import UUID
 from eventsourcing.application import Application
 from eventsourcing.persistence import PersistenceError
 
+from workcenter import hash_chain
 from workcenter.adapters import compression, event_log
 from workcenter.adapters.one_commit import OneCommitArguments
 from workcenter.adapters.persistence import (
@@ -34,7 +35,7 @@ from workcenter.adapters.persistence import (
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.adapters.sqlite_settings import SYNCHRONOUS_ENV, validate_synchronous
 from workcenter.domain.model import AggregateState
-from workcenter.ports import Clock, StreamReader, SystemClock
+from workcenter.ports import ChainReader, Clock, StreamReader, SystemClock
 from workcenter.projections.detail import (
     Blobs,
     Detail,
@@ -111,6 +112,7 @@ class Parts:
     read_models: ReadModels
     repository: Repository
     read_streams: StreamReader
+    chain: ChainReader
 
 
 def compose(
@@ -141,6 +143,7 @@ def compose(
         read_models=read_models,
         repository=repository[0],
         read_streams=partial(event_log.streams_in_order, store),
+        chain=store.recorder.chain,
     )
 
 
@@ -156,6 +159,7 @@ def open_store(
     db_path = resolve_db_path(db)
     # A bad synchronous setting is InvalidInput before any file exists.
     validate_synchronous(sqlite_synchronous or os.environ.get(SYNCHRONOUS_ENV, "NORMAL"))
+    hash_chain.enabled(os.environ.get(hash_chain.HASH_CHAIN_ENV))
     env = sqlite_env(db_path, sqlite_synchronous)
     prepare_store_file(db_path, create=create)
     for attempt in range(OPEN_ATTEMPTS):
