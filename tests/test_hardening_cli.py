@@ -307,7 +307,7 @@ def test_projections_status_only_observes(db_path: Path) -> None:
         result = invoke("--db", str(db_path), "projections", "status", "--json")
         assert result.exit_code == 0, result.output
         lags = {row["name"]: row["lag"] for row in json.loads(result.stdout)}
-        assert lags == {"work_queue": head, "detail": head}
+        assert lags == {"work_queue": head, "mailbox": head, "detail": head}
 
 
 def test_hints_keep_the_db_the_user_gave(tmp_path: Path) -> None:
@@ -454,6 +454,7 @@ def test_projections_run_once_speaks_json_and_plain_text(db_path: Path) -> None:
     assert as_json.exit_code == 0, as_json.output
     assert json.loads(as_json.stdout)["positions"] == {
         "work_queue": head,
+        "mailbox": head,
         "detail": head,
     }
     text = invoke("--db", str(db_path), "projections", "run", "--once")

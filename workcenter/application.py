@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import EllipsisType
 from typing import Any, Self
 from uuid import UUID
@@ -19,14 +19,18 @@ from workcenter import bootstrap
 from workcenter.bootstrap import EventStore
 from workcenter.budget import BudgetCommands
 from workcenter.claiming import Claim
+from workcenter.coordinating import Coordinator, StepResult
+from workcenter.coordinator_commands import CoordinatorCommands, PostedMessage
+from workcenter.coordinator_rules import DecisionRules
 from workcenter.domain import action as act
+from workcenter.domain import conversation as conv
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.outcome import RunReport
-from workcenter.ports import Clock, SystemClock
+from workcenter.ports import Clock, CoordinatorProvider, SystemClock
 from workcenter.projections.audit import DEFAULT_LIMIT, AuditRow
 from workcenter.projections.detail import Detail, DetailView
 from workcenter.projections.inline import InlineProjections
@@ -59,6 +63,7 @@ class WorkCenter:
         clock: Clock | None = None,
         boot_id: str | None = None,
         inline_projections: bool | None = None,
+        coordinator_rules: DecisionRules | None = None,
     ):
         parts = bootstrap.compose(
             store, clock=clock, boot_id=boot_id, inline_projections=inline_projections
@@ -72,6 +77,13 @@ class WorkCenter:
         self._runs = RunCommands(parts.repository, parts.read_models, parts.clock, parts.boot_id)
         self._budget = BudgetCommands(parts.repository, parts.clock)
         self._reads = Reads(parts.repository, parts.read_models, parts.read_streams)
+        self._coordinator = CoordinatorCommands(
+            parts.repository,
+            parts.read_models,
+            parts.clock,
+            parts.boot_id,
+            coordinator_rules or bootstrap.decision_rules(),
+        )
 
     @classmethod
     def open(
@@ -83,6 +95,7 @@ class WorkCenter:
         inline_projections: bool | None = None,
         sqlite_synchronous: str | None = None,
         create: bool = True,
+        coordinator_rules: DecisionRules | None = None,
     ) -> Self:
         """Open the SQLite store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db (creating it
         unless ``create`` is false). ``StoreUnavailable`` if it cannot be opened, or is
@@ -95,7 +108,11 @@ class WorkCenter:
             sqlite_synchronous,
             create,
             lambda store: cls(
-                store, clock=clock, boot_id=boot_id, inline_projections=inline_projections
+                store,
+                clock=clock,
+                boot_id=boot_id,
+                inline_projections=inline_projections,
+                coordinator_rules=coordinator_rules,
             ),
         )
 
@@ -505,6 +522,46 @@ class WorkCenter:
         self, work_item_id: UUID, *, user_message: bool = False
     ) -> bool:
         return self._budget.can_coordinate_automatically(work_item_id, user_message=user_message)
+
+    # --- the Coordinator ------------------------------------------------------
+
+    def post_user_message(
+        self,
+        work_item_id: UUID,
+        text: str,
+        *,
+        client_message_id: str | None = None,
+        expected_version: int | None = None,
+        actor: Actor | str | None = None,
+    ) -> PostedMessage:
+        """Begin a user turn (the Coordinator answers it in its next step). A known
+        ``client_message_id`` returns the first turn and writes nothing; the item's
+        ``expected_version`` refuses only if its contract, plan, a Run outcome or a stop
+        moved since."""
+        return self._coordinator.post_user_message(
+            work_item_id,
+            text,
+            client_message_id=client_message_id,
+            expected_version=expected_version,
+            actor=actor,
+        )
+
+    def conversation(self, work_item_id: UUID) -> conv.ConversationState | None:
+        """The item's messages, turns, mailbox and provider turns (None: none yet)."""
+        return self._coordinator.conversation(work_item_id)
+
+    def coordinator(
+        self, provider: CoordinatorProvider, lease_seconds: float = 60.0
+    ) -> Coordinator:
+        """A Coordinator driving ``provider``: ``run_due()`` runs one step per due wake."""
+        return Coordinator(self._coordinator, provider, timedelta(seconds=lease_seconds))
+
+    def coordinate_once(self, provider: CoordinatorProvider) -> list[StepResult]:
+        return self.coordinator(provider).run_due()
+
+    def recover_coordinator(self, *, at_open: bool = True) -> int:
+        """Coordinator crash recovery (expired claims, unknown dispatches, orphaned turns)."""
+        return self._coordinator.recover(at_open=at_open)
 
     # --- reads ----------------------------------------------------------------
 

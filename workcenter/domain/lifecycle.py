@@ -100,7 +100,15 @@ def create(
 
 def _start(unit: Unit) -> None:
     unit.item_event(wi.WorkItemStarted)
-    modes.of(unit.item).begin(unit)
+    policy = modes.of(unit.item)
+    policy.begin(unit)
+    item = unit.item
+    policy.wake(
+        unit,
+        "work_item_started",
+        f"dynamic:start:{item.id}:{item.contract_revision}",
+        contract_revision=item.contract_revision,
+    )
 
 
 def start(
@@ -146,7 +154,17 @@ def update_contract(
         changed_fields=changed,
     )
     invalidate_open(unit, "superseded", "contract changed")
-    modes.of(item).restart(unit, item)
+    policy = modes.of(item)
+    policy.restart(unit, item)
+    if item.status != "draft":
+        revision = unit.item.contract_revision
+        policy.wake(
+            unit,
+            "contract_changed",
+            f"dynamic:contract:{item.id}:{revision}",
+            contract_revision=revision,
+            changed_fields=list(changed),
+        )
     return unit
 
 
@@ -203,7 +221,15 @@ def resume(
     cancelled = sorted(
         (a for a in unit.actions.values() if a.status == "cancelled"), key=lambda a: a.sequence
     )
-    modes.of(item).resume(unit, cancelled)
+    policy = modes.of(item)
+    policy.resume(unit, cancelled)
+    # Pre-stop decisions can never apply later (coordinator.md 6.4).
+    unit.retire_thinking_turns()
+    assert unit.ledger is not None
+    control = unit.ledger.control_version
+    policy.wake(
+        unit, "work_item_resumed", f"dynamic:resume:{item.id}:{control}", ledger_control=control
+    )
     return unit
 
 
