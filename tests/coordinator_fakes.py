@@ -15,7 +15,7 @@ from uuid import UUID
 
 from workcenter.domain import action as act
 from workcenter.domain import conversation as conv
-from workcenter.domain import planning
+from workcenter.domain import lifecycle, planning
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
@@ -153,7 +153,17 @@ class FakeRules:
             )
         if kind == "complete":
             return planning.complete(item, actions, decision.get("completion", {}), at=at, by=by)
-        unit = Unit(item, actions, at, ledger, by=by)
+        if kind == "request_human" and "goal" in patch:
+            contract = wi.validate_contract(
+                title=item.title,
+                goal=patch["goal"],
+                acceptance_criteria=item.acceptance_criteria,
+                delivery_target=item.delivery_target,
+            )
+            open_actions = {k: a for k, a in actions.items() if a.status in act.OPEN_STATUSES}
+            unit = lifecycle.update_contract(item, open_actions, contract, at, by)
+        else:
+            unit = Unit(item, actions, at, ledger, by=by)
         if kind == "request_human":
             unit.set_status("waiting", None)
         return unit
