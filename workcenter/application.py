@@ -24,6 +24,7 @@ from workcenter.coordinator_commands import CoordinatorCommands, PostedMessage
 from workcenter.coordinator_rules import DecisionRules
 from workcenter.domain import action as act
 from workcenter.domain import conversation as conv
+from workcenter.domain import inputs
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
@@ -534,10 +535,8 @@ class WorkCenter:
         expected_version: int | None = None,
         actor: Actor | str | None = None,
     ) -> PostedMessage:
-        """Begin a user turn (the Coordinator answers it in its next step). A known
-        ``client_message_id`` returns the first turn and writes nothing; the item's
-        ``expected_version`` refuses only if its contract, plan, a Run outcome or a stop
-        moved since."""
+        """Begin a user turn, answered by the next Coordinator step; a known client id
+        returns its first turn and writes nothing (coordinator.md 9.2)."""
         return self._coordinator.post_user_message(
             work_item_id,
             text,
@@ -550,14 +549,13 @@ class WorkCenter:
         """The item's messages, turns, mailbox and provider turns (None: none yet)."""
         return self._coordinator.conversation(work_item_id)
 
-    def coordinator(
-        self, provider: CoordinatorProvider, lease_seconds: float = 60.0
-    ) -> Coordinator:
-        """A Coordinator driving ``provider``: ``run_due()`` runs one step per due wake."""
-        return Coordinator(self._coordinator, provider, timedelta(seconds=lease_seconds))
-
-    def coordinate_once(self, provider: CoordinatorProvider) -> list[StepResult]:
-        return self.coordinator(provider).run_due()
+    def coordinate_once(
+        self, provider: CoordinatorProvider, *, lease_seconds: float = 60.0, limit: int = 100
+    ) -> list[StepResult]:
+        """Recover, then run one Coordinator step through ``provider`` per due wake."""
+        lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))
+        limit = inputs.version(limit, "limit")
+        return Coordinator(self._coordinator, provider, lease).run_due(limit)
 
     def recover_coordinator(self, *, at_open: bool = True) -> int:
         """Coordinator crash recovery (expired claims, unknown dispatches, orphaned turns)."""
@@ -572,12 +570,9 @@ class WorkCenter:
         return self._reads.list_work_items(status)
 
     def detail(self, work_item_id: UUID) -> dict[str, Any]:
-        """The item's detail DTO from the detail read model (as of the item's latest event).
-
-        With inline projections on it reflects every command committed before the read:
-        the view is written at each save, and if it is behind the head of the event log
-        (a writer crashed between its events and its views) the read catches it up first.
-        With inline projections off it is as fresh as the runner has made it (ADR-0019)."""
+        """The item's detail DTO from the detail read model (as of the item's latest event):
+        with inline projections on it reflects every command committed before the read
+        (caught up first after a crash); off, as fresh as the runner made it (ADR-0019)."""
         return self._reads.detail(work_item_id)
 
     def history(self, work_item_id: UUID) -> list[DomainEvent]:

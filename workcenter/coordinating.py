@@ -20,8 +20,8 @@ from uuid import UUID
 
 from workcenter.coordinator_commands import CoordinatorCommands
 from workcenter.coordinator_rules import RequestBody
+from workcenter.domain import bounds, planning
 from workcenter.domain import conversation as conv
-from workcenter.domain import planning
 from workcenter.domain.errors import (
     CommandRefused,
     InvalidInput,
@@ -33,6 +33,7 @@ from workcenter.domain.errors import (
 from workcenter.ports import CoordinatorProvider
 
 CORRECTION_LIMIT = 2_000
+MAX_STEPS = 10_000  # due wakes one pass takes on
 TurnStatus = Literal["decided", "failed", "lost", "skipped"]
 
 
@@ -80,6 +81,8 @@ class Coordinator:
 
     def run_due(self, limit: int = 100) -> list[StepResult]:
         """One step for each item with a wake due (oldest first), after recovery."""
+        if not 1 <= limit <= MAX_STEPS:
+            raise InvalidInput(f"limit must be from 1 to {MAX_STEPS}, not {limit}")
         self.commands.recover(at_open=False)
         now = self.commands.clock.now()
         results = []
@@ -189,14 +192,21 @@ class Coordinator:
             return self._fail(claim, f"provider: {failed}", retry=failed.transient)
         except WorkcenterError as error:
             return self._fail(claim, f"provider: {error}", retry=False)
+        except Exception as error:  # the embedder's code: a bug there fails the turn
+            return self._fail(claim, f"provider error: {type(error).__name__}", retry=False)
         conversation = self.commands.repo.conversation(claim.work_item_id)
         sent = conversation.provider_turn(provider_turn.id) if conversation else None
         if sent is None or sent.status != "dispatching":
             # The provider answered without calling before_request: nothing was reserved.
             return self._fail(claim, "the provider sent no reserved request", retry=False)
+        text = reply.text if isinstance(reply.text, str) else ""
+        if len(text) > bounds.PAYLOAD_TEXT:
+            return self._fail(claim, "the provider's reply is too large", retry=False)
+        # Text that cannot be stored (lone surrogates) is kept readable, not refused.
+        text = text.encode("utf-8", "replace").decode("utf-8")
         usage = reply.usage if isinstance(reply.usage, dict) else None
-        self.commands.respond(claim, provider_turn.id, str(reply.text), usage)
-        return str(reply.text)
+        self.commands.respond(claim, provider_turn.id, text, usage)
+        return text
 
     def _decide(
         self, state: _Attempt, provider_turn_id: UUID, text: str, attempt: int
