@@ -220,7 +220,7 @@ def _dispatch_only(wc: WorkCenter, claimed: Any) -> None:
     )
     try:
         provider_turn = commands.prepare(claimed, 1, body)
-        commands.dispatch(claimed, provider_turn.id, body)
+        commands.dispatch(claimed, provider_turn.id, body, LEASE)
     except WorkcenterError:
         return
 

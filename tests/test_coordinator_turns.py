@@ -348,7 +348,7 @@ def test_a_responded_turn_resumes_without_calling_the_provider(
     assert turn is not None
     body = _request(wc, item.id, turn)
     provider_turn = commands.prepare(turn, 1, body)
-    commands.dispatch(turn, provider_turn.id, body)
+    commands.dispatch(turn, provider_turn.id, body, LEASE)
     commands.respond(turn, provider_turn.id, create_actions(action_spec()), None)
     clock.advance(61)  # the process died here; its claim expired
     provider = drain(wc)
@@ -368,7 +368,7 @@ def test_recovery_at_open_ends_an_orphaned_dispatch_as_unknown(
     assert turn is not None
     body = _request(wc, item.id, turn)
     provider_turn = commands.prepare(turn, 1, body)
-    commands.dispatch(turn, provider_turn.id, body)
+    commands.dispatch(turn, provider_turn.id, body, LEASE)
     clock.advance(61)
     assert wc.recover_coordinator(at_open=True) == 1
     state = wc.conversation(item.id)

@@ -348,7 +348,7 @@ def test_after_a_budget_stop_extend_and_resume_the_cli_says_what_comes_next(
     assert resumed.exit_code == 0, resumed.output
     for output in (resumed.stdout, invoke("show", item_id, "--db", db).stdout):
         assert "no Action is ready or running" in output
-        assert "plan_actions" in output
+        assert "workcenter message" in output
     worker = invoke(
         "worker", "--db", db, "--executor", "workcenter.adapters.executors:echo",
         "--exit-when-idle",

@@ -12,6 +12,7 @@ writes nothing more.
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -83,6 +84,7 @@ class Coordinator:
         """One step for each item with a wake due (oldest first), after recovery."""
         if not 1 <= limit <= MAX_STEPS:
             raise InvalidInput(f"limit must be from 1 to {MAX_STEPS}, not {limit}")
+        assert self.commands.rules is not None  # refused before anything is written
         self.commands.recover(at_open=False)
         now = self.commands.clock.now()
         results = []
@@ -179,9 +181,17 @@ class Coordinator:
             reply_schema=body.reply_schema,
         )
 
-        def before_request() -> None:
-            self.commands.dispatch(claim, provider_turn.id, body)
+        ours: list[BaseException] = []
 
+        def before_request() -> None:
+            try:
+                self.commands.dispatch(claim, provider_turn.id, body, self.lease)
+            except BaseException as error:
+                ours.append(error)
+                raise
+
+        keeper = _LeaseKeeper(self.commands, claim, self.lease)
+        keeper.start()
         try:
             reply = self.provider.answer(request, before_request)
         except TurnFenceLost:
@@ -192,8 +202,13 @@ class Coordinator:
             return self._fail(claim, f"provider: {failed}", retry=failed.transient)
         except WorkcenterError as error:
             return self._fail(claim, f"provider: {error}", retry=False)
-        except Exception as error:  # the embedder's code: a bug there fails the turn
+        except Exception as error:
+            if error in ours:
+                raise  # not the provider's: our own refusal, or a bug of ours
+            # The embedder's code: a bug there fails the turn instead of the loop.
             return self._fail(claim, f"provider error: {type(error).__name__}", retry=False)
+        finally:
+            keeper.stop()
         conversation = self.commands.repo.conversation(claim.work_item_id)
         sent = conversation.provider_turn(provider_turn.id) if conversation else None
         if sent is None or sent.status != "dispatching":
@@ -244,6 +259,31 @@ class Coordinator:
         if not self.commands.fail_turn(claim, error, retry=retry):
             return StepResult(claim.work_item_id, "lost", claim.turn_id, error)
         return StepResult(claim.work_item_id, "failed", claim.turn_id, audit or error, attempts)
+
+
+class _LeaseKeeper(threading.Thread):
+    """Renews the turn's claim every third of its lease while the provider works (2.2);
+    a refused renewal ends the renewals, and the turn's next write finds the claim lost."""
+
+    def __init__(
+        self, commands: CoordinatorCommands, claim: conv.ClaimRef, lease: timedelta
+    ) -> None:
+        super().__init__(daemon=True)
+        self.commands, self.claim, self.lease = commands, claim, lease
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        interval = max(1.0, self.lease.total_seconds() / 3)
+        while not self.stopped.wait(interval):
+            try:
+                if not self.commands.renew(self.claim, self.lease):
+                    return
+            except WorkcenterError:
+                return
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join()
 
 
 def _prompt(turn: conv.Turn) -> str:

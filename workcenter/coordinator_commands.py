@@ -329,10 +329,13 @@ class CoordinatorCommands:
         self._turn_command(claim, decide)
         return prepared[0]
 
-    def dispatch(self, claim: conv.ClaimRef, provider_turn_id: UUID, body: RequestBody) -> str:
+    def dispatch(
+        self, claim: conv.ClaimRef, provider_turn_id: UUID, body: RequestBody, lease: timedelta
+    ) -> str:
         """Reserve through the ledger and move the provider turn to dispatching in ONE
-        write, before any byte is sent (3.3). A denial raises ResourceStopError (a
-        stopping denial is saved first); a lost claim raises TurnFenceLost."""
+        write, before any byte is sent (3.3), renewing the claim's lease for the call. A
+        denial raises ResourceStopError (a stopping denial is saved first); a lost claim
+        raises TurnFenceLost."""
         estimate = rl.estimate_tokens({"messages": list(body.messages)})
         admissions: list[rl.Admission] = []
 
@@ -350,6 +353,7 @@ class CoordinatorCommands:
             admissions[:] = [admission]
             unit.apply_ledger(admission.events)
             if admission.allowed:
+                talk.renew(claim, lease)
                 talk.dispatch(claim, provider_turn_id, admission.request_id)
 
         self._turn_command(claim, decide, ledger=True)
@@ -542,7 +546,9 @@ class CoordinatorCommands:
             self._end_provider_turns(unit, talk, turn, claim, "the WorkItem stopped")
             status = unit.item.stopped or unit.item.status
             talk.fail(claim, f"the WorkItem is {status}", counted=False, retry=False)
-        elif at_open and not state.resumable(turn):
+        elif at_open and entry.claim_epoch > 0 and not state.resumable(turn):
+            # A process claimed it and died before any request: orphaned. A user turn
+            # never claimed yet is waiting for its first step, not orphaned.
             self._count_failure(unit, turn)
             talk.interrupt_orphan(turn, "the process running this turn ended")
 

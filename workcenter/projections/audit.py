@@ -1,5 +1,6 @@
 """The audit of a WorkItem: every event of it, its Actions (Runs included), its
-ledger and its Conversation (the Coordinator's turns), in the order they were written (read-models.md 3).
+ledger and its Conversation (the Coordinator's turns), in the order they were
+written (read-models.md 3).
 
 There is no audit table: the rows are shaped here, purely, from the item's
 streams as the event store returns them merged by notification position (the
