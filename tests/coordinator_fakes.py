@@ -182,7 +182,7 @@ class Reply:
     usage: dict[str, Any] | None = None
 
 
-Script = str | Exception | Callable[[Any], str]
+Script = str | BaseException | Callable[[Any], str]
 
 
 @dataclass
@@ -204,7 +204,7 @@ class ScriptedProvider:
             before_request()
         self.requests.append(request)
         step = self.script.pop(0) if self.script else answer_text("(nothing scripted)")
-        if isinstance(step, Exception):
+        if isinstance(step, BaseException):
             raise step
         text = step(request) if callable(step) else step
         return Reply(text=text, usage=self.usage)

@@ -399,3 +399,15 @@ def _request(wc: WorkCenter, item_id: Any, claimed: conv.ClaimRef) -> Any:
         _prompt(state.turns[claimed.turn_id]),
         None,
     )
+
+
+def test_a_shutdown_mid_turn_interrupts_it_uncounted(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    with pytest.raises(KeyboardInterrupt):
+        drain(wc, KeyboardInterrupt())
+    message = assistant(wc, item.id)
+    assert (message.status, message.error) == ("failed", "shutdown")
+    assert wc.ledger(item.id).coordinator_failures == 0
+    assert entries(wc, item.id) == [("work_item_started", "pending")]  # retried later
+    [reservation] = wc.ledger(item.id).reservations.values()
+    assert reservation.status == "unknown"

@@ -11,6 +11,7 @@ writes nothing more.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Sequence
@@ -122,6 +123,14 @@ class Coordinator:
             return self._fail(claim, conv.INVALID_TWICE, attempts=2, audit=detail)
         except TurnFenceLost as lost:
             return StepResult(claim.work_item_id, "lost", claim.turn_id, str(lost))
+        except BaseException as stopped:
+            # Shutdown (Ctrl-C, SIGTERM) ends the turn as interrupted, not counted (9.5);
+            # a failure of our own ends it counted. Either way it is not left thinking.
+            interrupted = not isinstance(stopped, Exception)
+            with contextlib.suppress(WorkcenterError):
+                reason = "shutdown" if interrupted else f"internal error: {type(stopped).__name__}"
+                self.commands.fail_turn(claim, reason, interrupted=interrupted)
+            raise
 
     def _attempt(self, state: _Attempt, attempt: int) -> StepResult | None:
         """One decision attempt; None when it was invalid and another may follow."""
@@ -145,14 +154,17 @@ class Coordinator:
         ):
             return self._fail(claim, "a request is in flight under another claim", retry=False)
         actions = commands.repo.actions(item)
-        body = commands.rules.build_request(
-            item,
-            actions,
-            planning.progress(item, actions),
-            _lines(conversation),
-            _prompt(turn),
-            state.correction,
-        )
+        try:
+            body = commands.rules.build_request(
+                item,
+                actions,
+                planning.progress(item, actions),
+                _lines(conversation),
+                _prompt(turn),
+                state.correction,
+            )
+        except WorkcenterError as error:  # the snapshot cannot be built (too large)
+            return self._fail(claim, str(error), retry=False)
         if existing is not None and existing.request_hash != body.hash():
             return self._fail(claim, "the WorkItem changed since this turn's request was made")
         if not commands.renew(claim, self.lease):
