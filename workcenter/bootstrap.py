@@ -33,7 +33,7 @@ from workcenter.adapters.persistence import (
 )
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.adapters.sqlite_settings import SYNCHRONOUS_ENV, validate_synchronous
-from workcenter.coordinator_rules import DecisionRules
+from workcenter.coordinator_rules import DecisionRules, DomainRules
 from workcenter.domain.model import AggregateState
 from workcenter.ports import Clock, StreamReader, SystemClock
 from workcenter.projections.detail import (
@@ -150,9 +150,9 @@ def compose(
     )
 
 
-def decision_rules() -> DecisionRules | None:
+def decision_rules() -> DecisionRules:
     """The Coordinator's decision rules (coordinator.md 4, 5.3, 9.1)."""
-    return None
+    return DomainRules()
 
 
 def open_store(

@@ -85,7 +85,6 @@ class Coordinator:
         """One step for each item with a wake due (oldest first), after recovery."""
         if not 1 <= limit <= MAX_STEPS:
             raise InvalidInput(f"limit must be from 1 to {MAX_STEPS}, not {limit}")
-        assert self.commands.rules is not None  # refused before anything is written
         self.commands.recover(at_open=False)
         now = self.commands.clock.now()
         results = []

@@ -83,20 +83,14 @@ class CoordinatorCommands:
         read_models: ReadModels,
         clock: Clock,
         boot_id: str,
-        rules: DecisionRules | None,
+        rules: DecisionRules,
     ) -> None:
         self.repo = repository
         self.read_models = read_models
         self.clock = clock
-        self._rules = rules
+        self.rules = rules
         self.owner = f"coordinator@{boot_id}"
         self.actor = Actor(kind="coordinator", id=self.owner)
-
-    @property
-    def rules(self) -> DecisionRules:
-        if self._rules is None:
-            raise CommandRefused("no Coordinator decision rules are installed")
-        return self._rules
 
     def mailbox(self) -> MailboxView:
         return self.read_models.fresh(Mailbox.name)  # type: ignore[no-any-return]
@@ -413,8 +407,11 @@ class CoordinatorCommands:
             unit = self.rules.apply_decision(
                 reply, turn, item, actions, ledger, at=self.clock.now(), by=turn_actor(turn)
             )
-            talk = unit.attach_conversation(conversation)
-            talk.decide(claim, reply.reply, self.rules.summary(reply))
+            touched = (e.originator_id for e in unit.events if isinstance(e, act.ActionEvent))
+            summary = self.rules.summary(reply).model_copy(
+                update={"affected_action_ids": tuple(dict.fromkeys(touched))}
+            )
+            unit.attach_conversation(conversation).decide(claim, reply.reply, summary)
             return unit
 
         return self.repo.execute(attempt)

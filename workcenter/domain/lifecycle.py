@@ -134,29 +134,14 @@ def update_contract(
 ) -> Unit:
     """A contract change (goal, criteria, delivery target) supersedes the open work."""
     wi.refuse_if_terminal(item, "update")
-    _open_actions(item, actions)
     unit = Unit(item, actions, at, by=by)
-    if contract.title != item.title:
-        unit.item_event(wi.TitleChanged, title=contract.title)
-    changed = tuple(
-        name
-        for name in ("goal", "acceptance_criteria", "delivery_target")
-        if getattr(contract, name) != getattr(item, name)
-    )
+    changed = refine_contract(unit, contract)
     if not changed:
         return unit
-    unit.item_event(
-        wi.ContractRefined,
-        goal=contract.goal,
-        acceptance_criteria=contract.acceptance_criteria,
-        delivery_target=contract.delivery_target,
-        contract_revision=item.contract_revision + 1,
-        changed_fields=changed,
-    )
-    invalidate_open(unit, "superseded", "contract changed")
     policy = modes.of(item)
     policy.restart(unit, item)
     if item.status != "draft":
+        # A direct edit wakes the Coordinator; a decision's own refinement does not.
         revision = unit.item.contract_revision
         policy.wake(
             unit,
@@ -166,6 +151,34 @@ def update_contract(
             changed_fields=list(changed),
         )
     return unit
+
+
+def refine_contract(unit: Unit, contract: wi.Contract) -> tuple[str, ...]:
+    """Record ``contract`` on the unit's item: a title alone is renamed; a change of goal,
+    criteria or delivery target is a new contract revision that supersedes every open
+    Action in the same write (coordinator.md 4.7). Returns the changed contract fields;
+    the caller decides what the item does next."""
+    item = unit.item
+    _open_actions(item, unit.actions)
+    if contract.title != item.title:
+        unit.item_event(wi.TitleChanged, title=contract.title)
+    changed = tuple(
+        name
+        for name in ("goal", "acceptance_criteria", "delivery_target")
+        if getattr(contract, name) != getattr(item, name)
+    )
+    if not changed:
+        return ()
+    unit.item_event(
+        wi.ContractRefined,
+        goal=contract.goal,
+        acceptance_criteria=contract.acceptance_criteria,
+        delivery_target=contract.delivery_target,
+        contract_revision=item.contract_revision + 1,
+        changed_fields=changed,
+    )
+    invalidate_open(unit, "superseded", "contract changed")
+    return changed
 
 
 def cancel(
