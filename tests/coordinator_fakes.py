@@ -1,14 +1,13 @@
-"""Test doubles for the Coordinator: a scripted provider and small stand-in decision
-rules built on the planning commands. They exercise the turn machinery (claims,
-provider turns, fences, failures) without the real decision rules, which have
-their own tests."""
+"""Stand-in decision rules for the Coordinator's turn machinery, built on the planning
+commands. They exercise claims, provider turns, fences and failures apart from the
+domain's decision rules (ADR-0024), which have their own tests."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -174,40 +173,6 @@ class FakeRules:
             reason=str(reply.decision.get("reason", "")),
             question=reply.decision.get("question"),
         )
-
-
-@dataclass
-class Reply:
-    text: str
-    usage: dict[str, Any] | None = None
-
-
-Script = str | BaseException | Callable[[Any], str]
-
-
-@dataclass
-class ScriptedProvider:
-    """Answers from a script: a text, an exception to raise (after the request was
-    reserved, like a failed HTTP call), or a function of the request. ``retries``
-    hidden HTTP attempts call ``before_request`` again before answering."""
-
-    script: list[Script] = field(default_factory=list)
-    retries: int = 0
-    usage: dict[str, Any] | None = field(
-        default_factory=lambda: {"input_tokens": 100, "output_tokens": 20}
-    )
-    requests: list[Any] = field(default_factory=list)
-
-    def answer(self, request: Any, before_request: Callable[[], None]) -> Reply:
-        before_request()
-        for _ in range(self.retries):
-            before_request()
-        self.requests.append(request)
-        step = self.script.pop(0) if self.script else answer_text("(nothing scripted)")
-        if isinstance(step, BaseException):
-            raise step
-        text = step(request) if callable(step) else step
-        return Reply(text=text, usage=self.usage)
 
 
 def decision(kind: str, reply: str = "ok", **fields: Any) -> str:

@@ -11,16 +11,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 from conftest import create_dynamic
-from coordinator_fakes import FakeRules
 
-from workcenter import bootstrap
 from workcenter.adapters.cli import cli
 from workcenter.application import WorkCenter
-
-
-@pytest.fixture(autouse=True)
-def rules(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(bootstrap, "decision_rules", FakeRules)
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ nothing is applied twice (coordinator.md 2.4, 3.3)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,9 +13,10 @@ import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from conftest import FakeClock, action_spec
-from coordinator_fakes import FakeRules, ScriptedProvider, create_actions
+from conftest import FakeClock
+from domain_states import brief, decision
 
+from workcenter.adapters.providers.scripted import ScriptedProvider
 from workcenter.application import WorkCenter
 
 TESTS = Path(__file__).parent
@@ -22,7 +24,6 @@ TESTS = Path(__file__).parent
 CHILD = textwrap.dedent(
     """
     import os, signal, sys
-    from coordinator_fakes import FakeRules
     from workcenter.application import WorkCenter
 
     class DiesMidCall:
@@ -30,7 +31,7 @@ CHILD = textwrap.dedent(
             before_request()                      # reserved and dispatching: now die
             os.kill(os.getpid(), signal.SIGKILL)
 
-    wc = WorkCenter.open(sys.argv[1], boot_id="doomed", coordinator_rules=FakeRules())
+    wc = WorkCenter.open(sys.argv[1], boot_id="doomed")
     item = wc.create_work_item(
         title="Crash", goal="Survive a crash", acceptance_criteria=["It recovers"],
         delivery_target="response", start=True,
@@ -58,7 +59,7 @@ def test_a_step_killed_mid_dispatch_leaves_the_reservation_charged(db_path: Path
 
     # A new process, after the dead one's lease ran out.
     clock = FakeClock(datetime.now(UTC) + timedelta(minutes=5))
-    with WorkCenter.open(db_path, clock=clock, boot_id="next", coordinator_rules=FakeRules()) as wc:
+    with WorkCenter.open(db_path, clock=clock, boot_id="next") as wc:
         item = wc.work_item(item_id)  # type: ignore[arg-type]
         [reservation] = wc.ledger(item.id).reservations.values()
         assert reservation.status == "reserved" and reservation.charged_tokens > 0
@@ -77,7 +78,8 @@ def test_a_step_killed_mid_dispatch_leaves_the_reservation_charged(db_path: Path
         assert wc.ledger(item.id).coordinator_failures == 1
 
         # Nothing of the dead turn applies, now or later; the item is recoverable.
-        provider = ScriptedProvider([create_actions(action_spec())])
+        plan = json.dumps(decision("create_actions", actions=[brief()]))
+        provider = ScriptedProvider([plan, plan])
         assert wc.coordinate_once(provider) == []
         assert wc.work_item(item.id).plan == ()
         posted = wc.post_user_message(item.id, "Plan again please")

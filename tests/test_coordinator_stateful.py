@@ -12,14 +12,15 @@ from datetime import timedelta
 from typing import Any
 
 from conftest import FakeClock, action_spec
-from coordinator_fakes import FakeRules, ScriptedProvider, answer_text, create_actions, decision
+from coordinator_fakes import answer_text, create_actions, decision
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from workcenter.adapters.providers.scripted import ScriptedProvider, Step, permanent, transient
 from workcenter.application import WorkCenter
 from workcenter.domain import work_item as wi
-from workcenter.domain.errors import ProviderFailed, WorkcenterError
+from workcenter.domain.errors import WorkcenterError
 
 CRITERION = "It works"
 LEASE = timedelta(seconds=60)
@@ -45,12 +46,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.failures_seen = 0
 
     def _open(self) -> WorkCenter:
-        return WorkCenter.open(
-            self.path,
-            clock=self.clock,
-            boot_id=f"boot-{next(self.boots)}",
-            coordinator_rules=FakeRules(),
-        )
+        return WorkCenter.open(self.path, clock=self.clock, boot_id=f"boot-{next(self.boots)}")
 
     def teardown(self) -> None:
         self.wc.close()
@@ -58,10 +54,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
     # --- what the model may answer -------------------------------------------------
 
-    def _plan(self, _: Any = None) -> str:
+    def _plan(self) -> str:
         return create_actions(action_spec(objective=f"Step {next(self.objectives)}"))
 
-    def _complete(self, _: Any = None) -> str:
+    def _complete(self) -> str:
         item = self.wc.work_item(self.item_id)
         runs = [
             str(a.result_run_id)
@@ -77,17 +73,19 @@ class CoordinatorMachine(RuleBasedStateMachine):
         }
         return decision("complete", completion=completion)
 
-    def _script(self, reply: str) -> list[Any]:
+    def _script(self, reply: str) -> list[Step]:
         goal_patch = decision("request_human", question="?", contractPatch={"goal": "Changed"})
-        return {
-            "plan": [self._plan],
-            "complete": [self._complete],
-            "answer": [answer_text("fine")],
-            "patch": [goal_patch, goal_patch],
-            "invalid": ["nonsense", "still nonsense"],
-            "transient": [ProviderFailed("rate limited", transient=True)],
-            "permanent": [ProviderFailed("bad request", transient=False)],
-        }[reply]
+        scripts: dict[str, Any] = {
+            "plan": lambda: [self._plan()],
+            "complete": lambda: [self._complete()],
+            "answer": lambda: [answer_text("fine")],
+            "patch": lambda: [goal_patch, goal_patch],
+            "invalid": lambda: ["nonsense", "still nonsense"],
+            "transient": lambda: [transient(attempts=2)],
+            "permanent": lambda: [permanent()],
+        }
+        steps: list[Step] = scripts[reply]()
+        return steps
 
     # --- rules ------------------------------------------------------------------------
 
@@ -152,7 +150,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
     @rule()
     def nothing_runs_while_stopped(self) -> None:
         before = self.wc.event_count()
-        self.wc.coordinate_once(ScriptedProvider([self._plan]))
+        self.wc.coordinate_once(ScriptedProvider([self._plan()]))
         item = self.wc.work_item(self.item_id)
         assert self.wc.event_count() == before or item.status == "needs_attention"
 
@@ -210,7 +208,7 @@ def _dispatch_only(wc: WorkCenter, claimed: Any) -> None:
     actions = wc.actions(item)
     state = wc.conversation(item.id)
     assert state is not None
-    body = FakeRules().build_request(
+    body = commands.rules.build_request(
         item,
         actions,
         planning.progress(item, actions),

@@ -19,14 +19,9 @@ from conftest import (
     refused,
     report,
 )
-from coordinator_fakes import (
-    FakeRules,
-    ScriptedProvider,
-    answer_text,
-    create_actions,
-    decision,
-)
+from coordinator_fakes import FakeRules, answer_text, create_actions, decision
 
+from workcenter.adapters.providers.scripted import Failure, Reply, ScriptedProvider, Step
 from workcenter.application import WorkCenter
 from workcenter.domain import conversation as conv
 from workcenter.domain.errors import (
@@ -59,8 +54,8 @@ def assistant(wc: WorkCenter, item_id: Any) -> conv.Message:
     return [m for m in state.messages if m.role == "assistant"][-1]
 
 
-def drain(wc: WorkCenter, *script: Any, **kwargs: Any) -> ScriptedProvider:
-    provider = ScriptedProvider(list(script), **kwargs)
+def drain(wc: WorkCenter, *script: Step, **kwargs: Any) -> ScriptedProvider:
+    provider = ScriptedProvider(script, **kwargs)
     wc.coordinate_once(provider)
     return provider
 
@@ -246,7 +241,7 @@ def test_a_decision_computed_before_a_run_finished_is_refused_after(
         return answer_text("I will wait")
 
     before = len(wc.work_item(item.id).plan)
-    drain(wc, finish_meanwhile)
+    drain(wc, respond=finish_meanwhile)
     message = assistant(wc, item.id)
     assert message.status == "failed" and "changed while" in (message.error or "")
     assert len(wc.work_item(item.id).plan) == before
@@ -261,7 +256,7 @@ def test_provider_failures_fail_the_turn_and_charge_the_request(
     wc: WorkCenter, transient: bool, entry: str
 ) -> None:
     item = create_dynamic(wc)
-    drain(wc, ProviderFailed("429", transient=transient))
+    drain(wc, Failure(ProviderFailed("429", transient=transient)))
     assert assistant(wc, item.id).status == "failed"
     assert entries(wc, item.id) == [("work_item_started", entry)]
     [reservation] = wc.ledger(item.id).reservations.values()
@@ -272,7 +267,7 @@ def test_provider_failures_fail_the_turn_and_charge_the_request(
 
 def test_hidden_retries_are_charged_each(wc: WorkCenter) -> None:
     item = create_dynamic(wc)
-    drain(wc, create_actions(action_spec()), retries=2)
+    drain(wc, Reply(create_actions(action_spec()), usage={"total_tokens": 50}, attempts=3))
     reservations = list(wc.ledger(item.id).reservations.values())
     assert [r.status for r in reservations] == ["unknown", "unknown", "reported"]
     assert all(r.charged_tokens > 0 for r in reservations)
@@ -404,7 +399,7 @@ def _request(wc: WorkCenter, item_id: Any, claimed: conv.ClaimRef) -> Any:
 def test_a_shutdown_mid_turn_interrupts_it_uncounted(wc: WorkCenter) -> None:
     item = create_dynamic(wc)
     with pytest.raises(KeyboardInterrupt):
-        drain(wc, KeyboardInterrupt())
+        drain(wc, Failure(KeyboardInterrupt()))
     message = assistant(wc, item.id)
     assert (message.status, message.error) == ("failed", "shutdown")
     assert wc.ledger(item.id).coordinator_failures == 0
