@@ -406,3 +406,22 @@ def test_a_shutdown_mid_turn_interrupts_it_uncounted(wc: WorkCenter) -> None:
     assert entries(wc, item.id) == [("work_item_started", "pending")]  # retried later
     [reservation] = wc.ledger(item.id).reservations.values()
     assert reservation.status == "unknown"
+
+
+def test_a_response_after_the_claim_was_lost_is_settled_but_not_applied(
+    wc: WorkCenter, clock: FakeClock
+) -> None:
+    item = create_dynamic(wc)
+
+    class Slow:
+        def answer(self, request: Any, before_request: Any) -> Reply:
+            before_request()
+            clock.advance(61)  # the lease ran out while the model worked...
+            assert wc._coordinator.claim_due(item.id, LEASE) is not None  # ...and was taken
+            return Reply(create_actions(action_spec()), usage={"total_tokens": 77})
+
+    [result] = wc.coordinate_once(Slow())
+    assert result.status == "lost"
+    assert wc.work_item(item.id).plan == ()
+    [reservation] = wc.ledger(item.id).reservations.values()
+    assert (reservation.status, reservation.charged_tokens) == ("reported", 77)

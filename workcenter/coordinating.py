@@ -231,7 +231,11 @@ class Coordinator:
         # Text that cannot be stored (lone surrogates) is kept readable, not refused.
         text = text.encode("utf-8", "replace").decode("utf-8")
         usage = reply.usage if isinstance(reply.usage, dict) else None
-        self.commands.respond(claim, provider_turn.id, text, usage)
+        try:
+            self.commands.respond(claim, provider_turn.id, text, usage)
+        except TurnFenceLost:
+            self.commands.settle_late(claim.work_item_id, provider_turn.id, usage)
+            raise
         return text
 
     def _decide(

@@ -240,7 +240,7 @@ class CoordinatorCommands:
             thinking = state.thinking_turn()
             if thinking is not None:
                 entry = state.entry(thinking.entry_id)
-                if entry is None or not entry.available(at) or _in_flight(state, thinking):
+                if entry is None or not entry.available(at):
                     return
                 claims.append(talk.claim(entry, self.owner, lease))
                 return
@@ -382,6 +382,28 @@ class CoordinatorCommands:
 
         self._turn_command(claim, decide, ledger=True)
 
+    def settle_late(
+        self, work_item_id: UUID, provider_turn_id: UUID, usage: Mapping[str, Any] | None
+    ) -> None:
+        """A response that arrived after its claim was lost: its decision stays fenced,
+        but what it cost is still recorded (3.3); a ledger-only write."""
+        normalised = rl.normalize_usage(inputs.mapping(usage, "usage")) if usage else None
+
+        def decide(unit: Unit, talk: turns.Decider) -> None:
+            assert unit.ledger is not None
+            unit.apply_ledger(
+                rl.settle_coordinator(
+                    unit.ledger,
+                    turn_id=str(provider_turn_id),
+                    usage=normalised,
+                    complete=True,
+                    at=unit.at,
+                    by=unit.by,
+                )
+            )
+
+        self._command(work_item_id, decide, ledger=True)
+
     def reject(self, claim: conv.ClaimRef, provider_turn_id: UUID, error: str) -> None:
         self._turn_command(
             claim, lambda unit, talk, turn: talk.reject(claim, provider_turn_id, error)
@@ -499,7 +521,7 @@ class CoordinatorCommands:
         (counted); and thinking turns of stopped or closed items failed. Returns the
         number of Conversations changed."""
         changed = 0
-        for work_item_id in self.mailbox().with_open_entries():
+        for work_item_id in self.mailbox().to_recover(self.clock.now(), at_open=at_open):
 
             def decide(unit: Unit, talk: turns.Decider) -> None:
                 self._recover_one(unit, talk, at_open=at_open)
@@ -548,7 +570,3 @@ class CoordinatorCommands:
             # never claimed yet is waiting for its first step, not orphaned.
             self._count_failure(unit, turn)
             talk.interrupt_orphan(turn, "the process running this turn ended")
-
-
-def _in_flight(state: conv.ConversationState, turn: conv.Turn) -> bool:
-    return any(p.status == "dispatching" for p in state.attempts(turn.id))

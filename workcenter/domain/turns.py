@@ -113,17 +113,6 @@ class Decider:
             turn_id=entry.turn_id,
         )
 
-    def claim_turn(self, turn_id: UUID, owner: str, lease: timedelta) -> conv.ClaimRef:
-        """Claim by turn (2.2): the turn's entry; refused while a provider turn of it is
-        dispatching under another claim."""
-        state = self._require()
-        entry = state.entry_of_turn(turn_id)
-        if entry is None:
-            raise CommandRefused(f"turn {turn_id} has no open mailbox entry")
-        if any(p.status == "dispatching" for p in state.attempts(turn_id)):
-            raise CommandRefused(f"turn {turn_id} has a request in flight")
-        return self.claim(entry, owner, lease)
-
     def renew(self, claim: conv.ClaimRef, lease: timedelta) -> bool:
         state = self._require()
         if not state.is_active(claim, self.at):

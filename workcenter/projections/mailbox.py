@@ -37,7 +37,7 @@ class MailboxView(TrackedView):
             "CREATE TABLE IF NOT EXISTS mb_entries ("
             " entry_id TEXT PRIMARY KEY, work_item_id TEXT NOT NULL, sequence INTEGER NOT NULL,"
             " kind TEXT NOT NULL, status TEXT NOT NULL, lease_expires_at REAL,"
-            " created_at REAL NOT NULL)",
+            " created_at REAL NOT NULL, has_turn INTEGER NOT NULL DEFAULT 0)",
             "CREATE INDEX IF NOT EXISTS mb_open ON mb_entries (created_at)"
             " WHERE status IN ('pending', 'claimed')",
             # One row per WorkItem: what gates its automatic turns (coordinator.md 6.3).
@@ -66,20 +66,29 @@ class MailboxView(TrackedView):
             )
         elif isinstance(event, conv.MailboxEntryEnqueued):
             c.execute(
-                "INSERT INTO mb_entries SELECT ?, work_item_id, ?, ?, 'pending', NULL, ?"
+                "INSERT INTO mb_entries SELECT ?, work_item_id, ?, ?, 'pending', NULL, ?, ?"
                 " FROM mb_items WHERE conversation_id = ?",
                 (
                     event.entry_id.hex,
                     event.sequence,
                     event.kind,
                     event.timestamp.timestamp(),
+                    int(event.turn_id is not None),
                     event.originator_id.hex,
                 ),
+            )
+        elif isinstance(event, conv.CoordinatorTurnBegun):
+            c.execute(
+                "UPDATE mb_entries SET has_turn = 1 WHERE entry_id = ?", (event.entry_id.hex,)
             )
         elif isinstance(event, conv.MailboxEntryClaimed | conv.MailboxLeaseRenewed):
             self._set(c, event.entry_id, "claimed", _ts(event.lease_expires_at))
         elif isinstance(event, conv.MailboxEntryReleased):
             self._set(c, event.entry_id, "pending", None)
+            if event.detach_turn:
+                c.execute(
+                    "UPDATE mb_entries SET has_turn = 0 WHERE entry_id = ?", (event.entry_id.hex,)
+                )
         elif isinstance(event, conv.MailboxEntryAcked):
             self._set(c, event.entry_id, "acked", None)
         elif isinstance(event, conv.MailboxEntryCancelled):
@@ -137,11 +146,17 @@ class MailboxView(TrackedView):
         )
         return [UUID(row[0]) for row in rows]
 
-    def with_open_entries(self) -> list[UUID]:
-        """Items with any entry pending or claimed: the only ones recovery has to look at."""
+    def to_recover(self, now: datetime, *, at_open: bool) -> list[UUID]:
+        """Items recovery has to look at: a claim whose lease ran out, a turn on an item
+        stopped or closed since, and at store open every open entry with a turn."""
         rows = self._rows(
-            "SELECT DISTINCT work_item_id FROM mb_entries WHERE status IN ('pending', 'claimed')"
-            " ORDER BY work_item_id"
+            "SELECT DISTINCT e.work_item_id FROM mb_entries e"
+            " JOIN mb_items i ON i.work_item_id = e.work_item_id"
+            " WHERE e.status IN ('pending', 'claimed') AND ("
+            " (e.status = 'claimed' AND e.lease_expires_at <= ?)"
+            " OR (e.has_turn = 1 AND (? OR i.closed = 1 OR i.stopped = 1)))"
+            " ORDER BY e.work_item_id",
+            (now.timestamp(), int(at_open)),
         )
         return [UUID(row[0]) for row in rows]
 
