@@ -425,3 +425,18 @@ def test_a_response_after_the_claim_was_lost_is_settled_but_not_applied(
     assert wc.work_item(item.id).plan == ()
     [reservation] = wc.ledger(item.id).reservations.values()
     assert (reservation.status, reservation.charged_tokens) == ("reported", 77)
+
+
+def test_a_long_conversation_is_snapshotted_and_reloads_the_same(
+    db_path: Path, wc: WorkCenter, clock: FakeClock
+) -> None:
+    item = create_dynamic(wc)
+    for n in range(10):
+        wc.post_user_message(item.id, f"Question {n}")
+        drain(wc, answer_text(f"Answer {n}"))
+    state = wc.conversation(item.id)
+    assert state is not None and state.version > 50
+    snapshots = wc.store.snapshots
+    assert snapshots is not None and list(snapshots.get(state.id))
+    with WorkCenter.open(db_path, clock=clock, coordinator_rules=FakeRules()) as fresh:
+        assert fresh.conversation(item.id) == state
