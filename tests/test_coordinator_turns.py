@@ -440,3 +440,23 @@ def test_a_long_conversation_is_snapshotted_and_reloads_the_same(
     assert snapshots is not None and list(snapshots.get(state.id))
     with WorkCenter.open(db_path, clock=clock, coordinator_rules=FakeRules()) as fresh:
         assert fresh.conversation(item.id) == state
+
+
+def test_the_mailbox_view_rebuilt_from_zero_equals_the_live_one(
+    wc: WorkCenter, clock: FakeClock
+) -> None:
+    item = create_dynamic(wc)
+    drain(wc, Failure(ProviderFailed("429", transient=True)))
+    clock.advance(600)
+    drain(wc, create_actions(action_spec()))
+    wc.post_user_message(item.id, "hello")
+    stopped = wc.create_work_item(
+        title="Tiny", goal="g", acceptance_criteria=["c"], start=True, limits={"max_tokens": 10}
+    )
+    drain(wc, answer_text("hi"), create_actions(action_spec()))
+    view = wc.projections.views["mailbox"]
+    live = view.dump()  # type: ignore[attr-defined]
+    assert live["mb_items"] and live["mb_entries"]
+    assert wc.work_item(stopped.id).stopped
+    wc.rebuild_projection("mailbox")
+    assert wc.projections.views["mailbox"].dump() == live  # type: ignore[attr-defined]
