@@ -460,3 +460,32 @@ def test_the_mailbox_view_rebuilt_from_zero_equals_the_live_one(
     assert wc.work_item(stopped.id).stopped
     wc.rebuild_projection("mailbox")
     assert wc.projections.views["mailbox"].dump() == live  # type: ignore[attr-defined]
+
+
+def test_two_processes_never_run_the_same_wake(
+    db_path: Path, wc: WorkCenter, clock: FakeClock
+) -> None:
+    item = create_dynamic(wc)
+    other = WorkCenter.open(db_path, clock=clock, boot_id="boot-2", coordinator_rules=FakeRules())
+    seen: list[Any] = []
+
+    def meanwhile(request: Any) -> str:
+        seen.extend(other.coordinate_once(ScriptedProvider([create_actions(action_spec())])))
+        return create_actions(action_spec("review", "Check it"))
+
+    try:
+        [result] = wc.coordinate_once(ScriptedProvider(respond=meanwhile))
+    finally:
+        other.close()
+    assert seen == [] and result.status == "decided"
+    assert [wc.action(e.action_id).type for e in wc.work_item(item.id).plan] == ["review"]
+
+
+def test_the_loop_finds_wakes_with_inline_projections_off(db_path: Path, clock: FakeClock) -> None:
+    with WorkCenter.open(
+        db_path, clock=clock, inline_projections=False, coordinator_rules=FakeRules()
+    ) as scaled:
+        item = create_dynamic(scaled)
+        [result] = scaled.coordinate_once(ScriptedProvider([create_actions(action_spec())]))
+        assert result.status == "decided"
+        assert len(scaled.work_item(item.id).plan) == 1
