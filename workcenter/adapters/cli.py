@@ -143,8 +143,12 @@ def demo(ctx: click.Context, as_json: bool, max_tokens: int | None) -> None:
         item_id = run_demo(wc, say=say, provider=provider, limits=limits)
         detail = presenters.detail_json(wc, wc.work_item(item_id))
         budget = presenters.budget_json(wc, item_id)
+        conversation = cli_coordinator.conversation_json(wc.conversation(item_id))
     if as_json:
-        _emit_json(detail | {"budget": budget, "provider_calls": provider.calls})
+        _emit_json(
+            detail
+            | {"budget": budget, "provider_calls": provider.calls, "conversation": conversation}
+        )
         return
     console.print(_item_table(detail))
     if budget["stop_reason"] is not None:
