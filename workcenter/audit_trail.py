@@ -11,6 +11,7 @@ from datetime import datetime
 from uuid import UUID
 
 from workcenter.domain import action as act
+from workcenter.domain import conversation as conv
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import InvalidInput
@@ -29,8 +30,14 @@ def rows(
 
 
 def streams(item: wi.WorkItemState) -> list[UUID]:
-    """The item's streams: the WorkItem, every Action it planned, its ledger."""
-    return [item.id, *(e.action_id for e in item.plan), rl.ledger_id_for(item.id)]
+    """The item's streams: the WorkItem, every Action it planned, its ledger, its
+    Conversation."""
+    return [
+        item.id,
+        *(e.action_id for e in item.plan),
+        rl.ledger_id_for(item.id),
+        conv.conversation_id_for(item.id),
+    ]
 
 
 def state_at(
