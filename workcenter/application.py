@@ -18,6 +18,7 @@ from uuid import UUID
 from workcenter import bootstrap
 from workcenter.bootstrap import EventStore
 from workcenter.budget import BudgetCommands
+from workcenter.changes import ChangeFeed
 from workcenter.claiming import Claim
 from workcenter.domain import action as act
 from workcenter.domain import resource_ledger as rl
@@ -35,6 +36,7 @@ from workcenter.projections.work_queue import WorkQueue, WorkQueueView
 from workcenter.reads import Reads
 from workcenter.repository import SNAPSHOT_INTERVAL, WriteContention
 from workcenter.run_commands import RunCommands
+from workcenter.web_reads import WebReads
 from workcenter.work_item_commands import WorkItemCommands
 
 __all__ = [
@@ -72,6 +74,8 @@ class WorkCenter:
         self._runs = RunCommands(parts.repository, parts.read_models, parts.clock, parts.boot_id)
         self._budget = BudgetCommands(parts.repository, parts.clock)
         self._reads = Reads(parts.repository, parts.read_models, parts.read_streams)
+        self._web_reads = WebReads(parts.repository, parts.read_models, parts.clock)
+        self._changes = ChangeFeed(parts.repository, parts.read_events_after)
 
     @classmethod
     def open(
@@ -129,6 +133,16 @@ class WorkCenter:
     @property
     def details(self) -> DetailView:
         return self._read_models.view(Detail.name)
+
+    @property
+    def web_reads(self) -> WebReads:
+        """A browser's reads beside the detail DTO: summaries, progress, budget, timeline."""
+        return self._web_reads
+
+    @property
+    def changes(self) -> ChangeFeed:
+        """The event sequence as a change feed (positions, types, owners; no payloads)."""
+        return self._changes
 
     # --- loading --------------------------------------------------------------
 
@@ -213,9 +227,18 @@ class WorkCenter:
         return self._items.start(work_item_id, expected_version=expected_version, actor=actor)
 
     def cancel(
-        self, work_item_id: UUID, *, reason: str = "", actor: Actor | str | None = None
+        self,
+        work_item_id: UUID,
+        *,
+        reason: str = "",
+        expected_version: int | None = None,
+        actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
-        return self._items.cancel(work_item_id, reason=reason, actor=actor)
+        """Cancel the item; with ``expected_version``, refused when its contract or
+        lifecycle changed after that version (a caller acting on what it saw)."""
+        return self._items.cancel(
+            work_item_id, reason=reason, expected_version=expected_version, actor=actor
+        )
 
     def resume(
         self,

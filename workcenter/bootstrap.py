@@ -34,7 +34,7 @@ from workcenter.adapters.persistence import (
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.adapters.sqlite_settings import SYNCHRONOUS_ENV, validate_synchronous
 from workcenter.domain.model import AggregateState
-from workcenter.ports import Clock, StreamReader, SystemClock
+from workcenter.ports import Clock, NotificationReader, StreamReader, SystemClock
 from workcenter.projections.detail import (
     Blobs,
     Detail,
@@ -111,6 +111,7 @@ class Parts:
     read_models: ReadModels
     repository: Repository
     read_streams: StreamReader
+    read_events_after: NotificationReader
 
 
 def compose(
@@ -141,6 +142,7 @@ def compose(
         read_models=read_models,
         repository=repository[0],
         read_streams=partial(event_log.streams_in_order, store),
+        read_events_after=partial(event_log.events_after, store),
     )
 
 

@@ -44,6 +44,13 @@ class StreamReader(Protocol):
     ) -> list[tuple[int, DomainEvent]]: ...
 
 
+class NotificationReader(Protocol):
+    """(position, event) of the events written after position ``after``, oldest first,
+    at most ``limit`` of them: the event sequence as a change feed follows it."""
+
+    def __call__(self, after: int, limit: int) -> list[tuple[int, DomainEvent]]: ...
+
+
 # --- the Coordinator's LLM ----------------------------------------------------
 
 
