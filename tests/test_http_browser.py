@@ -1,0 +1,97 @@
+"""The dashboard in headless Chromium (Debian's package, driven by Playwright's Python
+package): open it, create an item through the API, run a worker, and watch the page
+reach ``done`` with every criterion met, without a reload. The screenshot is kept
+under ``artifacts/`` (not committed).
+
+It skips only where no Chromium is installed and ``CI`` is not set: in CI a missing
+browser is a failure (``.ci/run`` installs it).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from http_client import LINEAR, served
+
+from workcenter.adapters.executors import echo
+from workcenter.adapters.http.app import create_app
+from workcenter.adapters.worker import run_worker
+from workcenter.application import WorkCenter
+
+ARTIFACTS = Path(__file__).parent.parent / "artifacts"
+TIMEOUT_MS = 20_000
+
+
+def chromium() -> str:
+    found = os.environ.get("WORKCENTER_CHROMIUM") or shutil.which("chromium")
+    if found is None and Path("/usr/bin/chromium").exists():
+        found = "/usr/bin/chromium"
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI is set but no Chromium is installed (.ci/run installs it)")
+        pytest.skip("no Chromium installed (apt-get install chromium) and CI is not set")
+    return found
+
+
+@pytest.fixture
+def wc(db_path: Path) -> Iterator[WorkCenter]:
+    with WorkCenter.open(db_path) as center:
+        yield center
+
+
+def test_the_dashboard_follows_an_item_to_done_without_a_reload(
+    wc: WorkCenter, db_path: Path
+) -> None:
+    executable = chromium()
+    playwright = pytest.importorskip("playwright.sync_api")
+    with (
+        served(create_app(wc)) as base,
+        playwright.sync_playwright() as p,
+    ):
+        browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(base + "/")
+            page.wait_for_selector("#live.on", timeout=TIMEOUT_MS)
+            assert page.is_visible("#no-items")
+            page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+
+            response = httpx.post(base + "/api/work-items", json=LINEAR, timeout=30)
+            assert response.status_code == 201
+            item_id = response.json()["id"]
+            page.wait_for_selector(f"#item-list li[data-id='{item_id}']", timeout=TIMEOUT_MS)
+            page.wait_for_function(
+                "() => document.querySelector('#item-status').textContent === 'ready'",
+                timeout=TIMEOUT_MS,
+            )
+
+            with WorkCenter.open(db_path) as worker_wc:  # a worker beside the server
+                stats = run_worker(
+                    worker_wc, echo, worker="w1", exit_when_idle=True, poll_seconds=0.05
+                )
+            assert stats.finished == 3 and stats.errors == 0
+
+            page.wait_for_function(
+                """() => document.querySelector('#item-status').textContent === 'done'
+                    && [...document.querySelectorAll('#criteria tr.criterion')]
+                        .filter((row) => row.dataset.status === 'met').length === 3
+                    && [...document.querySelectorAll('.tl-row')]
+                        .filter((row) => row.dataset.status === 'completed').length === 3""",
+                timeout=TIMEOUT_MS,
+            )
+            assert page.evaluate("window.loadedOnce") is True
+            assert page.text_content("#progress-count") == "(3 of 3 met)"
+            assert page.locator("#audit tbody tr").count() > 10
+            assert page.locator(".tl-run.completed").count() == 3
+            ARTIFACTS.mkdir(exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "dashboard.png"))
+            assert errors == []
+        finally:
+            browser.close()
