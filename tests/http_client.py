@@ -47,7 +47,9 @@ def served(app: FastAPI) -> Iterator[str]:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2)
+    )
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 20
@@ -58,6 +60,7 @@ def served(app: FastAPI) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
+        app.state.head_watcher.close()
         server.should_exit = True
         thread.join(20)
         sock.close()

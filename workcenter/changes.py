@@ -7,6 +7,11 @@ state reads the item's DTOs again (read-models.md 2.6: broadcasts are lossy, cli
 fetch again). The position is the event's notification id, so a client that resumes
 after the last position it saw misses nothing and sees nothing twice.
 
+Every stream open on a server asks for the same pages of the sequence as the others:
+the pages read last are kept (a page of the sequence never changes once read, since
+SQLite writes one transaction at a time and numbers its events in commit order), so
+the events of a page are read and decoded once however many clients follow them.
+
 Action and ledger events do not all name their WorkItem; the feed learns each
 stream's owner from the events that do (``WorkItemCreated``, ``ActionAdded``,
 ``ActionPlanned``, ``LedgerOpened``) and asks the repository for a stream first met
@@ -15,6 +20,8 @@ further on (a client resuming late).
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -31,6 +38,7 @@ from workcenter.projections.detail import Kind
 from workcenter.repository import Repository
 
 MAX_BATCH = 1000
+PAGES_KEPT = 64
 # Owners are cheap to learn again; the map is dropped whole rather than grown forever.
 OWNER_CACHE_LIMIT = 200_000
 
@@ -80,6 +88,8 @@ class ChangeFeed:
         self.repo = repository
         self.read_events_after = read_events_after
         self._owners: dict[UUID, UUID] = {}
+        self._pages: OrderedDict[tuple[int, int], list[tuple[int, Change | None]]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def head(self) -> int:
         return self.repo.event_count()
@@ -96,13 +106,27 @@ class ChangeFeed:
             work_item_id = self.repo.work_item(
                 inputs.aggregate_id(work_item_id, "WorkItem")
             ).id  # NotFound if there is no such item
-        events = self.read_events_after(position, limit)
-        changes = []
-        for at, event in events:
-            change = self._change(at, event)
-            if change is not None and work_item_id in (None, change.work_item_id):
-                changes.append(change)
-        return ChangePage(changes, events[-1][0] if events else position)
+        page = self._page(position, limit)
+        changes = [
+            change
+            for _, change in page
+            if change is not None and work_item_id in (None, change.work_item_id)
+        ]
+        return ChangePage(changes, page[-1][0] if page else position)
+
+    def _page(self, position: int, limit: int) -> list[tuple[int, Change | None]]:
+        key = (position, limit)
+        with self._lock:
+            kept = self._pages.get(key)
+        if kept is not None:
+            return kept
+        page = [(at, self._change(at, event)) for at, event in self.read_events_after(*key)]
+        if page:  # an empty page is only empty until the next write
+            with self._lock:
+                self._pages[key] = page
+                while len(self._pages) > PAGES_KEPT:
+                    self._pages.popitem(last=False)
+        return page
 
     def _owner(self, event: DomainEvent) -> UUID | None:
         stream = event.originator_id

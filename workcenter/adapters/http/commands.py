@@ -14,12 +14,13 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from fastapi import APIRouter, Depends, Request, Response
+from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from workcenter.adapters.http.deps import Center
 from workcenter.adapters.http.preconditions import Seen, detail_etag, seen
 from workcenter.adapters.http.problems import UnsupportedMediaType
+from workcenter.adapters.http.responses import JSONBytes
 from workcenter.application import WorkCenter
 from workcenter.domain import inputs
 
@@ -30,7 +31,12 @@ def json_body(request: Request) -> None:
         raise UnsupportedMediaType("commands take a JSON body (Content-Type: application/json)")
 
 
-router = APIRouter(prefix="/api", tags=["commands"], dependencies=[Depends(json_body)])
+router = APIRouter(
+    prefix="/api",
+    tags=["commands"],
+    dependencies=[Depends(json_body)],
+    default_response_class=JSONBytes,
+)
 ITEM = "/work-items/{item_id}"
 Expected = Annotated[Seen, Depends(seen)]
 
@@ -86,11 +92,13 @@ class Guide(Body):
     expected_generation: int | None = Field(None, alias="expectedGeneration")
 
 
-def _answer(wc: WorkCenter, response: Response, work_item_id: UUID) -> dict[str, Any]:
+def _answer(wc: WorkCenter, work_item_id: UUID, status: int = 200, **headers: str) -> JSONBytes:
     dto = wc.detail(work_item_id)
-    response.headers["ETag"] = detail_etag(dto)
-    response.headers["Cache-Control"] = "no-store"
-    return dto
+    return JSONBytes(
+        dto,
+        status_code=status,
+        headers={"ETag": detail_etag(dto), "Cache-Control": "no-store", **headers},
+    )
 
 
 def _stage(stage: str | Stage) -> str | dict[str, Any]:
@@ -102,7 +110,7 @@ def _stage(stage: str | Stage) -> str | dict[str, Any]:
 
 
 @router.post("/work-items", status_code=201)
-def create_work_item(wc: Center, response: Response, body: CreateWorkItem) -> dict[str, Any]:
+def create_work_item(wc: Center, body: CreateWorkItem) -> JSONBytes:
     """Create a WorkItem and its budget; ``start`` starts it at once."""
     item = wc.create_work_item(
         title=body.title,
@@ -114,25 +122,20 @@ def create_work_item(wc: Center, response: Response, body: CreateWorkItem) -> di
         start=body.start,
         limits=body.limits.given() if body.limits is not None else None,
     )
-    response.headers["Location"] = f"/api/work-items/{item.id}"
-    return _answer(wc, response, item.id)
+    return _answer(wc, item.id, 201, Location=f"/api/work-items/{item.id}")
 
 
 @router.post(ITEM + "/cancel")
-def cancel(
-    wc: Center, response: Response, item_id: str, expected: Expected, body: Cancel
-) -> dict[str, Any]:
+def cancel(wc: Center, item_id: str, expected: Expected, body: Cancel) -> JSONBytes:
     """Cancel the item."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
     expected.check(wc, work_item_id)
     wc.cancel(work_item_id, reason=body.reason, expected_version=expected.item_version)
-    return _answer(wc, response, work_item_id)
+    return _answer(wc, work_item_id)
 
 
 @router.post(ITEM + "/resume")
-def resume(
-    wc: Center, response: Response, item_id: str, expected: Expected, body: Resume
-) -> dict[str, Any]:
+def resume(wc: Center, item_id: str, expected: Expected, body: Resume) -> JSONBytes:
     """Resume a cancelled item, or one its budget stopped once the budget allows."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
     expected.check(wc, work_item_id)
@@ -141,31 +144,28 @@ def resume(
         expected_version=expected.item_version,
         expected_ledger_version=expected.control_version,
     )
-    return _answer(wc, response, work_item_id)
+    return _answer(wc, work_item_id)
 
 
 @router.post(ITEM + "/budget/extend")
-def extend_budget(
-    wc: Center, response: Response, item_id: str, expected: Expected, body: Limits
-) -> dict[str, Any]:
+def extend_budget(wc: Center, item_id: str, expected: Expected, body: Limits) -> JSONBytes:
     """Raise limits by the amounts given (clears no stop: resume does)."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
     expected.check(wc, work_item_id)
     wc.extend_budget(
         work_item_id, expected_version=expected.control_version, additions=body.given()
     )
-    return _answer(wc, response, work_item_id)
+    return _answer(wc, work_item_id)
 
 
 @router.post(ITEM + "/actions/{action_id}/retry")
 def retry(
     wc: Center,
-    response: Response,
     item_id: str,
     action_id: str,
     expected: Expected,
     body: Retry,
-) -> dict[str, Any]:
+) -> JSONBytes:
     """Retry a failed or waiting Action (with an answer to its question, if any)."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
     expected.check(wc, work_item_id)
@@ -176,18 +176,17 @@ def retry(
         expected_generation=body.expected_generation,
         answer=body.answer,
     )
-    return _answer(wc, response, work_item_id)
+    return _answer(wc, work_item_id)
 
 
 @router.post(ITEM + "/actions/{action_id}/guide")
 def guide(
     wc: Center,
-    response: Response,
     item_id: str,
     action_id: str,
     expected: Expected,
     body: Guide,
-) -> dict[str, Any]:
+) -> JSONBytes:
     """Guide an Action: a new generation of it runs with the guidance."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
     expected.check(wc, work_item_id)
@@ -198,4 +197,4 @@ def guide(
         expected_generation=body.expected_generation,
         guidance=body.guidance,
     )
-    return _answer(wc, response, work_item_id)
+    return _answer(wc, work_item_id)

@@ -13,13 +13,14 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Query, Request
 
 from workcenter.adapters import presenters
 from workcenter.adapters.http.deps import Center
 from workcenter.adapters.http.guard import AUTHENTICATED
 from workcenter.adapters.http.preconditions import detail_etag, item_etag, list_etag
 from workcenter.adapters.http.problems import Forbidden
+from workcenter.adapters.http.responses import JSONBytes
 from workcenter.domain import inputs
 from workcenter.domain.action import ActionState
 from workcenter.domain.errors import InvalidInput
@@ -27,64 +28,59 @@ from workcenter.domain.work_item import WorkItemState
 from workcenter.projections.audit import DEFAULT_LIMIT, AuditRow
 from workcenter.projections.sanitize import sanitize_event_payload, sanitize_record
 
-router = APIRouter(prefix="/api", tags=["reads"])
+router = APIRouter(prefix="/api", tags=["reads"], default_response_class=JSONBytes)
 
 Status = Literal["draft", "ready", "running", "waiting", "needs_attention", "done", "cancelled"]
 ITEM = "/work-items/{item_id}"
 
 
-def _etagged(response: Response, etag: str) -> None:
-    response.headers["ETag"] = etag
+def _etagged(body: dict[str, Any], etag: str) -> JSONBytes:
     # Always revalidate: the same versions can show a lease that has since expired.
-    response.headers["Cache-Control"] = "no-cache"
+    return JSONBytes(body, headers={"ETag": etag, "Cache-Control": "no-cache"})
 
 
-def _versions_etag(response: Response, body: dict[str, Any]) -> dict[str, Any]:
-    _etagged(response, item_etag(body["itemVersion"], body["controlVersion"]))
-    return body
+def _versions_etag(body: dict[str, Any]) -> JSONBytes:
+    return _etagged(body, item_etag(body["itemVersion"], body["controlVersion"]))
 
 
 @router.get("/work-items")
 def list_work_items(
     wc: Center,
-    response: Response,
     status: Status | None = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
     offset: Annotated[int, Query(ge=0)] = 0,
-) -> dict[str, Any]:
+) -> JSONBytes:
     """Summary DTOs in creation order, each with its goal progress counted; ``position``
     is the event sequence's head read first: stream changes after it to stay current."""
     position = wc.changes.head()
     page = wc.web_reads.summaries(status, limit, offset)
-    _etagged(response, list_etag(position))
-    return page.json() | {"position": position}
+    return _etagged(page.json() | {"position": position}, list_etag(position))
 
 
 @router.get(ITEM)
-def detail(wc: Center, response: Response, item_id: str) -> dict[str, Any]:
+def detail(wc: Center, item_id: str) -> JSONBytes:
     """The item's detail DTO (read-models.md 2.4)."""
     dto = wc.detail(inputs.aggregate_id(item_id, "WorkItem"))
-    _etagged(response, detail_etag(dto))
-    return dto
+    return _etagged(dto, detail_etag(dto))
 
 
 @router.get(ITEM + "/progress")
-def progress(wc: Center, response: Response, item_id: str) -> dict[str, Any]:
+def progress(wc: Center, item_id: str) -> JSONBytes:
     """Goal progress: each criterion met, unmet or contradicted, with the Runs that
     prove or contradict it, the delivery and the blockers."""
-    return _versions_etag(response, wc.web_reads.progress(inputs.aggregate_id(item_id, "WorkItem")))
+    return _versions_etag(wc.web_reads.progress(inputs.aggregate_id(item_id, "WorkItem")))
 
 
 @router.get(ITEM + "/budget")
-def budget(wc: Center, response: Response, item_id: str) -> dict[str, Any]:
+def budget(wc: Center, item_id: str) -> JSONBytes:
     """The execution control: limits, usage, attempts per Action, the stop."""
-    return _versions_etag(response, wc.web_reads.budget(inputs.aggregate_id(item_id, "WorkItem")))
+    return _versions_etag(wc.web_reads.budget(inputs.aggregate_id(item_id, "WorkItem")))
 
 
 @router.get(ITEM + "/timeline")
-def timeline(wc: Center, response: Response, item_id: str) -> dict[str, Any]:
+def timeline(wc: Center, item_id: str) -> JSONBytes:
     """The Actions in order, each with its newest Runs (status and times only)."""
-    return _versions_etag(response, wc.web_reads.timeline(inputs.aggregate_id(item_id, "WorkItem")))
+    return _versions_etag(wc.web_reads.timeline(inputs.aggregate_id(item_id, "WorkItem")))
 
 
 def _row(row: AuditRow, raw: bool) -> dict[str, Any]:
@@ -120,7 +116,6 @@ def _moment(value: str | None) -> datetime | None:
 def audit(
     wc: Center,
     request: Request,
-    response: Response,
     item_id: str,
     limit: Annotated[int, Query(ge=1, le=DEFAULT_LIMIT)] = DEFAULT_LIMIT,
     action: UUID | None = None,
@@ -129,7 +124,7 @@ def audit(
     at: Annotated[int | None, Query(ge=1)] = None,
     at_time: Annotated[str | None, Query(alias="atTime", max_length=64)] = None,
     raw: bool = False,
-) -> dict[str, Any]:
+) -> JSONBytes:
     """The item's events (its Actions' and ledger's too) in write order, the newest
     ``limit`` that match the filters, as the CLI's ``audit`` shows them; with ``at`` or
     ``atTime`` also the item and its Actions as they were then. ``raw`` (payloads as
@@ -152,8 +147,8 @@ def audit(
             "actions": [_state(presenters.action_json(a), ActionState, raw) for a in ordered],
         }
     rows = wc.audit(work_item_id, limit=limit, action_id=action, run_id=run, type=type, until=until)
-    _etagged(response, item_etag(item_version, control_version))
-    return {"workItemId": str(work_item_id), "events": [_row(r, raw) for r in rows]} | body
+    body = {"workItemId": str(work_item_id), "events": [_row(r, raw) for r in rows]} | body
+    return _etagged(body, item_etag(item_version, control_version))
 
 
 def _state(data: dict[str, Any], schema: type[Any], raw: bool) -> Any:

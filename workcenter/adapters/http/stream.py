@@ -10,7 +10,8 @@ a client reads the DTOs again to see the new state.
 
 One watcher per application polls the head of the sequence; streams wait on it
 rather than each polling the store, and say ``: keepalive`` when nothing happens
-so that proxies keep the connection open.
+so that proxies keep the connection open. When the server stops, the watcher is
+closed and every stream ends, so that shutting down waits for no one.
 """
 
 from __future__ import annotations
@@ -44,32 +45,46 @@ class HeadWatcher:
         self.read_head = read_head
         self.poll = poll
         self.head = -1
+        self.closed = False
         self._moved = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self) -> None:
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._run())
+            self._loop = asyncio.get_running_loop()
+            self._task = self._loop.create_task(self._run())
+
+    def close(self) -> None:
+        """End every stream: the server is stopping (callable from any thread)."""
+        self.closed = True
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wake)
 
     async def stop(self) -> None:
+        self.close()
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
 
+    def _wake(self) -> None:
+        moved, self._moved = self._moved, asyncio.Event()
+        moved.set()
+
     async def _run(self) -> None:
-        while True:
+        while not self.closed:
             head = await run_in_threadpool(self.read_head)
             if head != self.head:
                 self.head = head
-                moved, self._moved = self._moved, asyncio.Event()
-                moved.set()
+                self._wake()
             await asyncio.sleep(self.poll)
 
     async def wait_past(self, position: int, timeout: float) -> bool:
-        """Whether the head moved past ``position`` within ``timeout`` seconds."""
+        """Whether the head moved past ``position`` within ``timeout`` seconds (False
+        at once when the watcher is closed)."""
         self.start()
         deadline = asyncio.get_running_loop().time() + timeout
-        while self.head <= position:
+        while self.head <= position and not self.closed:
             left = deadline - asyncio.get_running_loop().time()
             if left <= 0:
                 return False
@@ -77,7 +92,7 @@ class HeadWatcher:
                 await asyncio.wait_for(self._moved.wait(), left)
             except TimeoutError:
                 return False
-        return True
+        return not self.closed
 
 
 def watcher(request: Request) -> HeadWatcher:
@@ -98,7 +113,7 @@ async def _events(
     wc: WorkCenter, heads: HeadWatcher, position: int, work_item_id: UUID | None
 ) -> AsyncIterator[bytes]:
     yield f"retry: {RETRY_MILLISECONDS}\n\n".encode()
-    while True:
+    while not heads.closed:
         page = await run_in_threadpool(
             wc.changes.after, position, limit=MAX_BATCH, work_item_id=work_item_id
         )
@@ -108,7 +123,7 @@ async def _events(
         if page.position > position:
             position = page.position
             continue
-        if not await heads.wait_past(position, KEEPALIVE_SECONDS):
+        if not await heads.wait_past(position, KEEPALIVE_SECONDS) and not heads.closed:
             yield b": keepalive\n\n"
 
 
