@@ -20,7 +20,10 @@ What it does (docs/performance.md, "The HTTP API under load", gives the results)
 
 It reports every error (a status other than 200, a broken connection, a stream that
 skipped or repeated a position), the latency of the detail reads (p50, p95, p99,
-max), their rate, how long the workers took, and the changes each stream received.
+max) and their rate while the workers drain and, for comparison, during three
+seconds before they start, how long the workers took, and the changes each stream
+received. The clients run in this process (threads), so its own load is in the
+latencies too.
 It is a plain script, not a test: the figures depend on the machine and its load.
 """
 
@@ -48,11 +51,12 @@ from workcenter.application import WorkCenter
 CLI = "from workcenter.adapters.cli import main; main()"
 STREAM_TIMEOUT = httpx.Timeout(60.0)
 PLAN_AT_ONCE = 8  # the most Actions one plan may add
+IDLE_SECONDS = 3.0
 
 
 @dataclass
 class ClientLog:
-    latencies: list[float] = field(default_factory=list)
+    latencies: list[tuple[float, float]] = field(default_factory=list)  # (began, seconds)
     errors: list[str] = field(default_factory=list)
     positions: list[int] = field(default_factory=list)
 
@@ -145,7 +149,7 @@ def reader(base: str, ids: list[str], log: ClientLog, stop: threading.Event, see
             except httpx.HTTPError as error:
                 log.errors.append(f"detail: {type(error).__name__}: {error}")
                 continue
-            log.latencies.append(time.perf_counter() - began)
+            log.latencies.append((began, time.perf_counter() - began))
             if response.status_code != 200 or "ETag" not in response.headers:
                 log.errors.append(f"detail: status {response.status_code}")
 
@@ -153,6 +157,20 @@ def reader(base: str, ids: list[str], log: ClientLog, stop: threading.Event, see
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def summary(latencies: list[float], seconds: float) -> dict[str, float]:
+    """Detail reads per second and their latency in milliseconds."""
+    if not latencies:
+        return {"reads": 0}
+    return {
+        "reads": len(latencies),
+        "per_second": round(len(latencies) / seconds, 1),
+        "p50_ms": round(1000 * statistics.median(latencies), 1),
+        "p95_ms": round(1000 * percentile(latencies, 0.95), 1),
+        "p99_ms": round(1000 * percentile(latencies, 0.99), 1),
+        "max_ms": round(1000 * max(latencies), 1),
+    }
 
 
 def run(clients: int, actions: int, items: int, workers: int) -> dict[str, Any]:
@@ -180,7 +198,9 @@ def run(clients: int, actions: int, items: int, workers: int) -> dict[str, Any]:
             ]
             for thread in threads:
                 thread.start()
-            time.sleep(0.5)  # every client connected and reading
+            time.sleep(0.5)  # every client connected
+            idle_from = time.perf_counter()
+            time.sleep(IDLE_SECONDS)  # reads with no writer, for comparison
             began = time.perf_counter()
             drained = [
                 subprocess.Popen(
@@ -202,7 +222,8 @@ def run(clients: int, actions: int, items: int, workers: int) -> dict[str, Any]:
                 for n in range(workers)
             ]
             stats = [json.loads(p.communicate(timeout=600)[0]) for p in drained]
-            drain_seconds = time.perf_counter() - began
+            drained_at = time.perf_counter()
+            drain_seconds = drained_at - began
             with WorkCenter.open(db) as wc:
                 head = wc.event_count()
             deadline = time.monotonic() + 30
@@ -210,7 +231,6 @@ def run(clients: int, actions: int, items: int, workers: int) -> dict[str, Any]:
                 (log.positions[-1] if log.positions else start_position) < head for log in logs
             ):
                 time.sleep(0.05)
-            read_seconds = time.perf_counter() - began
             stop.set()
             # Streams end when the server closes their connections below.
             for thread in threads[clients:]:
@@ -220,9 +240,11 @@ def run(clients: int, actions: int, items: int, workers: int) -> dict[str, Any]:
             server.wait(30)
         for thread in threads[:clients]:
             thread.join(30)
-    latencies = [s for log in logs for s in log.latencies]
     errors = [e for log in logs for e in log.errors]
     streamed = [len(log.positions) for log in logs]
+    reads = [entry for log in logs for entry in log.latencies]
+    idle = [seconds for at, seconds in reads if idle_from <= at < began]
+    busy = [seconds for at, seconds in reads if began <= at < drained_at]
     return {
         "clients": clients,
         "streams": clients,
@@ -234,14 +256,9 @@ def run(clients: int, actions: int, items: int, workers: int) -> dict[str, Any]:
         "drain_seconds": round(drain_seconds, 2),
         "events": head - start_position,
         "streamed_per_client": {"min": min(streamed), "max": max(streamed)},
-        "detail_reads": len(latencies),
-        "detail_reads_per_second": round(len(latencies) / read_seconds, 1),
-        "detail_ms": {
-            "p50": round(1000 * statistics.median(latencies), 1),
-            "p95": round(1000 * percentile(latencies, 0.95), 1),
-            "p99": round(1000 * percentile(latencies, 0.99), 1),
-            "max": round(1000 * max(latencies), 1),
-        },
+        "detail_reads": len(reads),
+        "while_draining": summary(busy, drain_seconds),
+        "without_writers": summary(idle, began - idle_from),
         "errors": len(errors),
         "error_samples": errors[:5],
         "load_average": os.getloadavg(),
