@@ -398,8 +398,9 @@ def test_serve_refuses_another_host_without_a_token(
 ) -> None:
     monkeypatch.delenv("WORKCENTER_API_TOKEN", raising=False)
     result = CliRunner().invoke(cli, ["serve", "--db", str(db_path), "--host", "0.0.0.0"])
-    assert result.exit_code == 1
-    assert "WORKCENTER_API_TOKEN" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith("UnsafeServer: serving on 0.0.0.0")
+    assert "WORKCENTER_API_TOKEN" in result.stderr and len(result.stderr.splitlines()) == 1
 
 
 def test_serve_says_how_to_install_the_web_extra(
@@ -407,5 +408,5 @@ def test_serve_says_how_to_install_the_web_extra(
 ) -> None:
     monkeypatch.setitem(__import__("sys").modules, "workcenter.adapters.http.server", None)
     result = CliRunner().invoke(cli, ["serve", "--db", str(db_path)])
-    assert result.exit_code == 1
-    assert cli_serve.INSTALL_HINT in result.output
+    assert result.exit_code == 2
+    assert cli_serve.INSTALL_HINT in result.output and "Traceback" not in result.output

@@ -9,7 +9,12 @@ reading half-way through the sequence.
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,7 @@ from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput, NotFound
 
 TIMEOUT = httpx.Timeout(30.0)
+CLI = "from workcenter.adapters.cli import main; main()"
 
 
 @pytest.fixture
@@ -158,3 +164,39 @@ def test_the_change_feed_learns_owners_when_it_starts_half_way(
             fresh.changes.after(0, limit=0)
         with pytest.raises(NotFound):
             fresh.changes.after(0, work_item_id="not an id")  # type: ignore[arg-type]
+
+
+def test_serve_ends_its_streams_and_stops_on_sigterm(wc: WorkCenter, db_path: Path) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    base = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen(
+        [sys.executable, "-c", CLI, "serve", "--db", str(db_path), "--port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(base + "/api/work-items", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and server.poll() is None
+                time.sleep(0.1)
+        with httpx.Client(base_url=base, timeout=TIMEOUT) as http:
+            create(http)
+            with http.stream("GET", "/api/stream", params={"after": 0}) as response:
+                lines = response.iter_lines()
+                assert next(line for line in lines if line.startswith("id: ")) == "id: 1"
+                server.send_signal(signal.SIGTERM)
+                # uvicorn stops gracefully, then ends by the signal it was given.
+                assert server.wait(timeout=15) in (0, -signal.SIGTERM)
+                list(lines)  # the stream ended
+        output = server.communicate()[0].decode()
+        assert "Finished server process" in output and "Traceback" not in output
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()

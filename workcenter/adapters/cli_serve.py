@@ -9,6 +9,13 @@ from workcenter.adapters.cli_common import console, db_option, open_center
 INSTALL_HINT = "pip install 'workcenter[web]'"
 
 
+class MissingExtra(click.ClickException):
+    exit_code = 2
+
+    def __init__(self, module: str) -> None:
+        super().__init__(f"serve needs the web extra ({module} is not installed): {INSTALL_HINT}")
+
+
 @click.command()
 @db_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
@@ -29,18 +36,15 @@ def serve(ctx: click.Context, host: str, port: int, create: bool, log_level: str
     carry it as `Authorization: Bearer <token>`.
     """
     try:
-        from workcenter.adapters.http.guard import Policy, UnsafeServer
+        from workcenter.adapters.http.guard import Policy
         from workcenter.adapters.http.server import serve as run_server
     except ImportError as missing:
-        raise click.ClickException(
-            f"serve needs the web extra ({missing.name or missing} is not installed): "
-            f"{INSTALL_HINT}"
-        ) from None
-    try:
-        policy = Policy.for_host(host)
-    except UnsafeServer as unsafe:
-        raise click.ClickException(f"refusing to serve: {unsafe}") from None
+        raise MissingExtra(missing.name or str(missing)) from None
+    policy = Policy.for_host(host)  # UnsafeServer: one line and exit 2, like any refusal
     with open_center(ctx, create=create) as wc:
         shown = f"[{host}]" if ":" in host else host
         console.print(f"Workcenter dashboard on http://{shown}:{port}/ (Ctrl-C stops)")
-        run_server(wc, policy, port, log_level=log_level)
+        try:
+            run_server(wc, policy, port, log_level=log_level)
+        except KeyboardInterrupt:  # uvicorn stopped gracefully, then re-raised Ctrl-C
+            ctx.exit(130)

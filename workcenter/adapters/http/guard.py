@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from workcenter.domain.errors import WorkcenterError
+
 TOKEN_ENV = "WORKCENTER_API_TOKEN"
 MIN_TOKEN_CHARS = 16
 MAX_BODY_BYTES = 1024 * 1024
@@ -32,8 +34,10 @@ AUTHENTICATED = "workcenter.authenticated"
 PROBLEM_TYPE = "urn:workcenter:problem:"
 
 
-class UnsafeServer(Exception):
+class UnsafeServer(WorkcenterError):
     """The server would be reachable from other machines without a token."""
+
+    code = "unsafe_server"
 
 
 def is_loopback(host: str) -> bool:
