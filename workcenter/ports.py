@@ -8,6 +8,7 @@ change to the bootstrap, not to the commands.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 from uuid import UUID
@@ -99,3 +100,22 @@ class CoordinatorProvider(Protocol):
     def answer(
         self, request: ProviderRequest, before_request: Callable[[], None]
     ) -> ProviderReply: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderTurnRequest:
+    """The ``ProviderRequest`` the Coordinator hands its provider; its fields are
+    the prepared body, so nothing may mutate them after the hash is taken."""
+
+    turn_id: str
+    attempt: int
+    messages: tuple[dict[str, str], ...]
+    reply_schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderTurnReply:
+    """A ``ProviderReply``: the model's text and the usage its provider reported."""
+
+    text: str
+    usage: dict[str, Any] | None = None

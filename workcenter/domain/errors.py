@@ -105,3 +105,32 @@ class TurnFenceLost(WorkcenterError):
     nothing it computed may be sent or applied."""
 
     code = "turn_fence_lost"
+
+
+class DecisionInvalid(InvalidInput):
+    """A Coordinator reply failed a rule checked at parse (coordinator.md 9.1): the
+    provider turn is rejected and the turn's second attempt is sent ``correction``."""
+
+    code = "decision_invalid"
+    CORRECTION_LIMIT = 2_000
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.correction = (
+            "Your previous reply was not accepted: "
+            f"{message}. Reply again with one JSON object that follows the schema."
+        )[: self.CORRECTION_LIMIT]
+
+
+class DecisionRefused(CommandRefused):
+    """A parsed Coordinator decision failed a rule checked at apply (coordinator.md 9.1):
+    nothing of it is written and the turn fails, with no second attempt."""
+
+    code = "decision_refused"
+
+
+class SnapshotTooLarge(CommandRefused):
+    """The WorkItem's unfinished Actions do not fit the Coordinator's 64 KiB snapshot,
+    even in the compact form: the turn fails (coordinator.md 1.3)."""
+
+    code = "snapshot_too_large"

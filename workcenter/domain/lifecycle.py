@@ -128,8 +128,19 @@ def update_contract(
 ) -> Unit:
     """A contract change (goal, criteria, delivery target) supersedes the open work."""
     wi.refuse_if_terminal(item, "update")
-    _open_actions(item, actions)
     unit = Unit(item, actions, at, by=by)
+    if refine_contract(unit, contract):
+        modes.of(item).restart(unit, item)
+    return unit
+
+
+def refine_contract(unit: Unit, contract: wi.Contract) -> tuple[str, ...]:
+    """Record ``contract`` on the unit's item: a title alone is renamed; a change of goal,
+    criteria or delivery target is a new contract revision that supersedes every open
+    Action in the same write (coordinator.md 4.7). Returns the changed contract fields;
+    the caller decides what the item does next."""
+    item = unit.item
+    _open_actions(item, unit.actions)
     if contract.title != item.title:
         unit.item_event(wi.TitleChanged, title=contract.title)
     changed = tuple(
@@ -138,7 +149,7 @@ def update_contract(
         if getattr(contract, name) != getattr(item, name)
     )
     if not changed:
-        return unit
+        return ()
     unit.item_event(
         wi.ContractRefined,
         goal=contract.goal,
@@ -148,8 +159,7 @@ def update_contract(
         changed_fields=changed,
     )
     invalidate_open(unit, "superseded", "contract changed")
-    modes.of(item).restart(unit, item)
-    return unit
+    return changed
 
 
 def cancel(

@@ -113,11 +113,20 @@ def progress(item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState]) ->
     )
 
 
-def _slug(text: str) -> str:
+def slug(text: str) -> str:
     return _SLUG.sub("_", text.strip().lower()).strip("_")
 
 
-def _brief(spec: ActionSpec) -> act.Brief:
+class PreparedAction(Immutable):
+    """A planned Action as it will be recorded: type slugged, mode and attempts clamped."""
+
+    type: str
+    brief: act.Brief
+    workspace_mode: act.WorkspaceMode
+    max_attempts: int
+
+
+def _brief(spec: ActionSpec, rationale: str = "") -> act.Brief:
     fields = {
         "objective": spec.objective.strip(),
         "approach": spec.approach.strip(),
@@ -128,10 +137,26 @@ def _brief(spec: ActionSpec) -> act.Brief:
             raise InvalidInput(f"{name} is required for every planned Action")
         if len(text) > BRIEF_LIMIT:
             raise InvalidInput(f"{name} is longer than {BRIEF_LIMIT} characters")
-    return act.Brief(**fields)
+    return act.Brief(**fields, rationale=rationale)
 
 
-def _check_closures(closes: Sequence[CloseAction], actions: Mapping[UUID, act.ActionState]) -> None:
+def prepare(spec: ActionSpec, rationale: str = "") -> PreparedAction:
+    """The Action ``spec`` asks for; an unknown workspace mode becomes ``shared``."""
+    kind = slug(spec.type) or "custom"
+    if kind == "triage":
+        raise InvalidInput("dynamic plans never create triage Actions")
+    mode: act.WorkspaceMode = (
+        spec.workspace_mode if spec.workspace_mode in WORKSPACE_MODES else "shared"  # type: ignore[assignment]
+    )
+    return PreparedAction(
+        type=kind,
+        brief=_brief(spec, rationale),
+        workspace_mode=mode,
+        max_attempts=min(5, max(1, spec.max_attempts)),
+    )
+
+
+def check_closures(closes: Sequence[CloseAction], actions: Mapping[UUID, act.ActionState]) -> None:
     ids = [c.action_id for c in closes]
     if len(set(ids)) != len(ids):
         raise InvalidInput("closeActions names an Action twice")
@@ -145,7 +170,47 @@ def _check_closures(closes: Sequence[CloseAction], actions: Mapping[UUID, act.Ac
             )
 
 
-def _check_goal_refs(refs: GoalRefs, goal: GoalProgress) -> None:
+def check_supersedes(
+    action_ids: Sequence[UUID],
+    closes: Sequence[CloseAction],
+    actions: Mapping[UUID, act.ActionState],
+) -> None:
+    closing = {c.action_id for c in closes}
+    for action_id in action_ids:
+        target = actions.get(action_id)
+        if action_id in closing:
+            raise InvalidInput(f"Action {action_id} cannot be both closed and superseded")
+        if target is None or target.status not in ("ready", "waiting", "failed"):
+            raise CommandRefused(f"Action {action_id} is not ready, waiting or failed")
+
+
+def refuse_unless_plannable(item: wi.WorkItemState, new_actions: int) -> None:
+    """The item takes ``new_actions`` planned Actions: dynamic, active, not stopped,
+    1 to 8 at once and at most 64 in all, history included."""
+    if not modes.of(item).takes_plans:
+        raise CommandRefused("Only dynamic WorkItems take planned Actions")
+    if item.status not in wi.ACTIVE:
+        raise CommandRefused(f"Cannot plan Actions for a WorkItem in {item.status}")
+    if item.stopped:
+        raise CommandRefused(f"WorkItem is stopped by its budget ({item.stopped}); resume it first")
+    if not 1 <= new_actions <= MAX_NEW_ACTIONS:
+        raise InvalidInput(f"plan 1 to {MAX_NEW_ACTIONS} Actions at once")
+    if len(item.plan) + new_actions > MAX_ACTIONS_PER_ITEM:
+        raise CommandRefused(f"a WorkItem holds at most {MAX_ACTIONS_PER_ITEM} Actions")
+
+
+def refuse_if_goal_met(goal: GoalProgress) -> None:
+    """The goal gate: nothing is left to plan for once completion is possible."""
+    if (
+        goal.total_criteria_count
+        and not goal.remaining_criteria
+        and goal.delivery.status == "passed"
+        and not goal.blockers
+    ):
+        raise CommandRefused("The goal is already met; complete the WorkItem instead")
+
+
+def check_goal_refs(refs: GoalRefs, goal: GoalProgress) -> None:
     blockers = {b.action_id for b in goal.blockers}
     named = False
     for criterion in refs.criteria:
@@ -164,6 +229,57 @@ def _check_goal_refs(refs: GoalRefs, goal: GoalProgress) -> None:
         raise InvalidInput("goalRefs must name an unmet criterion, a blocker or the delivery")
 
 
+def refuse_mutating_without_target(item: wi.WorkItemState, mode: str | None) -> None:
+    """The delivery gate: until the target is confirmed only read-mode Actions are
+    planned (an absent mode counts as mutating)."""
+    if item.delivery_target is None and mode != "read":
+        raise CommandRefused(
+            "The delivery target is unconfirmed: only read-mode Actions may be planned"
+        )
+
+
+def repeat_keys(
+    actions: Mapping[UUID, act.ActionState], statuses: frozenset[str]
+) -> set[tuple[str, str]]:
+    """(type, objective) of the Actions in ``statuses``: planning one again is a repeat."""
+    return {(a.type, a.brief.objective) for a in actions.values() if a.status in statuses}
+
+
+def record_plan(
+    unit: Unit,
+    closes: Sequence[CloseAction],
+    supersede_action_ids: Sequence[UUID],
+    prepared: Sequence[PreparedAction],
+) -> act.ActionState:
+    """Close, then supersede, then add the new Actions; the first created one is returned."""
+    for close in closes:
+        unit.apply_action(
+            act.close(
+                unit.action(close.action_id), reason=close.reason.strip(), at=unit.at, by=unit.by
+            )
+        )
+    for action_id in supersede_action_ids:
+        unit.apply_action(
+            act.invalidate(
+                unit.action(action_id),
+                status="superseded",
+                reason="replanned",
+                at=unit.at,
+                by=unit.by,
+            )
+        )
+    created = [
+        unit.plan_action(
+            type=p.type,
+            brief=p.brief,
+            workspace_mode=p.workspace_mode,
+            max_attempts=p.max_attempts,
+        )
+        for p in prepared
+    ]
+    return created[0]
+
+
 def plan_actions(
     item: wi.WorkItemState,
     actions: Mapping[UUID, act.ActionState],
@@ -173,74 +289,35 @@ def plan_actions(
     by: Actor,
 ) -> Unit:
     plan: Plan = _parse(Plan, payload)
-    if not modes.of(item).takes_plans:
-        raise CommandRefused("Only dynamic WorkItems take planned Actions")
-    if item.status not in wi.ACTIVE:
-        raise CommandRefused(f"Cannot plan Actions for a WorkItem in {item.status}")
-    if item.stopped:
-        raise CommandRefused(f"WorkItem is stopped by its budget ({item.stopped}); resume it first")
-    if not 1 <= len(plan.actions) <= MAX_NEW_ACTIONS:
-        raise InvalidInput(f"plan 1 to {MAX_NEW_ACTIONS} Actions at once")
-    if len(item.plan) + len(plan.actions) > MAX_ACTIONS_PER_ITEM:
-        raise CommandRefused(f"a WorkItem holds at most {MAX_ACTIONS_PER_ITEM} Actions")
+    refuse_unless_plannable(item, len(plan.actions))
     if item.entries("running"):
         raise CommandRefused("Cannot plan Actions while a Run is active")
-    _check_closures(plan.close_actions, actions)
-    closing = {c.action_id for c in plan.close_actions}
-    for action_id in plan.supersede_action_ids:
-        target = actions.get(action_id)
-        if action_id in closing:
-            raise InvalidInput(f"Action {action_id} cannot be both closed and superseded")
-        if target is None or target.status not in ("ready", "waiting", "failed"):
-            raise CommandRefused(f"Action {action_id} is not ready, waiting or failed")
+    check_closures(plan.close_actions, actions)
+    check_supersedes(plan.supersede_action_ids, plan.close_actions, actions)
 
     goal = progress(item, actions)
-    if (
-        goal.total_criteria_count
-        and not goal.remaining_criteria
-        and goal.delivery.status == "passed"
-        and not goal.blockers
-    ):
-        raise CommandRefused("The goal is already met; complete the WorkItem instead")
+    refuse_if_goal_met(goal)
     if plan.goal_refs is not None:
-        _check_goal_refs(plan.goal_refs, goal)
+        check_goal_refs(plan.goal_refs, goal)
 
-    live = {(a.type, a.brief.objective) for a in actions.values() if a.status in act.OPEN_STATUSES}
-    new: list[tuple[str, act.Brief, act.WorkspaceMode, int]] = []
+    # The stand-in command counts only open Actions as repeats; a Coordinator
+    # decision counts completed ones too (coordinator.md 9.2, ADR-0025).
+    live = repeat_keys(actions, act.OPEN_STATUSES)
+    new: list[PreparedAction] = []
     for spec in plan.actions:
-        kind = _slug(spec.type) or "custom"
-        if kind == "triage":
-            raise InvalidInput("dynamic plans never create triage Actions")
-        brief = _brief(spec)
-        mode: act.WorkspaceMode = (
-            spec.workspace_mode if spec.workspace_mode in WORKSPACE_MODES else "shared"  # type: ignore[assignment]
-        )
-        if item.delivery_target is None and mode != "read":
-            raise CommandRefused(
-                "The delivery target is unconfirmed: only read-mode Actions may be planned"
-            )
-        key = (kind, brief.objective)
+        prepared = prepare(spec)
+        refuse_mutating_without_target(item, prepared.workspace_mode)
+        key = (prepared.type, prepared.brief.objective)
         if key in live and (plan.goal_refs is None or len(plan.rationale.strip()) < RATIONALE_MIN):
             raise InvalidInput(
-                f"repeating a live {kind} Action needs goalRefs and a rationale of "
+                f"repeating a live {prepared.type} Action needs goalRefs and a rationale of "
                 f"{RATIONALE_MIN}+ characters"
             )
         live.add(key)
-        new.append((kind, brief, mode, min(5, max(1, spec.max_attempts))))
+        new.append(prepared)
 
     unit = Unit(item, actions, at, by=by)
-    for close in plan.close_actions:
-        unit.apply_action(
-            act.close(unit.action(close.action_id), reason=close.reason.strip(), at=at, by=by)
-        )
-    for action_id in plan.supersede_action_ids:
-        unit.apply_action(
-            act.invalidate(
-                unit.action(action_id), status="superseded", reason="replanned", at=at, by=by
-            )
-        )
-    for kind, brief, mode, attempts in new:
-        unit.plan_action(type=kind, brief=brief, workspace_mode=mode, max_attempts=attempts)
+    record_plan(unit, plan.close_actions, plan.supersede_action_ids, new)
     unit.derive_status()
     return unit
 
@@ -276,7 +353,7 @@ def complete(
         cited.extend(r for r in result.evidence_run_ids if r not in cited)
     if not completion.evidence_run_ids or not set(cited) <= set(completion.evidence_run_ids):
         raise InvalidInput("evidenceRunIds must be non-empty and cover every cited Run")
-    _check_closures(completion.close_actions, actions)
+    check_closures(completion.close_actions, actions)
 
     unit = Unit(item, actions, at, by=by)
     for close in completion.close_actions:
