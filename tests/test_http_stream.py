@@ -119,6 +119,8 @@ def test_an_item_stream_carries_that_items_changes_only(wc: WorkCenter) -> None:
         assert http.get(f"/api/work-items/{'0' * 32}/stream").status_code == 404
         bad = http.get("/api/stream", headers={"Last-Event-ID": "yesterday"})
         assert bad.status_code == 422
+        future = http.get("/api/stream", headers={"Last-Event-ID": str(expected[-1] + 10_000)})
+        assert future.status_code == 422 and "past the head" in future.json()["detail"]
     received = first + rest
     assert [e.id for e in received] == expected
     assert {e.data["workItemId"] for e in received if e.data} == {mine}

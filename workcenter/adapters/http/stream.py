@@ -101,12 +101,21 @@ def watcher(request: Request) -> HeadWatcher:
 
 
 def _start(last_event_id: str | None, after: int | None, head: Callable[[], int]) -> int:
+    """Where the stream starts: a position past the head was not sent by this store
+    (it was replaced, say), and waiting for the head to reach it would hide changes."""
     if last_event_id is not None:
         text = last_event_id.strip()
         if not text.isdigit() or len(text) > 18:
             raise InvalidInput("Last-Event-ID must be a position this stream sent")
-        return int(text)
-    return after if after is not None else head()
+        after = int(text)
+    now = head()
+    if after is None:
+        return now
+    if after > now:
+        raise InvalidInput(
+            f"position {after} is past the head of the event sequence ({now}): read again"
+        )
+    return after
 
 
 async def _events(

@@ -306,6 +306,12 @@ async function follow() {
         askForToken();
         return;
       }
+      if (response.status === 422) {
+        // A position this store never sent (it was replaced): read everything again.
+        state.lastEventId = null;
+        await refreshList();
+        continue;
+      }
       if (!response.ok || !response.body) throw new Error("stream refused: " + response.status);
       setLive(true);
       // Changes made while the stream was down are in the next read.
