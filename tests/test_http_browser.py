@@ -3,8 +3,8 @@ package): open it, create an item through the API, run a worker, and watch the p
 reach ``done`` with every criterion met, without a reload. The screenshot is kept
 under ``artifacts/`` (not committed).
 
-It skips only where no Chromium is installed and ``CI`` is not set: in CI a missing
-browser is a failure (``.ci/run`` installs it).
+It skips only where no Chromium (or Playwright) is installed and ``CI`` is not set:
+in CI a missing browser is a failure (``.ci/run`` installs it).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any, NoReturn
 
 import httpx
 import pytest
@@ -27,15 +28,27 @@ ARTIFACTS = Path(__file__).parent.parent / "artifacts"
 TIMEOUT_MS = 20_000
 
 
+def _missing(what: str, how: str) -> NoReturn:
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set but {what} ({how})")
+    pytest.skip(f"{what} ({how}) and CI is not set")
+
+
 def chromium() -> str:
     found = os.environ.get("WORKCENTER_CHROMIUM") or shutil.which("chromium")
     if found is None and Path("/usr/bin/chromium").exists():
         found = "/usr/bin/chromium"
     if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("CI is set but no Chromium is installed (.ci/run installs it)")
-        pytest.skip("no Chromium installed (apt-get install chromium) and CI is not set")
+        _missing("no Chromium is installed", ".ci/run installs it: apt-get install chromium")
     return found
+
+
+def playwright_api() -> Any:
+    try:
+        from playwright import sync_api
+    except ImportError:
+        _missing("Playwright is not installed", "pip install -e '.[dev]'")
+    return sync_api
 
 
 @pytest.fixture
@@ -48,7 +61,7 @@ def test_the_dashboard_follows_an_item_to_done_without_a_reload(
     wc: WorkCenter, db_path: Path
 ) -> None:
     executable = chromium()
-    playwright = pytest.importorskip("playwright.sync_api")
+    playwright = playwright_api()
     with (
         served(create_app(wc)) as base,
         playwright.sync_playwright() as p,

@@ -64,6 +64,8 @@ class WebReads:
         offset = inputs.version(offset, "offset")
         if not 1 <= limit <= MAX_PAGE:
             raise InvalidInput(f"limit must be from 1 to {MAX_PAGE}, not {limit}")
+        if offset < 0:
+            raise InvalidInput(f"offset must be at least 0, not {offset}")
         view = self.read_models.fresh(WorkQueue.name)
         rows = view.work_items(status, limit=limit, offset=offset)
         total = view.count_work_items(status)
