@@ -1,6 +1,7 @@
 """The dashboard in headless Chromium (Debian's package, driven by Playwright's Python
-package): open it, create an item through the API, run a worker, and watch the page
-reach ``done`` with every criterion met, without a reload. The screenshot is kept
+package): open it, create an item through the API, run a worker (one metered LLM
+request per Run), and watch the page reach ``done`` with every criterion met, every
+Run on the timeline and the requests on the budget gauge, without a reload. The screenshot is kept
 under ``artifacts/`` (not committed).
 
 It skips only where no Chromium (or Playwright) is installed and ``CI`` is not set:
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -19,10 +20,12 @@ import httpx
 import pytest
 from http_client import LINEAR, served
 
+from workcenter.adapters.demo import ScriptedProvider, llm_request
 from workcenter.adapters.executors import echo
 from workcenter.adapters.http.app import create_app
+from workcenter.adapters.metered import MeteredProvider
 from workcenter.adapters.worker import run_worker
-from workcenter.application import WorkCenter
+from workcenter.application import Claim, WorkCenter
 
 ARTIFACTS = Path(__file__).parent.parent / "artifacts"
 TIMEOUT_MS = 20_000
@@ -32,6 +35,18 @@ def _missing(what: str, how: str) -> NoReturn:
     if os.environ.get("CI"):
         pytest.fail(f"CI is set but {what} ({how})")
     pytest.skip(f"{what} ({how}) and CI is not set")
+
+
+def metered_echo(wc: WorkCenter) -> Callable[[Claim], dict[str, Any]]:
+    """The echo executor after one LLM request through the item's budget (a fake
+    provider reporting its usage), so the budget gauges move too."""
+    provider = ScriptedProvider()
+
+    def run(claim: Claim) -> dict[str, Any]:
+        MeteredProvider.for_claim(wc, claim, provider=provider)(llm_request(claim.brief.objective))
+        return echo(claim)
+
+    return run
 
 
 def chromium() -> str:
@@ -76,7 +91,8 @@ def test_the_dashboard_follows_an_item_to_done_without_a_reload(
             assert page.is_visible("#no-items")
             page.evaluate("window.loadedOnce = true")  # gone if the page reloads
 
-            response = httpx.post(base + "/api/work-items", json=LINEAR, timeout=30)
+            body = LINEAR | {"limits": {"maxTokens": 4000, "maxRequests": 10}}
+            response = httpx.post(base + "/api/work-items", json=body, timeout=30)
             assert response.status_code == 201
             item_id = response.json()["id"]
             page.wait_for_selector(f"#item-list li[data-id='{item_id}']", timeout=TIMEOUT_MS)
@@ -87,7 +103,11 @@ def test_the_dashboard_follows_an_item_to_done_without_a_reload(
 
             with WorkCenter.open(db_path) as worker_wc:  # a worker beside the server
                 stats = run_worker(
-                    worker_wc, echo, worker="w1", exit_when_idle=True, poll_seconds=0.05
+                    worker_wc,
+                    metered_echo(worker_wc),
+                    worker="w1",
+                    exit_when_idle=True,
+                    poll_seconds=0.05,
                 )
             assert stats.finished == 3 and stats.errors == 0
 
@@ -97,6 +117,11 @@ def test_the_dashboard_follows_an_item_to_done_without_a_reload(
                         .filter((row) => row.dataset.status === 'met').length === 3
                     && [...document.querySelectorAll('.tl-row')]
                         .filter((row) => row.dataset.status === 'completed').length === 3""",
+                timeout=TIMEOUT_MS,
+            )
+            page.wait_for_function(
+                "() => document.querySelector('#gauge-requests .gauge-value').textContent"
+                " === '3 of 10'",
                 timeout=TIMEOUT_MS,
             )
             assert page.evaluate("window.loadedOnce") is True
