@@ -18,6 +18,7 @@ from uuid import UUID
 from workcenter import bootstrap
 from workcenter.bootstrap import EventStore
 from workcenter.budget import BudgetCommands
+from workcenter.changes import ChangeFeed
 from workcenter.claiming import Claim
 from workcenter.coordinating import Coordinator, StepResult
 from workcenter.coordinator_commands import CoordinatorCommands, PostedMessage
@@ -42,6 +43,7 @@ from workcenter.projections.work_queue import WorkQueue, WorkQueueView
 from workcenter.reads import Reads
 from workcenter.repository import SNAPSHOT_INTERVAL, WriteContention
 from workcenter.run_commands import RunCommands
+from workcenter.web_reads import WebReads
 from workcenter.work_item_commands import WorkItemCommands
 
 __all__ = [
@@ -88,6 +90,8 @@ class WorkCenter:
             parts.boot_id,
             coordinator_rules or bootstrap.decision_rules(),
         )
+        self._web_reads = WebReads(parts.repository, parts.read_models, parts.clock)
+        self._changes = ChangeFeed(parts.repository, parts.read_events_after)
 
     @classmethod
     def open(
@@ -150,6 +154,16 @@ class WorkCenter:
     @property
     def details(self) -> DetailView:
         return self._read_models.view(Detail.name)
+
+    @property
+    def web_reads(self) -> WebReads:
+        """A browser's reads beside the detail DTO: summaries, progress, budget, timeline."""
+        return self._web_reads
+
+    @property
+    def changes(self) -> ChangeFeed:
+        """The event sequence as a change feed (positions, types, owners; no payloads)."""
+        return self._changes
 
     # --- loading --------------------------------------------------------------
 
@@ -234,9 +248,18 @@ class WorkCenter:
         return self._items.start(work_item_id, expected_version=expected_version, actor=actor)
 
     def cancel(
-        self, work_item_id: UUID, *, reason: str = "", actor: Actor | str | None = None
+        self,
+        work_item_id: UUID,
+        *,
+        reason: str = "",
+        expected_version: int | None = None,
+        actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
-        return self._items.cancel(work_item_id, reason=reason, actor=actor)
+        """Cancel the item; with ``expected_version``, refused when its contract or
+        lifecycle changed after that version (a caller acting on what it saw)."""
+        return self._items.cancel(
+            work_item_id, reason=reason, expected_version=expected_version, actor=actor
+        )
 
     def resume(
         self,

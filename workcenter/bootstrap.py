@@ -36,7 +36,7 @@ from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.adapters.sqlite_settings import SYNCHRONOUS_ENV, validate_synchronous
 from workcenter.coordinator_rules import DecisionRules, DomainRules
 from workcenter.domain.model import AggregateState
-from workcenter.ports import ChainReader, Clock, StreamReader, SystemClock
+from workcenter.ports import ChainReader, Clock, NotificationReader, StreamReader, SystemClock
 from workcenter.projections.detail import (
     Blobs,
     Detail,
@@ -119,6 +119,7 @@ class Parts:
     repository: Repository
     read_streams: StreamReader
     chain: ChainReader
+    read_events_after: NotificationReader
 
 
 def compose(
@@ -150,6 +151,7 @@ def compose(
         repository=repository[0],
         read_streams=partial(event_log.streams_in_order, store),
         chain=store.recorder.chain,
+        read_events_after=partial(event_log.events_after, store),
     )
 
 

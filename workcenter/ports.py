@@ -59,6 +59,13 @@ class ChainReader(Protocol):
         ...
 
 
+class NotificationReader(Protocol):
+    """(position, event) of the events written after position ``after``, oldest first,
+    at most ``limit`` of them: the event sequence as a change feed follows it."""
+
+    def __call__(self, after: int, limit: int) -> list[tuple[int, DomainEvent]]: ...
+
+
 # --- the Coordinator's LLM ----------------------------------------------------
 
 

@@ -541,9 +541,9 @@ def _no_executor(claim: Claim) -> dict[str, Any]:
     raise AssertionError("a worker without --executor runs no Runs")  # never claimed
 
 
-# The operator verbs (audit, progress, projections) and the Coordinator's live in
-# their own modules.
-from workcenter.adapters import cli_operator  # noqa: E402
+# The operator verbs (audit, progress, projections), the Coordinator's and serve
+# live in their own modules.
+from workcenter.adapters import cli_operator, cli_serve  # noqa: E402
 
 for _command in (
     cli_operator.audit,
@@ -552,6 +552,7 @@ for _command in (
     cli_coordinator.coordinate,
     cli_coordinator.message,
     cli_coordinator.conversation,
+    cli_serve.serve,
 ):
     cli.add_command(_command)
 

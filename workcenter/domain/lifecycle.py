@@ -42,6 +42,8 @@ RESUME_CONFLICTS: tuple[type[DomainEvent], ...] = (
     wi.WorkItemResumed,
     wi.WorkItemCompleted,
 )
+# A cancel naming the version its caller saw (over HTTP, If-Match) conflicts like a resume.
+CANCEL_CONFLICTS: tuple[type[DomainEvent], ...] = RESUME_CONFLICTS
 # Retry and guidance act on one Action as the user saw it: its generation is
 # checked exactly, and the item conflicts on contract or lifecycle changes.
 ACTION_INPUT_CONFLICTS: tuple[type[DomainEvent], ...] = RESUME_CONFLICTS
