@@ -2,8 +2,9 @@
 read models and the parts of the service wired together.
 
 This is the one module of the service layer that names concrete adapters (the
-SQLite recorder, the mapper's snapshot classes, the merged stream read); every
-other part is given what it needs through the ports of ``workcenter.ports``.
+SQLite and PostgreSQL recorders, the mapper's snapshot classes, the merged stream
+read); every other part is given what it needs through the ports of
+``workcenter.ports``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from functools import partial
 from typing import TypeVar
 from uuid import UUID
 
+import psycopg
 from eventsourcing.application import Application
 from eventsourcing.persistence import PersistenceError
 
@@ -31,8 +33,11 @@ from workcenter.adapters.persistence import (
     sqlite_env,
     store_env,
 )
+from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
+from workcenter.adapters.postgres_settings import PostgresTarget, is_postgres_url
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.adapters.sqlite_settings import SYNCHRONOUS_ENV, validate_synchronous
+from workcenter.domain.errors import InvalidInput
 from workcenter.domain.model import AggregateState
 from workcenter.ports import Clock, StreamReader, SystemClock
 from workcenter.projections.detail import (
@@ -120,9 +125,12 @@ def compose(
     boot_id: str | None = None,
     inline_projections: bool | None = None,
 ) -> Parts:
-    if not isinstance(store.recorder, OneCommitSQLiteRecorder):
+    if not isinstance(store.recorder, OneCommitSQLiteRecorder | OneCommitPostgresRecorder):
         # Any other recorder would silently drop the views and snapshots of each save.
-        raise TypeError("the event store must use OneCommitSQLiteRecorder (see sqlite_env)")
+        raise TypeError(
+            "the event store must use OneCommitSQLiteRecorder or OneCommitPostgresRecorder"
+            " (see sqlite_env and PostgresTarget.env)"
+        )
     # Off (scale-out): saves leave the views to `workcenter projections run`.
     inline = inline_projections if inline_projections is not None else inline_from_env()
     # The detail view loads states through the repository, which saves through the
@@ -150,21 +158,45 @@ def open_store(
     create: bool,
     build: Callable[[EventStore], T],
 ) -> T:
-    """``build`` on the SQLite store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db
-    (creating it unless ``create`` is false); ``StoreUnavailable`` if it cannot be
-    opened, or is another application's file; a refused file is left as it was."""
+    """``build`` on the store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db: a SQLite
+    file, or a ``postgresql://`` URL (creating it unless ``create`` is false);
+    ``StoreUnavailable`` if it cannot be opened, or is another application's file; a
+    refused file is left as it was."""
     db_path = resolve_db_path(db)
+    if is_postgres_url(db_path):
+        return _open_postgres(db_path, sqlite_synchronous, create, build)
     # A bad synchronous setting is InvalidInput before any file exists.
     validate_synchronous(sqlite_synchronous or os.environ.get(SYNCHRONOUS_ENV, "NORMAL"))
     env = sqlite_env(db_path, sqlite_synchronous)
     prepare_store_file(db_path, create=create)
+    return _open(env, db_path, build)
+
+
+def _open_postgres(
+    url: str, sqlite_synchronous: str | None, create: bool, build: Callable[[EventStore], T]
+) -> T:
+    if sqlite_synchronous is not None:
+        raise InvalidInput("sqlite_synchronous applies to SQLite stores, not PostgreSQL")
+    target = PostgresTarget(url)
+    where = f"{target.url} (schema {target.schema})"
+    if not create:
+        try:
+            found = target.has_store()
+        except psycopg.Error as error:
+            raise StoreUnavailable(f"cannot open the store at {where}: {error}") from None
+        if not found:
+            raise StoreUnavailable(f"no Workcenter store at {where}")
+    return _open(target.env(), where, build)
+
+
+def _open(env: dict[str, str], where: str, build: Callable[[EventStore], T]) -> T:
     for attempt in range(OPEN_ATTEMPTS):
         try:
             return build(EventStore(env=env))
-        except (PersistenceError, sqlite3.Error) as error:
-            # Processes that open a new file at once race to create its tables (a
+        except (PersistenceError, sqlite3.Error, psycopg.Error) as error:
+            # Processes that open a new store at once race to create its tables (a
             # lock, or the library's migration row written twice); the loser's next
             # try finds them made. A store that cannot be opened fails every try.
             failure = error
             time.sleep(0.05 * (attempt + 1))
-    raise StoreUnavailable(f"cannot open the store at {db_path}: {failure}") from None
+    raise StoreUnavailable(f"cannot open the store at {where}: {failure}") from None

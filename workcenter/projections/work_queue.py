@@ -15,7 +15,6 @@ from uuid import UUID
 from eventsourcing.dispatch import singledispatchmethod
 from eventsourcing.persistence import Tracking
 from eventsourcing.projection import Projection
-from eventsourcing.sqlite import SQLiteCursor
 
 from workcenter.domain import action as act
 from workcenter.domain import work_item as wi
@@ -30,9 +29,8 @@ def _ts(moment: datetime) -> float:
 class WorkQueueView(TrackedView):
     TABLES: ClassVar[tuple[str, ...]] = ("wq_actions", "wq_runs", "wq_items")
 
-    def construct_create_table_statements(self) -> list[str]:
+    def table_statements(self) -> list[str]:
         return [
-            *super().construct_create_table_statements(),
             "CREATE TABLE IF NOT EXISTS wq_actions ("
             " action_id TEXT PRIMARY KEY, work_item_id TEXT NOT NULL,"
             " sequence INTEGER NOT NULL, status TEXT NOT NULL, ready_since REAL,"
@@ -52,13 +50,13 @@ class WorkQueueView(TrackedView):
 
     # ``apply`` (TrackedView) runs ``_apply`` per event after the position, under the lock.
 
-    def _apply(self, c: SQLiteCursor, event: DomainEvent) -> None:
+    def _apply(self, c: Any, event: DomainEvent) -> None:
         if isinstance(event, act.ActionEvent):
             self._apply_action(c, event)
         elif isinstance(event, wi.WorkItemEvent):
             self._apply_item(c, event)
 
-    def _apply_action(self, c: SQLiteCursor, event: act.ActionEvent) -> None:
+    def _apply_action(self, c: Any, event: act.ActionEvent) -> None:
         aid = event.originator_id.hex
         if isinstance(event, act.ActionPlanned):
             c.execute(
@@ -88,7 +86,7 @@ class WorkQueueView(TrackedView):
                 (status, _ts(event.timestamp) if status == "ready" else None, aid),
             )
 
-    def _apply_item(self, c: SQLiteCursor, event: wi.WorkItemEvent) -> None:
+    def _apply_item(self, c: Any, event: wi.WorkItemEvent) -> None:
         iid = event.originator_id.hex
         at = _ts(event.timestamp)
         if isinstance(event, wi.WorkItemCreated):
@@ -155,7 +153,7 @@ class WorkQueue(Projection[WorkQueueView]):
     """The same code serves the inline lifecycle (after each save) and a runner.
 
     Positions are keyed by the projection's name, so several views can share
-    one SQLite file and its single ``tracking`` table.
+    one database and its single ``tracking`` table.
     """
 
     name = "work_queue"
