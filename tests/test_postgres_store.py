@@ -4,8 +4,11 @@ models and the audit there (ADR-0032). Server settings and skipping: ``postgres.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import postgres
@@ -164,3 +167,33 @@ def _all_schemas() -> list[str]:
         host=postgres.HOST, port=postgres.PORT, user=postgres.USER, dbname=postgres.DBNAME
     ) as conn:
         return [row[0] for row in conn.execute("SELECT nspname FROM pg_namespace").fetchall()]
+
+
+WITHOUT_PSYCOPG = """
+import sys
+sys.modules["psycopg"] = None  # the postgres extra is not installed
+sys.modules["psycopg_pool"] = None
+from workcenter.application import WorkCenter
+from workcenter.domain.errors import WorkcenterError
+with WorkCenter.open(sys.argv[1]) as wc:
+    wc.create_work_item(title="t", goal="g", acceptance_criteria=["c"], delivery_target="response")
+    wc.rebuild_projection()
+    print(len(wc.list_work_items()))
+try:
+    WorkCenter.open("postgresql://u@h/db")
+except WorkcenterError as error:
+    print(type(error).__name__, error)
+"""
+
+
+def test_sqlite_stores_need_no_postgresql_driver(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PSYCOPG, str(tmp_path / "plain.db")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.splitlines() == [
+        "1",
+        "StoreUnavailable PostgreSQL needs the postgres extra: pip install 'workcenter[postgres]'",
+    ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -19,29 +20,26 @@ from functools import partial
 from typing import TypeVar
 from uuid import UUID
 
-import psycopg
 from eventsourcing.application import Application
 from eventsourcing.persistence import PersistenceError
 
-from workcenter.adapters import compression, event_log
+from workcenter.adapters import cipher, event_log
 from workcenter.adapters.one_commit import OneCommitArguments
 from workcenter.adapters.persistence import (
     SNAPSHOT_CLASSES,
     StoreUnavailable,
+    is_postgres_url,
     prepare_store_file,
     resolve_db_path,
     sqlite_env,
     store_env,
 )
-from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
-from workcenter.adapters.postgres_settings import PostgresTarget, is_postgres_url
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.adapters.sqlite_settings import SYNCHRONOUS_ENV, validate_synchronous
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.model import AggregateState
 from workcenter.ports import Clock, StreamReader, SystemClock
 from workcenter.projections.detail import (
-    Blobs,
     Detail,
     DetailView,
     EventStoreStates,
@@ -80,7 +78,7 @@ LoadState = Callable[[Kind, UUID, int], AggregateState | None]
 def read_model_registry(store: Application[UUID], load_state: LoadState) -> list[ReadModel]:
     """Every read model and its lifecycle: adding one is one entry here."""
     datastore = store.factory.datastore  # type: ignore[attr-defined]
-    work_queue = WorkQueueView(datastore)
+    work_queue = WorkQueueView(datastore, titles=cipher.work_item_titles(store))
     work_queue.create_table()
     details = DetailView(
         datastore,
@@ -94,7 +92,7 @@ def read_model_registry(store: Application[UUID], load_state: LoadState) -> list
                 else None
             ),
         ),
-        blobs=Blobs(deflate=compression.deflate, inflate=compression.inflate),
+        blobs=cipher.detail_blobs(store),
     )
     details.create_table()
     return [
@@ -118,6 +116,12 @@ class Parts:
     read_streams: StreamReader
 
 
+def _one_commit_postgres(store: EventStore) -> bool:
+    # Loaded only with the optional PostgreSQL extra, and only for a PostgreSQL store.
+    module = sys.modules.get("workcenter.adapters.postgres_recorder")
+    return module is not None and isinstance(store.recorder, module.OneCommitPostgresRecorder)
+
+
 def compose(
     store: EventStore,
     *,
@@ -125,7 +129,7 @@ def compose(
     boot_id: str | None = None,
     inline_projections: bool | None = None,
 ) -> Parts:
-    if not isinstance(store.recorder, OneCommitSQLiteRecorder | OneCommitPostgresRecorder):
+    if not isinstance(store.recorder, OneCommitSQLiteRecorder) and not _one_commit_postgres(store):
         # Any other recorder would silently drop the views and snapshots of each save.
         raise TypeError(
             "the event store must use OneCommitSQLiteRecorder or OneCommitPostgresRecorder"
@@ -163,6 +167,8 @@ def open_store(
     ``StoreUnavailable`` if it cannot be opened, or is another application's file; a
     refused file is left as it was."""
     db_path = resolve_db_path(db)
+    # A malformed cipher key is InvalidInput before anything is opened or made.
+    cipher.configured_key()
     if is_postgres_url(db_path):
         return _open_postgres(db_path, sqlite_synchronous, create, build)
     # A bad synchronous setting is InvalidInput before any file exists.
@@ -177,23 +183,29 @@ def _open_postgres(
 ) -> T:
     if sqlite_synchronous is not None:
         raise InvalidInput("sqlite_synchronous applies to SQLite stores, not PostgreSQL")
+    try:
+        from workcenter.adapters.postgres_settings import PostgresTarget
+    except ImportError:
+        raise StoreUnavailable(
+            "PostgreSQL needs the postgres extra: pip install 'workcenter[postgres]'"
+        ) from None
     target = PostgresTarget(url)
-    where = f"{target.url} (schema {target.schema})"
     if not create:
-        try:
-            found = target.has_store()
-        except psycopg.Error as error:
-            raise StoreUnavailable(f"cannot open the store at {where}: {error}") from None
-        if not found:
-            raise StoreUnavailable(f"no Workcenter store at {where}")
-    return _open(target.env(), where, build)
+        target.require_store()
+    return _open(target.env(), target.where, build)
 
 
 def _open(env: dict[str, str], where: str, build: Callable[[EventStore], T]) -> T:
     for attempt in range(OPEN_ATTEMPTS):
         try:
-            return build(EventStore(env=env))
-        except (PersistenceError, sqlite3.Error, psycopg.Error) as error:
+            store = EventStore(env=env)
+            try:
+                cipher.check_key(store, where)
+            except cipher.StoreKeyRefused:
+                store.close()
+                raise
+            return build(store)
+        except (PersistenceError, sqlite3.Error) as error:
             # Processes that open a new store at once race to create its tables (a
             # lock, or the library's migration row written twice); the loser's next
             # try finds them made. A store that cannot be opened fails every try.

@@ -15,8 +15,6 @@ from uuid import UUID
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import StoredEvent
-from eventsourcing.postgres import PostgresApplicationRecorder
-from eventsourcing.sqlite import SQLiteApplicationRecorder
 
 from workcenter.domain.model import DomainEvent
 from workcenter.projections import sql
@@ -29,8 +27,8 @@ def streams_in_order(
     notification id ``until`` if given."""
     if not stream_ids:
         return []
-    recorder = store.recorder
-    if not isinstance(recorder, SQLiteApplicationRecorder | PostgresApplicationRecorder):
+    recorder: Any = store.recorder
+    if not hasattr(recorder, "events_table_name"):  # SQLite's and PostgreSQL's recorders
         raise TypeError(f"no merged stream read for {type(recorder).__name__}")
     # The library's notification id: rowid on SQLite, notification_id on PostgreSQL,
     # where the primary key on (originator_id, originator_version) serves the IN too.

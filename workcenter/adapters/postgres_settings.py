@@ -22,19 +22,15 @@ import psycopg
 from eventsourcing.postgres import PostgresFactory
 from eventsourcing.utils import Environment, EnvType, get_topic
 
+from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
 from workcenter.domain.errors import InvalidInput
 from workcenter.projections import sql
 
-SCHEMES: Final = ("postgresql", "postgres")
 SCHEMA_ENV: Final = "WORKCENTER_SCHEMA"
 DEFAULT_SCHEMA: Final = "workcenter"
 # The library names the event tables after the application ("WorkCenter").
 EVENTS_TABLE: Final = "workcenter_events"
-
-
-def is_postgres_url(db: str) -> bool:
-    return urlsplit(db).scheme in SCHEMES
 
 
 def public_url(db: str) -> str:
@@ -71,6 +67,7 @@ class PostgresTarget:
                 f"schema {schema!r} is not a plain lower-case name (letters, digits, _)"
             )
         self.schema = schema
+        self.where = f"{self.url} (schema {schema})"
 
     def env(self) -> dict[str, str]:
         """The library env of the store (the app's own keys, so they win over a global
@@ -87,9 +84,17 @@ class PostgresTarget:
             "APPLICATION_RECORDER_TOPIC": get_topic(OneCommitPostgresRecorder),
         }
 
-    def has_store(self) -> bool:
-        """Whether the schema holds a Workcenter event table (``psycopg.Error`` if the
-        server cannot be reached)."""
+    def require_store(self) -> None:
+        """``StoreUnavailable`` unless the server answers and the schema holds a store:
+        reading never makes one."""
+        try:
+            found = self._has_store()
+        except psycopg.Error as error:
+            raise StoreUnavailable(f"cannot open the store at {self.where}: {error}") from None
+        if not found:
+            raise StoreUnavailable(f"no Workcenter store at {self.where}")
+
+    def _has_store(self) -> bool:
         with psycopg.connect(
             host=self.host,
             port=self.port,

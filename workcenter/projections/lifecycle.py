@@ -26,7 +26,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from eventsourcing.postgres import PostgresDatastore
 from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore
 
 from workcenter.projections import sql
@@ -176,8 +175,10 @@ class _Shadow:
             shutil.rmtree(self.directory, ignore_errors=True)
 
 
-def _shadow_schema(live: PostgresDatastore, name: str) -> PostgresDatastore:
+def _shadow_schema(live: Any, name: str) -> Any:
     """A datastore on the live one's database, in a new schema of its own."""
+    from eventsourcing.postgres import PostgresDatastore  # an optional extra
+
     schema = f"{live.schema}_rebuild_{uuid.uuid4().hex[:8]}"
     params = sql.connection_params(live)
     datastore = PostgresDatastore(

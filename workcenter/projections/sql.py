@@ -15,12 +15,11 @@ to it (``pin_search_path``).
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
-
-from eventsourcing.postgres import PostgresDatastore
 
 # A schema name is used in DDL and in ``search_path``, so only plain identifiers pass.
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
@@ -87,7 +86,9 @@ class PortableCursor:
 
 
 def is_postgres(datastore: Any) -> bool:
-    return isinstance(datastore, PostgresDatastore)
+    # psycopg is an optional extra: without it loaded, no datastore can be PostgreSQL's.
+    library = sys.modules.get("eventsourcing.postgres")
+    return library is not None and isinstance(datastore, library.PostgresDatastore)
 
 
 @contextmanager
@@ -138,7 +139,7 @@ def lock_view(c: Any, datastore: Any, name: str) -> None:
         )
 
 
-def pin_search_path(datastore: PostgresDatastore) -> None:
+def pin_search_path(datastore: Any) -> None:
     """Every connection the datastore opens finds unqualified names in its schema.
 
     Called before the pool opens its first connection (the library opens it
@@ -149,7 +150,7 @@ def pin_search_path(datastore: PostgresDatastore) -> None:
     connection_params(datastore)["options"] = f"-c search_path={schema}"
 
 
-def connection_params(datastore: PostgresDatastore) -> dict[str, Any]:
+def connection_params(datastore: Any) -> dict[str, Any]:
     """The keyword arguments the datastore's pool connects with (the library gives a dict)."""
     params = datastore.pool.kwargs
     assert isinstance(params, dict)

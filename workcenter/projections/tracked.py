@@ -20,9 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 from eventsourcing.persistence import Tracking, TrackingRecorder
-from eventsourcing.postgres import PostgresTrackingRecorder
 from eventsourcing.sqlite import SQLiteTrackingRecorder
-from psycopg.sql import SQL, Composed
 
 from workcenter.domain.model import DomainEvent
 from workcenter.projections import sql
@@ -45,6 +43,10 @@ class _SQLiteTables(SQLiteTrackingRecorder):
 def _tracking_recorder(datastore: Any, statements: Sequence[str]) -> Any:
     if not sql.is_postgres(datastore):
         return _SQLiteTables(datastore, statements)
+    # Imported here: PostgreSQL support is an optional extra (psycopg).
+    from eventsourcing.postgres import PostgresTrackingRecorder
+    from psycopg.sql import SQL, Composed
+
     recorder = PostgresTrackingRecorder(datastore, tracking_table_name=TRACKING_TABLE)
     recorder.sql_create_statements.extend(
         Composed([SQL(sql.ddl(s, datastore))]) for s in statements

@@ -8,6 +8,8 @@ be resumed, measured and rebuilt from position zero.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 from uuid import UUID
@@ -26,8 +28,27 @@ def _ts(moment: datetime) -> float:
     return moment.timestamp()
 
 
+@dataclass(frozen=True)
+class Titles:
+    """How a WorkItem's title is kept in ``wq_items`` (sealed by the store's cipher when
+    it has one, given by the composition root so that read models import no adapter)."""
+
+    seal: Callable[[str], str]
+    unseal: Callable[[str], str]
+
+
+TITLES_AS_IS = Titles(seal=lambda title: title, unseal=lambda title: title)
+
+
 class WorkQueueView(TrackedView):
     TABLES: ClassVar[tuple[str, ...]] = ("wq_actions", "wq_runs", "wq_items")
+
+    def __init__(self, datastore: Any, *, titles: Titles = TITLES_AS_IS) -> None:
+        super().__init__(datastore)
+        self.titles = titles
+
+    def shadow(self, datastore: Any) -> WorkQueueView:
+        return type(self)(datastore, titles=self.titles)
 
     def table_statements(self) -> list[str]:
         return [
@@ -92,7 +113,7 @@ class WorkQueueView(TrackedView):
         if isinstance(event, wi.WorkItemCreated):
             c.execute(
                 "INSERT INTO wq_items VALUES (?, ?, 'draft', ?, ?, ?)",
-                (iid, event.title, event.mode, at, at),
+                (iid, self.titles.seal(event.title), event.mode, at, at),
             )
             return
         if isinstance(event, wi.BudgetStopRecorded | wi.BudgetStopCleared):
@@ -102,7 +123,10 @@ class WorkQueueView(TrackedView):
                 (int(isinstance(event, wi.BudgetStopRecorded)), iid),
             )
         if isinstance(event, wi.TitleChanged):
-            c.execute("UPDATE wq_items SET title = ? WHERE work_item_id = ?", (event.title, iid))
+            c.execute(
+                "UPDATE wq_items SET title = ? WHERE work_item_id = ?",
+                (self.titles.seal(event.title), iid),
+            )
         status = {
             wi.StatusChanged: getattr(event, "status", None),
             wi.WorkItemCancelled: "cancelled",
@@ -139,7 +163,7 @@ class WorkQueueView(TrackedView):
         return [
             {
                 "id": UUID(r[0]),
-                "title": r[1],
+                "title": self.titles.unseal(r[1]),
                 "status": r[2],
                 "mode": r[3],
                 "created_at": r[4],
