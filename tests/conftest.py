@@ -62,7 +62,7 @@ def db_path(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.fixture
 def backend() -> str:
-    """The database of ``store``; a module runs on both by overriding this fixture with
+    """The database of ``location``; a module runs on both by overriding this fixture with
     ``params=BACKENDS``."""
     return "sqlite"
 
@@ -71,7 +71,7 @@ BACKENDS = ("sqlite", "postgresql")
 
 
 @pytest.fixture
-def store(backend: str, request: pytest.FixtureRequest) -> Iterator[str]:
+def location(backend: str, request: pytest.FixtureRequest) -> Iterator[str]:
     """Where the test's store is: a fresh SQLite file, or a fresh PostgreSQL schema."""
     if backend == "sqlite":
         yield str(request.getfixturevalue("db_path"))
@@ -81,8 +81,8 @@ def store(backend: str, request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 @pytest.fixture
-def wc(store: str, clock: FakeClock) -> Iterator[WorkCenter]:
-    center = WorkCenter.open(store, clock=clock, boot_id=BOOT_ID)
+def wc(location: str, clock: FakeClock) -> Iterator[WorkCenter]:
+    center = WorkCenter.open(location, clock=clock, boot_id=BOOT_ID)
     yield center
     center.close()
 

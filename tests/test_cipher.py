@@ -42,10 +42,10 @@ def key(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     yield value
 
 
-def _fill(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def _fill(location: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """An item whose title and evidence are stored as events, a snapshot and view rows."""
     monkeypatch.setattr(workcenter_store, "SNAPSHOT_INTERVAL", 2)  # snapshots too
-    with WorkCenter.open(store) as wc:
+    with WorkCenter.open(location) as wc:
         item = wc.create_work_item(
             title=TITLE,
             goal="Close the deal",
@@ -81,11 +81,11 @@ def _fill(store: str, monkeypatch: pytest.MonkeyPatch) -> None:
         assert wc.detail(item.id)["title"] == TITLE  # type: ignore[index]
 
 
-def _stored_blobs(store: str) -> list[bytes]:
+def _stored_blobs(location: str) -> list[bytes]:
     """Every value of every row the store holds (and, on SQLite, its files' bytes)."""
-    if not store.startswith("postgresql"):
-        path = Path(store)
-        blobs = [p.read_bytes() for p in (path, Path(f"{store}-wal")) if p.exists()]
+    if not location.startswith("postgresql"):
+        path = Path(location)
+        blobs = [p.read_bytes() for p in (path, Path(f"{location}-wal")) if p.exists()]
         with sqlite3.connect(path) as conn:
             tables = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
             for (table,) in tables.fetchall():
@@ -94,7 +94,7 @@ def _stored_blobs(store: str) -> list[bytes]:
         return blobs
     import psycopg
 
-    schema = store.rpartition("schema=")[2]
+    schema = location.rpartition("schema=")[2]
     blobs: list[bytes] = []
     with psycopg.connect(
         host=postgres.HOST, port=postgres.PORT, user=postgres.USER, dbname=postgres.DBNAME
@@ -117,60 +117,60 @@ def _readable(blob: bytes) -> bytes:
         return blob
 
 
-def _holds(store: str, text: str) -> bool:
+def _holds(location: str, text: str) -> bool:
     needle = text.encode()
-    return any(needle in _readable(blob) for blob in _stored_blobs(store))
+    return any(needle in _readable(blob) for blob in _stored_blobs(location))
 
 
 def test_without_a_key_the_title_and_evidence_are_readable_at_rest(
-    store: str, monkeypatch: pytest.MonkeyPatch
+    location: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The control: what the encrypted test looks for is really there unencrypted."""
     monkeypatch.delenv(KEY_ENV, raising=False)
-    _fill(store, monkeypatch)
-    assert _holds(store, TITLE)
-    assert _holds(store, EVIDENCE)
+    _fill(location, monkeypatch)
+    assert _holds(location, TITLE)
+    assert _holds(location, EVIDENCE)
 
 
 def test_with_a_key_no_title_or_evidence_is_stored_in_plaintext(
-    store: str, key: str, monkeypatch: pytest.MonkeyPatch
+    location: str, key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _fill(store, monkeypatch)
-    assert not _holds(store, TITLE)
-    assert not _holds(store, EVIDENCE)
+    _fill(location, monkeypatch)
+    assert not _holds(location, TITLE)
+    assert not _holds(location, EVIDENCE)
     # Rebuilt views are sealed too, and read back with the key.
-    with WorkCenter.open(store) as wc:
+    with WorkCenter.open(location) as wc:
         wc.rebuild_projection()
         assert wc.list_work_items()[0]["title"] == TITLE
-    assert not _holds(store, TITLE)
+    assert not _holds(location, TITLE)
 
 
 def test_the_wrong_key_or_none_is_refused_and_writes_nothing(
-    store: str, key: str, monkeypatch: pytest.MonkeyPatch
+    location: str, key: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _fill(store, monkeypatch)
-    with WorkCenter.open(store) as wc:
+    _fill(location, monkeypatch)
+    with WorkCenter.open(location) as wc:
         count = wc.event_count()
     monkeypatch.setenv(KEY_ENV, new_key())
     with pytest.raises(StoreKeyRefused, match="does not open the store"):
-        WorkCenter.open(store)
+        WorkCenter.open(location)
     monkeypatch.delenv(KEY_ENV)
     with pytest.raises(StoreKeyRefused, match="is encrypted: set"):
-        WorkCenter.open(store)
+        WorkCenter.open(location)
     monkeypatch.setenv(KEY_ENV, key)
-    with WorkCenter.open(store) as wc:
+    with WorkCenter.open(location) as wc:
         assert wc.event_count() == count
         assert wc.list_work_items()[0]["title"] == TITLE
 
 
 def test_a_key_does_not_open_a_store_that_is_not_encrypted(
-    store: str, monkeypatch: pytest.MonkeyPatch
+    location: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(KEY_ENV, raising=False)
-    _fill(store, monkeypatch)
+    _fill(location, monkeypatch)
     monkeypatch.setenv(KEY_ENV, new_key())
     with pytest.raises(StoreKeyRefused, match="not encrypted"):
-        WorkCenter.open(store)
+        WorkCenter.open(location)
 
 
 @pytest.mark.parametrize("bad", ["not base64!", base64.b64encode(b"short").decode()])
@@ -183,13 +183,15 @@ def test_a_malformed_key_is_invalid_input_before_any_store_is_made(
     assert not (tmp_path / "never.db").exists()
 
 
-def test_the_demo_runs_encrypted_and_the_cli_refuses_without_the_key(store: str, key: str) -> None:
+def test_the_demo_runs_encrypted_and_the_cli_refuses_without_the_key(
+    location: str, key: str
+) -> None:
     runner = CliRunner()
-    demo = runner.invoke(cli, ["--db", store, "demo"])
+    demo = runner.invoke(cli, ["--db", location, "demo"])
     assert demo.exit_code == 0, demo.output
-    listed = runner.invoke(cli, ["--db", store, "list"])
+    listed = runner.invoke(cli, ["--db", location, "list"])
     assert listed.exit_code == 0 and "done" in listed.output
-    refused = runner.invoke(cli, ["--db", store, "list"], env={KEY_ENV: ""})
+    refused = runner.invoke(cli, ["--db", location, "list"], env={KEY_ENV: ""})
     assert refused.exit_code == 2
     assert refused.output.startswith("StoreKeyRefused: the store at")
     assert "Traceback" not in refused.output

@@ -846,11 +846,11 @@ def test_recover_expired_lease(wc: WorkCenter, clock: FakeClock) -> None:
 
 
 def test_recover_after_restart_with_a_new_boot_id(
-    wc: WorkCenter, store: str, clock: FakeClock
+    wc: WorkCenter, location: str, clock: FakeClock
 ) -> None:
     item = create_linear(wc)
     claimed = claim(wc)
-    restarted = WorkCenter.open(store, clock=clock, boot_id="boot-2")
+    restarted = WorkCenter.open(location, clock=clock, boot_id="boot-2")
     try:
         assert restarted.recover(worker="w-other") == []  # another worker's live Run
         assert restarted.recover(worker=WORKER) == [claimed.run_id]
@@ -864,11 +864,11 @@ def test_recover_after_restart_with_a_new_boot_id(
 
 
 def test_recover_without_worker_treats_every_other_boot_as_dead(
-    wc: WorkCenter, store: str, clock: FakeClock
+    wc: WorkCenter, location: str, clock: FakeClock
 ) -> None:
     create_linear(wc)
     claimed = claim(wc)
-    restarted = WorkCenter.open(store, clock=clock, boot_id="boot-2")
+    restarted = WorkCenter.open(location, clock=clock, boot_id="boot-2")
     try:
         assert restarted.recover() == [claimed.run_id]
     finally:
