@@ -197,3 +197,21 @@ def test_sqlite_stores_need_no_postgresql_driver(tmp_path: Path) -> None:
         "1",
         "StoreUnavailable PostgreSQL needs the postgres extra: pip install 'workcenter[postgres]'",
     ]
+
+
+def test_the_runner_follows_postgresql_through_the_librarys_subscription(url: str) -> None:
+    from workcenter.projections.runner import ProjectionRunner
+
+    with WorkCenter.open(url, inline_projections=False) as wc:
+        with ProjectionRunner(wc, poll=0.05) as runner:
+            assert runner.subscribes
+            for n in range(5):
+                item = create_dynamic(wc, title=f"Item {n}")
+                plan(wc, item.id)
+            runner.wait(wc.event_count(), timeout=20)
+            assert runner._subscription is not None  # following, not polling
+            assert all(row.lag == 0 for row in runner.status())
+        live = {name: view.dump() for name, view in wc.projections.views.items()}
+        assert len(live["work_queue"]["wq_items"]) == 5
+        wc.rebuild_projection()
+        assert {name: view.dump() for name, view in wc.projections.views.items()} == live
