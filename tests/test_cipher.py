@@ -195,3 +195,35 @@ def test_the_demo_runs_encrypted_and_the_cli_refuses_without_the_key(
     assert refused.exit_code == 2
     assert refused.output.startswith("StoreKeyRefused: the store at")
     assert "Traceback" not in refused.output
+
+
+def test_rekey_copies_the_store_under_a_new_key(
+    location: str, key: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _fill(location, monkeypatch)
+    with WorkCenter.open(location) as wc:
+        items = wc.list_work_items()
+        details = {row["id"]: wc.detail(row["id"]) for row in items}
+        count = wc.event_count()
+    new = new_key()
+    target = str(tmp_path / "rekeyed.db")
+    done = CliRunner().invoke(
+        cli,
+        ["--db", location, "rekey", "--to", target, "--json"],
+        env={"WORKCENTER_NEW_CIPHER_KEY": new},
+    )
+    assert done.exit_code == 0, done.output
+    assert '"events": ' + str(count) in done.output.replace("\n", " ").replace("  ", " ")
+    with pytest.raises(StoreKeyRefused):
+        WorkCenter.open(target)  # the old key does not open the new store
+    monkeypatch.setenv(KEY_ENV, new)
+    with WorkCenter.open(target) as wc:
+        assert wc.list_work_items() == items
+        assert {row["id"]: wc.detail(row["id"]) for row in items} == details
+        assert wc.event_count() == count
+    assert not _holds(target, TITLE)
+    # A second copy into a store that is not empty is refused.
+    again = CliRunner().invoke(
+        cli, ["--db", target, "rekey", "--to", target], env={"WORKCENTER_NEW_CIPHER_KEY": new}
+    )
+    assert again.exit_code == 2 and "is not empty" in again.output

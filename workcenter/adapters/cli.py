@@ -514,10 +514,15 @@ def worker(
         ctx.exit(128 + signals.signum)
 
 
-# The operator verbs (audit, progress, projections) live in their own module.
+# The operator verbs (audit, progress, projections, rekey) live in their own module.
 from workcenter.adapters import cli_operator  # noqa: E402
 
-for _command in (cli_operator.audit, cli_operator.progress, cli_operator.projections):
+for _command in (
+    cli_operator.audit,
+    cli_operator.progress,
+    cli_operator.projections,
+    cli_operator.rekey,
+):
     cli.add_command(_command)
 
 

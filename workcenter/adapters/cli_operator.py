@@ -21,6 +21,7 @@ from workcenter.adapters.cli_common import (
     resolve_id,
     work_item_id,
 )
+from workcenter.adapters.persistence import resolve_db_path
 from workcenter.adapters.terminal import text
 from workcenter.application import WorkCenter
 from workcenter.domain.action import ActionState
@@ -390,3 +391,25 @@ def _report(runner: Any, as_json: bool) -> None:
         ", ".join(f"{r['name']} at {r['position']}/{r['head']} (lag {r['lag']})" for r in rows),
         highlight=False,
     )
+
+
+# --- rekey (issue 10): the cipher key's rotation ---------------------------------
+
+
+@click.command()
+@db_option
+@click.option("--to", "target", required=True, help="The new, empty store (path or URL).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def rekey(ctx: click.Context, target: str, as_json: bool) -> None:
+    """Copy the store's events into a new store under a new cipher key: read with
+    $WORKCENTER_CIPHER_KEY, written with $WORKCENTER_NEW_CIPHER_KEY (empty: no
+    encryption). Stop the writers first; then point them at the new store."""
+    from workcenter.adapters.rekey import rekey as copy_store
+
+    done = copy_store(ctx.ensure_object(dict).get("db") or resolve_db_path(None), target)
+    if as_json:
+        emit_json(done.json())
+        return
+    sealed = "encrypted with the new key" if done.encrypted else "without encryption"
+    console.print(f"copied {done.events} events to {target}, {sealed}", highlight=False)
