@@ -211,7 +211,13 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
                 )
         print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr)
     reference = median(runs["reference"], "cycles_per_s")
-    rows = {"reference": {"cycles_per_s": reference, "ratio": 1.0}}
+    rows: dict[str, Any] = {
+        "reference": {
+            "cycles_per_s": reference,
+            "ratio": 1.0,
+            "reps": [r["cycles_per_s"] for r in runs["reference"]],
+        }
+    }
     for key, rep_runs in runs.items():
         if key == "reference":
             continue
@@ -225,6 +231,7 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
             "ratio": value / reference,
             "spread": [min(per_rep), max(per_rep)],
             "tried_per_cycle": median(rep_runs, "tried_per_cycle"),
+            "reps": [r["cycles_per_s"] for r in rep_runs],
         }
     return {"n": args.n, "reps": args.reps, "rows": rows}
 

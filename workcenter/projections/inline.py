@@ -53,8 +53,8 @@ class View(Protocol):
 class InTransactionView(Protocol):
     """A read model the event recorder updates inside a command's transaction.
 
-    ``c`` is the recorder's cursor (SQLite today; a PostgreSQL view would take a
-    psycopg cursor), and the transaction already holds the write lock."""
+    ``c`` is the recorder's cursor (SQLite's, or a ``sql.PortableCursor`` over
+    psycopg's), and the transaction already holds the event store's write lock."""
 
     def position_within(self, c: Any, application_name: str) -> int: ...
 
