@@ -41,7 +41,10 @@ from workcenter.domain import action as act
 ITEMS = 100
 ACTIONS_PER_ITEM = 5
 CRITERION = "Answer is cited"
-TIGHT_BUDGET = {"max_requests": 3}  # fewer requests than the item's five Actions need
+# Five attempts per Action (the default budget allows three), so that a Run retried
+# once and killed twice still leaves its Action attempts to complete with.
+LIMITS = {"max_action_attempts": 5}
+TIGHT_BUDGET = LIMITS | {"max_requests": 3}  # fewer requests than five Actions need
 WORKER = Path(__file__).with_name("scaleout_worker.py")
 DRAIN_TIMEOUT = 150.0
 
@@ -63,7 +66,7 @@ def seed(store: str, tight_items: int = 0) -> list[UUID]:
                 goal="Answer every question",
                 acceptance_criteria=[CRITERION],
                 delivery_target="response",
-                limits=TIGHT_BUDGET if n < tight_items else None,
+                limits=TIGHT_BUDGET if n < tight_items else LIMITS,
                 start=True,
             )
             specs = [
