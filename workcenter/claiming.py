@@ -58,13 +58,10 @@ class Claim:
 
 def claim_next(wc: RunCommands, worker: str, lease: timedelta, by: Actor) -> Claim | None:
     """Claim for ``worker`` (already validated) by ``by``; see ``WorkCenter.claim_next``."""
-    work_queue = wc.work_queue()
+    work_queue, candidates = wc.ready_candidates(CLAIM_PAGE)
     seen: set[UUID] = set()
     offset = 0
-    while True:
-        candidates = work_queue.ready_actions(CLAIM_PAGE, offset)
-        if not candidates:
-            return None
+    while candidates:
         offset += len(candidates)
         for action_id in candidates:
             if action_id in seen:
@@ -73,6 +70,8 @@ def claim_next(wc: RunCommands, worker: str, lease: timedelta, by: Actor) -> Cla
             claim = _try_claim(wc, action_id, worker, lease, by)
             if claim is not None:
                 return claim
+        candidates = work_queue.ready_actions(CLAIM_PAGE, offset)
+    return None
 
 
 def _try_claim(

@@ -70,6 +70,20 @@ class RunCommands:
         even when inline projections are off (then only it, leaving the rest to the runner)."""
         return self.read_models.fresh(WorkQueue.name)  # type: ignore[no-any-return]
 
+    def ready_candidates(self, limit: int) -> tuple[WorkQueueView, list[UUID]]:
+        """The work queue and its first ``limit`` claimable Actions. When the view is at
+        the head (the common case) its position and the Actions are read in one
+        transaction; else it is caught up first, as ``work_queue`` does."""
+        if self.read_models.catches_up_on_read(WorkQueue.name):
+            view: WorkQueueView = self.read_models.view(WorkQueue.name)
+            ready, current = view.current_ready_actions(
+                limit, WorkQueue.name, self.read_models.head
+            )
+            if current:
+                return view, ready
+        view = self.work_queue()
+        return view, view.ready_actions(limit)
+
     def claim_next(
         self, worker: str, lease_seconds: float, actor: Actor | str | None
     ) -> Claim | None:

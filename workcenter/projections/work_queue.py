@@ -8,6 +8,7 @@ be resumed, measured and rebuilt from position zero.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any, ClassVar
 from uuid import UUID
@@ -21,6 +22,11 @@ from workcenter.domain import action as act
 from workcenter.domain import work_item as wi
 from workcenter.domain.model import DomainEvent
 from workcenter.projections.tracked import TrackedView
+
+READY = (
+    "SELECT action_id FROM wq_actions WHERE status = 'ready' AND held = 0"
+    " ORDER BY ready_since, sequence LIMIT ? OFFSET ?"
+)
 
 
 def _ts(moment: datetime) -> float:
@@ -117,12 +123,19 @@ class WorkQueueView(TrackedView):
     # --- reading --------------------------------------------------------------
 
     def ready_actions(self, limit: int, offset: int = 0) -> list[UUID]:
-        rows = self._rows(
-            "SELECT action_id FROM wq_actions WHERE status = 'ready' AND held = 0"
-            " ORDER BY ready_since, sequence LIMIT ? OFFSET ?",
-            (limit, offset),
-        )
+        rows = self._rows(READY, (limit, offset))
         return [UUID(row[0]) for row in rows]
+
+    def current_ready_actions(
+        self, limit: int, application_name: str, head: Callable[[SQLiteCursor], int]
+    ) -> tuple[list[UUID], bool]:
+        """The first ``limit`` claimable Actions, and whether the view had every event up
+        to ``head``: one read transaction, a claim's fast path (no ids when behind)."""
+        with self.datastore.transaction(commit=False) as c:
+            if (self._max_tracking_id(application_name, c) or 0) < head(c):
+                return [], False
+            c.execute(READY, (limit, 0))
+            return [UUID(row[0]) for row in c.fetchall()], True
 
     def live_runs(self) -> list[tuple[UUID, UUID, str, str, float]]:
         """(action id, run id, worker, boot id, expires at) of every Run believed live."""
