@@ -77,14 +77,13 @@ def claim_next(wc: RunCommands, worker: str, lease: timedelta, by: Actor) -> Cla
 def _try_claim(
     wc: RunCommands, action_id: UUID, worker: str, lease: timedelta, by: Actor
 ) -> Claim | None:
-    action = wc.repo.action(action_id)
-    item = wc.repo.work_item(action.work_item_id)
+    action, item, ledger = wc.repo.run_states(action_id, with_ledger=True)
     if runs.claimable(item, action) is not None:
         return None
     unit = runs.claim(
         item,
         action,
-        wc.repo.ledger(item.id),
+        ledger or wc.repo.ledger(item.id),
         worker=worker,
         boot_id=wc.boot_id,
         lease=lease,

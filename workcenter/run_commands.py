@@ -101,8 +101,7 @@ class RunCommands:
         chosen = chosen_actor(actor)
 
         def attempt() -> Unit:
-            action = self.repo.action(ref.action_id)
-            item = self.repo.work_item(action.work_item_id)
+            action, item, _ = self.repo.run_states(ref.action_id, with_ledger=False)
             by = chosen or run_actor(claim, action)
             return decide(item, action, ref, self.clock.now(), by)
 
