@@ -21,7 +21,7 @@ from eventsourcing.sqlite import SQLiteCursor
 from workcenter.domain import action as act
 from workcenter.domain import work_item as wi
 from workcenter.domain.model import DomainEvent
-from workcenter.projections.tracked import TrackedView
+from workcenter.projections.tracked import Batch, TrackedView
 
 READY = (
     "SELECT action_id FROM wq_actions WHERE status = 'ready' AND held = 0"
@@ -56,7 +56,19 @@ class WorkQueueView(TrackedView):
 
     # --- writing --------------------------------------------------------------
 
-    # ``apply`` (TrackedView) runs ``_apply`` per event after the position, under the lock.
+    # ``apply`` (TrackedView) runs ``_apply_batch`` on the events after the position,
+    # under the lock.
+
+    def _apply_batch(self, c: SQLiteCursor, batch: Batch) -> None:
+        # An item's ``updated_at`` is its latest event's time: written once per item of the
+        # batch, after the others, instead of once per event (a create has three).
+        updated: dict[str, float] = {}
+        for _, event in batch:
+            self._apply(c, event)
+            if isinstance(event, wi.WorkItemEvent):
+                updated[event.originator_id.hex] = _ts(event.timestamp)
+        for iid, at in updated.items():
+            c.execute("UPDATE wq_items SET updated_at = ? WHERE work_item_id = ?", (at, iid))
 
     def _apply(self, c: SQLiteCursor, event: DomainEvent) -> None:
         if isinstance(event, act.ActionEvent):
@@ -118,7 +130,6 @@ class WorkQueueView(TrackedView):
         }.get(type(event))
         if status is not None:
             c.execute("UPDATE wq_items SET status = ? WHERE work_item_id = ?", (status, iid))
-        c.execute("UPDATE wq_items SET updated_at = ? WHERE work_item_id = ?", (at, iid))
 
     # --- reading --------------------------------------------------------------
 

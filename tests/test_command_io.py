@@ -1,5 +1,6 @@
-"""A command's cached aggregates are brought up to date in one read transaction, and
-what it reads that way is what a load of each, one by one, reads."""
+"""What a command costs the database: its cached aggregates are brought up to date in
+one read transaction (and read what a load of each, one by one, reads), and the work
+queue writes an item's update time once per save."""
 
 from __future__ import annotations
 
@@ -89,3 +90,16 @@ def test_together_gives_the_same_states_as_loading_each(
     assert (action, loaded_item) == expected[:2]
     assert ledger == (expected[2] if with_ledger else None)
     assert loaded_item.id == item.id
+
+
+def test_the_work_queue_writes_an_items_update_time_once_per_save(
+    wc: WorkCenter, clock: FakeClock
+) -> None:
+    with traced(wc.store.factory.datastore) as counts:  # type: ignore[attr-defined]
+        item = create_linear(wc)  # created, started, an Action added: three item events
+    updates = [s for s in counts.statements if s.startswith("UPDATE wq_items SET updated_at")]
+    assert len(updates) == 1
+    clock.advance(5)
+    claim(wc)
+    [row] = [r for r in wc.work_queue.dump()["wq_items"] if r[0] == item.id.hex]
+    assert row[5] == wc.work_item(item.id).updated_at.timestamp()
