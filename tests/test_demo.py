@@ -1,6 +1,7 @@
-"""The demo is the product's smoke test: it must end done with every criterion passed,
-and under a token budget too small for it, stop with nothing sent past the budget.
-Also the CLI's read, budget and resume verbs."""
+"""The demo is the product's smoke test: its scripted Coordinator plans, asks the human
+once and completes the item with every criterion passed, and under a token budget too
+small for it, the item stops with nothing sent past the budget. Also the CLI's read,
+budget and resume verbs."""
 
 from __future__ import annotations
 
@@ -29,6 +30,17 @@ def test_demo_json_shows_the_item_done_with_every_criterion_passed(tmp_path: Pat
     assert "retryable" in {run["status"] for run in runs}
     assert "waiting" in {run["status"] for run in runs}
     assert detail["item"]["final_result"]["responses"]
+    # The Coordinator planned, asked once, passed the answer on, and completed.
+    talk = detail["conversation"]
+    decided = [(m["role"], m["decision"]) for m in talk["messages"]]
+    assert decided == [
+        ("assistant", "create_actions"),
+        ("assistant", "request_human"),
+        ("user", None),
+        ("assistant", "guide_actions"),
+        ("assistant", "complete"),
+    ]
+    assert {e["status"] for e in talk["mailbox"]} == {"acked"}
 
 
 def test_read_verbs_answer_in_json_after_the_demo(tmp_path: Path) -> None:
@@ -114,8 +126,12 @@ def _events(db: str) -> int:
         return wc.event_count()
 
 
-def _stopped_demo(db: str) -> dict[str, Any]:
-    result = _invoke(db, "demo", "--max-tokens", "1000", "--json")
+# Enough for the Coordinator's plan and the Actions' Runs, not for its next turn.
+MID_WAY = "20000"
+
+
+def _stopped_demo(db: str, max_tokens: str = MID_WAY) -> dict[str, Any]:
+    result = _invoke(db, "demo", "--max-tokens", max_tokens, "--json")
     assert result.exit_code == 0, result.output
     return cast(dict[str, Any], json.loads(result.stdout))
 
@@ -127,13 +143,14 @@ def test_demo_with_default_limits_meters_every_request(tmp_path: Path) -> None:
     budget = detail["budget"]
     assert detail["item"]["status"] == "done" and budget["stop_reason"] is None
     runs = sum(len(action["runs"]) for action in detail["actions"])
-    assert detail["provider_calls"] == budget["usage"]["requests"] == runs
+    turns = len(detail["conversation"]["turns"])
+    assert detail["provider_calls"] == budget["breakdown"]["actions"]["requests"] == runs
+    assert budget["breakdown"]["coordinator"]["requests"] == turns == 4
     usage = budget["usage"]
-    assert usage["reported_requests"] == runs and usage["unknown_requests"] == 0
+    assert usage["requests"] == usage["reported_requests"] == runs + turns
+    assert usage["unknown_requests"] == 0
     assert usage["charged_tokens"] == usage["total_tokens"] > 0
-    assert usage["output_tokens"] == 200 * runs
-    assert budget["breakdown"]["actions"]["requests"] == runs
-    assert budget["breakdown"]["coordinator"]["requests"] == 0
+    assert budget["breakdown"]["actions"]["output_tokens"] == 200 * runs
 
 
 def test_demo_under_a_small_token_budget_stops_and_sends_nothing_past_it(tmp_path: Path) -> None:
@@ -146,26 +163,34 @@ def test_demo_under_a_small_token_budget_stops_and_sends_nothing_past_it(tmp_pat
     assert item["final_result"] is None
     assert budget["stop_reason"]["code"] == "work_item_tokens_exhausted"
     usage = budget["usage"]
-    assert detail["provider_calls"] == usage["requests"] >= 1
-    assert usage["charged_tokens"] <= 1000
-    assert (
-        usage["charged_tokens"] + budget["stop_reason"]["details"]["estimated_next_tokens"] > 1000
-    )
+    # The plan and every Run were admitted; the Coordinator's next request was not.
+    assert detail["provider_calls"] == budget["breakdown"]["actions"]["requests"] >= 1
+    assert budget["breakdown"]["coordinator"]["requests"] == 1
+    assert usage["charged_tokens"] <= int(MID_WAY)
+    next_request = budget["stop_reason"]["details"]["estimated_next_tokens"]
+    assert usage["charged_tokens"] + next_request > int(MID_WAY)
+    turns = detail["conversation"]["turns"]
+    assert [t["status"] for t in turns] == ["decided", "failed"]
+    assert turns[-1]["attempts"] == [
+        {
+            "attempt": 1,
+            "status": "prepared",
+            "request_hash": turns[-1]["attempts"][0]["request_hash"],
+        }
+    ]
 
     item_id = UUID(item["id"])
     with WorkCenter.open(db) as wc:
-        assert wc.ledger(item_id).request_count == detail["provider_calls"]
+        assert wc.ledger(item_id).request_count == usage["requests"]
         types = [type(e).__name__ for e in wc.history(item_id)]
         assert "WorkItemCompleted" not in types
-        failed = [
-            run.result
-            for action in wc.actions(wc.work_item(item_id)).values()
-            for run in action.runs
-            if run.status == "failed"
-        ]
-        assert [(r.failure_kind, r.failure_code) for r in failed if r] == [
-            ("resource_limit", "work_item_tokens_exhausted")
-        ]
+
+
+def test_a_budget_too_small_for_one_coordinator_request_sends_nothing(tmp_path: Path) -> None:
+    detail = _stopped_demo(str(tmp_path / "demo.db"), "1000")
+    assert detail["item"]["stopped"] == "work_item_tokens_exhausted"
+    assert detail["budget"]["usage"]["requests"] == detail["provider_calls"] == 0
+    assert detail["actions"] == []
 
 
 def test_demo_prints_the_stop_clearly(tmp_path: Path) -> None:
@@ -180,14 +205,16 @@ def test_budget_show_reports_limits_usage_attempts_and_versions(tmp_path: Path) 
     item_id = _stopped_demo(db)["item"]["id"]
 
     shown = json.loads(_invoke(db, "budget", "show", item_id, "--json").stdout)
-    assert shown["limits"]["max_tokens"] == 1000
+    assert shown["limits"]["max_tokens"] == int(MID_WAY)
     assert shown["limits"]["max_requests"] == 200
     assert shown["stop_reason"]["code"] == "work_item_tokens_exhausted"
-    assert shown["control_version"] == shown["ledger_version"]  # the stop came last
+    # The stop, then the failure of the Coordinator turn it refused (counted).
+    assert shown["control_version"] == shown["ledger_version"] - 1
+    assert shown["coordinator_failures"] == 1
     assert {row["type"]: row["attempts"] for row in shown["action_attempts"]} == {
         "diagnose": 1,
-        "implement": 1,
-        "test": 0,
+        "implement": 2,
+        "test": 1,
     }
     assert {row["original_max_attempts"] for row in shown["action_attempts"]} == {2}
     assert {row["effective_max_attempts"] for row in shown["action_attempts"]} == {2}
@@ -227,7 +254,7 @@ def test_budget_extend_and_resume_undo_the_stop(tmp_path: Path) -> None:
     )
     assert extended.exit_code == 0, extended.output
     after = json.loads(extended.stdout)
-    assert after["limits"]["max_tokens"] == 6000
+    assert after["limits"]["max_tokens"] == int(MID_WAY) + 5000
     assert after["limits"]["max_action_attempts"] == 4
     assert after["action_attempts_extension"] == 1
     assert after["stop_reason"] is not None, "extend clears no stop"

@@ -307,7 +307,7 @@ def test_projections_status_only_observes(db_path: Path) -> None:
         result = invoke("--db", str(db_path), "projections", "status", "--json")
         assert result.exit_code == 0, result.output
         lags = {row["name"]: row["lag"] for row in json.loads(result.stdout)}
-        assert lags == {"work_queue": head, "detail": head}
+        assert lags == {"work_queue": head, "mailbox": head, "detail": head}
 
 
 def test_hints_keep_the_db_the_user_gave(tmp_path: Path) -> None:
@@ -329,13 +329,14 @@ def test_after_a_budget_stop_extend_and_resume_the_cli_says_what_comes_next(
     tmp_path: Path,
 ) -> None:
     """A resumed dynamic item is running with its stopped Actions superseded and
-    nothing to claim: resume and show say that its next Actions must be planned."""
+    nothing to claim: resume and show say so, and a user message lets the
+    Coordinator plan again."""
     db = str(tmp_path / "stopped.db")
     assert invoke("--db", db, "demo", "--max-tokens", "1000").exit_code == 0
     item_id = json.loads(invoke("list", "--db", db, "--json").stdout)[0]["id"]
     budget = json.loads(invoke("budget", "show", item_id, "--db", db, "--json").stdout)
     extended = invoke(
-        "budget", "extend", item_id, "--db", db, "--tokens", "5000",
+        "budget", "extend", item_id, "--db", db, "--tokens", "100000",
         "--expected-version", str(budget["ledger_version"]),
     )  # fmt: skip
     assert extended.exit_code == 0, extended.output
@@ -348,12 +349,23 @@ def test_after_a_budget_stop_extend_and_resume_the_cli_says_what_comes_next(
     assert resumed.exit_code == 0, resumed.output
     for output in (resumed.stdout, invoke("show", item_id, "--db", db).stdout):
         assert "no Action is ready or running" in output
-        assert "plan_actions" in output
+        assert "workcenter message" in output
+    idle = invoke(
+        "worker", "--db", db, "--executor", "workcenter.adapters.executors:echo",
+        "--no-coordinator", "--exit-when-idle",
+    )  # fmt: skip
+    assert "claimed 0" in idle.stdout
+    posted = invoke("message", item_id, "Please plan the work again", "--db", db)
+    assert posted.exit_code == 0, posted.output
+    planned = invoke("coordinate", "--once", "--db", db)
+    assert planned.exit_code == 0 and "decided" in planned.stdout, planned.output
+    talk = json.loads(invoke("conversation", item_id, "--db", db, "--json").stdout)
+    assert talk["messages"][-1]["decision"] == "create_actions"
     worker = invoke(
         "worker", "--db", db, "--executor", "workcenter.adapters.executors:echo",
-        "--exit-when-idle",
+        "--no-coordinator", "--exit-when-idle", "--json",
     )  # fmt: skip
-    assert "claimed 0" in worker.stdout
+    assert json.loads(worker.stdout)["claimed"] == 3
 
 
 @pytest.mark.parametrize("at", ["0", "999", "-1"])
@@ -454,6 +466,7 @@ def test_projections_run_once_speaks_json_and_plain_text(db_path: Path) -> None:
     assert as_json.exit_code == 0, as_json.output
     assert json.loads(as_json.stdout)["positions"] == {
         "work_queue": head,
+        "mailbox": head,
         "detail": head,
     }
     text = invoke("--db", str(db_path), "projections", "run", "--once")

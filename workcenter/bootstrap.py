@@ -21,6 +21,7 @@ from uuid import UUID
 from eventsourcing.application import Application
 from eventsourcing.persistence import PersistenceError
 
+from workcenter import hash_chain
 from workcenter.adapters import compression, event_log
 from workcenter.adapters.one_commit import OneCommitArguments
 from workcenter.adapters.persistence import (
@@ -33,8 +34,9 @@ from workcenter.adapters.persistence import (
 )
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.adapters.sqlite_settings import SYNCHRONOUS_ENV, validate_synchronous
+from workcenter.coordinator_rules import DecisionRules, DomainRules
 from workcenter.domain.model import AggregateState
-from workcenter.ports import Clock, StreamReader, SystemClock
+from workcenter.ports import ChainReader, Clock, NotificationReader, StreamReader, SystemClock
 from workcenter.projections.detail import (
     Blobs,
     Detail,
@@ -43,6 +45,7 @@ from workcenter.projections.detail import (
     Kind,
     refreshes_detail,
 )
+from workcenter.projections.mailbox import Mailbox, MailboxView
 from workcenter.projections.work_queue import WorkQueue, WorkQueueView
 from workcenter.read_models import OnRead, ReadModel, ReadModels
 from workcenter.repository import Repository
@@ -53,7 +56,7 @@ T = TypeVar("T")
 OPEN_ATTEMPTS = 4
 INLINE_ENV = "WORKCENTER_INLINE_PROJECTIONS"
 # Read models written in every command's own transaction (ADR-0016).
-EAGER_VIEWS: list[str] = [WorkQueue.name]
+EAGER_VIEWS: list[str] = [WorkQueue.name, Mailbox.name]
 
 
 class EventStore(Application[UUID]):
@@ -92,8 +95,12 @@ def read_model_registry(store: Application[UUID], load_state: LoadState) -> list
         blobs=Blobs(deflate=compression.deflate, inflate=compression.inflate),
     )
     details.create_table()
+    mailbox = MailboxView(datastore)
+    mailbox.create_table()
     return [
         ReadModel(WorkQueue.name, work_queue, on_read=OnRead.ALWAYS),
+        # The Coordinator loop finds due wakes here, whoever writes the views.
+        ReadModel(Mailbox.name, mailbox, on_read=OnRead.ALWAYS),
         # Written by every command that changes a WorkItem or an Action, so a browser's
         # read right after a write finds the DTO stored (ADR-0019 measured this against
         # catching it up on read and a fold on read); caught up on read after a crash.
@@ -111,6 +118,8 @@ class Parts:
     read_models: ReadModels
     repository: Repository
     read_streams: StreamReader
+    chain: ChainReader
+    read_events_after: NotificationReader
 
 
 def compose(
@@ -141,7 +150,14 @@ def compose(
         read_models=read_models,
         repository=repository[0],
         read_streams=partial(event_log.streams_in_order, store),
+        chain=store.recorder.chain,
+        read_events_after=partial(event_log.events_after, store),
     )
+
+
+def decision_rules() -> DecisionRules:
+    """The Coordinator's decision rules (coordinator.md 4, 5.3, 9.1)."""
+    return DomainRules()
 
 
 def open_store(
@@ -156,6 +172,7 @@ def open_store(
     db_path = resolve_db_path(db)
     # A bad synchronous setting is InvalidInput before any file exists.
     validate_synchronous(sqlite_synchronous or os.environ.get(SYNCHRONOUS_ENV, "NORMAL"))
+    hash_chain.enabled(os.environ.get(hash_chain.HASH_CHAIN_ENV))
     env = sqlite_env(db_path, sqlite_synchronous)
     prepare_store_file(db_path, create=create)
     for attempt in range(OPEN_ATTEMPTS):

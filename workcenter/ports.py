@@ -7,7 +7,7 @@ change to the bootstrap, not to the commands.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
@@ -16,6 +16,7 @@ from uuid import UUID
 from eventsourcing.persistence import StoredEvent
 
 from workcenter.domain.model import DomainEvent
+from workcenter.hash_chain import Link, Row
 from workcenter.projections.inline import InlineWrite
 
 
@@ -55,6 +56,26 @@ class StreamReader(Protocol):
     def __call__(
         self, stream_ids: Sequence[UUID], *, until: int | None = None
     ) -> list[tuple[int, DomainEvent]]: ...
+
+
+class ChainReader(Protocol):
+    """The hash chain as stored (ADR-0028), read for ``audit verify`` and ``audit anchor``."""
+
+    def walk(self, streams: Sequence[UUID] | None) -> Generator[Row, None, None]:
+        """Every position of the store (or of ``streams``) in order, in one read
+        transaction that ends when the iterator is closed."""
+        ...
+
+    def extent(self) -> tuple[Link | None, int]:
+        """The chain's head and the store's last position."""
+        ...
+
+
+class NotificationReader(Protocol):
+    """(position, event) of the events written after position ``after``, oldest first,
+    at most ``limit`` of them: the event sequence as a change feed follows it."""
+
+    def __call__(self, after: int, limit: int) -> list[tuple[int, DomainEvent]]: ...
 
 
 # --- the Coordinator's LLM ----------------------------------------------------

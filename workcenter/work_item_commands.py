@@ -150,13 +150,19 @@ class WorkItemCommands:
         )
 
     def cancel(
-        self, work_item_id: UUID, *, reason: str = "", actor: Actor | str | None = None
+        self,
+        work_item_id: UUID,
+        *,
+        reason: str = "",
+        expected_version: int | None = None,
+        actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
         reason = inputs.text(reason, "reason", bounds.REASON)
+        expected_version = inputs.optional_version(expected_version, "expected_version")
         return self._item_command(
             work_item_id,
-            None,
-            (),
+            expected_version,
+            lifecycle.CANCEL_CONFLICTS,
             lambda item, actions, at, by: lifecycle.cancel(item, actions, at, reason, by),
             *act.OPEN_STATUSES,
             by=actors.resolve(actor, actors.USER),

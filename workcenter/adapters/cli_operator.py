@@ -1,4 +1,5 @@
-"""Operator verbs of the ``workcenter`` command line: audit, progress, projections."""
+"""Operator verbs of the ``workcenter`` command line: audit (the trail, and the proof of
+the history), progress, projections."""
 
 from __future__ import annotations
 
@@ -30,6 +31,26 @@ from workcenter.projections.audit import AuditRow, explain_progress
 from workcenter.projections.sanitize import sanitize_event_payload, sanitize_record
 
 # --- audit and progress (issue 4) ---------------------------------------------
+
+
+TRAIL = "trail"
+
+
+class AuditGroup(click.Group):
+    """``audit ID ...`` shows an item's trail as it always has; ``audit verify`` and
+    ``audit anchor`` prove the history. An id is hex, so it never names a subcommand."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args or (args[0] not in self.commands and args[0] not in ctx.help_option_names):
+            args = [TRAIL, *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group(cls=AuditGroup)
+def audit() -> None:
+    """The audit: `audit ID [options]` prints a WorkItem's trail (see `audit trail -h`);
+    `audit verify` and `audit anchor` prove the history has not been changed."""
+
 
 SUMMARY_CHARS = 200
 
@@ -75,7 +96,7 @@ def _run_id(wc: WorkCenter, item: WorkItemState, value: str) -> UUID:
     )
 
 
-@click.command()
+@audit.command(name=TRAIL)
 @db_option
 @click.argument("item_id")
 @click.option("--json", "as_json", is_flag=True)
@@ -87,7 +108,7 @@ def _run_id(wc: WorkCenter, item: WorkItemState, value: str) -> UUID:
 @click.option("--limit", type=click.IntRange(min=1), default=500, show_default=True)
 @click.option("--raw", is_flag=True, help="Payloads as stored, not sanitised.")
 @click.pass_context
-def audit(
+def audit_trail(
     ctx: click.Context,
     item_id: str,
     as_json: bool,
@@ -160,6 +181,102 @@ def audit(
         console.print(text(f"      {e['summary'][:SUMMARY_CHARS]}"), highlight=False)
     if state:
         emit_json(state)
+
+
+# --- the proof of the history (issue 12, ADR-0028) ------------------------------
+
+HISTORY_BROKEN = 1  # exit status of a verify that found a broken link (2 is a refusal)
+
+
+@audit.command(name="verify")
+@db_option
+@click.argument("item_id", required=False)
+@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--anchor",
+    "anchor",
+    default=None,
+    metavar="DIGEST@POSITION",
+    help="An anchor from `audit anchor`: also prove nothing up to it changed or was cut.",
+)
+@click.pass_context
+def audit_verify(
+    ctx: click.Context, item_id: str | None, as_json: bool, anchor: str | None
+) -> None:
+    """Walk the hash chain over every event (or over one WorkItem's streams) and report
+    the first broken link; exit status 1 when the history was changed."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    with open_center(ctx, inline_projections=False) as wc:
+        scope = work_item_id(wc, item_id) if item_id is not None else None
+        if as_json or not console.is_terminal:
+            verdict = wc.verify_history(scope, anchor=anchor)
+        else:
+            with Progress(
+                "[bold]{task.description}",
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=console,
+                transient=True,
+            ) as bar:
+                task = bar.add_task("verifying", total=None)
+
+                def advance(position: int, last: int) -> None:
+                    bar.update(task, completed=position, total=max(position, last))
+
+                verdict = wc.verify_history(scope, anchor=anchor, progress=advance)
+    if as_json:
+        emit_json(verdict.json())
+    else:
+        _print_verdict(verdict.json())
+    if not verdict.ok:
+        ctx.exit(HISTORY_BROKEN)
+
+
+def _print_verdict(data: dict[str, Any]) -> None:
+    scope = "the store" if data["scope"] == "store" else f"WorkItem {data['scope']}"
+    broken, last = data["broken"], data["verified_to"]
+    if broken is None:
+        console.print(
+            text(f"history of {scope} verified: {data['events']} events", "green"),
+            highlight=False,
+        )
+        if last is not None and data["scope"] == "store":
+            console.print(text(f"head {last['anchor']}"), highlight=False)
+        if data["anchor"]:
+            console.print(text(f"matches the anchor {data['anchor']}"), highlight=False)
+        return
+    console.print(
+        text(
+            f"history of {scope} BROKEN at position {broken['position']} ({broken['kind']})", "red"
+        ),
+        highlight=False,
+    )
+    console.print(text(broken["message"]), highlight=False)
+    console.print(text(f"{data['events']} events verified before it"), highlight=False)
+
+
+@audit.command(name="anchor")
+@db_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def audit_anchor(ctx: click.Context, as_json: bool) -> None:
+    """Print the head of the hash chain as DIGEST@POSITION, to keep outside the store
+    (a ticket, a log, a signed commit) and give to `audit verify --anchor` later."""
+    with open_center(ctx, inline_projections=False) as wc:
+        anchor = wc.history_anchor()
+    if as_json:
+        emit_json(
+            {"anchor": str(anchor), "digest": anchor.digest.hex(), "position": anchor.position}
+            if anchor
+            else {"anchor": None, "digest": None, "position": None}
+        )
+    elif anchor is None:
+        console.print("no events yet: nothing to anchor", highlight=False)
+    else:
+        # Alone on its line, so a script can keep it as it is printed.
+        console.print(str(anchor), highlight=False)
 
 
 @click.command()

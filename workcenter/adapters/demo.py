@@ -1,15 +1,17 @@
-"""The demo: one WorkItem carried from goal to done by a worker and a scripted executor.
+"""The demo: one dynamic WorkItem carried from goal to done by its Coordinator, a
+worker and a scripted executor.
 
-It walks the main paths of the lifecycle on the embedded default: actions
-planned, a retryable failure retried automatically, an Action waiting for a
-human answer and resumed with it, every criterion proven by evidence, and the
-item completed only once goal progress says the proof is current and fresh.
+It walks the main paths on the embedded default: the scripted Coordinator plans
+the Actions when the item starts, a retryable failure is retried automatically,
+an Action waits for a human, the Coordinator asks the question once and passes
+the human's message on as guidance, every criterion is proven by evidence, and
+the Coordinator completes the item only once goal progress says the proof is
+current and fresh.
 
-Every scripted LLM request goes through a metered provider around a scripted
-fake provider, so the item's ResourceLedger admits and settles real requests.
-With a budget too small for the script the ledger stops the item: the demo
-then ends needing attention, without completing it, and no request past the
-budget reaches the provider.
+Every scripted LLM request, the Coordinator's and the Actions', is admitted and
+settled by the item's ResourceLedger. With a budget too small for the script
+the ledger stops the item: the demo then ends needing attention, without
+completing it, and no request past the budget reaches a provider.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ from typing import Any
 import orjson
 
 from workcenter.adapters.metered import MeteredProvider
+from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
 from workcenter.adapters.worker import WorkerStats, run_one
 from workcenter.application import Claim, WorkCenter
+from workcenter.coordinating import StepResult
 from workcenter.domain.errors import ResourceStopError
+from workcenter.ports import CoordinatorProvider
 
 CRITERIA = (
     "The failing import is reproduced by a test",
@@ -32,30 +37,6 @@ CRITERIA = (
 )
 HUMAN_QUESTION = "Which Python version must the test matrix cover?"
 HUMAN_ANSWER = "3.11 and 3.12"
-
-PLAN = [
-    {
-        "type": "diagnose",
-        "objective": "Reproduce the failing import and find its root cause",
-        "approach": "Run the suite, bisect the failing module",
-        "expectedOutcome": "A failing test and the cause",
-        "workspaceMode": "read",
-    },
-    {
-        "type": "implement",
-        "objective": "Fix the import and add the regression test",
-        "approach": "Smallest change in the package init",
-        "expectedOutcome": "A passing regression test",
-        "workspaceMode": "shared",
-    },
-    {
-        "type": "test",
-        "objective": "Verify every criterion on the supported Python versions",
-        "approach": "Run the full matrix",
-        "expectedOutcome": "Evidence for each criterion",
-        "workspaceMode": "read",
-    },
-]
 
 
 def _checks(statuses: tuple[str, str, str]) -> list[dict[str, str]]:
@@ -146,7 +127,9 @@ class ScriptedExecutor:
                 "failureKind": stop.failure_kind,
                 "failureCode": stop.code,
             }
-        answered = any(HUMAN_ANSWER in (e.waiting_reason or "") for e in claim.context)
+        answered = any(
+            HUMAN_ANSWER in (e.text or "") + (e.waiting_reason or "") for e in claim.context
+        )
         match claim.action_type, self.calls[claim.action_type]:
             case "diagnose", _:
                 return {
@@ -193,17 +176,20 @@ def run_demo(
     say: Callable[[str], None] = lambda _: None,
     executor: ScriptedExecutor | None = None,
     provider: ScriptedProvider | None = None,
+    coordinator: CoordinatorProvider | None = None,
     limits: Mapping[str, int] | None = None,
 ) -> Any:
     """Run the scenario; returns the WorkItem id.
 
     Without ``executor``, the scripted one sends its requests to ``provider`` (a new
-    ``ScriptedProvider`` by default) through a metered provider per claim. When the
-    ledger stops the item (``limits`` too small), the demo ends there: the item needs
-    attention and completion is not attempted.
+    ``ScriptedProvider`` by default) through a metered provider per claim; the
+    Coordinator is ``coordinator`` (the scripted one by default). When the ledger
+    stops the item (``limits`` too small), the demo ends there: the item needs
+    attention and is not completed.
     """
     provider = provider or ScriptedProvider()
     executor = executor or ScriptedExecutor(metered_llm(wc, provider))
+    coordinator = coordinator or scripted_coordinator()
     item = wc.create_work_item(
         title="Fix the failing import in the test suite",
         goal="The test suite passes again and the cause is explained",
@@ -213,9 +199,6 @@ def run_demo(
         limits=limits,
     )
     say(f"created WorkItem {item.id} ({len(CRITERIA)} criteria, delivery: response)")
-    item = wc.plan_actions(item.id, expected_version=item.version, actions=PLAN)
-    say(f"planned {len(PLAN)} actions: {', '.join(a['type'] for a in PLAN)}")
-
     stats = WorkerStats()
 
     def on_event(kind: str, claim: Claim, detail: str) -> None:
@@ -227,19 +210,22 @@ def run_demo(
         else:
             say(f"  {claim.action_type} {kind}: {detail}")
 
-    while run_one(wc, executor, worker="demo-worker", stats=stats, on_event=on_event):
+    answered = False
+    for _ in range(MAX_ROUNDS):
+        steps = wc.coordinate_once(coordinator)
+        for step in steps:
+            say(_coordinator_line(wc, step))
         item = wc.work_item(item.id)
-        if item.status == "waiting":
-            waiting = wc.actions(item, "waiting")
-            action = next(iter(waiting.values()))
+        if item.status == "done" or item.stopped:
+            break
+        if item.status == "waiting" and _asked(wc, item.id) and not answered:
             say(f"  human answers {HUMAN_QUESTION!r} with {HUMAN_ANSWER!r}")
-            wc.retry(
-                item.id,
-                action.id,
-                expected_version=item.version,
-                expected_generation=action.generation,
-                answer=HUMAN_ANSWER,
-            )
+            wc.post_user_message(item.id, HUMAN_ANSWER, client_message_id="demo-answer")
+            answered = True
+            continue
+        ran = run_one(wc, executor, worker="demo-worker", stats=stats, on_event=on_event)
+        if ran is None and not steps:
+            break
 
     item = wc.work_item(item.id)
     if item.stopped:
@@ -255,26 +241,30 @@ def run_demo(
         f"goal progress: {progress.completed_criteria_count}/{progress.total_criteria_count} "
         f"criteria passed, delivery {progress.delivery.status}"
     )
-    item = wc.work_item(item.id)
-    proof = list(progress.delivery.evidence_run_ids)
-    item = wc.complete(
-        item.id,
-        expected_version=item.version,
-        completion={
-            "summary": "The import is fixed, covered by a regression test, verified on 3.11+.",
-            "acceptanceResults": [
-                {
-                    "criterion": row.criterion,
-                    "status": "passed",
-                    "evidenceRunIds": list(row.evidence_run_ids),
-                }
-                for row in progress.criteria
-            ],
-            "evidenceRunIds": sorted(
-                {str(r) for row in progress.criteria for r in row.evidence_run_ids}
-                | {str(r) for r in proof}
-            ),
-        },
+    say(
+        f"completed: WorkItem is {item.status}"
+        if item.status == "done"
+        else f"WorkItem is {item.status}"
     )
-    say(f"completed: WorkItem is {item.status}")
     return item.id
+
+
+# Enough passes for the script (plan, four Runs, a question, an answer, completion).
+MAX_ROUNDS = 40
+
+
+def _asked(wc: WorkCenter, item_id: Any) -> bool:
+    """The Coordinator's latest message asks the human something."""
+    conversation = wc.conversation(item_id)
+    last = conversation.messages[-1] if conversation and conversation.messages else None
+    return bool(last and last.role == "assistant" and last.decision and last.decision.question)
+
+
+def _coordinator_line(wc: WorkCenter, step: StepResult) -> str:
+    conversation = wc.conversation(step.work_item_id)
+    turn = conversation.turns.get(step.turn_id) if conversation and step.turn_id else None
+    message = conversation.message(turn.assistant_message_id) if conversation and turn else None
+    if message is None or message.decision is None:
+        return f"  coordinator turn {step.status}: {step.error or ''}".rstrip(": ")
+    origin = "answering the human" if turn and turn.user_originated else "woken"
+    return f"  coordinator ({origin}) decided {message.decision.kind}: {message.text}"

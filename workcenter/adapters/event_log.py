@@ -62,3 +62,11 @@ def streams_in_order(
         )
         for row in rows
     ]
+
+
+def events_after(store: Application[UUID], after: int, limit: int) -> list[tuple[int, DomainEvent]]:
+    """(notification id, event) of the events after notification id ``after``, oldest
+    first, at most ``limit``: the library's notification read, decoded by the mapper."""
+    notifications = store.recorder.select_notifications(start=after + 1, limit=limit)
+    mapper = store.mapper
+    return [(n.id, cast(DomainEvent, mapper.to_domain_event(n))) for n in notifications]

@@ -5,19 +5,28 @@ The library's ``Application.save(*events, **kwargs)`` hands ``kwargs`` down to t
 application recorder's ``_insert_events(cursor, stored_events, **kwargs)``, which
 runs inside the transaction that inserts the events and returns their
 notification ids. This subclass does the rest of the command's writing there,
-with the same cursor, before the library commits.
+with the same cursor, before the library commits: the events' links in the hash
+chain (ADR-0028), then the snapshots and the inline read models.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 from eventsourcing.persistence import Notification, StoredEvent
-from eventsourcing.sqlite import SQLiteAggregateRecorder, SQLiteApplicationRecorder, SQLiteCursor
+from eventsourcing.sqlite import (
+    SQLiteAggregateRecorder,
+    SQLiteApplicationRecorder,
+    SQLiteCursor,
+    SQLiteDatastore,
+)
 
+from workcenter import hash_chain
+from workcenter.hash_chain import BATCH, Link, Row, Stream
 from workcenter.projections.inline import InlineWrite
 
 # The names of the keyword arguments a save passes down to the recorder.
@@ -34,12 +43,49 @@ class SnapshotWrite:
 
 
 class OneCommitSQLiteRecorder(SQLiteApplicationRecorder):
-    """Inserts a command's events, then its snapshots and inline views, in one transaction."""
+    """Inserts a command's events, their links in the hash chain, then its snapshots and
+    inline views, in one transaction."""
+
+    # Set by the factory from the store's settings before the store is used; off only to
+    # measure what the chain costs (benchmarks/bench_hash_chain.py).
+    chained = True
+
+    def __init__(self, datastore: SQLiteDatastore, events_table_name: str = "stored_events"):
+        super().__init__(datastore, events_table_name)
+        self.chain = SQLiteChainTable(datastore, events_table_name)
+        self.create_table_statements.append(self.chain.create_statement)
+
+    def chain_unchained(self) -> int:
+        """The migration run when a store is opened: chain the events that have no link
+        yet (all of them in a store written before the chain). Returns how many."""
+        with self.datastore.transaction(commit=False) as c:
+            head = self.chain.head(c)
+            c.execute(f"SELECT MAX(rowid) FROM {self.events_table_name}")
+            last = c.fetchone()[0] or 0
+        if last <= (head.position if head else 0):
+            return 0  # the usual open: nothing to do, and no write lock taken
+        return hash_chain.chain_unchained(self.chain, self._write_transaction)
+
+    @contextmanager
+    def _write_transaction(self) -> Iterator[SQLiteCursor]:
+        # BEGIN IMMEDIATE: the write lock first, so the head read after it stays the head.
+        with self.datastore.get_connection(commit=True) as connection:
+            c = connection.cursor()
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                yield c
+            except BaseException:
+                connection.rollback()
+                raise
+            connection.commit()
 
     def _insert_events(
         self, c: SQLiteCursor, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
         notification_ids = super()._insert_events(c, stored_events, **kwargs)
+        if self.chained and notification_ids:
+            # The insert above took SQLite's write lock: no other writer can chain between.
+            hash_chain.append_links(self.chain, c, notification_ids, stored_events)
         snapshots: SnapshotWrite | None = kwargs.get(SNAPSHOTS)
         if snapshots is not None:
             snapshots.recorder._insert_events(c, snapshots.stored)
@@ -93,3 +139,138 @@ class OneCommitSQLiteRecorder(SQLiteApplicationRecorder):
                     ]
                 )
             return found
+
+
+class SQLiteChainTable:
+    """The hash chain's SQL on SQLite (``hash_chain.ChainTable``): one row per event,
+    keyed by its notification id (the events table's rowid), beside the library's
+    table, whose layout stays the library's (ADR-0028)."""
+
+    name = "event_chain"
+
+    def __init__(self, datastore: SQLiteDatastore, events_table: str) -> None:
+        self.datastore = datastore
+        self.events = events_table
+        self.create_statement = (
+            f"CREATE TABLE IF NOT EXISTS {self.name} (position INTEGER PRIMARY KEY,"
+            " previous INTEGER NOT NULL, digest BLOB NOT NULL)"
+        )
+        self._event_columns = _event_columns("")
+
+    def head(self, c: SQLiteCursor) -> Link | None:
+        c.execute(f"SELECT {_link_columns('')} FROM {self.name} ORDER BY position DESC LIMIT 1")
+        row = c.fetchone()
+        return Link(row[0], row[1], row[2]) if row else None
+
+    def unchained(
+        self, c: SQLiteCursor, after: int, before: int | None
+    ) -> Sequence[tuple[int, StoredEvent]]:
+        return self._events(c, after, before)
+
+    def _events(
+        self, c: SQLiteCursor, after: int, before: int | None
+    ) -> list[tuple[int, StoredEvent]]:
+        sql = f"SELECT {self._event_columns} FROM {self.events} WHERE rowid > ?"
+        params: list[Any] = [after]
+        if before is not None:
+            sql += " AND rowid < ?"
+            params.append(before)
+        c.execute(f"{sql} ORDER BY rowid LIMIT ?", [*params, BATCH])
+        return [(row[0], _stored(row, 1)) for row in c.fetchall()]
+
+    def stream_digests(self, c: SQLiteCursor, streams: Mapping[Stream, int]) -> dict[Stream, bytes]:
+        found: dict[Stream, bytes] = {}
+        for stream, version in streams.items():
+            c.execute(
+                f"SELECT c.digest FROM {self.events} e JOIN {self.name} c ON c.position = e.rowid"
+                " WHERE e.originator_id = ? AND e.originator_version = ?",
+                (stream.hex if isinstance(stream, UUID) else stream, version),
+            )
+            row = c.fetchone()
+            if row is not None:
+                found[stream] = row[0]
+        return found
+
+    def insert(self, c: SQLiteCursor, links: Sequence[Link]) -> None:
+        c.executemany(
+            f"INSERT INTO {self.name} VALUES (?, ?, ?)",
+            [(link.position, link.previous, link.digest) for link in links],
+        )
+
+    # --- reads for `audit verify` and `audit anchor` -------------------------
+
+    def walk(self, streams: Sequence[UUID] | None) -> Generator[Row, None, None]:
+        """Every position of the store (or of ``streams``) with its event and link, in
+        position order, read in one read transaction (a consistent snapshot)."""
+        with self.datastore.transaction(commit=False) as c:
+            if streams is None:
+                yield from self._walk_store(c)
+            else:
+                yield from self._walk_streams(c, streams)
+
+    def _walk_store(self, c: SQLiteCursor) -> Iterator[Row]:
+        after = 0
+        while True:
+            events = self._events(c, after, None)
+            sql = f"SELECT {_link_columns('')} FROM {self.name} WHERE position > ?"
+            params: list[Any] = [after]
+            if events:
+                sql += " AND position <= ?"
+                params.append(events[-1][0])
+            c.execute(f"{sql} ORDER BY position", params)
+            links = [Link(*row) for row in c.fetchall()]
+            yield from hash_chain.merge(events, links)
+            if not events:
+                return
+            after = events[-1][0]
+
+    def _walk_streams(self, c: SQLiteCursor, streams: Sequence[UUID]) -> Iterator[Row]:
+        c.execute(
+            f"SELECT {_event_columns('e.')},"
+            f" {_link_columns('c.')}, CAST(p.digest AS BLOB) FROM {self.events} e"
+            f" LEFT JOIN {self.name} c ON c.position = e.rowid"
+            f" LEFT JOIN {self.name} p ON p.position = c.previous"
+            f" WHERE e.originator_id IN ({','.join('?' * len(streams))}) ORDER BY e.rowid",
+            [s.hex for s in streams],
+        )
+        for row in c.fetchall():
+            link = Link(row[5], row[6], row[7]) if row[5] is not None else None
+            yield Row(row[0], _stored(row, 1), link, row[8])
+
+    def extent(self) -> tuple[Link | None, int]:
+        """The chain's head and the store's last position."""
+        with self.datastore.transaction(commit=False) as c:
+            head = self.head(c)
+            c.execute(f"SELECT MAX(rowid) FROM {self.events}")
+            return head, c.fetchone()[0] or 0
+
+
+def _event_columns(table: str) -> str:
+    # Cast, so that a row whose types were tampered with still reads, and fails.
+    return (
+        f"{table}rowid, {_blob(f'{table}originator_id')},"
+        f" {_integer(f'{table}originator_version')}, {_blob(f'{table}topic')},"
+        f" {_blob(f'{table}state')}"
+    )
+
+
+def _link_columns(table: str) -> str:
+    return f"{table}position, {_integer(f'{table}previous')}, {_blob(f'{table}digest')}"
+
+
+def _blob(column: str) -> str:
+    return f"COALESCE(CAST({column} AS BLOB), x'')"
+
+
+def _integer(column: str) -> str:
+    return f"COALESCE(CAST({column} AS INTEGER), -1)"
+
+
+def _stored(row: Any, at: int) -> StoredEvent:
+    """The event of a row read with its columns cast to blobs (see ``_event_columns``)."""
+    return StoredEvent(
+        originator_id=hash_chain.originator(row[at]),
+        originator_version=row[at + 1],
+        topic=row[at + 2].decode(errors="surrogateescape"),
+        state=row[at + 3],
+    )

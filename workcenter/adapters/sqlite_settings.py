@@ -1,4 +1,6 @@
-"""SQLite settings of the store's connections: the ``synchronous`` pragma (ADR-0018).
+"""SQLite settings of the store's connections: the ``synchronous`` pragma (ADR-0018);
+and whether its recorder writes the hash chain (ADR-0028, on unless a benchmark
+turns it off).
 
 The library's SQLite datastore opens its connections in WAL mode and leaves
 SQLite's default ``synchronous=FULL``. Workcenter chooses ``NORMAL`` by default
@@ -12,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Any, Final, Literal
 
-from eventsourcing.persistence import InterfaceError
+from eventsourcing.persistence import ApplicationRecorder, InterfaceError
 from eventsourcing.sqlite import (
     SQLITE3_DEFAULT_LOCK_TIMEOUT,
     SQLiteConnection,
@@ -21,6 +23,8 @@ from eventsourcing.sqlite import (
 )
 from eventsourcing.utils import Environment, EnvType, get_topic
 
+from workcenter import hash_chain
+from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.domain.errors import InvalidInput
 
 Synchronous = Literal["FULL", "NORMAL"]
@@ -105,6 +109,15 @@ class WorkcenterSQLiteFactory(SQLiteFactory):
             lock_timeout=old.lock_timeout,
         )
         old.close()
+
+    def application_recorder(self) -> ApplicationRecorder:
+        recorder = super().application_recorder()
+        if isinstance(recorder, OneCommitSQLiteRecorder):
+            recorder.chained = hash_chain.enabled(self.env.get(hash_chain.HASH_CHAIN_KEY))
+            if recorder.chained:
+                # A store written before the chain (or with it off) is chained on open.
+                recorder.chain_unchained()
+        return recorder
 
 
 FACTORY_TOPIC: Final = get_topic(WorkcenterSQLiteFactory)

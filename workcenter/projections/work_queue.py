@@ -155,13 +155,17 @@ class WorkQueueView(TrackedView):
         )
         return [(UUID(r[0]), UUID(r[1]), r[2], r[3], r[4]) for r in rows]
 
-    def work_items(self, status: str | None = None, limit: int = 1000) -> list[dict[str, Any]]:
+    def work_items(
+        self, status: str | None = None, limit: int = 1000, offset: int = 0
+    ) -> list[dict[str, Any]]:
         sql = "SELECT work_item_id, title, status, mode, created_at, updated_at FROM wq_items"
         params: list[Any] = []
         if status:
             sql += " WHERE status = ?"
             params.append(status)
-        rows = self._rows(sql + " ORDER BY created_at, work_item_id LIMIT ?", [*params, limit])
+        rows = self._rows(
+            sql + " ORDER BY created_at, work_item_id LIMIT ? OFFSET ?", [*params, limit, offset]
+        )
         return [
             {
                 "id": UUID(r[0]),
@@ -173,6 +177,11 @@ class WorkQueueView(TrackedView):
             }
             for r in rows
         ]
+
+    def count_work_items(self, status: str | None = None) -> int:
+        sql = "SELECT COUNT(*) FROM wq_items"
+        rows = self._rows(sql + " WHERE status = ?", [status]) if status else self._rows(sql, [])
+        return int(rows[0][0])
 
 
 class WorkQueue(Projection[WorkQueueView]):

@@ -1,0 +1,473 @@
+"""The hash chain over the events (issue 12, ADR-0028): tampering with the database
+directly makes `verify` fail at the right position; untouched histories verify.
+
+Every tamper test runs over the ``store`` fixture: a WorkCenter and a ``Tamper``
+that edits its database behind its back. Adding PostgreSQL is one more fixture
+param with a ``Tamper`` of its own SQL.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+from conftest import BOOT_ID, FakeClock, action_spec, claim, create_dynamic, plan, refused, report
+from eventsourcing.persistence import StoredEvent
+
+from workcenter import hash_chain
+from workcenter.application import WorkCenter
+from workcenter.domain.errors import InvalidInput
+from workcenter.hash_chain import Anchor, HistoryConflict, Verdict
+
+
+class SQLiteTamper:
+    """Edits a SQLite store's tables directly, as anyone with the file could."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _run(self, *statements: tuple[str, tuple[Any, ...]]) -> None:
+        con = sqlite3.connect(self.path)
+        try:
+            for sql, params in statements:
+                con.execute(sql, params)
+            con.commit()
+        finally:
+            con.close()
+
+    def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
+        con = sqlite3.connect(self.path)
+        try:
+            return con.execute(sql, params).fetchone()
+        finally:
+            con.close()
+
+    def event(self, position: int) -> StoredEvent:
+        oid, version, topic, state = self._one(
+            "SELECT originator_id, originator_version, topic, state FROM stored_events"
+            " WHERE rowid = ?",
+            (position,),
+        )
+        return StoredEvent(UUID(oid), version, topic, state)
+
+    def positions(self) -> list[int]:
+        con = sqlite3.connect(self.path)
+        try:
+            return [r[0] for r in con.execute("SELECT rowid FROM stored_events ORDER BY rowid")]
+        finally:
+            con.close()
+
+    def links(self) -> list[tuple[int, int]]:
+        con = sqlite3.connect(self.path)
+        try:
+            return list(con.execute("SELECT position, previous FROM event_chain ORDER BY position"))
+        finally:
+            con.close()
+
+    def set_state(self, position: int, state: bytes) -> None:
+        self._run(("UPDATE stored_events SET state = ? WHERE rowid = ?", (state, position)))
+
+    def set_column(self, position: int, column: str, value: Any) -> None:
+        self._run((f"UPDATE stored_events SET {column} = ? WHERE rowid = ?", (value, position)))
+
+    def delete_event(self, position: int, *, with_link: bool) -> None:
+        statements = [("DELETE FROM stored_events WHERE rowid = ?", (position,))]
+        if with_link:
+            statements.append(("DELETE FROM event_chain WHERE position = ?", (position,)))
+        self._run(*statements)
+
+    def truncate(self, after: int, *, with_links: bool = True) -> None:
+        statements = [("DELETE FROM stored_events WHERE rowid > ?", (after,))]
+        if with_links:
+            statements.append(("DELETE FROM event_chain WHERE position > ?", (after,)))
+        self._run(*statements)
+
+    def swap_versions(self, a: int, b: int) -> None:
+        va, vb = self.event(a).originator_version, self.event(b).originator_version
+        self._run(
+            ("UPDATE stored_events SET originator_version = -1 WHERE rowid = ?", (a,)),
+            ("UPDATE stored_events SET originator_version = ? WHERE rowid = ?", (va, b)),
+            ("UPDATE stored_events SET originator_version = ? WHERE rowid = ?", (vb, a)),
+        )
+
+    def rehash(self, position: int) -> None:
+        """Write the digest ``position`` would have now, from its predecessors' stored
+        digests: what an editor who knows the algorithm does to one event."""
+        event = self.event(position)
+        previous, previous_digest = self._one(
+            "SELECT c.previous, p.digest FROM event_chain c"
+            " LEFT JOIN event_chain p ON p.position = c.previous WHERE c.position = ?",
+            (position,),
+        )
+        stream_previous = self._one(
+            "SELECT c.digest FROM stored_events e JOIN event_chain c ON c.position = e.rowid"
+            " WHERE e.originator_id = ? AND e.originator_version = ?",
+            (event.originator_id.hex, event.originator_version - 1),  # type: ignore[union-attr]
+        )
+        digest = hash_chain.digest(
+            position,
+            previous,
+            event,
+            previous_digest or hash_chain.GENESIS,
+            stream_previous[0] if stream_previous else hash_chain.GENESIS,
+        )
+        self._run(("UPDATE event_chain SET digest = ? WHERE position = ?", (digest, position)))
+
+    def drop_chain(self) -> None:
+        self._run(("DROP TABLE event_chain", ()))
+
+
+@dataclass
+class Store:
+    wc: WorkCenter
+    tamper: SQLiteTamper
+    items: list[UUID]
+    reopen: Any
+
+    def verify(self, item: UUID | None = None, anchor: Anchor | str | None = None) -> Verdict:
+        return self.wc.verify_history(item, anchor=anchor)
+
+
+def _fill(wc: WorkCenter) -> list[UUID]:
+    """Two items, Actions planned, a run cycle: events in several interleaved streams."""
+    first = create_dynamic(wc, title="first")
+    second = create_dynamic(wc, title="second")
+    plan(wc, first.id, action_spec(objective="one"), action_spec(objective="two"))
+    plan(wc, second.id, action_spec(objective="three"))
+    claimed = claim(wc)
+    wc.renew_lease(claimed)
+    wc.finish_run(claimed, report("completed"))
+    return [first.id, second.id]
+
+
+@pytest.fixture(params=["sqlite"])
+def store(request: pytest.FixtureRequest, db_path: Path, clock: FakeClock) -> Iterator[Store]:
+    opened: list[WorkCenter] = []
+
+    def reopen() -> WorkCenter:
+        opened[-1].close()
+        opened.append(WorkCenter.open(db_path, clock=clock, boot_id=BOOT_ID))
+        return opened[-1]
+
+    opened.append(WorkCenter.open(db_path, clock=clock, boot_id=BOOT_ID))
+    items = _fill(opened[0])
+    yield Store(opened[0], SQLiteTamper(db_path), items, reopen)
+    opened[-1].close()
+
+
+def _stream_position(store: Store, stream: UUID, version: int) -> int:
+    for position in store.tamper.positions():
+        event = store.tamper.event(position)
+        if event.originator_id == stream and event.originator_version == version:
+            return position
+    raise AssertionError("no such event")
+
+
+# --- an untouched history ------------------------------------------------------
+
+
+def test_an_untouched_history_verifies_and_its_anchor_is_its_head(store: Store) -> None:
+    positions = store.tamper.positions()
+    verdict = store.verify()
+    assert verdict.ok and verdict.events == len(positions)
+    anchor = store.wc.history_anchor()
+    assert anchor is not None and anchor.position == positions[-1]
+    assert verdict.head is not None and verdict.head.digest == anchor.digest
+    assert store.verify(anchor=str(anchor)).ok
+    for item in store.items:
+        assert store.verify(item).ok
+    # One link per event, each naming the event before it in the whole store.
+    assert store.tamper.links() == list(zip(positions, [0, *positions[:-1]], strict=True))
+
+
+def test_the_chain_is_written_in_the_events_transaction(store: Store) -> None:
+    from test_one_commit import assert_one_commit, counted
+
+    statements = assert_one_commit(counted(store.wc, lambda: create_dynamic(store.wc)))
+    inserts = [s for s in statements if s.startswith("INSERT INTO event_chain")]
+    assert inserts and statements.index(inserts[0]) > 0
+
+
+# --- tampering --------------------------------------------------------------------
+
+
+def test_an_updated_payload_breaks_the_chain_at_its_position(store: Store) -> None:
+    position = store.tamper.positions()[4]
+    event = store.tamper.event(position)
+    store.tamper.set_state(position, event.state[:-1] + bytes([event.state[-1] ^ 1]))
+    broken = store.verify().broken
+    assert broken is not None and broken.kind == "digest"
+    assert (broken.position, broken.stream, broken.version) == (
+        position,
+        event.originator_id,
+        event.originator_version,
+    )
+
+
+@pytest.mark.parametrize("with_link", [False, True])
+def test_a_deleted_event_is_named_missing(store: Store, with_link: bool) -> None:
+    position = store.tamper.positions()[6]
+    store.tamper.delete_event(position, with_link=with_link)
+    broken = store.verify().broken
+    assert broken is not None and (broken.kind, broken.position) == ("missing", position)
+
+
+def test_swapped_versions_break_at_the_first_of_the_two(store: Store) -> None:
+    item = store.items[0]
+    first, second = _stream_position(store, item, 2), _stream_position(store, item, 3)
+    store.tamper.swap_versions(first, second)
+    broken = store.verify().broken
+    assert broken is not None and broken.kind == "stream"
+    assert (broken.position, broken.stream, broken.version) == (first, item, 3)
+    item_broken = store.verify(item).broken
+    assert item_broken is not None and item_broken.position == first
+
+
+def test_a_truncated_tail_is_caught_by_an_anchor(store: Store) -> None:
+    anchor = store.wc.history_anchor()
+    assert anchor is not None
+    keep = store.tamper.positions()[-4]
+    store.tamper.truncate(keep)
+    assert store.verify().ok  # a prefix of a chain is a chain: only the anchor knows
+    broken = store.verify(anchor=anchor).broken
+    assert broken is not None and broken.kind == "truncated"
+    assert (broken.position, broken.previous_position) == (anchor.position, keep)
+
+
+def test_a_single_event_hashed_again_breaks_at_its_successor(store: Store) -> None:
+    positions = store.tamper.positions()
+    position = positions[3]
+    event = store.tamper.event(position)
+    store.tamper.set_state(position, event.state + b"\x00")
+    store.tamper.rehash(position)
+    broken = store.verify().broken
+    assert broken is not None and broken.kind == "digest"
+    # Its own digest matches now; the event after it was chained to the old one.
+    assert (broken.position, broken.previous_position) == (positions[4], position)
+    assert f"position {position}" in broken.message
+
+
+def test_a_history_hashed_again_from_an_edit_on_fails_only_its_anchor(store: Store) -> None:
+    anchor = store.wc.history_anchor()
+    positions = store.tamper.positions()
+    edited = positions[2]
+    event = store.tamper.event(edited)
+    store.tamper.set_state(edited, event.state + b"\x00")
+    for position in positions[2:]:
+        store.tamper.rehash(position)
+    assert store.verify().ok
+    broken = store.verify(anchor=anchor).broken
+    assert broken is not None and (broken.kind, broken.position) == ("anchor", positions[-1])
+
+
+def test_an_event_inserted_without_a_link_is_unchained(store: Store) -> None:
+    position = store.tamper.positions()[5]
+    store.tamper.delete_event(position, with_link=False)
+    copy = store.tamper.event(position + 1)
+    store.tamper._run(
+        (
+            "INSERT INTO stored_events (rowid, originator_id, originator_version, topic, state)"
+            " VALUES (?, ?, ?, ?, ?)",
+            (position, "0" * 32, 1, copy.topic, copy.state),
+        ),
+        ("DELETE FROM event_chain WHERE position = ?", (position,)),
+    )
+    broken = store.verify().broken
+    assert broken is not None and (broken.kind, broken.position) == ("unchained", position)
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("originator_id", "not a uuid"),
+        ("originator_id", "x" * 300),
+        ("originator_id", None),
+        ("originator_version", None),
+        ("originator_version", -(2**63)),
+        ("topic", None),
+        ("topic", 42),
+        ("state", None),
+        ("state", "text, not bytes"),
+    ],
+)
+def test_a_tampered_type_fails_the_walk_not_the_verifier(
+    store: Store, column: str, value: object
+) -> None:
+    position = store.tamper.positions()[2]
+    store.tamper.set_column(position, column, value)
+    broken = store.verify().broken
+    assert broken is not None and broken.position == position, broken
+    # The item that held the event finds it changed, or, when its stream id was
+    # changed, its stream missing a version from there on.
+    found = [b for b in (store.verify(item).broken for item in store.items) if b]
+    assert found and all(b.position >= position for b in found), found
+
+
+def test_a_tampered_digest_type_is_a_break(store: Store) -> None:
+    position = store.tamper.positions()[3]
+    store.tamper._run(("UPDATE event_chain SET digest = 7 WHERE position = ?", (position,)))
+    broken = store.verify().broken
+    assert broken is not None and (broken.kind, broken.position) == ("digest", position)
+
+
+def test_one_item_verifies_while_another_is_broken(store: Store) -> None:
+    first, second = store.items
+    position = _stream_position(store, second, 2)
+    event = store.tamper.event(position)
+    store.tamper.set_state(position, event.state + b"\x01")
+    assert store.verify(first).ok
+    broken = store.verify(second).broken
+    assert broken is not None and (broken.kind, broken.position) == ("digest", position)
+
+
+def test_a_write_after_a_cut_tail_is_refused(store: Store) -> None:
+    store.tamper.truncate(store.tamper.positions()[-3], with_links=False)
+    wc = store.reopen()
+    with refused(wc, HistoryConflict, match="deleted from the end"):
+        create_dynamic(wc, title="after the cut")
+    broken = wc.verify_history().broken
+    assert broken is not None and broken.kind == "missing"
+
+
+# --- migration and the setting ---------------------------------------------------------
+
+
+def test_a_store_without_a_chain_is_chained_from_its_first_event(store: Store) -> None:
+    before = store.verify()
+    store.tamper.drop_chain()
+    wc = store.reopen()
+    after = wc.verify_history()
+    assert after.ok and after.events == before.events
+    assert after.head == before.head  # the same digests: the chain is a function of the events
+    count = len(store.tamper.links())
+    store.reopen()
+    assert len(store.tamper.links()) == count  # idempotent
+
+
+def test_the_chain_can_be_switched_off_and_is_caught_up_when_on(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(hash_chain.HASH_CHAIN_ENV, "off")
+    wc = store.reopen()
+    links = len(store.tamper.links())
+    create_dynamic(wc, title="unchained")
+    assert len(store.tamper.links()) == links
+    broken = wc.verify_history().broken
+    assert broken is not None and broken.kind == "unchained"
+    monkeypatch.setenv(hash_chain.HASH_CHAIN_ENV, "on")
+    wc = store.reopen()
+    assert len(store.tamper.links()) == len(store.tamper.positions())
+    assert wc.verify_history().ok
+
+
+def test_a_bad_chain_setting_is_refused_before_any_file_exists(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(hash_chain.HASH_CHAIN_ENV, "maybe")
+    with pytest.raises(InvalidInput, match="on or off"):
+        WorkCenter.open(tmp_path / "x.db")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "text", ["", "abc@1", f"{'0' * 64}@", f"{'0' * 64}@0", f"{'g' * 64}@3", f"{'0' * 64}@-1"]
+)
+def test_a_malformed_anchor_is_invalid_input(store: Store, text: str) -> None:
+    with pytest.raises(InvalidInput, match="not an anchor"):
+        store.verify(anchor=text)
+
+
+def test_an_anchor_with_an_item_is_refused(store: Store) -> None:
+    anchor = store.wc.history_anchor()
+    with pytest.raises(InvalidInput, match="whole history"):
+        store.verify(store.items[0], anchor=anchor)
+
+
+def test_an_empty_store_verifies_and_has_no_anchor(tmp_path: Path) -> None:
+    with WorkCenter.open(tmp_path / "empty.db") as wc:
+        assert wc.verify_history().ok and wc.verify_history().events == 0
+        assert wc.history_anchor() is None
+        broken = wc.verify_history(anchor=f"{'0' * 64}@1").broken
+        assert broken is not None and broken.kind == "truncated"
+
+
+# --- the CLI -------------------------------------------------------------------------
+
+
+def _cli(db: Path, *args: str) -> Any:
+    from click.testing import CliRunner
+
+    from workcenter.adapters.cli import cli
+
+    return CliRunner().invoke(cli, ["--db", str(db), *args])
+
+
+def test_cli_verify_and_anchor(store: Store, db_path: Path) -> None:
+    import orjson
+
+    anchor = _cli(db_path, "audit", "anchor").output.strip()
+    assert anchor == str(store.wc.history_anchor())
+    as_json = orjson.loads(_cli(db_path, "audit", "anchor", "--json").output)
+    assert as_json["anchor"] == anchor and as_json["position"] == int(anchor.split("@")[1])
+    ok = _cli(db_path, "audit", "verify")
+    assert ok.exit_code == 0 and "verified" in ok.output and anchor in ok.output
+    item = str(store.items[0])[:8]
+    assert _cli(db_path, "audit", "verify", item, "--json").exit_code == 0
+    assert _cli(db_path, "audit", "verify", "--anchor", anchor).exit_code == 0
+    store.tamper.truncate(store.tamper.positions()[-2])
+    truncated = _cli(db_path, "audit", "verify", "--anchor", anchor, "--json")
+    assert truncated.exit_code == 1
+    report = orjson.loads(truncated.output)  # JSON only: no progress bar, no other line
+    assert report["ok"] is False and report["broken"]["kind"] == "truncated"
+    human = _cli(db_path, "audit", "verify", "--anchor", anchor)
+    assert human.exit_code == 1 and f"BROKEN at position {anchor.split('@')[1]}" in human.output
+
+
+def test_cli_refusals_are_one_line(store: Store, db_path: Path) -> None:
+    bad = _cli(db_path, "audit", "verify", "--anchor", "nope")
+    assert bad.exit_code == 2 and bad.stderr.startswith("InvalidInput: ")
+    anchor = str(store.wc.history_anchor())
+    both = _cli(db_path, "audit", "verify", str(store.items[0]), "--anchor", anchor)
+    assert both.exit_code == 2 and "whole history" in both.stderr
+    # `audit ID` still prints the item's trail.
+    trail = _cli(db_path, "audit", str(store.items[0]), "--json", "--limit", "1")
+    assert trail.exit_code == 0 and '"events"' in trail.output
+
+
+def test_two_openers_of_an_unchained_store_chain_it_once(store: Store, db_path: Path) -> None:
+    import threading
+
+    store.tamper.drop_chain()
+    store.wc.close()
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(2)
+
+    def open_it() -> None:
+        try:
+            barrier.wait()
+            WorkCenter.open(db_path, boot_id="opener").close()
+        except BaseException as error:  # reported below, with the other thread's
+            errors.append(error)
+
+    threads = [threading.Thread(target=open_it) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    positions = store.tamper.positions()
+    assert store.tamper.links() == list(zip(positions, [0, *positions[:-1]], strict=True))
+    with WorkCenter.open(db_path) as wc:
+        assert wc.verify_history().ok
+
+
+def test_verify_reports_its_progress_up_to_the_last_position(store: Store) -> None:
+    seen: list[tuple[int, int]] = []
+    assert store.wc.verify_history(progress=lambda done, last: seen.append((done, last))).ok
+    last = store.tamper.positions()[-1]
+    assert seen and seen[-1] == (last, last)

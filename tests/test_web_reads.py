@@ -1,0 +1,93 @@
+"""The service side of the HTTP API: a browser's reads (``wc.web_reads``), the Runs
+timeline's bounds, and ``cancel`` fenced by the version its caller saw."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import refused
+
+from workcenter.adapters.executors import echo
+from workcenter.adapters.worker import run_worker
+from workcenter.application import WorkCenter
+from workcenter.domain.errors import InvalidInput, NotFound, VersionConflict
+from workcenter.projections import timeline
+
+LINEAR: dict[str, Any] = {
+    "title": "t",
+    "goal": "g",
+    "acceptance_criteria": ["c"],
+    "delivery_target": "response",
+    "mode": "linear",
+    "stages": ["implement"],
+}
+
+
+@pytest.fixture
+def wc(db_path: Path) -> Iterator[WorkCenter]:
+    with WorkCenter.open(db_path) as center:
+        yield center
+
+
+def test_summaries_page_in_creation_order(wc: WorkCenter) -> None:
+    ids = [wc.create_work_item(**LINEAR | {"title": f"t{n}"}).id for n in range(5)]
+    wc.start(ids[1])
+    page = wc.web_reads.summaries(None, 2, 2)
+    assert (page.total, page.offset, page.limit) == (5, 2, 2)
+    assert [row["id"] for row in page.items] == [str(i) for i in ids[2:4]]
+    ready = wc.web_reads.summaries("ready", 100, 0)
+    assert (ready.total, [row["id"] for row in ready.items]) == (1, [str(ids[1])])
+    assert ready.items[0]["goalProgress"]["totalCriteriaCount"] == 1
+    for status, limit, offset in (("bogus", 10, 0), (None, 0, 0), (None, 101, 0), (None, 1, -1)):
+        with refused(wc, InvalidInput):
+            wc.web_reads.summaries(status, limit, offset)
+
+
+def test_item_reads_name_the_versions_they_show(wc: WorkCenter) -> None:
+    item = wc.create_work_item(**LINEAR, start=True)
+    run_worker(wc, echo, worker="w1", exit_when_idle=True, poll_seconds=0.01)
+    item = wc.work_item(item.id)
+    control = wc.ledger(item.id).control_version
+    assert wc.web_reads.versions(item.id) == (item.version, control)
+    for read in (wc.web_reads.progress, wc.web_reads.budget, wc.web_reads.timeline):
+        body = read(item.id)
+        assert (body["itemVersion"], body["controlVersion"]) == (item.version, control)
+    progress = wc.web_reads.progress(item.id)["goalProgress"]
+    assert progress["criteria"][0]["status"] == "passed"
+    with refused(wc, NotFound):
+        wc.web_reads.budget("not an id")  # type: ignore[arg-type]
+
+
+def test_the_timeline_keeps_the_newest_runs_and_counts_the_rest(
+    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(timeline, "MAX_RUNS", 1)
+    item = wc.create_work_item(**LINEAR, start=True)
+    claim = wc.claim_next("w1")
+    assert claim is not None
+    wc.interrupt(claim, reason="again")
+    run_worker(wc, echo, worker="w1", exit_when_idle=True, poll_seconds=0.01)
+    (action,) = wc.web_reads.timeline(item.id)["actions"]
+    assert action["omittedRunCount"] == 1
+    (run,) = action["runs"]
+    assert run["status"] == "completed" and run["ordinal"] == 2
+
+
+def test_cancel_with_the_version_seen_refuses_after_a_lifecycle_change(wc: WorkCenter) -> None:
+    item = wc.create_work_item(**LINEAR)
+    started = wc.start(item.id)
+    # Starting is no contract or lifecycle conflict for a cancel: the version seen may lag.
+    wc.cancel(item.id, expected_version=item.version)
+    resumed = wc.resume(
+        item.id,
+        expected_version=wc.work_item(item.id).version,
+        expected_ledger_version=wc.ledger(item.id).control_version,
+    )
+    assert resumed.version > started.version
+    with refused(wc, VersionConflict):
+        wc.cancel(item.id, expected_version=started.version)  # a cancel and a resume since
+    with refused(wc, InvalidInput):
+        wc.cancel(item.id, expected_version="3")  # type: ignore[arg-type]

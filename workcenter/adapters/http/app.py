@@ -1,0 +1,47 @@
+"""The application factory: the facade, the guard and the routes of every concern.
+
+The OpenAPI document (``/openapi.json``, browsable at ``/docs``) is generated from
+the request models and routes. Adding a concern (the Coordinator's conversation and
+"post a user message", once it exists) is one router module included here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from importlib.metadata import version
+
+from fastapi import FastAPI
+
+from workcenter.adapters.http import commands, dashboard, problems, reads, stream
+from workcenter.adapters.http.guard import Guard, Policy
+from workcenter.adapters.http.stream import HeadWatcher
+from workcenter.application import WorkCenter
+
+
+def create_app(wc: WorkCenter, policy: Policy | None = None) -> FastAPI:
+    """The ASGI application serving ``wc`` under ``policy`` (default: loopback, no token).
+
+    The caller owns ``wc`` and closes it after the server stops."""
+    policy = policy if policy is not None else Policy.for_host("127.0.0.1", token=None)
+    heads = HeadWatcher(wc.changes.head)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await heads.stop()
+
+    app = FastAPI(
+        title="Workcenter",
+        version=version("workcenter"),
+        summary="A durable, event-sourced work ledger: its items, progress, budget and audit.",
+        lifespan=lifespan,
+    )
+    app.state.center = wc
+    app.state.head_watcher = heads
+    problems.install(app)
+    for router in (reads.router, commands.router, stream.router):
+        app.include_router(router)
+    dashboard.mount(app)
+    app.add_middleware(Guard, policy=policy)
+    return app

@@ -1,0 +1,200 @@
+"""POST routes for a user's commands: create an item, cancel, resume, extend its
+budget, retry or guide an Action.
+
+Every command but create needs ``If-Match``: the item's current ETag (else 412),
+whose versions are then the command's expected versions. Bodies are JSON only (so a
+page of another origin cannot post one without a preflight this server never
+grants) and strict: an unknown field or a value of the wrong type is 422. Bounds and
+rules are the service's: a refused command is a problem document and writes nothing.
+Each answers with the item's detail DTO and its new ETag.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from workcenter.adapters.http.deps import Center
+from workcenter.adapters.http.preconditions import Seen, detail_etag, seen
+from workcenter.adapters.http.problems import UnsupportedMediaType
+from workcenter.adapters.http.responses import JSONBytes
+from workcenter.application import WorkCenter
+from workcenter.domain import inputs
+
+
+def json_body(request: Request) -> None:
+    media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if media_type != "application/json":
+        raise UnsupportedMediaType("commands take a JSON body (Content-Type: application/json)")
+
+
+router = APIRouter(
+    prefix="/api",
+    tags=["commands"],
+    dependencies=[Depends(json_body)],
+    default_response_class=JSONBytes,
+)
+ITEM = "/work-items/{item_id}"
+Expected = Annotated[Seen, Depends(seen)]
+
+
+class Body(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+
+
+class Limits(Body):
+    """Budget limits (on create) or additions to them (on extend)."""
+
+    max_tokens: int | None = Field(None, alias="maxTokens")
+    max_requests: int | None = Field(None, alias="maxRequests")
+    max_run_requests: int | None = Field(None, alias="maxRunRequests")
+    max_action_attempts: int | None = Field(None, alias="maxActionAttempts")
+    max_coordinator_failures: int | None = Field(None, alias="maxCoordinatorFailures")
+
+    def given(self) -> dict[str, int]:
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class Stage(Body):
+    type: str
+    max_attempts: int | None = Field(None, alias="maxAttempts")
+
+
+class CreateWorkItem(Body):
+    title: str
+    goal: str
+    acceptance_criteria: list[str] = Field(default_factory=list, alias="acceptanceCriteria")
+    delivery_target: str | None = Field(None, alias="deliveryTarget")
+    mode: Literal["dynamic", "linear"] = "dynamic"
+    stages: list[str | Stage] | None = None
+    start: bool = False
+    limits: Limits | None = None
+
+
+class Cancel(Body):
+    reason: str = ""
+
+
+class Resume(Body):
+    pass
+
+
+class Retry(Body):
+    answer: str = ""
+    expected_generation: int | None = Field(None, alias="expectedGeneration")
+
+
+class Guide(Body):
+    guidance: str
+    expected_generation: int | None = Field(None, alias="expectedGeneration")
+
+
+def _answer(wc: WorkCenter, work_item_id: UUID, status: int = 200, **headers: str) -> JSONBytes:
+    dto = wc.detail(work_item_id)
+    return JSONBytes(
+        dto,
+        status_code=status,
+        headers={"ETag": detail_etag(dto), "Cache-Control": "no-store", **headers},
+    )
+
+
+def _stage(stage: str | Stage) -> str | dict[str, Any]:
+    if isinstance(stage, str):
+        return stage
+    return {"type": stage.type} | (
+        {"maxAttempts": stage.max_attempts} if stage.max_attempts is not None else {}
+    )
+
+
+@router.post("/work-items", status_code=201)
+def create_work_item(wc: Center, body: CreateWorkItem) -> JSONBytes:
+    """Create a WorkItem and its budget; ``start`` starts it at once."""
+    item = wc.create_work_item(
+        title=body.title,
+        goal=body.goal,
+        acceptance_criteria=body.acceptance_criteria,
+        delivery_target=body.delivery_target,
+        mode=body.mode,
+        stages=[_stage(s) for s in body.stages] if body.stages is not None else None,
+        start=body.start,
+        limits=body.limits.given() if body.limits is not None else None,
+    )
+    return _answer(wc, item.id, 201, Location=f"/api/work-items/{item.id}")
+
+
+@router.post(ITEM + "/cancel")
+def cancel(wc: Center, item_id: str, expected: Expected, body: Cancel) -> JSONBytes:
+    """Cancel the item."""
+    work_item_id = inputs.aggregate_id(item_id, "WorkItem")
+    expected.check(wc, work_item_id)
+    wc.cancel(work_item_id, reason=body.reason, expected_version=expected.item_version)
+    return _answer(wc, work_item_id)
+
+
+@router.post(ITEM + "/resume")
+def resume(wc: Center, item_id: str, expected: Expected, body: Resume) -> JSONBytes:
+    """Resume a cancelled item, or one its budget stopped once the budget allows."""
+    work_item_id = inputs.aggregate_id(item_id, "WorkItem")
+    expected.check(wc, work_item_id)
+    wc.resume(
+        work_item_id,
+        expected_version=expected.item_version,
+        expected_ledger_version=expected.control_version,
+    )
+    return _answer(wc, work_item_id)
+
+
+@router.post(ITEM + "/budget/extend")
+def extend_budget(wc: Center, item_id: str, expected: Expected, body: Limits) -> JSONBytes:
+    """Raise limits by the amounts given (clears no stop: resume does)."""
+    work_item_id = inputs.aggregate_id(item_id, "WorkItem")
+    expected.check(wc, work_item_id)
+    wc.extend_budget(
+        work_item_id, expected_version=expected.control_version, additions=body.given()
+    )
+    return _answer(wc, work_item_id)
+
+
+@router.post(ITEM + "/actions/{action_id}/retry")
+def retry(
+    wc: Center,
+    item_id: str,
+    action_id: str,
+    expected: Expected,
+    body: Retry,
+) -> JSONBytes:
+    """Retry a failed or waiting Action (with an answer to its question, if any)."""
+    work_item_id = inputs.aggregate_id(item_id, "WorkItem")
+    expected.check(wc, work_item_id)
+    wc.retry(
+        work_item_id,
+        inputs.aggregate_id(action_id, "Action"),
+        expected_version=expected.item_version,
+        expected_generation=body.expected_generation,
+        answer=body.answer,
+    )
+    return _answer(wc, work_item_id)
+
+
+@router.post(ITEM + "/actions/{action_id}/guide")
+def guide(
+    wc: Center,
+    item_id: str,
+    action_id: str,
+    expected: Expected,
+    body: Guide,
+) -> JSONBytes:
+    """Guide an Action: a new generation of it runs with the guidance."""
+    work_item_id = inputs.aggregate_id(item_id, "WorkItem")
+    expected.check(wc, work_item_id)
+    wc.guide(
+        work_item_id,
+        inputs.aggregate_id(action_id, "Action"),
+        expected_version=expected.item_version,
+        expected_generation=body.expected_generation,
+        guidance=body.guidance,
+    )
+    return _answer(wc, work_item_id)

@@ -1,0 +1,39 @@
+"""The dashboard: one static page at ``/`` with its script and style, no build step.
+
+The page holds no data: it reads the API with the same requests any client makes
+(with the bearer token, when the server has one, kept in the tab's session storage)
+and follows the change stream. Its Content-Security-Policy lets it load only its own
+files and talk only to its own origin, and every value it shows is set as text.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import APIRouter, FastAPI
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+
+STATIC = Path(__file__).parent / "static"
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+    "img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+router = APIRouter(include_in_schema=False)
+
+
+@router.get("/")
+def page() -> FileResponse:
+    return FileResponse(STATIC / "index.html", headers=SECURITY_HEADERS)
+
+
+def mount(app: FastAPI) -> None:
+    app.include_router(router)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")

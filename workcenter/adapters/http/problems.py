@@ -1,0 +1,149 @@
+"""Errors as ``application/problem+json`` (RFC 9457), titled with the typed error's name.
+
+A refusal of the service keeps its class name (``InvalidInput``, ``NotFound``,
+``VersionConflict``...) as the problem's ``title`` and its ``code`` as the end of the
+``type`` URI; the status says what HTTP makes of it. Messages pass the diagnostic
+sanitiser, since they may quote the input. Anything unexpected is a bare 500 with
+no traceback: the server's log has it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.domain.errors import (
+    CommandRefused,
+    InvalidInput,
+    NotFound,
+    ResourceStopError,
+    VersionConflict,
+    WorkcenterError,
+)
+from workcenter.projections.sanitize import sanitize_diagnostic
+from workcenter.repository import WriteContention
+
+PROBLEM_JSON = "application/problem+json"
+TYPE_PREFIX = "urn:workcenter:problem:"
+DETAIL_LIMIT = 2000
+MAX_FIELD_ERRORS = 20
+log = logging.getLogger("workcenter.http")
+
+
+class PreconditionRequired(WorkcenterError):
+    """A command on an existing item came without If-Match."""
+
+    code = "precondition_required"
+
+
+class PreconditionFailed(WorkcenterError):
+    """If-Match is not the item's current ETag."""
+
+    code = "precondition_failed"
+
+    def __init__(self, message: str, current_etag: str | None = None) -> None:
+        super().__init__(message)
+        self.current_etag = current_etag
+
+
+class Forbidden(WorkcenterError):
+    code = "forbidden"
+
+
+class UnsupportedMediaType(WorkcenterError):
+    code = "unsupported_media_type"
+
+
+# Most specific first: StaleRun is a CommandRefused.
+STATUS: tuple[tuple[type[WorkcenterError], int], ...] = (
+    (InvalidInput, 422),
+    (NotFound, 404),
+    (VersionConflict, 412),
+    (PreconditionFailed, 412),
+    (PreconditionRequired, 428),
+    (CommandRefused, 409),
+    (ResourceStopError, 409),
+    (Forbidden, 403),
+    (UnsupportedMediaType, 415),
+    (WriteContention, 503),
+    (StoreUnavailable, 503),
+)
+HTTP_TITLES = {
+    400: ("BadRequest", "bad_request"),
+    404: ("NotFound", "not_found"),
+    405: ("MethodNotAllowed", "method_not_allowed"),
+    406: ("NotAcceptable", "not_acceptable"),
+    415: ("UnsupportedMediaType", "unsupported_media_type"),
+}
+
+
+def problem(status: int, title: str, detail: str, code: str, **extra: Any) -> JSONResponse:
+    body = {
+        "type": TYPE_PREFIX + code,
+        "title": title,
+        "status": status,
+        "detail": sanitize_diagnostic(detail, DETAIL_LIMIT),
+        **extra,
+    }
+    return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON)
+
+
+def status_of(error: WorkcenterError) -> int:
+    return next((status for kind, status in STATUS if isinstance(error, kind)), 400)
+
+
+def from_error(error: WorkcenterError) -> JSONResponse:
+    extra: dict[str, Any] = {}
+    if isinstance(error, VersionConflict):
+        extra = {"expected": error.expected, "actual": error.actual}
+    elif isinstance(error, ResourceStopError):
+        extra = {"stopCode": error.code}  # the instance's code is the denial's
+    kind = type(error)
+    response = problem(status_of(error), kind.__name__, str(error), kind.code, **extra)
+    if isinstance(error, PreconditionFailed) and error.current_etag is not None:
+        response.headers["ETag"] = error.current_etag
+    return response
+
+
+async def _workcenter_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, WorkcenterError)
+    return from_error(error)
+
+
+async def _validation_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    # Where and why only: the offending input is not echoed back.
+    fields = [
+        {"loc": [str(part) for part in e.get("loc", ())], "msg": str(e.get("msg", ""))}
+        for e in error.errors()[:MAX_FIELD_ERRORS]
+    ]
+    detail = "; ".join(f"{'.'.join(f['loc'])}: {f['msg']}" for f in fields)
+    return problem(422, InvalidInput.__name__, detail, InvalidInput.code, errors=fields)
+
+
+async def _http_error(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, HTTPException)
+    status = error.status_code
+    title, code = HTTP_TITLES.get(status, (f"HTTP{status}", f"http_{status}"))
+    response = problem(status, title, str(error.detail), code)
+    for name, value in (error.headers or {}).items():
+        response.headers[name] = value
+    return response
+
+
+async def _unexpected(request: Request, error: Exception) -> JSONResponse:
+    log.exception("unexpected error serving %s %s", request.method, request.url.path)
+    return problem(500, "InternalError", "the server failed; its log has why", "internal_error")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(WorkcenterError, _workcenter_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

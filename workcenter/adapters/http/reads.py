@@ -1,0 +1,155 @@
+"""GET routes over the read models: the item list, an item's detail, goal progress,
+audit, budget and Runs timeline. Every body is a sanitised DTO; every response has
+an ETag (see ``preconditions``).
+
+The routes are plain functions (FastAPI runs them in its thread pool) that ask the
+facade and shape nothing themselves but the audit rows, which leave sanitised
+unless an operator who presented the API token asks for them raw.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from fastapi import APIRouter, Query, Request
+
+from workcenter.adapters import presenters
+from workcenter.adapters.http.deps import Center
+from workcenter.adapters.http.guard import AUTHENTICATED
+from workcenter.adapters.http.preconditions import detail_etag, item_etag, list_etag
+from workcenter.adapters.http.problems import Forbidden
+from workcenter.adapters.http.responses import JSONBytes
+from workcenter.domain import inputs
+from workcenter.domain.action import ActionState
+from workcenter.domain.errors import InvalidInput
+from workcenter.domain.work_item import WorkItemState
+from workcenter.projections.audit import DEFAULT_LIMIT, AuditRow
+from workcenter.projections.sanitize import sanitize_event_payload, sanitize_record
+
+router = APIRouter(prefix="/api", tags=["reads"], default_response_class=JSONBytes)
+
+Status = Literal["draft", "ready", "running", "waiting", "needs_attention", "done", "cancelled"]
+ITEM = "/work-items/{item_id}"
+
+
+def _etagged(body: dict[str, Any], etag: str) -> JSONBytes:
+    # Always revalidate: the same versions can show a lease that has since expired.
+    return JSONBytes(body, headers={"ETag": etag, "Cache-Control": "no-cache"})
+
+
+def _versions_etag(body: dict[str, Any]) -> JSONBytes:
+    return _etagged(body, item_etag(body["itemVersion"], body["controlVersion"]))
+
+
+@router.get("/work-items")
+def list_work_items(
+    wc: Center,
+    status: Status | None = None,
+    limit: Annotated[int, Query(ge=1, le=100)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> JSONBytes:
+    """Summary DTOs in creation order, each with its goal progress counted; ``position``
+    is the event sequence's head read first: stream changes after it to stay current."""
+    position = wc.changes.head()
+    page = wc.web_reads.summaries(status, limit, offset)
+    return _etagged(page.json() | {"position": position}, list_etag(position))
+
+
+@router.get(ITEM)
+def detail(wc: Center, item_id: str) -> JSONBytes:
+    """The item's detail DTO (read-models.md 2.4)."""
+    dto = wc.detail(inputs.aggregate_id(item_id, "WorkItem"))
+    return _etagged(dto, detail_etag(dto))
+
+
+@router.get(ITEM + "/progress")
+def progress(wc: Center, item_id: str) -> JSONBytes:
+    """Goal progress: each criterion met, unmet or contradicted, with the Runs that
+    prove or contradict it, the delivery and the blockers."""
+    return _versions_etag(wc.web_reads.progress(inputs.aggregate_id(item_id, "WorkItem")))
+
+
+@router.get(ITEM + "/budget")
+def budget(wc: Center, item_id: str) -> JSONBytes:
+    """The execution control: limits, usage, attempts per Action, the stop."""
+    return _versions_etag(wc.web_reads.budget(inputs.aggregate_id(item_id, "WorkItem")))
+
+
+@router.get(ITEM + "/timeline")
+def timeline(wc: Center, item_id: str) -> JSONBytes:
+    """The Actions in order, each with its newest Runs (status and times only)."""
+    return _versions_etag(wc.web_reads.timeline(inputs.aggregate_id(item_id, "WorkItem")))
+
+
+def _row(row: AuditRow, raw: bool) -> dict[str, Any]:
+    return {
+        "position": row.position,
+        "time": row.time,
+        "aggregate": row.aggregate,
+        "aggregateId": str(row.aggregate_id),
+        "version": row.version,
+        "type": row.type,
+        "actionId": str(row.action_id) if row.action_id else None,
+        "runId": str(row.run_id) if row.run_id else None,
+        "generation": row.generation,
+        "actor": row.actor,
+        "actorId": sanitize_record(row.actor_id),
+        "worker": sanitize_record(row.worker),
+        "causedBy": row.caused_by,
+        "payload": row.payload if raw else sanitize_event_payload(row.type, row.payload),
+    }
+
+
+def _moment(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidInput(f"atTime {value!r} is not an ISO time") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@router.get(ITEM + "/audit")
+def audit(
+    wc: Center,
+    request: Request,
+    item_id: str,
+    limit: Annotated[int, Query(ge=1, le=DEFAULT_LIMIT)] = DEFAULT_LIMIT,
+    action: UUID | None = None,
+    run: UUID | None = None,
+    type: Annotated[str | None, Query(max_length=128)] = None,
+    at: Annotated[int | None, Query(ge=1)] = None,
+    at_time: Annotated[str | None, Query(alias="atTime", max_length=64)] = None,
+    raw: bool = False,
+) -> JSONBytes:
+    """The item's events (its Actions' and ledger's too) in write order, the newest
+    ``limit`` that match the filters, as the CLI's ``audit`` shows them; with ``at`` or
+    ``atTime`` also the item and its Actions as they were then. ``raw`` (payloads as
+    stored) only for a request that carried the API token."""
+    if raw and not request.scope.get("state", {}).get(AUTHENTICATED):
+        raise Forbidden("raw audit payloads need WORKCENTER_API_TOKEN set and presented")
+    if at is not None and at_time is not None:
+        raise InvalidInput("give at or atTime, not both")
+    work_item_id = inputs.aggregate_id(item_id, "WorkItem")
+    item_version, control_version = wc.web_reads.versions(work_item_id)
+    moment = _moment(at_time)
+    body: dict[str, Any] = {}
+    until: int | None = None
+    if at is not None or moment is not None:
+        until, item, actions = wc.state_at(work_item_id, version=at, at=moment)
+        ordered = sorted(actions.values(), key=lambda a: (a.sequence, a.id))
+        body["state"] = {
+            "position": until,
+            "item": _state(presenters.item_json(item), WorkItemState, raw),
+            "actions": [_state(presenters.action_json(a), ActionState, raw) for a in ordered],
+        }
+    rows = wc.audit(work_item_id, limit=limit, action_id=action, run_id=run, type=type, until=until)
+    body = {"workItemId": str(work_item_id), "events": [_row(r, raw) for r in rows]} | body
+    return _etagged(body, item_etag(item_version, control_version))
+
+
+def _state(data: dict[str, Any], schema: type[Any], raw: bool) -> Any:
+    return data if raw else sanitize_record(data, schema)

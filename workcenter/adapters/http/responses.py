@@ -1,0 +1,18 @@
+"""The JSON responses of the API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.responses import Response
+
+
+class JSONBytes(Response):
+    """JSON serialised once with orjson: the DTOs are plain JSON values already, so
+    FastAPI's encoder (which walks every value of a DTO of up to 512 KiB) is skipped."""
+
+    media_type = "application/json"
+
+    def render(self, content: Any) -> bytes:
+        return orjson.dumps(content)

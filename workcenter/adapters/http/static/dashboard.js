@@ -1,0 +1,370 @@
+// The Workcenter dashboard: reads the API, follows the change stream, shows the
+// items, the selected item's goal progress, budget, Actions and Runs, and audit.
+// Every value is set as text (never as markup); no build step, no dependency.
+"use strict";
+
+const CRITERION_WORDS = { passed: "met", failed: "contradicted", unmet: "unmet" };
+const REFRESH_DELAY_MS = 120;
+const RECONNECT_MS = 1000;
+
+const state = {
+  token: sessionStorage.getItem("workcenter-token"),
+  selected: decodeURIComponent(location.hash.slice(1)) || null,
+  chosen: Boolean(location.hash.slice(1)),
+  lastEventId: null,
+  listDirty: false,
+  detailDirty: false,
+  refreshing: false,
+  timer: null,
+};
+
+const $ = (id) => document.getElementById(id);
+
+function el(tag, text, className) {
+  const node = document.createElement(tag);
+  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (className) node.className = className;
+  return node;
+}
+
+function short(id) {
+  return id ? String(id).slice(0, 8) : "";
+}
+
+function headers(extra) {
+  const h = Object.assign({ Accept: "application/json" }, extra || {});
+  if (state.token) h.Authorization = "Bearer " + state.token;
+  return h;
+}
+
+class Unauthorized extends Error {}
+
+async function api(path) {
+  const response = await fetch(path, { headers: headers(), cache: "no-store" });
+  if (response.status === 401) {
+    askForToken();
+    throw new Unauthorized("token required");
+  }
+  if (!response.ok) {
+    const problem = await response.json().catch(() => ({}));
+    throw new Error(problem.title ? problem.title + ": " + problem.detail : response.statusText);
+  }
+  return response.json();
+}
+
+function askForToken() {
+  const form = $("token-form");
+  form.hidden = false;
+  form.onsubmit = (event) => {
+    event.preventDefault();
+    state.token = $("token").value.trim();
+    sessionStorage.setItem("workcenter-token", state.token);
+    form.hidden = true;
+    start();
+  };
+}
+
+// --- the item list ---------------------------------------------------------------
+
+async function refreshList() {
+  const page = await api("/api/work-items?limit=100");
+  if (state.lastEventId === null) state.lastEventId = page.position;
+  const list = $("item-list");
+  list.replaceChildren();
+  $("item-count").textContent = page.total ? "(" + page.total + ")" : "";
+  $("no-items").hidden = page.items.length > 0;
+  for (const item of page.items) {
+    const row = el("li");
+    row.dataset.id = item.id;
+    if (item.id === state.selected) row.className = "selected";
+    row.append(el("span", item.title, "item-title"));
+    const meta = el("span", null, "item-meta");
+    const progress = item.goalProgress || {};
+    const total = progress.totalCriteriaCount || 0;
+    const done = progress.completedCriteriaCount || 0;
+    meta.append(el("span", item.status, "status " + item.status));
+    meta.append(el("span", done + "/" + total + " criteria"));
+    const mini = el("span", null, "mini");
+    const fill = el("div");
+    fill.style.width = (total ? (100 * done) / total : 0) + "%";
+    mini.append(fill);
+    meta.append(mini);
+    row.append(meta);
+    row.onclick = () => select(item.id, true);
+    list.append(row);
+  }
+  if (!state.chosen && page.items.length) {
+    const newest = page.items[page.items.length - 1].id;
+    if (newest !== state.selected) select(newest, false);
+  }
+}
+
+function select(id, chosen) {
+  state.selected = id;
+  state.chosen = state.chosen || chosen;
+  if (chosen) history.replaceState(null, "", "#" + encodeURIComponent(id));
+  for (const row of $("item-list").children) {
+    row.classList.toggle("selected", row.dataset.id === id);
+  }
+  state.detailDirty = true;
+  schedule();
+}
+
+// --- the selected item -----------------------------------------------------------
+
+async function refreshDetail() {
+  const id = state.selected;
+  if (!id) return;
+  const base = "/api/work-items/" + encodeURIComponent(id);
+  const [detail, timeline, audit] = await Promise.all([
+    api(base),
+    api(base + "/timeline"),
+    api(base + "/audit?limit=100"),
+  ]);
+  if (id !== state.selected) return;
+  $("detail").hidden = false;
+  $("item-title").textContent = detail.title;
+  const status = $("item-status");
+  status.textContent = detail.status;
+  status.className = "status " + detail.status;
+  $("item-goal").textContent = detail.goal;
+  $("item-summary").textContent = detail.actionSummary || "";
+  const failure = $("item-failure");
+  failure.hidden = !detail.failureReason;
+  failure.textContent = detail.failureReason || "";
+  renderProgress(detail.goalProgress);
+  renderBudget(detail.executionControl);
+  renderTimeline(timeline);
+  renderAudit(audit.events);
+}
+
+function runIds(ids) {
+  const cell = el("td", null, "mono");
+  for (const id of ids || []) {
+    const tag = el("span", short(id) + " ");
+    tag.title = id;
+    cell.append(tag);
+  }
+  return cell;
+}
+
+function renderProgress(progress) {
+  const body = $("criteria").tBodies[0];
+  body.replaceChildren();
+  const blockers = $("blockers");
+  blockers.replaceChildren();
+  if (!progress) {
+    $("progress-count").textContent = "(no criteria)";
+    return;
+  }
+  $("progress-count").textContent =
+    "(" + progress.completedCriteriaCount + " of " + progress.totalCriteriaCount + " met)";
+  for (const row of progress.criteria) {
+    const word = CRITERION_WORDS[row.status] || row.status;
+    const tr = el("tr", null, "criterion");
+    tr.dataset.status = word;
+    tr.append(el("td", row.criterion));
+    const status = el("td");
+    status.append(el("span", word, "status " + word));
+    tr.append(status);
+    tr.append(runIds(row.status === "failed" ? row.conflictingRunIds : row.evidenceRunIds));
+    body.append(tr);
+  }
+  const delivery = progress.delivery || {};
+  const tr = el("tr", null, "delivery");
+  tr.append(el("td", "delivery (" + (delivery.target || "none") + ")"));
+  const status = el("td");
+  const word = CRITERION_WORDS[delivery.status] || delivery.status;
+  status.append(el("span", word, "status " + word));
+  tr.append(status);
+  tr.append(runIds(delivery.evidenceRunIds));
+  body.append(tr);
+  for (const blocker of progress.blockers || []) {
+    blockers.append(
+      el("li", "Action " + short(blocker.actionId) + " " + blocker.status + ": " + blocker.reason),
+    );
+  }
+}
+
+function gauge(id, used, limit) {
+  const node = $(id);
+  const ratio = limit ? Math.min(1, used / limit) : 0;
+  const fill = node.querySelector(".fill");
+  fill.style.width = 100 * ratio + "%";
+  fill.className = "fill" + (ratio >= 1 ? " full" : ratio >= 0.8 ? " high" : "");
+  node.querySelector(".gauge-value").textContent =
+    used.toLocaleString() + " of " + limit.toLocaleString();
+}
+
+function renderBudget(control) {
+  if (!control) return;
+  const usage = control.usage || {};
+  const limits = control.limits || {};
+  gauge("gauge-tokens", usage.chargedTokens || 0, limits.maxTokens || 0);
+  gauge("gauge-requests", usage.llmRequestCount || 0, limits.maxRequests || 0);
+  const stop = $("budget-stop");
+  stop.hidden = !control.stopReason;
+  stop.textContent = control.stopReason ? "stopped: " + control.stopReason.code : "";
+}
+
+function renderTimeline(timeline) {
+  const root = $("timeline");
+  root.replaceChildren();
+  const runs = timeline.actions.flatMap((a) => a.runs);
+  const start = Math.min(...runs.map((r) => r.startedAt), timeline.now);
+  const end = Math.max(...runs.map((r) => r.endedAt || timeline.now), start + 1);
+  for (const action of timeline.actions) {
+    const row = el("div", null, "tl-row");
+    row.dataset.status = action.status;
+    const label = el("div", null, "tl-label");
+    label.append(el("span", action.sequence + " " + action.type + " "));
+    label.append(el("span", action.status, "status " + action.status));
+    row.append(label);
+    const track = el("div", null, "tl-track");
+    for (const run of action.runs) {
+      const bar = el("div", null, "tl-run " + run.status);
+      const left = (100 * (run.startedAt - start)) / (end - start);
+      const right = (100 * ((run.endedAt || timeline.now) - start)) / (end - start);
+      bar.style.left = left + "%";
+      bar.style.width = Math.max(0.5, right - left) + "%";
+      bar.title =
+        "Run " + short(run.id) + " (attempt " + run.attempt + ", generation " + run.generation +
+        "): " + run.status + ", " + new Date(run.startedAt).toLocaleTimeString() +
+        (run.endedAt ? " to " + new Date(run.endedAt).toLocaleTimeString() : "");
+      track.append(bar);
+    }
+    row.append(track);
+    root.append(row);
+  }
+  if (!timeline.actions.length) root.append(el("p", "No Actions planned yet.", "muted"));
+}
+
+function renderAudit(events) {
+  const body = $("audit").tBodies[0];
+  body.replaceChildren();
+  for (const event of events.slice().reverse()) {
+    const tr = el("tr");
+    tr.append(el("td", event.position));
+    tr.append(el("td", event.time.slice(11, 19)));
+    tr.append(el("td", event.type));
+    tr.append(el("td", event.worker ? event.actor + " " + event.worker : event.actor));
+    tr.append(el("td", short(event.actionId), "mono"));
+    tr.append(el("td", short(event.runId), "mono"));
+    const payload = JSON.stringify(event.payload);
+    tr.append(el("td", payload.length > 160 ? payload.slice(0, 160) + "…" : payload, "mono"));
+    body.append(tr);
+  }
+}
+
+// --- live updates ----------------------------------------------------------------
+
+function schedule() {
+  if (state.timer === null) state.timer = setTimeout(refresh, REFRESH_DELAY_MS);
+}
+
+async function refresh() {
+  state.timer = null;
+  if (state.refreshing) {
+    schedule();
+    return;
+  }
+  state.refreshing = true;
+  const list = state.listDirty;
+  const detail = state.detailDirty;
+  state.listDirty = state.detailDirty = false;
+  try {
+    if (list) await refreshList();
+    if (detail) await refreshDetail();
+  } catch (error) {
+    if (!(error instanceof Unauthorized)) console.warn("refresh failed", error);
+  } finally {
+    state.refreshing = false;
+  }
+}
+
+function onChange(change) {
+  state.listDirty = true;
+  if (change.workItemId === state.selected) state.detailDirty = true;
+  schedule();
+}
+
+function setLive(on) {
+  const live = $("live");
+  live.textContent = on ? "live" : "reconnecting";
+  live.className = "live " + (on ? "on" : "off");
+}
+
+// A fetch-based EventSource: it can send the bearer token, and it resumes with
+// Last-Event-ID after the last change it saw, so nothing is missed or seen twice.
+async function follow() {
+  for (;;) {
+    try {
+      const extra = { Accept: "text/event-stream" };
+      if (state.lastEventId !== null) extra["Last-Event-ID"] = String(state.lastEventId);
+      const response = await fetch("/api/stream", { headers: headers(extra), cache: "no-store" });
+      if (response.status === 401) {
+        askForToken();
+        return;
+      }
+      if (response.status === 422) {
+        // A position this store never sent (it was replaced): read everything again.
+        state.lastEventId = null;
+        await refreshList();
+        continue;
+      }
+      if (!response.ok || !response.body) throw new Error("stream refused: " + response.status);
+      setLive(true);
+      // Changes made while the stream was down are in the next read.
+      state.listDirty = state.detailDirty = true;
+      schedule();
+      const reader = response.body.getReader();
+      const decoder = new TextDecoder();
+      let buffer = "";
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += decoder.decode(value, { stream: true });
+        let end;
+        while ((end = buffer.indexOf("\n\n")) >= 0) {
+          dispatch(buffer.slice(0, end));
+          buffer = buffer.slice(end + 2);
+        }
+      }
+    } catch (error) {
+      console.warn("stream interrupted", error);
+    }
+    setLive(false);
+    await new Promise((resolve) => setTimeout(resolve, RECONNECT_MS));
+  }
+}
+
+function dispatch(block) {
+  let id = null;
+  let kind = "message";
+  const data = [];
+  for (const line of block.split("\n")) {
+    if (line.startsWith(":")) continue;
+    const colon = line.indexOf(":");
+    const field = colon < 0 ? line : line.slice(0, colon);
+    const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+    if (field === "id") id = value;
+    else if (field === "event") kind = value;
+    else if (field === "data") data.push(value);
+  }
+  if (id !== null && /^\d+$/.test(id)) state.lastEventId = Number(id);
+  if (kind === "change" && data.length) onChange(JSON.parse(data.join("\n")));
+}
+
+async function start() {
+  try {
+    await refreshList();
+    state.detailDirty = true;
+    await refresh();
+  } catch (error) {
+    if (error instanceof Unauthorized) return;
+    console.warn("first read failed", error);
+  }
+  follow();
+}
+
+start();

@@ -1,0 +1,170 @@
+"""Server-Sent Events following the event sequence: one ``change`` per event, its
+notification id as the SSE id.
+
+A client names where it is with ``Last-Event-ID`` (what a browser sends when it
+reconnects) or, on its first connection, ``?after=`` (the ``position`` a list read
+returned); with neither it gets what happens from now on. It then receives every
+change after that position exactly once, in order, for all items or for one. The
+data is the change feed's record (type, ids, versions, actor kind), never a payload:
+a client reads the DTOs again to see the new state.
+
+One watcher per application polls the head of the sequence; streams wait on it
+rather than each polling the store, and say ``: keepalive`` when nothing happens
+so that proxies keep the connection open. When the server stops, the watcher is
+closed and every stream ends, so that shutting down waits for no one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated
+from uuid import UUID
+
+import orjson
+from fastapi import APIRouter, Header, Query, Request
+from fastapi.responses import StreamingResponse
+from starlette.concurrency import run_in_threadpool
+
+from workcenter.adapters.http.deps import Center
+from workcenter.application import WorkCenter
+from workcenter.changes import MAX_BATCH
+from workcenter.domain import inputs
+from workcenter.domain.errors import InvalidInput
+
+router = APIRouter(prefix="/api", tags=["stream"])
+POLL_SECONDS = 0.1
+KEEPALIVE_SECONDS = 15.0
+RETRY_MILLISECONDS = 1000
+
+
+class HeadWatcher:
+    """The head of the event sequence, polled by one task, awaited by every stream."""
+
+    def __init__(self, read_head: Callable[[], int], poll: float = POLL_SECONDS) -> None:
+        self.read_head = read_head
+        self.poll = poll
+        self.head = -1
+        self.closed = False
+        self._moved = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def start(self) -> None:
+        if self._task is None or self._task.done():
+            self._loop = asyncio.get_running_loop()
+            self._task = self._loop.create_task(self._run())
+
+    def close(self) -> None:
+        """End every stream: the server is stopping (callable from any thread)."""
+        self.closed = True
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._wake)
+
+    async def stop(self) -> None:
+        self.close()
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def _wake(self) -> None:
+        moved, self._moved = self._moved, asyncio.Event()
+        moved.set()
+
+    async def _run(self) -> None:
+        while not self.closed:
+            head = await run_in_threadpool(self.read_head)
+            if head != self.head:
+                self.head = head
+                self._wake()
+            await asyncio.sleep(self.poll)
+
+    async def wait_past(self, position: int, timeout: float) -> bool:
+        """Whether the head moved past ``position`` within ``timeout`` seconds (False
+        at once when the watcher is closed)."""
+        self.start()
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.head <= position and not self.closed:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._moved.wait(), left)
+            except TimeoutError:
+                return False
+        return not self.closed
+
+
+def watcher(request: Request) -> HeadWatcher:
+    heads: HeadWatcher = request.app.state.head_watcher
+    return heads
+
+
+def _start(last_event_id: str | None, after: int | None, head: Callable[[], int]) -> int:
+    """Where the stream starts: a position past the head was not sent by this store
+    (it was replaced, say), and waiting for the head to reach it would hide changes."""
+    if last_event_id is not None:
+        text = last_event_id.strip()
+        if not text.isdigit() or len(text) > 18:
+            raise InvalidInput("Last-Event-ID must be a position this stream sent")
+        after = int(text)
+    now = head()
+    if after is None:
+        return now
+    if after > now:
+        raise InvalidInput(
+            f"position {after} is past the head of the event sequence ({now}): read again"
+        )
+    return after
+
+
+async def _events(
+    wc: WorkCenter, heads: HeadWatcher, position: int, work_item_id: UUID | None
+) -> AsyncIterator[bytes]:
+    yield f"retry: {RETRY_MILLISECONDS}\n\n".encode()
+    while not heads.closed:
+        page = await run_in_threadpool(
+            wc.changes.after, position, limit=MAX_BATCH, work_item_id=work_item_id
+        )
+        for change in page.changes:
+            data = orjson.dumps(change.json()).decode()
+            yield f"id: {change.position}\nevent: change\ndata: {data}\n\n".encode()
+        if page.position > position:
+            position = page.position
+            continue
+        if not await heads.wait_past(position, KEEPALIVE_SECONDS) and not heads.closed:
+            yield b": keepalive\n\n"
+
+
+def _response(
+    request: Request, wc: WorkCenter, start: int, work_item_id: UUID | None
+) -> StreamingResponse:
+    return StreamingResponse(
+        _events(wc, watcher(request), start, work_item_id),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.get("/stream", response_class=StreamingResponse)
+def stream_all(
+    wc: Center,
+    request: Request,
+    after: Annotated[int | None, Query(ge=0)] = None,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> StreamingResponse:
+    """Every change of every item, after ``Last-Event-ID`` (or ``after``, or now)."""
+    return _response(request, wc, _start(last_event_id, after, wc.changes.head), None)
+
+
+@router.get("/work-items/{item_id}/stream", response_class=StreamingResponse)
+def stream_item(
+    wc: Center,
+    request: Request,
+    item_id: str,
+    after: Annotated[int | None, Query(ge=0)] = None,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> StreamingResponse:
+    """The changes of one item (its Actions' and ledger's too)."""
+    work_item_id = wc.work_item(inputs.aggregate_id(item_id, "WorkItem")).id
+    return _response(request, wc, _start(last_event_id, after, wc.changes.head), work_item_id)

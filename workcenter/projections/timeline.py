@@ -1,0 +1,70 @@
+"""An item's Actions and their Runs as a timeline for the dashboard (a pure function).
+
+Each Run is its identity, status and times only: never its worker, boot id, lease,
+error, evidence or report (read-models.md 2.6, what is never sent). Bounded: the
+first ``MAX_ACTIONS`` Actions in order, the newest ``MAX_RUNS`` Runs of each, with
+counts of what was left out, so the DTO stays far below the 512 KiB budget.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from workcenter.domain.action import ActionState, Run
+from workcenter.domain.work_item import WorkItemState
+from workcenter.projections.sanitize import epoch_ms, rev, truncate_utf8
+from workcenter.projections.views import Actions, ordered_actions
+
+MAX_ACTIONS = 200
+MAX_RUNS = 10
+TYPE_LIMIT = 64
+
+
+def _run(run: Run, now: datetime) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "id": str(run.id),
+        "ordinal": run.ordinal,
+        "generation": rev(run.generation),
+        "attempt": run.attempt,
+        "status": run.status,
+        "startedAt": epoch_ms(run.started_at),
+    }
+    if run.ended_at is not None:
+        entry["endedAt"] = epoch_ms(run.ended_at)
+    elif run.status == "running" and run.expires_at <= now:
+        entry["leaseExpired"] = True
+    if run.deferred:
+        entry["deferred"] = True
+    return entry
+
+
+def _action(action: ActionState, now: datetime) -> dict[str, Any]:
+    runs = sorted(action.runs, key=lambda r: (r.started_at, r.ordinal))
+    kept = runs[-MAX_RUNS:]
+    entry: dict[str, Any] = {
+        "id": str(action.id),
+        "sequence": action.sequence,
+        "type": truncate_utf8(action.type, TYPE_LIMIT),
+        "status": action.status,
+        "generation": rev(action.generation),
+        "runs": [_run(run, now) for run in kept],
+    }
+    if len(runs) > len(kept):
+        entry["omittedRunCount"] = len(runs) - len(kept)
+    return entry
+
+
+def timeline_dto(item: WorkItemState, actions: Actions, *, now: datetime) -> dict[str, Any]:
+    """``{workItemId, status, now, actions: [{id, sequence, type, status, generation,
+    runs: [{id, ordinal, generation, attempt, status, startedAt, endedAt?}]}]}``."""
+    ordered = ordered_actions(actions)
+    dto: dict[str, Any] = {
+        "workItemId": str(item.id),
+        "status": item.status,
+        "now": epoch_ms(now),
+        "actions": [_action(action, now) for action in ordered[:MAX_ACTIONS]],
+    }
+    if len(ordered) > MAX_ACTIONS:
+        dto["omittedActionCount"] = len(ordered) - MAX_ACTIONS
+    return dto
