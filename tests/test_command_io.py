@@ -103,3 +103,12 @@ def test_the_work_queue_writes_an_items_update_time_once_per_save(
     claim(wc)
     [row] = [r for r in wc.work_queue.dump()["wq_items"] if r[0] == item.id.hex]
     assert row[5] == wc.work_item(item.id).updated_at.timestamp()
+
+
+def test_together_refuses_a_cached_state_of_another_kind(wc: WorkCenter) -> None:
+    item = create_linear(wc)
+    action_id = item.plan[0].action_id
+    repo = wc._repository
+    assert repo.together({action_id: "action", item.id: "item"}) is not None
+    assert repo.together({action_id: "item"}) is None  # an Action's id asked as an item's
+    assert repo.together({item.id: "ledger"}) is None

@@ -98,6 +98,12 @@ class Repository:
         self.project_ledger = _projector(
             rl.evolve, rl.LedgerState, rl.LedgerEvent, snapshot_classes[rl.LedgerState]
         )
+        self.project_conversation = _projector(
+            conv.evolve,
+            conv.ConversationState,
+            conv.ConversationEvent,
+            snapshot_classes[conv.ConversationState],
+        )
         self.projectors: dict[Kind, Callable[[Any, Iterable[Any]], Any]] = {
             "item": self.project_work_item,
             "action": self.project_action,
@@ -105,12 +111,6 @@ class Repository:
         }
         recorder = store.recorder
         self.streams_after = recorder if isinstance(recorder, StreamsAfter) else None
-        self.project_conversation = _projector(
-            conv.evolve,
-            conv.ConversationState,
-            conv.ConversationEvent,
-            snapshot_classes[conv.ConversationState],
-        )
 
     # --- loading --------------------------------------------------------------
 
@@ -214,15 +214,14 @@ class Repository:
         )
         found: dict[UUID, AggregateState] = {}
         for (aggregate_id, kind), state, stored in zip(wanted.items(), cached, newer, strict=True):
-            if not stored:
-                found[aggregate_id] = state
-                continue
             try:
-                state = self.projectors[kind](state, map(self.store.mapper.to_domain_event, stored))
+                # Also with no new event: the projector checks the cached state's type.
+                after = self.projectors[kind](state, map(self.store.mapper.to_domain_event, stored))
             except ForeignStream:
                 return None
-            cache.put(aggregate_id, state)
-            found[aggregate_id] = state
+            if after is not state:
+                cache.put(aggregate_id, after)
+            found[aggregate_id] = after
         return found
 
     def run_states(
