@@ -141,9 +141,13 @@ def test_the_demo_and_every_read_verb_run_on_postgresql(url: str) -> None:
     rows = audit["events"]
     positions = [row["position"] for row in rows]
     assert positions == sorted(positions) and len(positions) > 20
-    assert {row["aggregate"] for row in rows} == {"work_item", "action", "ledger"}
+    assert {row["aggregate"] for row in rows} == {"work_item", "action", "ledger", "conversation"}
     status = _json(url, "projections", "status")
-    assert {row["name"]: row["lag"] for row in status} == {"work_queue": 0, "detail": 0}
+    assert {row["name"]: row["lag"] for row in status} == {
+        "work_queue": 0,
+        "detail": 0,
+        "mailbox": 0,
+    }
 
 
 def test_a_rebuild_on_postgresql_equals_the_live_views(url: str) -> None:

@@ -20,13 +20,38 @@ from eventsourcing.persistence import InterfaceError, Notification, OperationalE
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.utils import retry
 
+from workcenter import hash_chain
+from workcenter.adapters.postgres_chain import PostgresChainTable
 from workcenter.adapters.recorders import INLINE_WRITE, SNAPSHOTS, SnapshotWrite
+from workcenter.projections import sql
 from workcenter.projections.inline import InlineWrite
 from workcenter.projections.sql import PortableCursor
 
 
 class OneCommitPostgresRecorder(PostgresApplicationRecorder):
-    """Inserts a command's events, then its snapshots and inline views, in one transaction."""
+    """Inserts a command's events, their links in the hash chain, then its snapshots and
+    inline views, in one transaction."""
+
+    # Set by the factory from the store's settings (ADR-0028), as on SQLite.
+    chained = True
+
+    def __init__(self, datastore: Any, **kwargs: Any) -> None:
+        super().__init__(datastore, **kwargs)
+        self.chain = PostgresChainTable(datastore, self.events_table_name, self._lock_table)
+
+    def create_table(self) -> None:
+        super().create_table()
+        self.chain.create()
+
+    def chain_unchained(self) -> int:
+        """The migration run when a store is opened (see the SQLite twin)."""
+        with sql.transaction(self.datastore, commit=False) as c:
+            head = self.chain.head(c)
+            c.execute(f"SELECT MAX(notification_id) FROM {self.events_table_name}")
+            last = c.fetchone()[0] or 0
+        if last <= (head.position if head else 0):
+            return 0
+        return hash_chain.chain_unchained(self.chain, self.chain.write_transaction)
 
     # A lost connection rolls the whole transaction back, so trying again is safe.
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
@@ -44,6 +69,11 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
             self._insert_stored_events(curs, stored_events, **kwargs)  # lock, notify, insert
             notification_ids = self._fetch_ids_after_insert_events(curs, stored_events, **kwargs)
             assert notification_ids is not None
+            if self.chained and notification_ids:
+                # After the library's table lock: no other writer can chain in between.
+                hash_chain.append_links(
+                    self.chain, PortableCursor(curs), notification_ids, stored_events
+                )
             self._insert_along(PortableCursor(curs), notification_ids, **kwargs)
             return notification_ids
 

@@ -19,9 +19,11 @@ from typing import Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import psycopg
+from eventsourcing.persistence import ApplicationRecorder
 from eventsourcing.postgres import PostgresFactory
 from eventsourcing.utils import Environment, EnvType, get_topic
 
+from workcenter import hash_chain
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
 from workcenter.domain.errors import InvalidInput
@@ -119,6 +121,15 @@ class WorkcenterPostgresFactory(PostgresFactory):
         if self.env_create_table():
             with sql.transaction(self.datastore, commit=True) as c:
                 c.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.datastore.schema}"')
+
+    def application_recorder(self) -> ApplicationRecorder:
+        recorder = super().application_recorder()
+        if isinstance(recorder, OneCommitPostgresRecorder):
+            recorder.chained = hash_chain.enabled(self.env.get(hash_chain.HASH_CHAIN_KEY))
+            if recorder.chained:
+                # A store written before the chain (or with it off) is chained on open.
+                recorder.chain_unchained()
+        return recorder
 
 
 FACTORY_TOPIC: Final = get_topic(WorkcenterPostgresFactory)
