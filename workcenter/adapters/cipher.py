@@ -64,22 +64,34 @@ def configured_key() -> str | None:
 
 
 def check_key(store: Application[Any], where: str) -> None:
-    """``StoreKeyRefused`` unless the store's first event decodes with its mapper (so
-    with the key given, or without a cipher when none is)."""
-    first = store.recorder.select_notifications(start=None, limit=1)
-    if not first:
+    """``StoreKeyRefused`` unless the store's events decode with its mapper (so with the
+    key given, or without a cipher when none is).
+
+    The first and the last event are tried: a wrong key (or a missing one) opens
+    neither, while one event edited behind the store's back fails alone, and must
+    not keep ``audit verify`` from opening the store to name it (ADR-0029)."""
+    recorder = store.recorder
+    last = recorder.max_notification_id() or 0
+    if not last:
         return  # nothing stored yet: nothing to read wrongly
+    if _decodes(store, None) or _decodes(store, last):
+        return
+    if store.mapper.cipher is None:
+        raise StoreKeyRefused(f"the store at {where} is encrypted: set ${KEY_ENV} to its key")
+    raise StoreKeyRefused(
+        f"${KEY_ENV} does not open the store at {where}"
+        " (another key, or a store that is not encrypted)"
+    )
+
+
+def _decodes(store: Application[Any], position: int | None) -> bool:
+    """Whether the event at ``position`` (None: the first) reads and decodes."""
     try:
-        store.mapper.to_domain_event(first[0])
-    except Exception:  # a failed MAC, bad padding, zlib or JSON garbage: all say the same
-        if store.mapper.cipher is None:
-            raise StoreKeyRefused(
-                f"the store at {where} is encrypted: set ${KEY_ENV} to its key"
-            ) from None
-        raise StoreKeyRefused(
-            f"${KEY_ENV} does not open the store at {where}"
-            " (another key, or a store that is not encrypted)"
-        ) from None
+        [notification] = store.recorder.select_notifications(start=position, limit=1)
+        store.mapper.to_domain_event(notification)
+    except Exception:  # a failed MAC, bad padding, zlib or JSON garbage, a mangled row
+        return False
+    return True
 
 
 def detail_blobs(store: Application[Any]) -> Blobs:
