@@ -14,7 +14,7 @@ from uuid import UUID
 
 from workcenter.domain import action as act
 from workcenter.domain import conversation as conv
-from workcenter.domain import lifecycle, planning
+from workcenter.domain import decisions, lifecycle, planning
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
@@ -23,18 +23,6 @@ from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.unit import Unit
 
-CONFLICTS = (
-    wi.ContractRefined,
-    wi.ActionAdded,
-    wi.ActionStatusRecorded,
-    wi.StatusChanged,
-    wi.WorkItemStarted,
-    wi.WorkItemResumed,
-    wi.WorkItemCancelled,
-    wi.WorkItemCompleted,
-    wi.BudgetStopRecorded,
-    wi.BudgetStopCleared,
-)
 PATCH_KEYS = ("title", "goal", "acceptanceCriteria", "deliveryTarget")
 
 
@@ -70,18 +58,15 @@ class FakeRules:
     """Kinds: answer, create_actions (through planning.plan_actions), request_human,
     complete (through planning.complete); a contract patch only on a user turn."""
 
+    # The fence is the domain's own (decisions.py): only parsing and applying are fake.
+
     def action_fingerprint(
         self, item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState]
     ) -> str:
-        rows = sorted(
-            (str(a.id), a.generation, a.status, str(a.current_run_id), a.lease_epoch)
-            for a in actions.values()
-            if a.status in act.OPEN_STATUSES
-        )
-        return hashlib.sha256(repr(rows).encode()).hexdigest()
+        return decisions.action_fingerprint(item, actions)
 
     def conflicts_since(self, item_events: Sequence[DomainEvent]) -> list[str]:
-        return [type(e).__name__ for e in item_events if isinstance(e, CONFLICTS)]
+        return decisions.conflicts_since(item_events)
 
     def build_request(
         self,
