@@ -367,18 +367,8 @@ class CoordinatorCommands:
         normalised = rl.normalize_usage(inputs.mapping(usage, "usage")) if usage else None
 
         def decide(unit: Unit, talk: turns.Decider, turn: conv.Turn) -> None:
-            assert unit.ledger is not None
             talk.respond(claim, provider_turn_id, text, response_hash(text))
-            unit.apply_ledger(
-                rl.settle_coordinator(
-                    unit.ledger,
-                    turn_id=str(provider_turn_id),
-                    usage=normalised,
-                    complete=True,
-                    at=unit.at,
-                    by=unit.by,
-                )
-            )
+            _settle(unit, provider_turn_id, normalised)
 
         self._turn_command(claim, decide, ledger=True)
 
@@ -390,17 +380,7 @@ class CoordinatorCommands:
         normalised = rl.normalize_usage(inputs.mapping(usage, "usage")) if usage else None
 
         def decide(unit: Unit, talk: turns.Decider) -> None:
-            assert unit.ledger is not None
-            unit.apply_ledger(
-                rl.settle_coordinator(
-                    unit.ledger,
-                    turn_id=str(provider_turn_id),
-                    usage=normalised,
-                    complete=True,
-                    at=unit.at,
-                    by=unit.by,
-                )
-            )
+            _settle(unit, provider_turn_id, normalised)
 
         self._command(work_item_id, decide, ledger=True)
 
@@ -570,3 +550,18 @@ class CoordinatorCommands:
             # never claimed yet is waiting for its first step, not orphaned.
             self._count_failure(unit, turn)
             talk.interrupt_orphan(turn, "the process running this turn ended")
+
+
+def _settle(unit: Unit, provider_turn_id: UUID, usage: rl.Usage | None) -> None:
+    """Settle a provider turn's reservations in ``unit``: the newest with ``usage``."""
+    assert unit.ledger is not None
+    unit.apply_ledger(
+        rl.settle_coordinator(
+            unit.ledger,
+            turn_id=str(provider_turn_id),
+            usage=usage,
+            complete=True,
+            at=unit.at,
+            by=unit.by,
+        )
+    )
