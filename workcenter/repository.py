@@ -175,6 +175,13 @@ class Repository:
             return self._load_state(aggregate_id, version, self.project_action, act.ActionState)
         return self._load_state(aggregate_id, version, self.project_ledger, rl.LedgerState)
 
+    def conversation_owner(self, conversation_id: UUID) -> UUID | None:
+        """The WorkItem of a Conversation stream (its id derives one way from the item's)."""
+        state = self._load_state(
+            conversation_id, 1, self.project_conversation, conv.ConversationState
+        )
+        return state.work_item_id if state is not None else None
+
     def actions(self, item: wi.WorkItemState, *statuses: str) -> dict[UUID, act.ActionState]:
         """The item's Actions (only those whose mirrored status is in ``statuses``, if given)."""
         entries = item.entries(*statuses) if statuses else item.plan
