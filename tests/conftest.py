@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import postgres
 import pytest
 
 from workcenter.application import Claim, WorkCenter
@@ -60,8 +61,28 @@ def db_path(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture
-def wc(db_path: Path, clock: FakeClock) -> Iterator[WorkCenter]:
-    center = WorkCenter.open(db_path, clock=clock, boot_id=BOOT_ID)
+def backend() -> str:
+    """The database of ``location``; a module runs on both by overriding this fixture with
+    ``params=BACKENDS``."""
+    return "sqlite"
+
+
+BACKENDS = ("sqlite", "postgresql")
+
+
+@pytest.fixture
+def location(backend: str, request: pytest.FixtureRequest) -> Iterator[str]:
+    """Where the test's store is: a fresh SQLite file, or a fresh PostgreSQL schema."""
+    if backend == "sqlite":
+        yield str(request.getfixturevalue("db_path"))
+        return
+    with postgres.fresh_schema() as url:
+        yield url
+
+
+@pytest.fixture
+def wc(location: str, clock: FakeClock) -> Iterator[WorkCenter]:
+    center = WorkCenter.open(location, clock=clock, boot_id=BOOT_ID)
     yield center
     center.close()
 

@@ -17,6 +17,7 @@ from uuid import UUID
 
 import pytest
 from conftest import (
+    BACKENDS,
     action_spec,
     actions_by_sequence,
     checks,
@@ -33,6 +34,12 @@ from conftest import (
 from workcenter.application import WorkCenter
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import CommandRefused, VersionConflict
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Every test here runs on SQLite and on PostgreSQL."""
+    return str(request.param)
 
 
 def _conflict(wc: WorkCenter) -> Any:

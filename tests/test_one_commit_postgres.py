@@ -1,97 +1,27 @@
-"""The one-commit shape on PostgreSQL (ADR-0016): a recorder subclass applies an
-``InlineWrite`` inside the library's insert transaction, after the ids are fetched.
+"""The one-commit shape on PostgreSQL (ADR-0016, ADR-0032): ``OneCommitPostgresRecorder``
+applies an ``InlineWrite`` inside its own insert transaction, after the ids are fetched.
 
-Workcenter runs on SQLite today; this only shows that the same view protocol and
-lagging-view rule work unchanged in PostgreSQL's transaction, with a minimal view.
-The server is ``WORKCENTER_TEST_POSTGRES`` (``host port user dbname``), by default
-``127.0.0.1 5432 postgres test``. Without a reachable server the tests skip with that
-reason, except in CI (``CI`` set), where they fail: CI starts the server.
+This shows the view protocol and the lagging-view rule in PostgreSQL's transaction
+with a minimal view of its own; the real views run on PostgreSQL in every test of
+the ``postgresql`` backend. Server settings and skipping: ``tests/postgres.py``.
 """
 
 from __future__ import annotations
 
-import os
-import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import Any
 
+import postgres
 import pytest
 from conftest import create_dynamic, plan
 
 from workcenter.adapters.persistence import store_env
-from workcenter.adapters.recorders import INLINE_WRITE
+from workcenter.adapters.postgres_settings import PostgresTarget
 from workcenter.application import WorkCenter
 from workcenter.bootstrap import EventStore
 from workcenter.projections.inline import InlineWrite
 
-SETTINGS = os.environ.get("WORKCENTER_TEST_POSTGRES", "127.0.0.1 5432 postgres test").split()
-
-
-def _reachable() -> bool:
-    try:
-        socket.create_connection((SETTINGS[0], int(SETTINGS[1])), timeout=2).close()
-    except (OSError, ValueError, IndexError):
-        return False
-    return True
-
-
-if not _reachable():
-    if os.environ.get("CI"):
-        raise RuntimeError(f"CI needs PostgreSQL at {' '.join(SETTINGS)}; .ci/run starts it")
-    pytestmark = pytest.mark.skip(reason=f"no PostgreSQL reachable at {' '.join(SETTINGS)}")
 SCHEMA = "workcenter_one_commit"
-
-if SETTINGS:
-    from eventsourcing.persistence import Notification, StoredEvent
-    from eventsourcing.postgres import PostgresApplicationRecorder
-    from psycopg import Cursor
-    from psycopg.rows import DictRow
-    from psycopg.sql import SQL, Identifier
-
-    class OneCommitPostgresRecorder(PostgresApplicationRecorder):
-        """The PostgreSQL twin. Its own transaction, not the library's post-insert hook:
-        ``insert_events`` runs ``_fetch_ids_after_insert_events`` inside a ``try`` that
-        holds an exception until the transaction block has ended, so a view failing
-        there would commit the events (a database error would have aborted the
-        transaction; a Python one does not)."""
-
-        def insert_events(
-            self, stored_events: Sequence[StoredEvent], **kwargs: Any
-        ) -> Sequence[int] | None:
-            inline: InlineWrite | None = kwargs.get(INLINE_WRITE)
-            if inline is None or not stored_events:
-                return super().insert_events(stored_events, **kwargs)
-            with (
-                self.datastore.get_connection() as conn,
-                conn.transaction(),
-                conn.cursor() as curs,
-            ):
-                self._insert_stored_events(curs, stored_events, **kwargs)  # lock, insert
-                ids = self._fetch_ids_after_insert_events(curs, stored_events, **kwargs)
-                assert ids is not None
-                inline.apply(curs, ids, self._read_gap)
-                return ids
-
-        def _read_gap(
-            self, curs: Cursor[DictRow], after: int, before: int, limit: int
-        ) -> list[Notification]:
-            curs.execute(
-                SQL(
-                    "SELECT * FROM {0}.{1} WHERE notification_id > %s"
-                    " AND notification_id < %s ORDER BY notification_id LIMIT %s"
-                ).format(Identifier(self.datastore.schema), Identifier(self.events_table_name)),
-                (after, before, limit),
-            )
-            return [
-                Notification(
-                    id=row["notification_id"],
-                    originator_id=row["originator_id"],
-                    originator_version=row["originator_version"],
-                    topic=row["topic"],
-                    state=bytes(row["state"]),
-                )
-                for row in curs.fetchall()
-            ]
 
 
 class EventsPerStream:
@@ -127,7 +57,8 @@ class EventsPerStream:
 def pg_store() -> Iterator[EventStore]:
     import psycopg
 
-    host, port, user, dbname = SETTINGS
+    postgres.require_server()
+    host, port, user, dbname = postgres.SETTINGS
     with psycopg.connect(host=host, port=port, user=user, dbname=dbname, autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA IF EXISTS {SCHEMA} CASCADE")
         conn.execute(f"CREATE SCHEMA {SCHEMA}")
@@ -135,19 +66,11 @@ def pg_store() -> Iterator[EventStore]:
         conn.execute(
             f"CREATE TABLE {SCHEMA}.positions (name text PRIMARY KEY, notification_id bigint)"
         )
-    env = store_env() | {
-        "PERSISTENCE_MODULE": "eventsourcing.postgres",
-        "POSTGRES_HOST": host,
-        "POSTGRES_PORT": port,
-        "POSTGRES_USER": user,
-        "POSTGRES_PASSWORD": "",
-        "POSTGRES_DBNAME": dbname,
-        "POSTGRES_SCHEMA": SCHEMA,
-        "APPLICATION_RECORDER_TOPIC": f"{__name__}:OneCommitPostgresRecorder",
-    }
+    env = store_env() | PostgresTarget(postgres.url(SCHEMA)).env()
     store = EventStore(env=env)
     yield store
     store.close()
+    postgres.drop_schema(SCHEMA)
 
 
 def per_stream(store: EventStore) -> dict[str, int]:

@@ -1178,16 +1178,16 @@ def test_two_services_racing_to_extend_exactly_one_wins(
     other = WorkCenter.open(db_path, clock=clock, boot_id="boot-2")
     try:
         other.ledger(item.id)  # both caches hold the version both users saw
-        save = wc.store.save
+        put = wc.store.events.put  # where a command's save writes its events
         raced: list[int] = []
 
-        def save_after_the_other(*events: Any, **kwargs: Any) -> Any:
+        def put_after_the_other(events: Any, **kwargs: Any) -> Any:
             if not raced:
                 raced.append(1)
                 other.extend_budget(item.id, expected_version=seen, additions={"max_requests": 5})
-            return save(*events, **kwargs)
+            return put(events, **kwargs)
 
-        monkeypatch.setattr(wc.store, "save", save_after_the_other)
+        monkeypatch.setattr(wc.store.events, "put", put_after_the_other)
         with pytest.raises(VersionConflict):
             wc.extend_budget(item.id, expected_version=seen, additions={"max_requests": 7})
         assert raced

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import (
+    BACKENDS,
     BOOT_ID,
     CRITERIA,
     T0,
@@ -45,6 +45,12 @@ REVIEW_DECIDES = "A completed review must decide approved or changes_requested"
 NEEDS_EVIDENCE = "A completed outcome needs evidence"
 CHECK_PER_CRITERION = "A completed outcome needs exactly one check per criterion, in order"
 FINAL_GATE = "The final gate needs every acceptance check passed"
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Every test here runs on SQLite and on PostgreSQL."""
+    return str(request.param)
 
 
 def finish_current(wc: WorkCenter, **fields: Any) -> Claim:
@@ -840,11 +846,11 @@ def test_recover_expired_lease(wc: WorkCenter, clock: FakeClock) -> None:
 
 
 def test_recover_after_restart_with_a_new_boot_id(
-    wc: WorkCenter, db_path: Path, clock: FakeClock
+    wc: WorkCenter, location: str, clock: FakeClock
 ) -> None:
     item = create_linear(wc)
     claimed = claim(wc)
-    restarted = WorkCenter.open(db_path, clock=clock, boot_id="boot-2")
+    restarted = WorkCenter.open(location, clock=clock, boot_id="boot-2")
     try:
         assert restarted.recover(worker="w-other") == []  # another worker's live Run
         assert restarted.recover(worker=WORKER) == [claimed.run_id]
@@ -858,11 +864,11 @@ def test_recover_after_restart_with_a_new_boot_id(
 
 
 def test_recover_without_worker_treats_every_other_boot_as_dead(
-    wc: WorkCenter, db_path: Path, clock: FakeClock
+    wc: WorkCenter, location: str, clock: FakeClock
 ) -> None:
     create_linear(wc)
     claimed = claim(wc)
-    restarted = WorkCenter.open(db_path, clock=clock, boot_id="boot-2")
+    restarted = WorkCenter.open(location, clock=clock, boot_id="boot-2")
     try:
         assert restarted.recover() == [claimed.run_id]
     finally:

@@ -1,7 +1,8 @@
-"""Stateful property test: two workers on one SQLite ledger, random commands.
+"""Stateful property test: two workers on one ledger, random commands.
 
 A hypothesis ``RuleBasedStateMachine`` drives two workers (each its own
-``WorkCenter`` and boot id on the SAME SQLite file, sharing one fake clock)
+``WorkCenter`` and boot id on the SAME SQLite file, or PostgreSQL schema, sharing
+one fake clock)
 through item creation, planning, claims, renewals, every kind of finish,
 interrupts, lease expiry, restarts with recovery, cancel/resume, contract
 updates, guidance, retries and completion.
@@ -21,6 +22,7 @@ import itertools
 import os
 import shutil
 import tempfile
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
+import postgres
 import pytest
 from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
@@ -168,7 +171,7 @@ class Ledger(RuleBasedStateMachine):
         super().__init__()
         STATS["examples"] += 1
         self.dir = tempfile.mkdtemp(prefix="wc-stateful-")
-        self.path = os.path.join(self.dir, "ledger.db")
+        self.path = self.store()
         self.clock = FakeClock()
         self.boots = itertools.count(1)
         self.wcs: dict[str, WorkCenter] = {w: self._open(w) for w in WORKERS}
@@ -186,6 +189,9 @@ class Ledger(RuleBasedStateMachine):
         return WorkCenter.open(
             self.path, clock=self.clock, boot_id=f"{worker}-boot-{next(self.boots)}"
         )
+
+    def store(self) -> str:
+        return os.path.join(self.dir, "ledger.db")
 
     def teardown(self) -> None:
         for wc in self.wcs.values():
@@ -1348,14 +1354,24 @@ class Ledger(RuleBasedStateMachine):
             assert action.result_run is not None and action.result_run.status == "completed"
 
 
-def test_two_workers_keep_the_ledger_consistent(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Snapshot often, so fresh services load from snapshots, not only from replay.
-    monkeypatch.setattr(workcenter_store, "SNAPSHOT_INTERVAL", 5)
+class PostgresLedger(Ledger):
+    """The same machine on a PostgreSQL schema of its own per example."""
+
+    def store(self) -> str:
+        self.schema = f"wcs_{uuid.uuid4().hex[:12]}"
+        return postgres.url(self.schema)
+
+    def teardown(self) -> None:
+        super().teardown()
+        postgres.drop_schema(self.schema)
+
+
+def _run(machine: type[Ledger], max_examples: int) -> None:
     STATS.clear()
     run_state_machine_as_test(
-        Ledger,
+        machine,
         settings=settings(
-            max_examples=50,
+            max_examples=max_examples,
             stateful_step_count=40,
             deadline=None,
             # Deterministic, so the reach assertions below cannot flake between runs.
@@ -1364,6 +1380,12 @@ def test_two_workers_keep_the_ledger_consistent(monkeypatch: pytest.MonkeyPatch)
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
         ),
     )
+
+
+def test_two_workers_keep_the_ledger_consistent(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Snapshot often, so fresh services load from snapshots, not only from replay.
+    monkeypatch.setattr(workcenter_store, "SNAPSHOT_INTERVAL", 5)
+    _run(Ledger, 50)
     # The machine must actually reach the interesting states.
     reached = (
         "claim",
@@ -1393,3 +1415,17 @@ def test_two_workers_keep_the_ledger_consistent(monkeypatch: pytest.MonkeyPatch)
     assert STATS["linear_done"] + STATS["dynamic_done"] > 0, f"no item finished: {dict(STATS)}"
     disrupted = sum(n for key, n in STATS.items() if key.startswith("disrupted_by_"))
     assert disrupted > 0, f"no running claim was disrupted: {dict(STATS)}"
+
+
+def test_two_workers_keep_a_postgresql_ledger_consistent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Fewer examples: every command is a round trip to the server."""
+    postgres.require_server()
+    monkeypatch.setattr(workcenter_store, "SNAPSHOT_INTERVAL", 5)
+    # Every step opens a fresh service; one pooled connection each is plenty.
+    monkeypatch.setenv("POSTGRES_POOL_SIZE", "1")
+    _run(PostgresLedger, 8)
+    reached = ("claim", "renew", "finish_completed", "finish_retryable", "recovered", "restart")
+    missing = [key for key in reached if not STATS[key]]
+    assert not missing, f"never reached {missing}: {dict(STATS)}"

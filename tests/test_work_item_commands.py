@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 from conftest import (
+    BACKENDS,
     CRITERIA,
     action_events,
     action_spec,
@@ -29,6 +30,12 @@ from conftest import (
 
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import CommandRefused, InvalidInput, NotFound, StaleRun
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Every test here runs on SQLite and on PostgreSQL."""
+    return str(request.param)
 
 
 def _fail_current(wc: WorkCenter, outcome: str = "failed") -> None:

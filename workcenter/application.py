@@ -105,9 +105,12 @@ class WorkCenter:
         create: bool = True,
         coordinator_rules: DecisionRules | None = None,
     ) -> Self:
-        """Open the SQLite store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db (creating it
-        unless ``create`` is false). ``StoreUnavailable`` if it cannot be opened, or is
-        another application's file; a refused file is left as it was.
+        """Open the store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db (creating it
+        unless ``create`` is false): a SQLite file, or a ``postgresql://`` URL whose
+        ``?schema=`` (else ``$WORKCENTER_SCHEMA``, else ``workcenter``) holds it
+        (ADR-0032). ``StoreUnavailable`` if it cannot be opened, or is another
+        application's file; a refused file is left as it was; ``StoreKeyRefused`` if
+        ``$WORKCENTER_CIPHER_KEY`` does not open it (ADR-0033).
 
         ``sqlite_synchronous`` (FULL or NORMAL, else ``$WORKCENTER_SQLITE_SYNCHRONOUS``,
         else NORMAL) is what a commit waits for (ADR-0018)."""

@@ -2,14 +2,16 @@
 read models and the parts of the service wired together.
 
 This is the one module of the service layer that names concrete adapters (the
-SQLite recorder, the mapper's snapshot classes, the merged stream read); every
-other part is given what it needs through the ports of ``workcenter.ports``.
+SQLite and PostgreSQL recorders, the mapper's snapshot classes, the merged stream
+read); every other part is given what it needs through the ports of
+``workcenter.ports``.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -22,11 +24,12 @@ from eventsourcing.application import Application
 from eventsourcing.persistence import PersistenceError
 
 from workcenter import hash_chain
-from workcenter.adapters import compression, event_log
+from workcenter.adapters import cipher, event_log
 from workcenter.adapters.one_commit import OneCommitArguments
 from workcenter.adapters.persistence import (
     SNAPSHOT_CLASSES,
     StoreUnavailable,
+    is_postgres_url,
     prepare_store_file,
     resolve_db_path,
     sqlite_env,
@@ -35,10 +38,10 @@ from workcenter.adapters.persistence import (
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.adapters.sqlite_settings import SYNCHRONOUS_ENV, validate_synchronous
 from workcenter.coordinator_rules import DecisionRules, DomainRules
+from workcenter.domain.errors import InvalidInput
 from workcenter.domain.model import AggregateState
 from workcenter.ports import ChainReader, Clock, NotificationReader, StreamReader, SystemClock
 from workcenter.projections.detail import (
-    Blobs,
     Detail,
     DetailView,
     EventStoreStates,
@@ -78,7 +81,7 @@ LoadState = Callable[[Kind, UUID, int], AggregateState | None]
 def read_model_registry(store: Application[UUID], load_state: LoadState) -> list[ReadModel]:
     """Every read model and its lifecycle: adding one is one entry here."""
     datastore = store.factory.datastore  # type: ignore[attr-defined]
-    work_queue = WorkQueueView(datastore)
+    work_queue = WorkQueueView(datastore, titles=cipher.work_item_titles(store))
     work_queue.create_table()
     details = DetailView(
         datastore,
@@ -92,7 +95,7 @@ def read_model_registry(store: Application[UUID], load_state: LoadState) -> list
                 else None
             ),
         ),
-        blobs=Blobs(deflate=compression.deflate, inflate=compression.inflate),
+        blobs=cipher.detail_blobs(store),
     )
     details.create_table()
     mailbox = MailboxView(datastore)
@@ -122,6 +125,12 @@ class Parts:
     read_events_after: NotificationReader
 
 
+def _one_commit_postgres(store: EventStore) -> bool:
+    # Loaded only with the optional PostgreSQL extra, and only for a PostgreSQL store.
+    module = sys.modules.get("workcenter.adapters.postgres_recorder")
+    return module is not None and isinstance(store.recorder, module.OneCommitPostgresRecorder)
+
+
 def compose(
     store: EventStore,
     *,
@@ -129,9 +138,12 @@ def compose(
     boot_id: str | None = None,
     inline_projections: bool | None = None,
 ) -> Parts:
-    if not isinstance(store.recorder, OneCommitSQLiteRecorder):
+    if not isinstance(store.recorder, OneCommitSQLiteRecorder) and not _one_commit_postgres(store):
         # Any other recorder would silently drop the views and snapshots of each save.
-        raise TypeError("the event store must use OneCommitSQLiteRecorder (see sqlite_env)")
+        raise TypeError(
+            "the event store must use OneCommitSQLiteRecorder or OneCommitPostgresRecorder"
+            " (see sqlite_env and PostgresTarget.env)"
+        )
     # Off (scale-out): saves leave the views to `workcenter projections run`.
     inline = inline_projections if inline_projections is not None else inline_from_env()
     # The detail view loads states through the repository, which saves through the
@@ -150,7 +162,7 @@ def compose(
         read_models=read_models,
         repository=repository[0],
         read_streams=partial(event_log.streams_in_order, store),
-        chain=store.recorder.chain,
+        chain=store.recorder.chain,  # type: ignore[attr-defined]  # both recorders have one
         read_events_after=partial(event_log.events_after, store),
     )
 
@@ -166,22 +178,54 @@ def open_store(
     create: bool,
     build: Callable[[EventStore], T],
 ) -> T:
-    """``build`` on the SQLite store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db
-    (creating it unless ``create`` is false); ``StoreUnavailable`` if it cannot be
-    opened, or is another application's file; a refused file is left as it was."""
+    """``build`` on the store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db: a SQLite
+    file, or a ``postgresql://`` URL (creating it unless ``create`` is false);
+    ``StoreUnavailable`` if it cannot be opened, or is another application's file; a
+    refused file is left as it was."""
     db_path = resolve_db_path(db)
+    # A malformed cipher key is InvalidInput before anything is opened or made.
+    cipher.configured_key()
+    if is_postgres_url(db_path):
+        return _open_postgres(db_path, sqlite_synchronous, create, build)
     # A bad synchronous setting is InvalidInput before any file exists.
     validate_synchronous(sqlite_synchronous or os.environ.get(SYNCHRONOUS_ENV, "NORMAL"))
     hash_chain.enabled(os.environ.get(hash_chain.HASH_CHAIN_ENV))
     env = sqlite_env(db_path, sqlite_synchronous)
     prepare_store_file(db_path, create=create)
+    return _open(env, db_path, build)
+
+
+def _open_postgres(
+    url: str, sqlite_synchronous: str | None, create: bool, build: Callable[[EventStore], T]
+) -> T:
+    if sqlite_synchronous is not None:
+        raise InvalidInput("sqlite_synchronous applies to SQLite stores, not PostgreSQL")
+    try:
+        from workcenter.adapters.postgres_settings import PostgresTarget
+    except ImportError:
+        raise StoreUnavailable(
+            "PostgreSQL needs the postgres extra: pip install 'workcenter[postgres]'"
+        ) from None
+    target = PostgresTarget(url)
+    if not create:
+        target.require_store()
+    return _open(target.env(), target.where, build)
+
+
+def _open(env: dict[str, str], where: str, build: Callable[[EventStore], T]) -> T:
     for attempt in range(OPEN_ATTEMPTS):
         try:
-            return build(EventStore(env=env))
+            store = EventStore(env=env)
+            try:
+                cipher.check_key(store, where)
+            except cipher.StoreKeyRefused:
+                store.close()
+                raise
+            return build(store)
         except (PersistenceError, sqlite3.Error) as error:
-            # Processes that open a new file at once race to create its tables (a
+            # Processes that open a new store at once race to create its tables (a
             # lock, or the library's migration row written twice); the loser's next
             # try finds them made. A store that cannot be opened fails every try.
             failure = error
             time.sleep(0.05 * (attempt + 1))
-    raise StoreUnavailable(f"cannot open the store at {db_path}: {failure}") from None
+    raise StoreUnavailable(f"cannot open the store at {where}: {failure}") from None

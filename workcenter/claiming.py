@@ -58,13 +58,10 @@ class Claim:
 
 def claim_next(wc: RunCommands, worker: str, lease: timedelta, by: Actor) -> Claim | None:
     """Claim for ``worker`` (already validated) by ``by``; see ``WorkCenter.claim_next``."""
-    work_queue = wc.work_queue()
+    work_queue, candidates = wc.ready_candidates(CLAIM_PAGE)
     seen: set[UUID] = set()
     offset = 0
-    while True:
-        candidates = work_queue.ready_actions(CLAIM_PAGE, offset)
-        if not candidates:
-            return None
+    while candidates:
         offset += len(candidates)
         for action_id in candidates:
             if action_id in seen:
@@ -73,19 +70,20 @@ def claim_next(wc: RunCommands, worker: str, lease: timedelta, by: Actor) -> Cla
             claim = _try_claim(wc, action_id, worker, lease, by)
             if claim is not None:
                 return claim
+        candidates = work_queue.ready_actions(CLAIM_PAGE, offset)
+    return None
 
 
 def _try_claim(
     wc: RunCommands, action_id: UUID, worker: str, lease: timedelta, by: Actor
 ) -> Claim | None:
-    action = wc.repo.action(action_id)
-    item = wc.repo.work_item(action.work_item_id)
+    action, item, ledger = wc.repo.run_states(action_id, with_ledger=True)
     if runs.claimable(item, action) is not None:
         return None
     unit = runs.claim(
         item,
         action,
-        wc.repo.ledger(item.id),
+        ledger or wc.repo.ledger(item.id),
         worker=worker,
         boot_id=wc.boot_id,
         lease=lease,

@@ -68,12 +68,15 @@ def enabled(value: object) -> bool:
 
 def originator(raw: bytes) -> UUID | str:
     """A stored originator id read as bytes: its UUID, or the text as it is when it is
-    not one (a tampered row, which then fails its digest instead of failing the walk)."""
+    not one in the form the store writes (lowercase hex, with or without dashes): a
+    tampered row, even one whose edit only changed a letter's case, then fails its
+    digest instead of failing the walk."""
     text = raw.decode(errors="surrogateescape")
     try:
-        return UUID(text)
+        parsed = UUID(text)
     except ValueError:
         return text
+    return parsed if text in (parsed.hex, str(parsed)) else text
 
 
 def _id_bytes(originator_id: UUID | str) -> bytes:

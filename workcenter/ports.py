@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 from uuid import UUID
+
+from eventsourcing.persistence import StoredEvent
 
 from workcenter.domain.model import DomainEvent
 from workcenter.hash_chain import Link, Row
@@ -36,6 +38,16 @@ class TransactionArguments(Protocol):
     def snapshots(self, snapshots: Sequence[DomainEvent]) -> dict[str, Any]: ...
 
     def inline(self, write: InlineWrite) -> dict[str, Any]: ...
+
+
+@runtime_checkable
+class StreamsAfter(Protocol):
+    """A recorder that reads the events of several streams, each after a version, in one
+    read transaction (the repository loads a command's cached aggregates with it)."""
+
+    def select_streams_after(
+        self, after: Sequence[tuple[UUID, int]]
+    ) -> list[Sequence[StoredEvent]]: ...
 
 
 class StreamReader(Protocol):

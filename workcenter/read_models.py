@@ -20,6 +20,7 @@ from eventsourcing.application import Application
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.model import DomainEvent
 from workcenter.projections import lifecycle as projection_lifecycle
+from workcenter.projections import sql
 from workcenter.projections.inline import InlineProjections, InTransactionView
 from workcenter.projections.lifecycle import Progress, ProjectionStatus, RebuildReport
 
@@ -95,7 +96,7 @@ class ReadModels:
 
     def head(self, c: Any) -> int:
         """The last position of the event log, read with the view's cursor ``c``."""
-        c.execute(self.store.recorder.select_max_notification_id_statement)  # type: ignore[attr-defined]
+        c.execute(sql.head_statement(self.store.recorder))
         return int(c.fetchone()[0] or 0)
 
     def status(self) -> list[ProjectionStatus]:

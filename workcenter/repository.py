@@ -25,7 +25,7 @@ from workcenter.domain import work_item as wi
 from workcenter.domain.errors import NotFound, VersionConflict, WorkcenterError
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.unit import Unit
-from workcenter.ports import TransactionArguments
+from workcenter.ports import StreamsAfter, TransactionArguments
 from workcenter.projections.detail import Kind
 from workcenter.projections.inline import InlineWrite
 from workcenter.read_models import ReadModels
@@ -104,11 +104,32 @@ class Repository:
             conv.ConversationEvent,
             snapshot_classes[conv.ConversationState],
         )
+        self.projectors: dict[Kind, Callable[[Any, Iterable[Any]], Any]] = {
+            "item": self.project_work_item,
+            "action": self.project_action,
+            "ledger": self.project_ledger,
+        }
+        recorder = store.recorder
+        self.streams_after = recorder if isinstance(recorder, StreamsAfter) else None
 
     # --- loading --------------------------------------------------------------
 
     def _load(self, aggregate_id: UUID, version: int | None, projector: Callable[..., Any]) -> Any:
         repository = self.store.repository
+        if version is None and self.streams_after is not None and repository.cache is not None:
+            try:
+                cached: Any = repository.cache.get(aggregate_id)
+            except KeyError:
+                pass
+            else:
+                # The library's fast-forward of a cached state, for less: the events after
+                # it, read through the port, folded by the same projector.
+                [stored] = self.streams_after.select_streams_after([(aggregate_id, cached.version)])
+                if not stored:
+                    return projector(cached, ())  # still checks the cached state's type
+                state = projector(cached, map(self.store.mapper.to_domain_event, stored))
+                repository.cache.put(aggregate_id, state)
+                return state
         state = repository.get(aggregate_id, version=version, projector_func=projector)
         if version is None and repository.cache is not None:
             # The library fast-forwards a cached state but keeps the old (immutable) one
@@ -182,6 +203,64 @@ class Repository:
         )
         return state.work_item_id if state is not None else None
 
+    def together(self, wanted: Mapping[UUID, Kind]) -> dict[UUID, AggregateState] | None:
+        """The newest states of ``wanted``, brought up to date in one read transaction
+        when every one is cached (as after this process saved or loaded it); None when
+        one is not, or is not of its kind: the caller then loads them one by one."""
+        cache = self.store.repository.cache
+        if self.streams_after is None or cache is None:
+            return None
+        cached: list[AggregateState] = []
+        for aggregate_id in wanted:
+            try:
+                cached.append(cast(AggregateState, cache.get(aggregate_id)))
+            except KeyError:
+                return None
+        newer = self.streams_after.select_streams_after(
+            [(i, s.version) for i, s in zip(wanted, cached, strict=True)]
+        )
+        found: dict[UUID, AggregateState] = {}
+        for (aggregate_id, kind), state, stored in zip(wanted.items(), cached, newer, strict=True):
+            try:
+                # Also with no new event: the projector checks the cached state's type.
+                after = self.projectors[kind](state, map(self.store.mapper.to_domain_event, stored))
+            except ForeignStream:
+                return None
+            if after is not state:
+                cache.put(aggregate_id, after)
+            found[aggregate_id] = after
+        return found
+
+    def run_states(
+        self, action_id: UUID, *, with_ledger: bool
+    ) -> tuple[act.ActionState, wi.WorkItemState, rl.LedgerState | None]:
+        """An Action and its WorkItem (and, ``with_ledger``, the item's ledger), read in one
+        transaction when all are cached; else the Action and the item are loaded one
+        after the other and the ledger is left to the caller (None)."""
+        action_id = inputs.aggregate_id(action_id, "Action")
+        cache = self.store.repository.cache
+        try:
+            known = cache.get(action_id) if cache is not None else None
+        except KeyError:
+            known = None
+        if isinstance(known, act.ActionState):
+            item_id = known.work_item_id
+            wanted: dict[UUID, Kind] = {action_id: "action", item_id: "item"}
+            if with_ledger:
+                wanted[rl.ledger_id_for(item_id)] = "ledger"
+            states = self.together(wanted)
+            if states is not None:
+                action, item = states[action_id], states[item_id]
+                ledger = states.get(rl.ledger_id_for(item_id)) if with_ledger else None
+                if (
+                    isinstance(action, act.ActionState)
+                    and isinstance(item, wi.WorkItemState)
+                    and (ledger is None or isinstance(ledger, rl.LedgerState))
+                ):
+                    return action, item, ledger
+        action = self.action(action_id)
+        return action, self.work_item(action.work_item_id), None
+
     def actions(self, item: wi.WorkItemState, *statuses: str) -> dict[UUID, act.ActionState]:
         """The item's Actions (only those whose mirrored status is in ``statuses``, if given)."""
         entries = item.entries(*statuses) if statuses else item.plan
@@ -223,7 +302,10 @@ class Repository:
         if self.read_models.inline:
             inline = InlineWrite(events, self.read_models.written_by(events), self.store.mapper)
             along.update(self.transaction.inline(inline))
-        self.store.save(*events, **along)
+        # The event store's own put, not ``Application.save``: that one only collects the
+        # events again, testing each against the library's runtime protocols (~10 us an
+        # event), and its snapshot and notify hooks do nothing for events alone.
+        self.store.events.put(events, **along)
         cache = self.store.repository.cache
         if cache is not None:
             # The library caches only aggregates it saves, and it is given events: keep the

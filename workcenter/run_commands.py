@@ -70,6 +70,20 @@ class RunCommands:
         even when inline projections are off (then only it, leaving the rest to the runner)."""
         return self.read_models.fresh(WorkQueue.name)  # type: ignore[no-any-return]
 
+    def ready_candidates(self, limit: int) -> tuple[WorkQueueView, list[UUID]]:
+        """The work queue and its first ``limit`` claimable Actions. When the view is at
+        the head (the common case) its position and the Actions are read in one
+        transaction; else it is caught up first, as ``work_queue`` does."""
+        if self.read_models.catches_up_on_read(WorkQueue.name):
+            view: WorkQueueView = self.read_models.view(WorkQueue.name)
+            ready, current = view.current_ready_actions(
+                limit, WorkQueue.name, self.read_models.head
+            )
+            if current:
+                return view, ready
+        view = self.work_queue()
+        return view, view.ready_actions(limit)
+
     def claim_next(
         self, worker: str, lease_seconds: float, actor: Actor | str | None
     ) -> Claim | None:
@@ -87,8 +101,7 @@ class RunCommands:
         chosen = chosen_actor(actor)
 
         def attempt() -> Unit:
-            action = self.repo.action(ref.action_id)
-            item = self.repo.work_item(action.work_item_id)
+            action, item, _ = self.repo.run_states(ref.action_id, with_ledger=False)
             by = chosen or run_actor(claim, action)
             return decide(item, action, ref, self.clock.now(), by)
 

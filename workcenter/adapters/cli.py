@@ -541,7 +541,7 @@ def _no_executor(claim: Claim) -> dict[str, Any]:
     raise AssertionError("a worker without --executor runs no Runs")  # never claimed
 
 
-# The operator verbs (audit, progress, projections), the Coordinator's and serve
+# The operator verbs (audit, progress, projections, rekey), the Coordinator's and serve
 # live in their own modules.
 from workcenter.adapters import cli_operator, cli_serve  # noqa: E402
 
@@ -553,6 +553,7 @@ for _command in (
     cli_coordinator.message,
     cli_coordinator.conversation,
     cli_serve.serve,
+    cli_operator.rekey,
 ):
     cli.add_command(_command)
 

@@ -55,7 +55,8 @@ def db_option(command: F) -> F:
         default=None,
         expose_value=False,
         callback=_remember_db,
-        help="SQLite file (default: $WORKCENTER_DB or ./workcenter.db).",
+        help="SQLite file or postgresql://user@host:port/dbname[?schema=S] URL"
+        " (default: $WORKCENTER_DB or ./workcenter.db).",
     )(command)
 
 

@@ -3,7 +3,7 @@ the history), progress, projections."""
 
 from __future__ import annotations
 
-import contextlib
+import sys
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -22,6 +22,7 @@ from workcenter.adapters.cli_common import (
     resolve_id,
     work_item_id,
 )
+from workcenter.adapters.persistence import resolve_db_path
 from workcenter.adapters.terminal import text
 from workcenter.application import WorkCenter
 from workcenter.domain.action import ActionState
@@ -424,29 +425,108 @@ def _positions(positions: dict[str, int]) -> str:
 @db_option
 @click.option("--once", is_flag=True, help="Catch up to the head once, then exit.")
 @click.option(
-    "--poll", "poll_seconds", type=click.FloatRange(min=0.01), default=0.5, show_default=True
+    "--poll",
+    "poll_seconds",
+    type=click.FloatRange(min=0.01),
+    default=0.5,
+    show_default=True,
+    help="SQLite: seconds between polls. PostgreSQL is notified of new events.",
+)
+@click.option(
+    "--report",
+    "report_seconds",
+    type=click.FloatRange(min=0.1),
+    default=None,
+    help="Print each read model's position, the head and the lag every S seconds.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print what was applied as JSON.")
 @click.pass_context
-def projections_run(ctx: click.Context, once: bool, poll_seconds: float, as_json: bool) -> None:
+def projections_run(
+    ctx: click.Context,
+    once: bool,
+    poll_seconds: float,
+    report_seconds: float | None,
+    as_json: bool,
+) -> None:
     """Follow the event sequence and keep every read model current (the asynchronous
-    lifecycle; pair it with WORKCENTER_INLINE_PROJECTIONS=0 on the writers)."""
+    lifecycle; pair it with WORKCENTER_INLINE_PROJECTIONS=0 on the writers). On
+    PostgreSQL it follows the library's LISTEN/NOTIFY subscription. Ctrl-C or
+    SIGTERM stops it after the page in hand."""
     from workcenter.projections.runner import ProjectionRunner
 
-    with open_center(ctx) as wc:
+    # Opened without inline projections, or opening would catch the eager views up.
+    with open_center(ctx, inline_projections=False) as wc:
         runner = ProjectionRunner(wc, poll=poll_seconds)
         if once:
             applied = runner.run_once()
         else:
             if not as_json:
-                console.print(f"following the event sequence every {poll_seconds} s (Ctrl-C stops)")
-            with contextlib.suppress(KeyboardInterrupt):
-                runner.run_forever()
-            if runner.error is not None:
-                raise runner.error
+                how = "notified" if runner.subscribes else f"polled every {poll_seconds} s"
+                console.print(f"following the event sequence ({how}; Ctrl-C stops)")
+            _follow(runner, report_seconds, as_json)
             applied = runner.applied
         positions = runner.positions()
     if as_json:
         emit_json({"applied": applied, "positions": positions})
     else:
         console.print(f"applied {applied} events; {_positions(positions)}", highlight=False)
+
+
+def _follow(runner: Any, report_seconds: float | None, as_json: bool) -> None:
+    """Run the runner's thread until Ctrl-C or SIGTERM, reporting the lag as asked."""
+    import signal
+    import time
+
+    def stop(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    runner.start()
+    try:
+        next_report = time.monotonic() + (report_seconds or 0)
+        while runner.running:
+            time.sleep(0.05)
+            if report_seconds is not None and time.monotonic() >= next_report:
+                next_report += report_seconds
+                _report(runner, as_json)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        runner.stop()
+        signal.signal(signal.SIGTERM, previous)
+    if runner.error is not None:
+        raise runner.error
+
+
+def _report(runner: Any, as_json: bool) -> None:
+    rows = [row.json() for row in runner.status()]
+    if as_json:
+        sys.stdout.write(orjson.dumps({"status": rows}).decode() + "\n")
+        sys.stdout.flush()
+        return
+    console.print(
+        ", ".join(f"{r['name']} at {r['position']}/{r['head']} (lag {r['lag']})" for r in rows),
+        highlight=False,
+    )
+
+
+# --- rekey (issue 10): the cipher key's rotation ---------------------------------
+
+
+@click.command()
+@db_option
+@click.option("--to", "target", required=True, help="The new, empty store (path or URL).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def rekey(ctx: click.Context, target: str, as_json: bool) -> None:
+    """Copy the store's events into a new store under a new cipher key: read with
+    $WORKCENTER_CIPHER_KEY, written with $WORKCENTER_NEW_CIPHER_KEY (empty: no
+    encryption). Stop the writers first; then point them at the new store."""
+    from workcenter.adapters.rekey import rekey as copy_store
+
+    done = copy_store(ctx.ensure_object(dict).get("db") or resolve_db_path(None), target)
+    if as_json:
+        emit_json(done.json())
+        return
+    sealed = "encrypted with the new key" if done.encrypted else "without encryption"
+    console.print(f"copied {done.events} events to {target}, {sealed}", highlight=False)

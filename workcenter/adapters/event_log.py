@@ -15,9 +15,9 @@ from uuid import UUID
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import StoredEvent
-from eventsourcing.sqlite import SQLiteApplicationRecorder
 
 from workcenter.domain.model import DomainEvent
+from workcenter.projections import sql
 
 
 def streams_in_order(
@@ -27,22 +27,24 @@ def streams_in_order(
     notification id ``until`` if given."""
     if not stream_ids:
         return []
-    recorder = store.recorder
-    if not isinstance(recorder, SQLiteApplicationRecorder):
+    recorder: Any = store.recorder
+    if not hasattr(recorder, "events_table_name"):  # SQLite's and PostgreSQL's recorders
         raise TypeError(f"no merged stream read for {type(recorder).__name__}")
-    # rowid is the library's notification id on SQLite.
-    sql = (
-        "SELECT rowid, originator_id, originator_version, topic, state"
+    # The library's notification id: rowid on SQLite, notification_id on PostgreSQL,
+    # where the primary key on (originator_id, originator_version) serves the IN too.
+    position = sql.position_column(recorder)
+    statement = (
+        f"SELECT {position}, originator_id, originator_version, topic, state"
         f" FROM {recorder.events_table_name}"
         f" WHERE originator_id IN ({','.join('?' * len(stream_ids))})"
     )
     params: list[Any] = [s.hex for s in stream_ids]
     if until is not None:
-        sql += " AND rowid <= ?"
+        statement += f" AND {position} <= ?"
         params.append(until)
-    sql += " ORDER BY rowid"
-    with recorder.datastore.transaction(commit=False) as c:
-        c.execute(sql, params)
+    statement += f" ORDER BY {position}"
+    with sql.transaction(recorder.datastore, commit=False) as c:
+        c.execute(statement, params)
         rows = c.fetchall()
     mapper = store.mapper
     return [
@@ -55,7 +57,7 @@ def streams_in_order(
                         originator_id=UUID(row[1]),
                         originator_version=row[2],
                         topic=row[3],
-                        state=row[4],
+                        state=bytes(row[4]),
                     )
                 ),
             ),

@@ -10,6 +10,7 @@ import os
 import sqlite3
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 from uuid import UUID
 
 import orjson
@@ -137,8 +138,16 @@ def sqlite_env(db_path: str, synchronous: str | None = None) -> dict[str, str]:
     }
 
 
+POSTGRES_SCHEMES = ("postgresql", "postgres")
+
+
+def is_postgres_url(db: str) -> bool:
+    """Whether ``db`` names a PostgreSQL store (``postgresql://...``), not a SQLite file."""
+    return urlsplit(db).scheme in POSTGRES_SCHEMES
+
+
 def resolve_db_path(db: str | os.PathLike[str] | None) -> str:
-    """``db`` if given, else ``$WORKCENTER_DB``, else ./workcenter.db."""
+    """``db`` if given, else ``$WORKCENTER_DB``, else ./workcenter.db (a file or a URL)."""
     return os.fspath(db) if db is not None else os.environ.get("WORKCENTER_DB") or DEFAULT_DB
 
 

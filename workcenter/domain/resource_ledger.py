@@ -11,6 +11,7 @@ Reads top to bottom: values, estimate and usage, state, events, evolve, decision
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
@@ -68,6 +69,9 @@ class Usage(Immutable):
         )
 
 
+# A pure function asked at every claim, save and detail build: hashing the name costs
+# more than the cache's lookup.
+@functools.lru_cache(maxsize=65_536)
 def ledger_id_for(work_item_id: UUID) -> UUID:
     return uuid5(work_item_id, "resource-ledger")
 

@@ -27,12 +27,12 @@ import orjson
 from eventsourcing.dispatch import singledispatchmethod
 from eventsourcing.persistence import StoredEvent, Tracking
 from eventsourcing.projection import Projection
-from eventsourcing.sqlite import SQLiteCursor
 
 from workcenter.domain import action as act
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.model import AggregateState, DomainEvent
+from workcenter.projections import sql
 from workcenter.projections.dto import detail_dto
 from workcenter.projections.tracked import Batch, TrackedView
 
@@ -77,9 +77,7 @@ class StateSource(Protocol):
     """The event store, as the view reads it: the newest version of streams, and a
     stream's state at a version (snapshots and the fold are the store's)."""
 
-    def versions(
-        self, aggregate_ids: Sequence[UUID], c: SQLiteCursor | None = None
-    ) -> dict[UUID, int]:
+    def versions(self, aggregate_ids: Sequence[UUID], c: Any | None = None) -> dict[UUID, int]:
         """The newest versions, read with ``c`` if given (a cursor on the event store's
         own database), else in a read transaction of the store's."""
         ...
@@ -87,7 +85,7 @@ class StateSource(Protocol):
     def holds_events_of(self, datastore: Any) -> bool: ...
 
     def state(
-        self, kind: Kind, aggregate_id: UUID, version: int, c: SQLiteCursor | None = None
+        self, kind: Kind, aggregate_id: UUID, version: int, c: Any | None = None
     ) -> AggregateState | None:
         """The state at ``version``, read with ``c`` if given, else through the store."""
         ...
@@ -113,15 +111,13 @@ class EventStoreStates:
         self.mapper = mapper
         self.snapshots_table = snapshots_table
 
-    def versions(
-        self, aggregate_ids: Sequence[UUID], c: SQLiteCursor | None = None
-    ) -> dict[UUID, int]:
+    def versions(self, aggregate_ids: Sequence[UUID], c: Any | None = None) -> dict[UUID, int]:
         if c is not None:
             return self._versions(c, aggregate_ids)
-        with self.recorder.datastore.transaction(commit=False) as read:
+        with sql.transaction(self.recorder.datastore, commit=False) as read:
             return self._versions(read, aggregate_ids)
 
-    def _versions(self, c: SQLiteCursor, aggregate_ids: Sequence[UUID]) -> dict[UUID, int]:
+    def _versions(self, c: Any, aggregate_ids: Sequence[UUID]) -> dict[UUID, int]:
         marks = ",".join("?" * len(aggregate_ids))
         c.execute(
             "SELECT originator_id, MAX(originator_version)"
@@ -135,7 +131,7 @@ class EventStoreStates:
         return datastore is self.recorder.datastore
 
     def state(
-        self, kind: Kind, aggregate_id: UUID, version: int, c: SQLiteCursor | None = None
+        self, kind: Kind, aggregate_id: UUID, version: int, c: Any | None = None
     ) -> AggregateState | None:
         if c is None:
             return self.load(kind, aggregate_id, version)
@@ -203,11 +199,10 @@ class DetailView(TrackedView):
         self._cache: dict[UUID, AggregateState] = {}
 
     def shadow(self, datastore: Any) -> DetailView:
-        return DetailView(datastore, source=self.source, blobs=self.blobs)
+        return type(self)(datastore, source=self.source, blobs=self.blobs)
 
-    def construct_create_table_statements(self) -> list[str]:
+    def table_statements(self) -> list[str]:
         return [
-            *super().construct_create_table_statements(),
             # Folded states were kept here before ADR-0020; the event store serves them now.
             "DROP TABLE IF EXISTS dv_states",
             "CREATE TABLE IF NOT EXISTS dv_details ("
@@ -216,7 +211,7 @@ class DetailView(TrackedView):
 
     # --- writing --------------------------------------------------------------
 
-    def _apply_batch(self, c: SQLiteCursor, batch: Batch) -> None:
+    def _apply_batch(self, c: Any, batch: Batch) -> None:
         # The live view shares the event store's database: its states and versions are
         # read in this transaction, which sees the batch's own events too. A rebuild's
         # shadow is another file, so it reads them from the store.
@@ -241,7 +236,8 @@ class DetailView(TrackedView):
             dto = self._build(item_id, at, working, events_cursor)
             if dto is not None:
                 c.execute(
-                    "INSERT OR REPLACE INTO dv_details VALUES (?, ?, ?)",
+                    "INSERT INTO dv_details VALUES (?, ?, ?) ON CONFLICT (work_item_id)"
+                    " DO UPDATE SET position = excluded.position, dto = excluded.dto",
                     (item_id.hex, position, self.blobs.deflate(dto)),
                 )
 
@@ -251,7 +247,7 @@ class DetailView(TrackedView):
         self._cache[state.id] = state
 
     def _at(
-        self, kind: Kind, aggregate_id: UUID, version: int, c: SQLiteCursor | None
+        self, kind: Kind, aggregate_id: UUID, version: int, c: Any | None
     ) -> AggregateState | None:
         cached = self._cache.get(aggregate_id)
         if cached is not None and cached.version == version:
@@ -265,7 +261,7 @@ class DetailView(TrackedView):
         self,
         wanted: dict[UUID, Kind],
         working: dict[UUID, AggregateState],
-        c: SQLiteCursor | None,
+        c: Any | None,
     ) -> dict[UUID, AggregateState]:
         """The states of ``wanted`` after this batch: folded here, else the store's newest
         (committed before this transaction, which holds the write lock when inline)."""
@@ -282,7 +278,7 @@ class DetailView(TrackedView):
         item_id: UUID,
         at: datetime,
         working: dict[UUID, AggregateState],
-        c: SQLiteCursor | None,
+        c: Any | None,
     ) -> bytes | None:
         item = self._newest({item_id: "item"}, working, c).get(item_id)
         if not isinstance(item, wi.WorkItemState):
@@ -306,11 +302,11 @@ class DetailView(TrackedView):
         return None if raw is None else dict(orjson.loads(raw))
 
     def current_detail_bytes(
-        self, work_item_id: UUID, application_name: str, head: Callable[[SQLiteCursor], int]
+        self, work_item_id: UUID, application_name: str, head: Callable[[Any], int]
     ) -> tuple[bytes | None, bool]:
         """The item's stored DTO and whether the view had every event up to ``head``,
         both read in one transaction: the fast path of a read right after a write."""
-        with self.datastore.transaction(commit=False) as c:
+        with sql.transaction(self.datastore, commit=False) as c:
             # The position and the DTO in one statement: a read is a handful of these.
             c.execute(
                 "SELECT (SELECT MAX(notification_id) FROM tracking WHERE application_name = ?),"

@@ -53,8 +53,8 @@ class View(Protocol):
 class InTransactionView(Protocol):
     """A read model the event recorder updates inside a command's transaction.
 
-    ``c`` is the recorder's cursor (SQLite today; a PostgreSQL view would take a
-    psycopg cursor), and the transaction already holds the write lock."""
+    ``c`` is the recorder's cursor (SQLite's, or a ``sql.PortableCursor`` over
+    psycopg's), and the transaction already holds the event store's write lock."""
 
     def position_within(self, c: Any, application_name: str) -> int: ...
 
@@ -113,30 +113,44 @@ class InlineProjections:
             )
             if not page:
                 return applied
-            batch = [(n.id, self._mapper.to_domain_event(n)) for n in page]
-            if _share_one_datastore(views):
-                applied += apply_together(views, batch)  # type: ignore[arg-type]
-                if len(page) < PAGE:
-                    return applied
-                continue
-            raced = False
-            for name, view in views.items():
-                mine = [entry for entry in batch if entry[0] > positions[name]]
-                try:
-                    done = view.apply(name, mine)
-                except IntegrityError:
-                    # Another process applied these first; re-read positions and go on.
-                    raced = True
-                    continue
-                # A TrackedView says how many were new (it skips what another writer applied).
-                applied += done if isinstance(done, int) else len(mine)
+            done, raced = self._apply_page(views, page, positions)
+            applied += done
             if len(page) < PAGE and not raced:
                 # A short page was the head when read: no need to ask for an empty one.
                 return applied
 
+    def apply_notifications(self, page: Sequence[Notification]) -> int:
+        """Apply notifications delivered in order (by a subscription) to every view, each
+        from its own position; returns the events applied (per view, summed)."""
+        if not page:
+            return 0
+        positions = {name: self.position(name) for name in self.views}
+        return self._apply_page(self.views, page, positions)[0]
+
+    def _apply_page(
+        self, views: dict[str, View], page: Sequence[Notification], positions: dict[str, int]
+    ) -> tuple[int, bool]:
+        """(events applied, whether another writer raced a view) for one page."""
+        batch = [(n.id, self._mapper.to_domain_event(n)) for n in page]
+        if _share_one_datastore(views):
+            return apply_together(views, batch), False  # type: ignore[arg-type]
+        applied = 0
+        raced = False
+        for name, view in views.items():
+            mine = [entry for entry in batch if entry[0] > positions[name]]
+            try:
+                done = view.apply(name, mine)
+            except IntegrityError:
+                # Another process applied these first; re-read positions and go on.
+                raced = True
+                continue
+            # A TrackedView says how many were new (it skips what another writer applied).
+            applied += done if isinstance(done, int) else len(mine)
+        return applied, raced
+
 
 def _share_one_datastore(views: dict[str, View]) -> bool:
-    """Several TrackedViews of one SQLite file can be caught up with one commit."""
+    """Several TrackedViews of one database can be caught up with one commit."""
     if len(views) < 2 or not all(isinstance(v, TrackedView) for v in views.values()):
         return False
     return len({id(v.datastore) for v in views.values()}) == 1  # type: ignore[attr-defined]

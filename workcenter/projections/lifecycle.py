@@ -5,12 +5,13 @@ lag: the number of notifications after the position (counted, not subtracted,
 so gaps in ids never inflate it).
 
 **Rebuild** replays the whole log from position zero into a *shadow* copy of the
-view: the same view class on a temporary SQLite file, so view code needs no
-table-name parameters. Readers keep reading the untouched live tables
-meanwhile. The shadow is then swapped in with one transaction on the live
-database (``ATTACH`` the shadow; ``DELETE`` the live rows, ``INSERT … SELECT``
-the shadow's, set the position). If the live view moved past the shadow while
-it was being built, the shadow catches up again before the swap, so the swap
+view: the same view class on a temporary SQLite file, or on PostgreSQL in a
+temporary schema of the same database, so view code needs no table-name
+parameters. Readers keep reading the untouched live tables meanwhile. The
+shadow is then swapped in with one transaction on the live database (SQLite:
+``ATTACH`` the shadow; both: ``DELETE`` the live rows, ``INSERT … SELECT`` the
+shadow's, set the position). If the live view moved past the shadow while it
+was being built, the shadow catches up again before the swap, so the swap
 never moves a view backwards.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -26,6 +28,7 @@ from typing import Any
 
 from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore
 
+from workcenter.projections import sql
 from workcenter.projections.inline import PAGE, InlineProjections
 
 Progress = Callable[[str, int, int], None]
@@ -67,9 +70,11 @@ def count_after(recorder: Any, position: int, head: int) -> int:
     """How many notifications lie in (position, head]."""
     if head <= position:
         return 0
-    with recorder.datastore.transaction(commit=False) as c:
+    column = sql.position_column(recorder)
+    with sql.transaction(recorder.datastore, commit=False) as c:
         c.execute(
-            f"SELECT COUNT(*) FROM {recorder.events_table_name} WHERE rowid > ? AND rowid <= ?",
+            f"SELECT COUNT(*) FROM {recorder.events_table_name}"
+            f" WHERE {column} > ? AND {column} <= ?",
             (position, head),
         )
         return int(c.fetchone()[0])
@@ -120,6 +125,76 @@ def _swap(live: Any, name: str, shadow_path: str, shadow_position: int) -> None:
             conn.cursor().execute("DETACH DATABASE shadow")
 
 
+def _swap_postgres(live: Any, name: str, shadow: Any, shadow_position: int) -> None:
+    """The swap on PostgreSQL: the shadow is a schema of the same database."""
+    source = shadow.datastore.schema
+    with sql.transaction(live.datastore, commit=True) as c:
+        if live.locked_position(c, name) > shadow_position:
+            raise _LiveMovedOn
+        for table in type(live).TABLES:
+            c.execute(
+                "SELECT column_name FROM information_schema.columns"
+                " WHERE table_schema = ? AND table_name = ? ORDER BY ordinal_position",
+                (source, table),
+            )
+            columns = ", ".join(f'"{row[0]}"' for row in c.fetchall())
+            c.execute(f"DELETE FROM {table}")
+            c.execute(f'INSERT INTO {table} ({columns}) SELECT {columns} FROM "{source}".{table}')
+        c.execute("DELETE FROM tracking WHERE application_name = ?", (name,))
+        if shadow_position:
+            c.execute("INSERT INTO tracking VALUES (?, ?)", (name, shadow_position))
+
+
+class _Shadow:
+    """Where a rebuild builds its copy: a temporary SQLite file, or a temporary schema."""
+
+    def __init__(self, live: Any, name: str) -> None:
+        self.live = live
+        self.directory: str | None = None
+        if sql.is_postgres(live.datastore):
+            self.datastore: Any = _shadow_schema(live.datastore, name)
+        else:
+            self.directory = tempfile.mkdtemp(prefix="workcenter-rebuild-")
+            self.path = str(Path(self.directory) / f"{name}.sqlite")
+            self.datastore = SQLiteDatastore(self.path)
+        self.view = live.shadow(self.datastore)
+        self.view.create_table()
+
+    def swap(self, name: str, position: int) -> None:
+        if self.directory is None:
+            _swap_postgres(self.live, name, self.view, position)
+        else:
+            _swap(self.live, name, self.path, position)
+
+    def close(self) -> None:
+        if self.directory is None:
+            with sql.transaction(self.datastore, commit=True) as c:
+                c.execute(f'DROP SCHEMA IF EXISTS "{self.datastore.schema}" CASCADE')
+        self.datastore.close()
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _shadow_schema(live: Any, name: str) -> Any:
+    """A datastore on the live one's database, in a new schema of its own."""
+    from eventsourcing.postgres import PostgresDatastore  # an optional extra
+
+    schema = f"{live.schema}_rebuild_{uuid.uuid4().hex[:8]}"
+    params = sql.connection_params(live)
+    datastore = PostgresDatastore(
+        dbname=params["dbname"],
+        host=params["host"],
+        port=params["port"],
+        user=params["user"],
+        password=params["password"],
+        schema=schema,
+    )
+    sql.pin_search_path(datastore)
+    with sql.transaction(datastore, commit=True) as c:
+        c.execute(f'CREATE SCHEMA "{schema}"')
+    return datastore
+
+
 def rebuild(
     projections: InlineProjections,
     recorder: Any,
@@ -128,13 +203,9 @@ def rebuild(
     progress: Progress | None = None,
 ) -> RebuildReport:
     """Replay the log from zero into a shadow of view ``name`` and swap it in atomically."""
-    live: Any = projections.views[name]  # a TrackedView-like SQLite view with TABLES
-    directory = tempfile.mkdtemp(prefix="workcenter-rebuild-")
-    shadow_path = str(Path(directory) / f"{name}.sqlite")
-    datastore = SQLiteDatastore(shadow_path)
+    live: Any = projections.views[name]  # a TrackedView with TABLES
+    shadow = _Shadow(live, name)
     try:
-        shadow = live.shadow(datastore)
-        shadow.create_table()
         total = count_after(recorder, 0, recorder.max_notification_id() or 0)
         applied = position = 0
         started = time.perf_counter()
@@ -143,14 +214,14 @@ def rebuild(
                 start=position, limit=PAGE, inclusive_of_start=False
             ):
                 batch = [(n.id, mapper.to_domain_event(n)) for n in page]
-                shadow.apply(name, batch)
+                shadow.view.apply(name, batch)
                 applied += len(batch)
                 position = page[-1].id
                 total = max(total, applied)
                 if progress is not None:
                     progress(name, applied, total)
             try:
-                _swap(live, name, shadow_path, position)
+                shadow.swap(name, position)
             except _LiveMovedOn:
                 continue
             break
@@ -158,5 +229,4 @@ def rebuild(
             raise RuntimeError(f"could not swap in the rebuilt {name} view: writers kept ahead")
         return RebuildReport(name, applied, time.perf_counter() - started, position)
     finally:
-        datastore.close()
-        shutil.rmtree(directory, ignore_errors=True)
+        shadow.close()

@@ -15,7 +15,6 @@ from uuid import UUID
 from eventsourcing.dispatch import singledispatchmethod
 from eventsourcing.persistence import Tracking
 from eventsourcing.projection import Projection
-from eventsourcing.sqlite import SQLiteCursor
 
 from workcenter.domain import conversation as conv
 from workcenter.domain import resource_ledger as rl
@@ -31,9 +30,8 @@ def _ts(moment: datetime | None) -> float | None:
 class MailboxView(TrackedView):
     TABLES: ClassVar[tuple[str, ...]] = ("mb_entries", "mb_items")
 
-    def construct_create_table_statements(self) -> list[str]:
+    def table_statements(self) -> list[str]:
         return [
-            *super().construct_create_table_statements(),
             "CREATE TABLE IF NOT EXISTS mb_entries ("
             " entry_id TEXT PRIMARY KEY, work_item_id TEXT NOT NULL, sequence INTEGER NOT NULL,"
             " kind TEXT NOT NULL, status TEXT NOT NULL, lease_expires_at REAL,"
@@ -49,7 +47,7 @@ class MailboxView(TrackedView):
 
     # --- writing --------------------------------------------------------------
 
-    def _apply(self, c: SQLiteCursor, event: DomainEvent) -> None:
+    def _apply(self, c: Any, event: DomainEvent) -> None:
         if isinstance(event, conv.ConversationEvent):
             self._apply_conversation(c, event)
         elif isinstance(event, wi.WorkItemEvent):
@@ -57,7 +55,7 @@ class MailboxView(TrackedView):
         elif isinstance(event, rl.LedgerEvent):
             self._apply_ledger(c, event)
 
-    def _apply_conversation(self, c: SQLiteCursor, event: conv.ConversationEvent) -> None:
+    def _apply_conversation(self, c: Any, event: conv.ConversationEvent) -> None:
         if isinstance(event, conv.ConversationOpened):
             item_id = event.work_item_id
             c.execute(
@@ -95,7 +93,7 @@ class MailboxView(TrackedView):
             self._set(c, event.entry_id, "cancelled", None)
 
     @staticmethod
-    def _set(c: SQLiteCursor, entry_id: UUID, status: str, lease: float | None) -> None:
+    def _set(c: Any, entry_id: UUID, status: str, lease: float | None) -> None:
         c.execute(
             "UPDATE mb_entries SET status = ?, lease_expires_at = ? WHERE entry_id = ?",
             (status, lease, entry_id.hex),
@@ -105,7 +103,7 @@ class MailboxView(TrackedView):
     # below then change nothing. The WorkItem's mirror of a stop is enough for the
     # gate; the ledger's own events carry the retry delay.
 
-    def _apply_item(self, c: SQLiteCursor, event: wi.WorkItemEvent) -> None:
+    def _apply_item(self, c: Any, event: wi.WorkItemEvent) -> None:
         sql = "UPDATE mb_items SET {} = ? WHERE work_item_id = ?"
         iid = event.originator_id.hex
         if isinstance(event, wi.WorkItemCancelled | wi.WorkItemCompleted):
@@ -116,7 +114,7 @@ class MailboxView(TrackedView):
             stopped = int(isinstance(event, wi.BudgetStopRecorded))
             c.execute(sql.format("stopped"), (stopped, iid))
 
-    def _apply_ledger(self, c: SQLiteCursor, event: rl.LedgerEvent) -> None:
+    def _apply_ledger(self, c: Any, event: rl.LedgerEvent) -> None:
         retry_after: float | None
         if isinstance(event, rl.CoordinatorFailureRecorded):
             retry_after = event.retry_after.timestamp()
@@ -154,7 +152,7 @@ class MailboxView(TrackedView):
             " JOIN mb_items i ON i.work_item_id = e.work_item_id"
             " WHERE e.status IN ('pending', 'claimed') AND ("
             " (e.status = 'claimed' AND e.lease_expires_at <= ?)"
-            " OR (e.has_turn = 1 AND (? OR i.closed = 1 OR i.stopped = 1)))"
+            " OR (e.has_turn = 1 AND (? = 1 OR i.closed = 1 OR i.stopped = 1)))"
             " ORDER BY e.work_item_id",
             (now.timestamp(), int(at_open)),
         )

@@ -1,11 +1,18 @@
 """The asynchronous lifecycle: follow the event sequence in a thread and keep views current.
 
-The runner applies the *same* view classes and the same catch-up code as the
-inline lifecycle (``InlineProjections``), from each view's own position in the
-``tracking`` table. SQLite has no subscription in eventsourcing 9.5.6, so it
-polls: one cheap ``select_notifications`` after the lowest position every
-``poll`` seconds, and straight on without sleeping while there is a backlog.
-See ADR-0011.
+The runner applies the *same* view classes and the same code as the inline
+lifecycle (``InlineProjections``), from each view's own position in the
+``tracking`` table. How it learns of new events depends on the database
+(ADR-0011, ADR-0034):
+
+- **PostgreSQL**: the library's subscription (``recorder.subscribe``, LISTEN/NOTIFY:
+  every insert notifies the channel, and the subscription pulls what follows the
+  last notification it delivered). A reader thread moves its notifications into
+  a queue; the runner applies whatever has arrived, up to a page, in one
+  transaction per page, so a burst costs one commit, not one per event.
+- **SQLite** has no subscription in eventsourcing 9.5.6, so it polls: one cheap
+  ``select_notifications`` after the lowest position every ``poll`` seconds, and
+  straight on without sleeping while there is a backlog.
 
 Run it with the Store's inline projections off (``inline_projections=False`` or
 ``WORKCENTER_INLINE_PROJECTIONS=0``) to make it the views' only writer; running
@@ -15,12 +22,17 @@ lock, whatever is already at or below its position.
 
 from __future__ import annotations
 
+import queue
 import threading
 import time
 from collections.abc import Collection
 from typing import Any, Protocol, Self
 
-from workcenter.projections.inline import InlineProjections
+from eventsourcing.persistence import Notification
+
+from workcenter.projections import lifecycle, sql
+from workcenter.projections.inline import PAGE, InlineProjections
+from workcenter.projections.lifecycle import ProjectionStatus
 
 
 class Store(Protocol):
@@ -47,14 +59,21 @@ class ProjectionRunner:
         unknown = [n for n in chosen if n not in registry]
         if unknown:
             raise KeyError(f"no read model named {unknown[0]!r}")
+        self.recorder = store.store.recorder
         self.engine = InlineProjections(
-            store.store.recorder, store.store.mapper, {n: registry[n] for n in chosen}
+            self.recorder, store.store.mapper, {n: registry[n] for n in chosen}
         )
         self.poll = poll
         self.applied = 0
         self.error: Exception | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._subscription: Any = None
+
+    @property
+    def subscribes(self) -> bool:
+        """Whether new events are pushed (PostgreSQL's LISTEN/NOTIFY) rather than polled."""
+        return sql.is_postgres(self.recorder.datastore)
 
     # --- one pass / the loop --------------------------------------------------
 
@@ -65,15 +84,51 @@ class ProjectionRunner:
         return applied
 
     def run_forever(self) -> None:
-        """Poll until ``stop()``; an error in a view stops the loop and is kept in ``error``."""
+        """Follow until ``stop()``; an error in a view stops the loop and is kept in ``error``."""
+        try:
+            if self.subscribes:
+                self._follow()
+            else:
+                self._poll()
+        except Exception as error:  # kept for wait() and the caller
+            self.error = error
+
+    def _poll(self) -> None:
         while not self._stop.is_set():
-            try:
-                applied = self.run_once()
-            except Exception as error:  # kept for wait() and the caller
-                self.error = error
-                return
-            if not applied:
+            if not self.run_once():
                 self._stop.wait(self.poll)
+
+    def _follow(self) -> None:
+        self.run_once()  # the backlog, in pages
+        start = min(self.positions().values(), default=0)
+        arrived: queue.Queue[Notification | BaseException] = queue.Queue(maxsize=4 * PAGE)
+        with self.recorder.subscribe(gt=start) as subscription:
+            self._subscription = subscription
+            reader = threading.Thread(
+                target=_read, args=(subscription, arrived), name="workcenter-subscription"
+            )
+            reader.start()
+            try:
+                while not self._stop.is_set():
+                    try:
+                        first = arrived.get(timeout=self.poll)
+                    except queue.Empty:
+                        continue
+                    page = [first]
+                    while len(page) < PAGE:
+                        try:
+                            page.append(arrived.get_nowait())
+                        except queue.Empty:
+                            break
+                    failures = [n for n in page if isinstance(n, BaseException)]
+                    if failures:
+                        raise RuntimeError("the subscription failed") from failures[0]
+                    self.applied += self.engine.apply_notifications(page)  # type: ignore[arg-type]
+            finally:
+                subscription.stop()
+                _drain(arrived)
+                reader.join()
+                self._subscription = None
 
     # --- the thread -----------------------------------------------------------
 
@@ -85,8 +140,15 @@ class ProjectionRunner:
         self._thread.start()
         return self
 
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     def stop(self, timeout: float | None = 10.0) -> None:
         self._stop.set()
+        subscription = self._subscription
+        if subscription is not None:
+            subscription.stop()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
@@ -102,6 +164,10 @@ class ProjectionRunner:
     def positions(self) -> dict[str, int]:
         return {name: self.engine.position(name) for name in self.engine.views}
 
+    def status(self) -> list[ProjectionStatus]:
+        """Each view's position, the head and the lag (events after the position)."""
+        return lifecycle.status(self.engine, self.recorder)
+
     def wait(self, position: int, timeout: float = 10.0) -> None:
         """Block until every view reached ``position``; re-raise the runner's error, or
         ``TimeoutError``. Polls the positions every few milliseconds (not library back-off)."""
@@ -114,3 +180,21 @@ class ProjectionRunner:
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"views at {self.positions()}, waiting for {position}")
             time.sleep(0.005)
+
+
+def _read(subscription: Any, arrived: queue.Queue[Notification | BaseException]) -> None:
+    """The subscription's notifications, in order, into ``arrived`` (its error last)."""
+    try:
+        for notification in subscription:
+            arrived.put(notification)
+    except BaseException as error:
+        arrived.put(error)
+
+
+def _drain(arrived: queue.Queue[Notification | BaseException]) -> None:
+    """Empty the queue, so a reader blocked on a full one can see the stop and end."""
+    try:
+        while True:
+            arrived.get_nowait()
+    except queue.Empty:
+        return

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from enum import Enum
 from types import UnionType
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, TypeGuard, Union, get_args, get_origin
 from urllib.parse import unquote
 from uuid import UUID
 
@@ -365,12 +365,45 @@ def redact_home_paths(text: str) -> str:
     return _HOME_PATH.sub(PATH_REDACTED, text) if _may_hold_path(text) else text
 
 
+# --- the fast path -------------------------------------------------------------------
+#
+# Most text a DTO shows (titles, goals, criteria, objectives) holds nothing any step of
+# (a), (b) or sanitize_personal changes, and the detail view sanitises it again at every
+# save. A text passes them unchanged when it is ASCII within the limit (no truncation,
+# no surrogate), holds no anchor of the URL, path, token and Bearer patterns, and its
+# ":" or "=" (if any) can assign no sensitive name: every name the assignment pattern
+# finds is, once normalised, a contiguous run of the text's letters and digits, so a
+# text whose letters and digits contain no sensitive name or suffix has none (a name
+# the pattern finds holds no "%", so decoding it changes nothing).
+
+_ANCHORS = re.compile(r"[/\\_]|sk-|xox|AKIA|(?i:bearer|basic)")
+_SENSITIVE_FRAGMENT = re.compile(
+    "|".join(sorted({*SENSITIVE_NAMES, *_SENSITIVE_SUFFIXES}, key=lambda w: (-len(w), w)))
+)
+_NOT_ALNUM = re.compile(r"[^a-z0-9]")
+
+
+def passes_unchanged(value: object, limit: int) -> TypeGuard[str]:
+    """Whether ``sanitize_diagnostic``, ``sanitize_diagnostic_paths`` and
+    ``sanitize_personal`` would all return ``value`` itself: True only when that is
+    certain (a False says nothing)."""
+    if type(value) is not str or len(value) > limit or not value.isascii():
+        return False
+    if _ANCHORS.search(value) is not None:
+        return False
+    if ":" not in value and "=" not in value:
+        return True
+    return _SENSITIVE_FRAGMENT.search(_NOT_ALNUM.sub("", value.lower())) is None
+
+
 # --- sanitisers ----------------------------------------------------------------------
 
 
 def sanitize_diagnostic(value: object, limit: int = DIAGNOSTIC_LIMIT) -> str:
     """(a): truncate, scrub URLs, mask sensitive assignments, Bearer and bare provider
     tokens, truncate again."""
+    if passes_unchanged(value, limit):
+        return value
     text = truncate_utf8(value, limit)
     if not text:
         return ""
@@ -386,6 +419,8 @@ def sanitize_diagnostic(value: object, limit: int = DIAGNOSTIC_LIMIT) -> str:
 
 def sanitize_diagnostic_paths(value: object, limit: int = DIAGNOSTIC_LIMIT) -> str:
     """(b): (a), then file URLs, UNC, drive and POSIX absolute paths are redacted."""
+    if passes_unchanged(value, limit):
+        return value
     return truncate_utf8(redact_paths(sanitize_diagnostic(value, limit)), limit)
 
 
@@ -396,6 +431,8 @@ def sanitize_personal(value: object, limit: int = DIAGNOSTIC_LIMIT) -> str:
     (ADR-0013): other paths stay, as they are usually the subject (an endpoint to
     fix, the file a worker failed on), yet no credential and no person's home
     directory is shown."""
+    if passes_unchanged(value, limit):
+        return value
     return truncate_utf8(redact_home_paths(sanitize_diagnostic(value, limit)), limit)
 
 

@@ -2,10 +2,16 @@
 
 A view declares its ``TABLES`` (plus their create statements) and how one event
 changes its rows (``_apply``, or ``_apply_batch`` for a whole page). ``apply``
-takes the write lock first, reads the view's position inside that transaction
-and skips every event at or below it, so a batch delivered twice, or a batch
-another thread or process applied first, changes nothing. The same view classes
-serve the inline lifecycle, the runner and a rebuild into shadow tables.
+takes the view's write lock first, reads the view's position inside that
+transaction and skips every event at or below it, so a batch delivered twice,
+or a batch another thread or process applied first, changes nothing. The same
+view classes serve the inline lifecycle, the runner and a rebuild into shadow
+tables, on SQLite and on PostgreSQL alike.
+
+The position is the library's own tracking row, written by the library's
+tracking recorder of the view's database (``SQLiteTrackingRecorder`` or
+``PostgresTrackingRecorder``, both on a table named ``tracking``), which the
+view holds and to which it hands its cursor (ADR-0032).
 """
 
 from __future__ import annotations
@@ -13,41 +19,94 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from eventsourcing.persistence import Tracking
-from eventsourcing.sqlite import SQLiteCursor, SQLiteTrackingRecorder
+from eventsourcing.persistence import Tracking, TrackingRecorder
+from eventsourcing.sqlite import SQLiteTrackingRecorder
 
 from workcenter.domain.model import DomainEvent
+from workcenter.projections import sql
 
 Batch = Sequence[tuple[int, DomainEvent]]
+TRACKING_TABLE = "tracking"
 
 
-class TrackedView(SQLiteTrackingRecorder):
-    """A SQLite read model whose position is keyed by its projection name."""
+class _SQLiteTables(SQLiteTrackingRecorder):
+    """The library's SQLite tracking recorder, creating a view's tables with its own."""
+
+    def __init__(self, datastore: Any, statements: Sequence[str]) -> None:
+        self.statements = list(statements)  # the library's __init__ reads them
+        super().__init__(datastore)
+
+    def construct_create_table_statements(self) -> list[str]:
+        return [*super().construct_create_table_statements(), *self.statements]
+
+
+def _tracking_recorder(datastore: Any, statements: Sequence[str]) -> Any:
+    if not sql.is_postgres(datastore):
+        return _SQLiteTables(datastore, statements)
+    # Imported here: PostgreSQL support is an optional extra (psycopg).
+    from eventsourcing.postgres import PostgresTrackingRecorder
+    from psycopg.sql import SQL, Composed
+
+    recorder = PostgresTrackingRecorder(datastore, tracking_table_name=TRACKING_TABLE)
+    recorder.sql_create_statements.extend(
+        Composed([SQL(sql.ddl(s, datastore))]) for s in statements
+    )
+    return recorder
+
+
+class TrackedView(TrackingRecorder):
+    """A read model whose position is keyed by its projection name."""
 
     TABLES: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, datastore: Any) -> None:
+        self.datastore = datastore
+        self.tracking = _tracking_recorder(datastore, self.table_statements())
+
+    def table_statements(self) -> list[str]:
+        """The view's CREATE statements, in SQLite's types (``sql.ddl`` maps them)."""
+        return []
+
+    def create_table(self) -> None:
+        self.tracking.create_table()
+
+    # --- the position (the library's tracking recorder) -----------------------
+
+    def insert_tracking(self, tracking: Tracking) -> None:
+        self.tracking.insert_tracking(tracking)
+
+    def max_tracking_id(self, application_name: str) -> int | None:
+        return self.tracking.max_tracking_id(application_name)
+
+    def _insert_tracking(self, c: Any, tracking: Tracking) -> None:
+        self.tracking._insert_tracking(c, tracking)
+
+    # --- writing --------------------------------------------------------------
 
     def apply(self, application_name: str, batch: Batch) -> int:
         """Apply the events after the view's position; returns how many were applied."""
         if not batch:
             return 0
-        with self.datastore.transaction(commit=True) as c:
+        with sql.transaction(self.datastore, commit=True) as c:
             return self.apply_within(
                 c, application_name, batch, self.locked_position(c, application_name)
             )
 
     def shadow(self, datastore: Any) -> TrackedView:
-        """The same view on another datastore (a rebuild's shadow file)."""
+        """The same view on another datastore (a rebuild's shadow)."""
         return type(self)(datastore)
 
-    def position_within(self, c: SQLiteCursor, application_name: str) -> int:
-        """The position, read in the caller's transaction (which must hold the write lock)."""
-        return self._max_tracking_id(application_name, c) or 0
+    def position_within(self, c: Any, application_name: str) -> int:
+        """The position, read in the caller's transaction (a command's, holding the event
+        store's write lock) after taking the view's lock."""
+        if sql.is_postgres(self.datastore):
+            # The event table's lock keeps other commands out, not a runner: wait for it.
+            return self.locked_position(c, application_name)
+        return self.tracking._max_tracking_id(application_name, c) or 0
 
-    def apply_within(
-        self, c: SQLiteCursor, application_name: str, batch: Batch, position: int
-    ) -> int:
+    def apply_within(self, c: Any, application_name: str, batch: Batch, position: int) -> int:
         """Apply the events after ``position`` and move the position, in the caller's
-        transaction, which holds the write lock and read ``position`` under it."""
+        transaction, which holds the view's lock and read ``position`` under it."""
         fresh = [entry for entry in batch if entry[0] > position]
         if not fresh:
             return 0
@@ -55,32 +114,31 @@ class TrackedView(SQLiteTrackingRecorder):
         self._insert_tracking(c, Tracking(application_name, fresh[-1][0]))
         return len(fresh)
 
-    def locked_position(self, c: SQLiteCursor, application_name: str) -> int:
-        """The position, read after taking the write lock (a no-op write does that), so no
-        other writer can move it before this transaction commits."""
-        c.execute(
-            "UPDATE tracking SET notification_id = notification_id WHERE application_name = ?",
-            (application_name,),
-        )
-        return self._max_tracking_id(application_name, c) or 0
+    def locked_position(self, c: Any, application_name: str) -> int:
+        """The position, read after taking the view's write lock, so no other writer can
+        move it before this transaction commits."""
+        sql.lock_view(c, self.datastore, application_name)
+        return self.tracking._max_tracking_id(application_name, c) or 0
 
-    def _apply_batch(self, c: SQLiteCursor, batch: Batch) -> None:
+    def _apply_batch(self, c: Any, batch: Batch) -> None:
         for _, event in batch:
             self._apply(c, event)
 
-    def _apply(self, c: SQLiteCursor, event: DomainEvent) -> None:  # pragma: no cover
+    def _apply(self, c: Any, event: DomainEvent) -> None:  # pragma: no cover
         raise NotImplementedError
 
     def reset(self, application_name: str) -> None:
         """Drop every row and the position together, for a rebuild in place from zero."""
-        with self.datastore.transaction(commit=True) as c:
+        with sql.transaction(self.datastore, commit=True) as c:
             for table in self.TABLES:
                 c.execute(f"DELETE FROM {table}")
-            c.execute("DELETE FROM tracking WHERE application_name = ?", (application_name,))
+            c.execute(
+                f"DELETE FROM {TRACKING_TABLE} WHERE application_name = ?", (application_name,)
+            )
 
-    def _rows(self, sql: str, params: Iterable[Any] = ()) -> list[Any]:
-        with self.datastore.transaction(commit=False) as c:
-            c.execute(sql, tuple(params))
+    def _rows(self, statement: str, params: Iterable[Any] = ()) -> list[Any]:
+        with sql.transaction(self.datastore, commit=False) as c:
+            c.execute(statement, tuple(params))
             return list(c.fetchall())
 
     def dump(self) -> dict[str, list[tuple[Any, ...]]]:
@@ -93,14 +151,14 @@ class TrackedView(SQLiteTrackingRecorder):
 def apply_together(views: Mapping[str, TrackedView], batch: Batch) -> int:
     """Apply a batch to several views of one datastore in ONE transaction.
 
-    Each view still reads its own position under the write lock and skips what
+    Each view still reads its own position under its write lock and skips what
     it has; the views share one commit instead of paying one each.
     """
     if not views or not batch:
         return 0
     datastore = next(iter(views.values())).datastore
     applied = 0
-    with datastore.transaction(commit=True) as c:
+    with sql.transaction(datastore, commit=True) as c:
         for name, view in views.items():
             applied += view.apply_within(c, name, batch, view.locked_position(c, name))
     return applied

@@ -8,6 +8,8 @@ be resumed, measured and rebuilt from position zero.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
 from uuid import UUID
@@ -15,24 +17,47 @@ from uuid import UUID
 from eventsourcing.dispatch import singledispatchmethod
 from eventsourcing.persistence import Tracking
 from eventsourcing.projection import Projection
-from eventsourcing.sqlite import SQLiteCursor
 
 from workcenter.domain import action as act
 from workcenter.domain import work_item as wi
 from workcenter.domain.model import DomainEvent
-from workcenter.projections.tracked import TrackedView
+from workcenter.projections import sql
+from workcenter.projections.tracked import Batch, TrackedView
+
+READY = (
+    "SELECT action_id FROM wq_actions WHERE status = 'ready' AND held = 0"
+    " ORDER BY ready_since, sequence LIMIT ? OFFSET ?"
+)
 
 
 def _ts(moment: datetime) -> float:
     return moment.timestamp()
 
 
+@dataclass(frozen=True)
+class Titles:
+    """How a WorkItem's title is kept in ``wq_items`` (sealed by the store's cipher when
+    it has one, given by the composition root so that read models import no adapter)."""
+
+    seal: Callable[[str], str]
+    unseal: Callable[[str], str]
+
+
+TITLES_AS_IS = Titles(seal=lambda title: title, unseal=lambda title: title)
+
+
 class WorkQueueView(TrackedView):
     TABLES: ClassVar[tuple[str, ...]] = ("wq_actions", "wq_runs", "wq_items")
 
-    def construct_create_table_statements(self) -> list[str]:
+    def __init__(self, datastore: Any, *, titles: Titles = TITLES_AS_IS) -> None:
+        super().__init__(datastore)
+        self.titles = titles
+
+    def shadow(self, datastore: Any) -> WorkQueueView:
+        return type(self)(datastore, titles=self.titles)
+
+    def table_statements(self) -> list[str]:
         return [
-            *super().construct_create_table_statements(),
             "CREATE TABLE IF NOT EXISTS wq_actions ("
             " action_id TEXT PRIMARY KEY, work_item_id TEXT NOT NULL,"
             " sequence INTEGER NOT NULL, status TEXT NOT NULL, ready_since REAL,"
@@ -50,15 +75,27 @@ class WorkQueueView(TrackedView):
 
     # --- writing --------------------------------------------------------------
 
-    # ``apply`` (TrackedView) runs ``_apply`` per event after the position, under the lock.
+    # ``apply`` (TrackedView) runs ``_apply_batch`` on the events after the position,
+    # under the lock.
 
-    def _apply(self, c: SQLiteCursor, event: DomainEvent) -> None:
+    def _apply_batch(self, c: Any, batch: Batch) -> None:
+        # An item's ``updated_at`` is its latest event's time: written once per item of the
+        # batch, after the others, instead of once per event (a create has three).
+        updated: dict[str, float] = {}
+        for _, event in batch:
+            self._apply(c, event)
+            if isinstance(event, wi.WorkItemEvent):
+                updated[event.originator_id.hex] = _ts(event.timestamp)
+        for iid, at in updated.items():
+            c.execute("UPDATE wq_items SET updated_at = ? WHERE work_item_id = ?", (at, iid))
+
+    def _apply(self, c: Any, event: DomainEvent) -> None:
         if isinstance(event, act.ActionEvent):
             self._apply_action(c, event)
         elif isinstance(event, wi.WorkItemEvent):
             self._apply_item(c, event)
 
-    def _apply_action(self, c: SQLiteCursor, event: act.ActionEvent) -> None:
+    def _apply_action(self, c: Any, event: act.ActionEvent) -> None:
         aid = event.originator_id.hex
         if isinstance(event, act.ActionPlanned):
             c.execute(
@@ -88,13 +125,13 @@ class WorkQueueView(TrackedView):
                 (status, _ts(event.timestamp) if status == "ready" else None, aid),
             )
 
-    def _apply_item(self, c: SQLiteCursor, event: wi.WorkItemEvent) -> None:
+    def _apply_item(self, c: Any, event: wi.WorkItemEvent) -> None:
         iid = event.originator_id.hex
         at = _ts(event.timestamp)
         if isinstance(event, wi.WorkItemCreated):
             c.execute(
                 "INSERT INTO wq_items VALUES (?, ?, 'draft', ?, ?, ?)",
-                (iid, event.title, event.mode, at, at),
+                (iid, self.titles.seal(event.title), event.mode, at, at),
             )
             return
         if isinstance(event, wi.BudgetStopRecorded | wi.BudgetStopCleared):
@@ -104,7 +141,10 @@ class WorkQueueView(TrackedView):
                 (int(isinstance(event, wi.BudgetStopRecorded)), iid),
             )
         if isinstance(event, wi.TitleChanged):
-            c.execute("UPDATE wq_items SET title = ? WHERE work_item_id = ?", (event.title, iid))
+            c.execute(
+                "UPDATE wq_items SET title = ? WHERE work_item_id = ?",
+                (self.titles.seal(event.title), iid),
+            )
         status = {
             wi.StatusChanged: getattr(event, "status", None),
             wi.WorkItemCancelled: "cancelled",
@@ -112,17 +152,23 @@ class WorkQueueView(TrackedView):
         }.get(type(event))
         if status is not None:
             c.execute("UPDATE wq_items SET status = ? WHERE work_item_id = ?", (status, iid))
-        c.execute("UPDATE wq_items SET updated_at = ? WHERE work_item_id = ?", (at, iid))
 
     # --- reading --------------------------------------------------------------
 
     def ready_actions(self, limit: int, offset: int = 0) -> list[UUID]:
-        rows = self._rows(
-            "SELECT action_id FROM wq_actions WHERE status = 'ready' AND held = 0"
-            " ORDER BY ready_since, sequence LIMIT ? OFFSET ?",
-            (limit, offset),
-        )
+        rows = self._rows(READY, (limit, offset))
         return [UUID(row[0]) for row in rows]
+
+    def current_ready_actions(
+        self, limit: int, application_name: str, head: Callable[[Any], int]
+    ) -> tuple[list[UUID], bool]:
+        """The first ``limit`` claimable Actions, and whether the view had every event up
+        to ``head``: one read transaction, a claim's fast path (no ids when behind)."""
+        with sql.transaction(self.datastore, commit=False) as c:
+            if (self.tracking._max_tracking_id(application_name, c) or 0) < head(c):
+                return [], False
+            c.execute(READY, (limit, 0))
+            return [UUID(row[0]) for row in c.fetchall()], True
 
     def live_runs(self) -> list[tuple[UUID, UUID, str, str, float]]:
         """(action id, run id, worker, boot id, expires at) of every Run believed live."""
@@ -145,7 +191,7 @@ class WorkQueueView(TrackedView):
         return [
             {
                 "id": UUID(r[0]),
-                "title": r[1],
+                "title": self.titles.unseal(r[1]),
                 "status": r[2],
                 "mode": r[3],
                 "created_at": r[4],
@@ -164,7 +210,7 @@ class WorkQueue(Projection[WorkQueueView]):
     """The same code serves the inline lifecycle (after each save) and a runner.
 
     Positions are keyed by the projection's name, so several views can share
-    one SQLite file and its single ``tracking`` table.
+    one database and its single ``tracking`` table.
     """
 
     name = "work_queue"

@@ -1,0 +1,69 @@
+"""The PostgreSQL server of the tests and a fresh schema per test.
+
+The server is ``WORKCENTER_TEST_POSTGRES`` (``host port user dbname``), by default
+``127.0.0.1 5432 postgres test``. Without a reachable server the PostgreSQL tests
+skip with that reason, except in CI (``CI`` set), where they fail: CI starts the
+server (``.ci/run``).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+SETTINGS = os.environ.get("WORKCENTER_TEST_POSTGRES", "127.0.0.1 5432 postgres test").split()
+HOST, PORT, USER, DBNAME = SETTINGS
+
+
+def reachable() -> bool:
+    try:
+        socket.create_connection((HOST, int(PORT)), timeout=2).close()
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+REACHABLE = reachable()
+SKIP_REASON = f"no PostgreSQL reachable at {' '.join(SETTINGS)}"
+
+
+def require_server() -> None:
+    """Skip without a server, or fail in CI, where the server must be up."""
+    if REACHABLE:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI needs PostgreSQL at {' '.join(SETTINGS)}; .ci/run starts it")
+    pytest.skip(SKIP_REASON)
+
+
+def url(schema: str) -> str:
+    return f"postgresql://{USER}@{HOST}:{PORT}/{DBNAME}?schema={schema}"
+
+
+def drop_schema(schema: str) -> None:
+    import psycopg
+
+    with psycopg.connect(host=HOST, port=PORT, user=USER, dbname=DBNAME, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        # A rebuild's shadow schemas, left by a test that failed half way.
+        rows = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE %s", (f"{schema}_rebuild_%",)
+        ).fetchall()
+        for (shadow,) in rows:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{shadow}" CASCADE')
+
+
+@contextmanager
+def fresh_schema(prefix: str = "wct") -> Iterator[str]:
+    """A store URL on a schema of its own, dropped afterwards."""
+    require_server()
+    schema = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    try:
+        yield url(schema)
+    finally:
+        drop_schema(schema)

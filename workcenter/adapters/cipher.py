@@ -1,0 +1,116 @@
+"""Confidentiality at rest: the library's AES cipher on everything stored (ADR-0033).
+
+With ``WORKCENTER_CIPHER_KEY`` set (a base64-encoded 16, 24 or 32-byte key, as
+the library's ``AESCipher`` takes it), the library builds its cipher from the
+environment as it always does (the application is named "WorkCenter", so
+``WORKCENTER_CIPHER_KEY`` is its ``CIPHER_KEY``), and the mapper compresses
+then encrypts every event and snapshot. The read models keep copies of user
+text too, so they seal theirs with the same cipher: the detail view's stored
+DTOs, and the titles of the work queue's item list.
+
+A store opened with the wrong key, or with none, must refuse to read rather than
+fail somewhere later: ``check_key`` decodes the store's first event when it is
+opened, and a store whose events cannot be decoded with the key in hand is
+refused with ``StoreKeyRefused`` before anything is written.
+"""
+
+from __future__ import annotations
+
+import binascii
+import os
+from base64 import b64decode, b64encode
+from typing import Any, Final
+
+from eventsourcing.application import Application
+
+from workcenter.adapters import compression
+from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.domain.errors import InvalidInput
+from workcenter.projections.detail import Blobs
+from workcenter.projections.work_queue import TITLES_AS_IS, Titles
+
+KEY_ENV: Final = "WORKCENTER_CIPHER_KEY"
+KEY_SIZES: Final = (16, 24, 32)
+
+
+class StoreKeyRefused(StoreUnavailable):
+    """The store's events cannot be read with the cipher key given (or without one)."""
+
+    code = "store_key_refused"
+
+
+def configured_key() -> str | None:
+    """The key from ``$WORKCENTER_CIPHER_KEY``, checked; None when it is not set."""
+    key = os.environ.get(KEY_ENV, "").strip()
+    if not key:
+        return None
+    try:
+        size = len(b64decode(key, validate=True))
+    except (binascii.Error, ValueError):
+        size = -1
+    if size not in KEY_SIZES:
+        raise InvalidInput(
+            f"${KEY_ENV} must be a base64-encoded 16, 24 or 32-byte key"
+            ' (make one with: python -c "import os, base64;'
+            ' print(base64.b64encode(os.urandom(32)).decode())")'
+        )
+    try:
+        import Crypto  # noqa: F401  (the library's AES cipher needs pycryptodome)
+    except ImportError:
+        raise StoreUnavailable(
+            f"${KEY_ENV} is set, but the cipher is not installed: pip install 'workcenter[cipher]'"
+        ) from None
+    return key
+
+
+def check_key(store: Application[Any], where: str) -> None:
+    """``StoreKeyRefused`` unless the store's events decode with its mapper (so with the
+    key given, or without a cipher when none is).
+
+    The first and the last event are tried: a wrong key (or a missing one) opens
+    neither, while one event edited behind the store's back fails alone, and must
+    not keep ``audit verify`` from opening the store to name it (ADR-0029)."""
+    recorder = store.recorder
+    last = recorder.max_notification_id() or 0
+    if not last:
+        return  # nothing stored yet: nothing to read wrongly
+    if _decodes(store, None) or _decodes(store, last):
+        return
+    if store.mapper.cipher is None:
+        raise StoreKeyRefused(f"the store at {where} is encrypted: set ${KEY_ENV} to its key")
+    raise StoreKeyRefused(
+        f"${KEY_ENV} does not open the store at {where}"
+        " (another key, or a store that is not encrypted)"
+    )
+
+
+def _decodes(store: Application[Any], position: int | None) -> bool:
+    """Whether the event at ``position`` (None: the first) reads and decodes."""
+    try:
+        [notification] = store.recorder.select_notifications(start=position, limit=1)
+        store.mapper.to_domain_event(notification)
+    except Exception:  # a failed MAC, bad padding, zlib or JSON garbage, a mangled row
+        return False
+    return True
+
+
+def detail_blobs(store: Application[Any]) -> Blobs:
+    """The detail view's stored DTOs: deflated, then sealed when the store has a cipher."""
+    cipher = store.mapper.cipher
+    if cipher is None:
+        return Blobs(deflate=compression.deflate, inflate=compression.inflate)
+    return Blobs(
+        deflate=lambda data: cipher.encrypt(compression.deflate(data)),
+        inflate=lambda data: compression.inflate(cipher.decrypt(data)),
+    )
+
+
+def work_item_titles(store: Application[Any]) -> Titles:
+    """The work queue's titles: as they are, or sealed (base64 text of the ciphertext)."""
+    cipher = store.mapper.cipher
+    if cipher is None:
+        return TITLES_AS_IS
+    return Titles(
+        seal=lambda title: b64encode(cipher.encrypt(title.encode())).decode(),
+        unseal=lambda sealed: cipher.decrypt(b64decode(sealed)).decode(),
+    )

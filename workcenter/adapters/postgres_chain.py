@@ -1,0 +1,149 @@
+"""The hash chain's SQL on PostgreSQL (``hash_chain.ChainTable`` and the reads of
+``audit verify``): the twin of ``recorders.SQLiteChainTable`` (ADR-0028).
+
+One row per event, keyed by its notification id, in a table beside the
+library's events table. Links are written by the recorder inside the insert's
+transaction, after the library's ``LOCK TABLE ... IN EXCLUSIVE MODE``, which
+serialises every writer of the store: the chain cannot fork.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+from uuid import UUID
+
+from eventsourcing.persistence import StoredEvent
+
+from workcenter import hash_chain
+from workcenter.hash_chain import BATCH, Link, Row, Stream
+from workcenter.projections import sql
+from workcenter.projections.sql import PortableCursor
+
+CHAIN_TABLE = "event_chain"
+_EVENT_COLUMNS = "notification_id, originator_id::text, originator_version, topic, state"
+
+
+class PostgresChainTable:
+    name = CHAIN_TABLE
+
+    def __init__(self, datastore: Any, events_table: str, lock: Callable[[Any], None]) -> None:
+        self.datastore = datastore
+        self.events = events_table
+        self._lock = lock
+        self.create_statement = (
+            f"CREATE TABLE IF NOT EXISTS {self.name} (position BIGINT PRIMARY KEY,"
+            " previous BIGINT NOT NULL, digest BYTEA NOT NULL)"
+        )
+
+    def create(self) -> None:
+        with sql.transaction(self.datastore, commit=True) as c:
+            c.execute(self.create_statement)
+
+    @contextmanager
+    def write_transaction(self) -> Iterator[PortableCursor]:
+        """A transaction holding the events table's lock, as every insert takes it."""
+        with self.datastore.transaction(commit=True) as raw:
+            self._lock(raw)
+            yield PortableCursor(raw)
+
+    def head(self, c: Any) -> Link | None:
+        c.execute(
+            f"SELECT position, previous, digest FROM {self.name} ORDER BY position DESC LIMIT 1"
+        )
+        row = c.fetchone()
+        return Link(row[0], row[1], bytes(row[2])) if row else None
+
+    def unchained(
+        self, c: Any, after: int, before: int | None
+    ) -> Sequence[tuple[int, StoredEvent]]:
+        return self._events(c, after, before)
+
+    def _events(self, c: Any, after: int, before: int | None) -> list[tuple[int, StoredEvent]]:
+        statement = f"SELECT {_EVENT_COLUMNS} FROM {self.events} WHERE notification_id > ?"
+        params: list[Any] = [after]
+        if before is not None:
+            statement += " AND notification_id < ?"
+            params.append(before)
+        c.execute(f"{statement} ORDER BY notification_id LIMIT ?", [*params, BATCH])
+        return [(row[0], _stored(row, 1)) for row in c.fetchall()]
+
+    def stream_digests(self, c: Any, streams: Mapping[Stream, int]) -> dict[Stream, bytes]:
+        found: dict[Stream, bytes] = {}
+        for stream, version in streams.items():
+            c.execute(
+                f"SELECT c.digest FROM {self.events} e"
+                f" JOIN {self.name} c ON c.position = e.notification_id"
+                " WHERE e.originator_id = ? AND e.originator_version = ?",
+                (stream, version),
+            )
+            row = c.fetchone()
+            if row is not None:
+                found[stream] = bytes(row[0])
+        return found
+
+    def insert(self, c: Any, links: Sequence[Link]) -> None:
+        raw = c.raw if isinstance(c, PortableCursor) else c
+        raw.executemany(
+            f"INSERT INTO {self.name} VALUES (%s, %s, %s)",
+            [(link.position, link.previous, link.digest) for link in links],
+        )
+
+    # --- reads for `audit verify` and `audit anchor` -------------------------
+
+    def walk(self, streams: Sequence[UUID] | None) -> Generator[Row, None, None]:
+        # REPEATABLE READ: the whole walk sees one snapshot, as SQLite's read transaction does.
+        with sql.transaction(self.datastore, commit=False) as c:
+            c.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            if streams is None:
+                yield from self._walk_store(c)
+            else:
+                yield from self._walk_streams(c, streams)
+
+    def _walk_store(self, c: Any) -> Iterator[Row]:
+        after = 0
+        while True:
+            events = self._events(c, after, None)
+            statement = f"SELECT position, previous, digest FROM {self.name} WHERE position > ?"
+            params: list[Any] = [after]
+            if events:
+                statement += " AND position <= ?"
+                params.append(events[-1][0])
+            c.execute(f"{statement} ORDER BY position", params)
+            links = [Link(r[0], r[1], bytes(r[2])) for r in c.fetchall()]
+            yield from hash_chain.merge(events, links)
+            if not events:
+                return
+            after = events[-1][0]
+
+    def _walk_streams(self, c: Any, streams: Sequence[UUID]) -> Iterator[Row]:
+        c.execute(
+            "SELECT e.notification_id, e.originator_id::text, e.originator_version, e.topic,"
+            " e.state, c.position, c.previous, c.digest, p.digest"
+            f" FROM {self.events} e"
+            f" LEFT JOIN {self.name} c ON c.position = e.notification_id"
+            f" LEFT JOIN {self.name} p ON p.position = c.previous"
+            f" WHERE e.originator_id IN ({','.join('?' * len(streams))})"
+            " ORDER BY e.notification_id",
+            list(streams),
+        )
+        for row in c.fetchall():
+            link = Link(row[5], row[6], bytes(row[7])) if row[5] is not None else None
+            previous = bytes(row[8]) if row[8] is not None else None
+            yield Row(row[0], _stored(row, 1), link, previous)
+
+    def extent(self) -> tuple[Link | None, int]:
+        with sql.transaction(self.datastore, commit=False) as c:
+            head = self.head(c)
+            c.execute(f"SELECT MAX(notification_id) FROM {self.events}")
+            return head, c.fetchone()[0] or 0
+
+
+def _stored(row: Any, at: int) -> StoredEvent:
+    return StoredEvent(
+        originator_id=UUID(row[at]),
+        originator_version=row[at + 1],
+        topic=row[at + 2],
+        state=bytes(row[at + 3]),
+    )

@@ -1,0 +1,135 @@
+"""A Workcenter store on PostgreSQL: ``--db postgresql://user@host:port/dbname`` (ADR-0032).
+
+The URL names the server and the database; the schema comes from its
+``?schema=`` parameter, else ``$WORKCENTER_SCHEMA``, else ``workcenter``, so
+several deployments can share one database. Everything else is the library's:
+its PostgreSQL datastore and connection pool (``POSTGRES_POOL_SIZE``,
+``POSTGRES_MAX_OVERFLOW``, ``POSTGRES_CONNECT_TIMEOUT``, ... read from the
+environment as the library reads them), its recorders and its tables, made on
+first use. The factory below is the library's, with two additions: the schema
+is created if missing, and every connection finds the read models' unqualified
+tables in it (``sql.pin_search_path``).
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+from typing import Final
+from urllib.parse import parse_qs, unquote, urlsplit
+
+import psycopg
+from eventsourcing.persistence import ApplicationRecorder
+from eventsourcing.postgres import PostgresFactory
+from eventsourcing.utils import Environment, EnvType, get_topic
+
+from workcenter import hash_chain
+from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
+from workcenter.domain.errors import InvalidInput
+from workcenter.projections import sql
+
+SCHEMA_ENV: Final = "WORKCENTER_SCHEMA"
+DEFAULT_SCHEMA: Final = "workcenter"
+# The library names the event tables after the application ("WorkCenter").
+EVENTS_TABLE: Final = "workcenter_events"
+
+
+def public_url(db: str) -> str:
+    """The URL as it may be shown: without its password."""
+    parts = urlsplit(db)
+    if parts.password is None:
+        return db
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
+class PostgresTarget:
+    """Where a PostgreSQL store is: the server, the database and the schema."""
+
+    def __init__(self, db: str) -> None:
+        parts = urlsplit(db)
+        try:
+            port = parts.port or 5432
+        except ValueError:
+            raise InvalidInput(f"not a valid port in {public_url(db)}") from None
+        self.url = public_url(db)
+        self.host = unquote(parts.hostname or "") or "localhost"
+        self.port = str(port)
+        self.user = unquote(parts.username or "") or getpass.getuser()
+        self.password = unquote(parts.password or "")
+        self.dbname = unquote(parts.path.lstrip("/")) or self.user
+        query = parse_qs(parts.query)
+        unknown = sorted(set(query) - {"schema"})
+        if unknown:
+            raise InvalidInput(f"unknown parameter {unknown[0]!r} in {self.url} (only schema)")
+        schema = (query.get("schema") or [os.environ.get(SCHEMA_ENV) or DEFAULT_SCHEMA])[-1]
+        if not sql.SCHEMA_NAME.match(schema):
+            raise InvalidInput(
+                f"schema {schema!r} is not a plain lower-case name (letters, digits, _)"
+            )
+        self.schema = schema
+        self.where = f"{self.url} (schema {schema})"
+
+    def env(self) -> dict[str, str]:
+        """The library env of the store (the app's own keys, so they win over a global
+        ``POSTGRES_*``; pool settings stay the library's to read from the environment)."""
+        return {
+            "PERSISTENCE_MODULE": FACTORY_TOPIC,
+            "WORKCENTER_POSTGRES_HOST": self.host,
+            "WORKCENTER_POSTGRES_PORT": self.port,
+            "WORKCENTER_POSTGRES_USER": self.user,
+            "WORKCENTER_POSTGRES_PASSWORD": self.password,
+            "WORKCENTER_POSTGRES_DBNAME": self.dbname,
+            "WORKCENTER_POSTGRES_SCHEMA": self.schema,
+            # Snapshots and inline read models commit with the events (ADR-0016).
+            "APPLICATION_RECORDER_TOPIC": get_topic(OneCommitPostgresRecorder),
+        }
+
+    def require_store(self) -> None:
+        """``StoreUnavailable`` unless the server answers and the schema holds a store:
+        reading never makes one."""
+        try:
+            found = self._has_store()
+        except psycopg.Error as error:
+            raise StoreUnavailable(f"cannot open the store at {self.where}: {error}") from None
+        if not found:
+            raise StoreUnavailable(f"no Workcenter store at {self.where}")
+
+    def _has_store(self) -> bool:
+        with psycopg.connect(
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            dbname=self.dbname,
+            connect_timeout=5,
+        ) as conn:
+            row = conn.execute(
+                "SELECT to_regclass(%s)", (f"{self.schema}.{EVENTS_TABLE}",)
+            ).fetchone()
+        return row is not None and row[0] is not None
+
+
+class WorkcenterPostgresFactory(PostgresFactory):
+    """The library's PostgreSQL factory; the schema is made on first use, and found by
+    the read models' unqualified names."""
+
+    def __init__(self, env: Environment | EnvType | None) -> None:
+        super().__init__(env)
+        sql.pin_search_path(self.datastore)
+        if self.env_create_table():
+            with sql.transaction(self.datastore, commit=True) as c:
+                c.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.datastore.schema}"')
+
+    def application_recorder(self) -> ApplicationRecorder:
+        recorder = super().application_recorder()
+        if isinstance(recorder, OneCommitPostgresRecorder):
+            recorder.chained = hash_chain.enabled(self.env.get(hash_chain.HASH_CHAIN_KEY))
+            if recorder.chained:
+                # A store written before the chain (or with it off) is chained on open.
+                recorder.chain_unchained()
+        return recorder
+
+
+FACTORY_TOPIC: Final = get_topic(WorkcenterPostgresFactory)

@@ -1,0 +1,84 @@
+"""Rotating the cipher key: copy a store's events into a new store under a new key
+(ADR-0033, docs/deployment.md).
+
+Every stored blob is sealed with the key, so a new key means rewriting them all.
+The events are the store; snapshots and read models are caches of them. So the
+copy reads the old store's event log in order with the old key (from
+``$WORKCENTER_CIPHER_KEY``), writes each event to an empty new store with the
+new key (``$WORKCENTER_NEW_CIPHER_KEY``; empty to store without encryption), a
+page per commit in the same order, and rebuilds the new store's read models.
+Writers must be stopped while it runs; then they are pointed at the new store.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any, Final
+
+from workcenter.adapters.cipher import KEY_ENV
+from workcenter.application import WorkCenter
+from workcenter.domain.errors import InvalidInput
+
+NEW_KEY_ENV: Final = "WORKCENTER_NEW_CIPHER_KEY"
+PAGE: Final = 500
+
+
+@dataclass(frozen=True)
+class Rekeyed:
+    events: int
+    encrypted: bool
+
+    def json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@contextmanager
+def _key(value: str | None) -> Iterator[None]:
+    """``$WORKCENTER_CIPHER_KEY`` set to ``value`` (unset for None) while opening."""
+    previous = os.environ.get(KEY_ENV)
+    if value:
+        os.environ[KEY_ENV] = value
+    else:
+        os.environ.pop(KEY_ENV, None)
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(KEY_ENV, None)
+        else:
+            os.environ[KEY_ENV] = previous
+
+
+def rekey(source: str, target: str, *, progress: Callable[[int], None] | None = None) -> Rekeyed:
+    """Copy ``source`` (opened with ``$WORKCENTER_CIPHER_KEY``) into the empty ``target``
+    under ``$WORKCENTER_NEW_CIPHER_KEY``."""
+    new_key = os.environ.get(NEW_KEY_ENV, "").strip() or None
+    with WorkCenter.open(source, create=False, inline_projections=False) as old:
+        with _key(new_key):
+            new = WorkCenter.open(target, inline_projections=False)
+        try:
+            if new.event_count():
+                raise InvalidInput(f"the new store at {target} is not empty")
+            copied = _copy(old, new, progress)
+            new.rebuild_projection()
+        finally:
+            new.close()
+    return Rekeyed(events=copied, encrypted=new_key is not None)
+
+
+def _copy(old: WorkCenter, new: WorkCenter, progress: Callable[[int], None] | None) -> int:
+    source, target = old.store, new.store
+    position = copied = 0
+    while page := source.recorder.select_notifications(
+        start=position, limit=PAGE, inclusive_of_start=False
+    ):
+        events = [source.mapper.to_domain_event(n) for n in page]
+        target.recorder.insert_events([target.mapper.to_stored_event(e) for e in events])
+        position = page[-1].id
+        copied += len(page)
+        if progress is not None:
+            progress(copied)
+    return copied

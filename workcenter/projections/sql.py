@@ -1,0 +1,157 @@
+"""One SQL text for the read models on SQLite and on PostgreSQL (ADR-0032).
+
+The read models write their rows with plain SQL in the subset both databases
+share: ``?`` parameters, ``INSERT ... ON CONFLICT ... DO UPDATE``, partial
+indexes, unqualified table names. On SQLite that text runs as it is. On
+PostgreSQL a cursor runs it through ``PortableCursor``: ``?`` becomes psycopg's
+``%s``, rows come back as tuples that also answer to column names (the
+library's own tracking statements read ``row["max"]``), and a ``uuid`` column
+comes back as the 32-digit hex text SQLite stores, so the view code never
+branches on the database. Unqualified names find the store's schema because
+every connection of a Workcenter PostgreSQL datastore has ``search_path`` set
+to it (``pin_search_path``).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+from uuid import UUID
+
+# A schema name is used in DDL and in ``search_path``, so only plain identifiers pass.
+SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
+# SQLite's storage classes named in the views' DDL, and PostgreSQL's types for them.
+_PG_TYPES = (
+    (re.compile(r"\bBLOB\b"), "BYTEA"),
+    (re.compile(r"\bREAL\b"), "DOUBLE PRECISION"),
+    (re.compile(r"\bINTEGER\b"), "BIGINT"),
+)
+
+
+class Row(tuple[Any, ...]):
+    """A row read by position, like SQLite's, or by column name, like the library's."""
+
+    _names: dict[str, int]
+
+    def __getitem__(self, key: Any) -> Any:
+        if isinstance(key, str):
+            key = self._names[key]
+        return tuple.__getitem__(self, key)
+
+
+def _portable(value: Any) -> Any:
+    return value.hex if isinstance(value, UUID) else value
+
+
+def _row_factory(cursor: Any) -> Any:
+    names = {column.name: i for i, column in enumerate(cursor.description or ())}
+
+    def make_row(values: Sequence[Any]) -> Row:
+        row = Row(_portable(v) for v in values)
+        row._names = names
+        return row
+
+    return make_row
+
+
+class PortableCursor:
+    """A psycopg cursor that runs the read models' SQLite-flavoured text."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+        raw.row_factory = _row_factory
+
+    def execute(self, query: Any, params: Any = None, **kwargs: Any) -> PortableCursor:
+        if isinstance(query, str):
+            query = query.replace("?", "%s")
+        self.raw.execute(query, params, **kwargs)
+        return self
+
+    def fetchone(self) -> Any:
+        return self.raw.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return list(self.raw.fetchall())
+
+    @property
+    def rowcount(self) -> int:
+        return int(self.raw.rowcount)
+
+    @property
+    def statusmessage(self) -> str | None:
+        return self.raw.statusmessage
+
+
+def is_postgres(datastore: Any) -> bool:
+    # psycopg is an optional extra: without it loaded, no datastore can be PostgreSQL's.
+    library = sys.modules.get("eventsourcing.postgres")
+    return library is not None and isinstance(datastore, library.PostgresDatastore)
+
+
+@contextmanager
+def transaction(datastore: Any, *, commit: bool) -> Iterator[Any]:
+    """The datastore's transaction, with a cursor that runs the views' SQL text."""
+    if is_postgres(datastore):
+        with datastore.transaction(commit=commit) as raw:
+            yield PortableCursor(raw)
+    else:
+        with datastore.transaction(commit=commit) as c:
+            yield c
+
+
+def ddl(statement: str, datastore: Any) -> str:
+    """A view's SQLite DDL in the datastore's own types."""
+    if not is_postgres(datastore):
+        return statement
+    for pattern, name in _PG_TYPES:
+        statement = pattern.sub(name, statement)
+    return statement
+
+
+def position_column(recorder: Any) -> str:
+    """The events table's column of notification ids."""
+    return "notification_id" if is_postgres(recorder.datastore) else "rowid"
+
+
+def head_statement(recorder: Any) -> Any:
+    """The statement that reads the last notification id of the event store."""
+    if is_postgres(recorder.datastore):
+        return recorder.max_notification_id_statement
+    return recorder.select_max_notification_id_statement
+
+
+def lock_view(c: Any, datastore: Any, name: str) -> None:
+    """Serialise the writers of view ``name`` until the caller's transaction ends.
+
+    SQLite has one writer at a time, and a no-op write takes that lock. On
+    PostgreSQL the event recorder's table lock serialises inline writers only, so
+    runners, readers catching up and inline writers meet at a lock of the view's
+    own (an advisory lock, released when the transaction ends)."""
+    if is_postgres(datastore):
+        c.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (f"workcenter:{name}",))
+    else:
+        c.execute(
+            "UPDATE tracking SET notification_id = notification_id WHERE application_name = ?",
+            (name,),
+        )
+
+
+def pin_search_path(datastore: Any) -> None:
+    """Every connection the datastore opens finds unqualified names in its schema.
+
+    Called before the pool opens its first connection (the library opens it
+    lazily), through the connection options psycopg passes to the server."""
+    schema = datastore.schema
+    if not SCHEMA_NAME.match(schema):
+        raise ValueError(f"not a plain schema name: {schema!r}")
+    connection_params(datastore)["options"] = f"-c search_path={schema}"
+
+
+def connection_params(datastore: Any) -> dict[str, Any]:
+    """The keyword arguments the datastore's pool connects with (the library gives a dict)."""
+    params = datastore.pool.kwargs
+    assert isinstance(params, dict)
+    return params
