@@ -384,6 +384,8 @@ def test_openapi_documents_every_route(api: TestClient) -> None:
         "/api/stream",
         item,
         *(item + suffix for suffix in ("/progress", "/budget", "/timeline", "/audit")),
+        item + "/conversation",
+        item + "/messages",
         *(item + suffix for suffix in ("/cancel", "/resume", "/budget/extend", "/stream")),
         item + "/actions/{action_id}/retry",
         item + "/actions/{action_id}/guide",

@@ -1,8 +1,9 @@
 """The dashboard in headless Chromium (Debian's package, driven by Playwright's Python
 package): open it, create an item through the API, run a worker (one metered LLM
 request per Run), and watch the page reach ``done`` with every criterion met, every
-Run on the timeline and the requests on the budget gauge, without a reload. The screenshot is kept
-under ``artifacts/`` (not committed).
+Run on the timeline and the requests on the budget gauge, without a reload; and post a
+message to the Coordinator through the page's form and watch its reply appear, again
+without a reload. The screenshots are kept under ``artifacts/`` (not committed).
 
 It skips only where no Chromium (or Playwright) is installed and ``CI`` is not set:
 in CI a missing browser is a failure (``.ci/run`` installs it).
@@ -24,6 +25,7 @@ from workcenter.adapters.demo import ScriptedProvider, llm_request
 from workcenter.adapters.executors import echo
 from workcenter.adapters.http.app import create_app
 from workcenter.adapters.metered import MeteredProvider
+from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
 from workcenter.adapters.worker import run_worker
 from workcenter.application import Claim, WorkCenter
 
@@ -70,6 +72,19 @@ def playwright_api() -> Any:
 def wc(db_path: Path) -> Iterator[WorkCenter]:
     with WorkCenter.open(db_path) as center:
         yield center
+
+
+@pytest.fixture
+def browser(wc: WorkCenter) -> Iterator[tuple[Any, str]]:
+    """A headless Chromium and the base URL of ``wc`` served on 127.0.0.1."""
+    executable = chromium()
+    playwright = playwright_api()
+    with served(create_app(wc)) as base, playwright.sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            yield launched, base
+        finally:
+            launched.close()
 
 
 def test_the_dashboard_follows_an_item_to_done_without_a_reload(
@@ -133,3 +148,47 @@ def test_the_dashboard_follows_an_item_to_done_without_a_reload(
             assert errors == []
         finally:
             browser.close()
+
+
+def test_a_message_posted_on_the_page_gets_the_coordinators_reply_without_a_reload(
+    browser: tuple[Any, str], db_path: Path
+) -> None:
+    chromium_browser, base = browser
+    page = chromium_browser.new_page(viewport={"width": 1280, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(base + "/")
+    page.wait_for_selector("#live.on", timeout=TIMEOUT_MS)
+    page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+
+    body = LINEAR | {"mode": "dynamic", "stages": None, "start": True}
+    response = httpx.post(base + "/api/work-items", json=body, timeout=30)
+    assert response.status_code == 201
+    item_id = response.json()["id"]
+    page.wait_for_selector(f"#item-list li.selected[data-id='{item_id}']", timeout=TIMEOUT_MS)
+    page.wait_for_selector("#message-send:enabled", timeout=TIMEOUT_MS)
+    assert page.is_visible("#no-messages")
+
+    page.fill("#message-text", "Please plan the fix")
+    page.click("#message-send")
+    page.wait_for_selector(
+        "#conversation li.msg.assistant[data-status='thinking']", timeout=TIMEOUT_MS
+    )
+    assert page.text_content("#conversation li.msg.user .msg-text") == "Please plan the fix"
+    assert page.input_value("#message-text") == ""
+    assert page.is_hidden("#message-error")
+
+    with WorkCenter.open(db_path) as coordinator_wc:  # `workcenter coordinate --once`
+        steps = coordinator_wc.coordinate_once(scripted_coordinator())
+    assert any(step.status == "decided" for step in steps)
+
+    reply = "#conversation li.msg.assistant[data-status='completed']"
+    page.wait_for_selector(reply + " .decision[data-kind='create_actions']", timeout=TIMEOUT_MS)
+    assert "planned" in (page.text_content(reply + " .msg-text") or "")
+    page.wait_for_function(
+        "() => document.querySelectorAll('.tl-row').length === 3", timeout=TIMEOUT_MS
+    )
+    assert page.evaluate("window.loadedOnce") is True
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-conversation.png"))
+    assert errors == []

@@ -12,10 +12,10 @@ the pages read last are kept (a page of the sequence never changes once read, si
 SQLite writes one transaction at a time and numbers its events in commit order), so
 the events of a page are read and decoded once however many clients follow them.
 
-Action and ledger events do not all name their WorkItem; the feed learns each
-stream's owner from the events that do (``WorkItemCreated``, ``ActionAdded``,
-``ActionPlanned``, ``LedgerOpened``) and asks the repository for a stream first met
-further on (a client resuming late).
+Action, ledger and Conversation events do not all name their WorkItem; the feed
+learns each stream's owner from the events that do (``WorkItemCreated``,
+``ActionAdded``, ``ActionPlanned``, ``LedgerOpened``, ``ConversationOpened``) and asks
+the repository for a stream first met further on (a client resuming late).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 from uuid import UUID
 
 from workcenter.domain import action as act
+from workcenter.domain import conversation as conv
 from workcenter.domain import inputs
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
@@ -136,16 +137,22 @@ class ChangeFeed:
             elif isinstance(event, wi.ActionAdded):
                 self._learn(event.action_id, stream)
             return stream
-        if isinstance(event, act.ActionPlanned | rl.LedgerOpened):
+        if isinstance(event, act.ActionPlanned | rl.LedgerOpened | conv.ConversationOpened):
             self._learn(stream, event.work_item_id)
         owner = self._owners.get(stream)
         if owner is None:
-            kind: Kind = "action" if isinstance(event, act.ActionEvent) else "ledger"
-            state = self.repo.state_at(kind, stream, event.originator_version)
-            owner = getattr(state, "work_item_id", None)
+            owner = self._look_up(event)
             if owner is not None:
                 self._learn(stream, owner)
         return owner
+
+    def _look_up(self, event: DomainEvent) -> UUID | None:
+        if isinstance(event, conv.ConversationEvent):
+            return self.repo.conversation_owner(event.originator_id)
+        kind: Kind = "action" if isinstance(event, act.ActionEvent) else "ledger"
+        state = self.repo.state_at(kind, event.originator_id, event.originator_version)
+        owner = getattr(state, "work_item_id", None)
+        return owner if isinstance(owner, UUID) else None
 
     def _learn(self, stream: UUID, owner: UUID) -> None:
         if len(self._owners) >= OWNER_CACHE_LIMIT:
@@ -160,6 +167,8 @@ class ChangeFeed:
             aggregate, action_id = "action", event.originator_id
         elif isinstance(event, rl.LedgerEvent):
             aggregate, action_id = "ledger", None
+        elif isinstance(event, conv.ConversationEvent):
+            aggregate, action_id = "conversation", None
         else:
             return None
         owner = self._owner(event)

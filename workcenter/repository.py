@@ -196,6 +196,13 @@ class Repository:
             return self._load_state(aggregate_id, version, self.project_action, act.ActionState)
         return self._load_state(aggregate_id, version, self.project_ledger, rl.LedgerState)
 
+    def conversation_owner(self, conversation_id: UUID) -> UUID | None:
+        """The WorkItem of a Conversation stream (its id derives one way from the item's)."""
+        state = self._load_state(
+            conversation_id, 1, self.project_conversation, conv.ConversationState
+        )
+        return state.work_item_id if state is not None else None
+
     def together(self, wanted: Mapping[UUID, Kind]) -> dict[UUID, AggregateState] | None:
         """The newest states of ``wanted``, brought up to date in one read transaction
         when every one is cached (as after this process saved or loaded it); None when

@@ -1,5 +1,6 @@
 """The reads a browser makes beside an item's detail DTO: a page of summary DTOs, the
-item's budget (its execution control), and its Actions and Runs as a timeline.
+item's budget (its execution control), its Actions and Runs as a timeline, and its
+conversation with the Coordinator.
 
 Every answer is a sanitised DTO of the projections (read-models.md 2), built from
 states loaded through the repository at the clock's ``now``. Each also carries the
@@ -18,6 +19,7 @@ from workcenter.domain import inputs, planning
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import InvalidInput
 from workcenter.ports import Clock
+from workcenter.projections.conversation_dto import conversation_dto
 from workcenter.projections.dto import execution_control, goal_progress_dto, summary_dto
 from workcenter.projections.execution import data_revision
 from workcenter.projections.timeline import timeline_dto
@@ -120,3 +122,14 @@ class WebReads:
         dto = timeline_dto(item, self.repo.actions(item), now=self.clock.now())
         ledger = self.repo.ledger(item.id)
         return dto | {"itemVersion": item.version, "controlVersion": ledger.control_version}
+
+    def conversation(self, work_item_id: UUID) -> dict[str, Any]:
+        """The item's messages and Coordinator turns, sanitised and bounded."""
+        item = self.repo.work_item(inputs.aggregate_id(work_item_id, "WorkItem"))
+        ledger = self.repo.ledger(item.id)
+        return {
+            "workItemId": str(item.id),
+            "status": item.status,
+            "itemVersion": item.version,
+            "controlVersion": ledger.control_version,
+        } | conversation_dto(self.repo.conversation(item.id))

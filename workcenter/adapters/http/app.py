@@ -1,8 +1,8 @@
 """The application factory: the facade, the guard and the routes of every concern.
 
 The OpenAPI document (``/openapi.json``, browsable at ``/docs``) is generated from
-the request models and routes. Adding a concern (the Coordinator's conversation and
-"post a user message", once it exists) is one router module included here.
+the request models and routes. Each concern (reads, commands, the conversation with
+the Coordinator, the change stream) is one router module included here.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from importlib.metadata import version
 
 from fastapi import FastAPI
 
-from workcenter.adapters.http import commands, dashboard, problems, reads, stream
+from workcenter.adapters.http import commands, conversation, dashboard, problems, reads, stream
 from workcenter.adapters.http.guard import Guard, Policy
 from workcenter.adapters.http.stream import HeadWatcher
 from workcenter.application import WorkCenter
@@ -40,7 +40,7 @@ def create_app(wc: WorkCenter, policy: Policy | None = None) -> FastAPI:
     app.state.center = wc
     app.state.head_watcher = heads
     problems.install(app)
-    for router in (reads.router, commands.router, stream.router):
+    for router in (reads.router, commands.router, conversation.router, stream.router):
         app.include_router(router)
     dashboard.mount(app)
     app.add_middleware(Guard, policy=policy)

@@ -165,6 +165,6 @@ def stream_item(
     after: Annotated[int | None, Query(ge=0)] = None,
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
-    """The changes of one item (its Actions' and ledger's too)."""
+    """The changes of one item (its Actions', ledger's and conversation's too)."""
     work_item_id = wc.work_item(inputs.aggregate_id(item_id, "WorkItem")).id
     return _response(request, wc, _start(last_event_id, after, wc.changes.head), work_item_id)

@@ -1,5 +1,6 @@
 // The Workcenter dashboard: reads the API, follows the change stream, shows the
-// items, the selected item's goal progress, budget, Actions and Runs, and audit.
+// items, the selected item's goal progress, budget, conversation with the
+// Coordinator, Actions and Runs, and audit, and posts the user's messages.
 // Every value is set as text (never as markup); no build step, no dependency.
 "use strict";
 
@@ -16,6 +17,10 @@ const state = {
   detailDirty: false,
   refreshing: false,
   timer: null,
+  // The item's ETag as the conversation was last read: a message echoes it in If-Match.
+  conversationEtag: null,
+  // Kept until a post of this text is answered, so a retry of it writes nothing twice.
+  pendingMessage: null,
 };
 
 const $ = (id) => document.getElementById(id);
@@ -39,17 +44,32 @@ function headers(extra) {
 
 class Unauthorized extends Error {}
 
-async function api(path) {
-  const response = await fetch(path, { headers: headers(), cache: "no-store" });
+class Problem extends Error {
+  constructor(status, problem, fallback) {
+    super(problem.title ? problem.title + ": " + problem.detail : fallback);
+    this.status = status;
+  }
+}
+
+async function checked(response) {
   if (response.status === 401) {
     askForToken();
     throw new Unauthorized("token required");
   }
   if (!response.ok) {
     const problem = await response.json().catch(() => ({}));
-    throw new Error(problem.title ? problem.title + ": " + problem.detail : response.statusText);
+    throw new Problem(response.status, problem, response.statusText);
   }
-  return response.json();
+  return response;
+}
+
+async function read(path) {
+  const response = await checked(await fetch(path, { headers: headers(), cache: "no-store" }));
+  return { body: await response.json(), etag: response.headers.get("ETag") };
+}
+
+async function api(path) {
+  return (await read(path)).body;
 }
 
 function askForToken() {
@@ -100,6 +120,11 @@ async function refreshList() {
 }
 
 function select(id, chosen) {
+  if (id !== state.selected) {
+    state.conversationEtag = state.pendingMessage = null;
+    $("message-error").hidden = true;
+    $("message-send").disabled = true; // until this item's conversation is read
+  }
   state.selected = id;
   state.chosen = state.chosen || chosen;
   if (chosen) history.replaceState(null, "", "#" + encodeURIComponent(id));
@@ -116,12 +141,15 @@ async function refreshDetail() {
   const id = state.selected;
   if (!id) return;
   const base = "/api/work-items/" + encodeURIComponent(id);
-  const [detail, timeline, audit] = await Promise.all([
+  const [detail, timeline, audit, talk] = await Promise.all([
     api(base),
     api(base + "/timeline"),
     api(base + "/audit?limit=100"),
+    read(base + "/conversation"),
   ]);
   if (id !== state.selected) return;
+  state.conversationEtag = talk.etag;
+  renderConversation(talk.body);
   $("detail").hidden = false;
   $("item-title").textContent = detail.title;
   const status = $("item-status");
@@ -255,6 +283,95 @@ function renderAudit(events) {
     body.append(tr);
   }
 }
+
+// --- the conversation with the Coordinator -----------------------------------------
+
+function speaker(message) {
+  if (message.role === "user") return "You";
+  return (message.speaker || "Coordinator") + (message.automatic ? " (on its own)" : "");
+}
+
+function renderMessage(message) {
+  const item = el("li", null, "msg " + message.role + " " + message.status);
+  item.dataset.role = message.role;
+  item.dataset.status = message.status;
+  const head = el("div", null, "msg-head");
+  head.append(el("span", speaker(message)));
+  head.append(el("span", new Date(message.createdAt).toLocaleTimeString()));
+  if (message.status !== "completed") {
+    head.append(el("span", message.status, "status " + message.status));
+  }
+  if (message.decision) {
+    const kind = el("span", message.decision.kind.replace(/_/g, " "), "decision");
+    kind.dataset.kind = message.decision.kind;
+    kind.title = message.decision.reason || "";
+    head.append(kind);
+  }
+  item.append(head);
+  const words = message.status === "thinking" ? "thinking…" : message.text;
+  if (words) item.append(el("div", words, "msg-text"));
+  if (message.decision && message.decision.question) {
+    item.append(el("div", message.decision.question, "question"));
+  }
+  if (message.error) item.append(el("div", message.error, "failure"));
+  return item;
+}
+
+function renderConversation(talk) {
+  const list = $("conversation");
+  const atBottom = list.scrollTop + list.clientHeight >= list.scrollHeight - 4;
+  list.replaceChildren(...talk.messages.map(renderMessage));
+  if (atBottom) list.scrollTop = list.scrollHeight;
+  $("no-messages").hidden = talk.messages.length > 0;
+  const notes = [];
+  if (talk.omittedMessages) notes.push(talk.omittedMessages + " older not shown");
+  if (talk.thinking) notes.push("the Coordinator is thinking");
+  else if (talk.pendingWakes) notes.push(talk.pendingWakes + " wake(s) waiting");
+  $("conversation-state").textContent = notes.length ? "(" + notes.join("; ") + ")" : "";
+  const closed = talk.status === "done" || talk.status === "cancelled";
+  $("message-send").disabled = closed || talk.thinking;
+  $("message-text").disabled = closed;
+}
+
+function clientMessageId() {
+  if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
+  return Date.now().toString(36) + "-" + Math.random().toString(36).slice(2);
+}
+
+async function sendMessage(event) {
+  event.preventDefault();
+  const id = state.selected;
+  const text = $("message-text").value.trim();
+  const error = $("message-error");
+  if (!id || !text) return;
+  if (!state.pendingMessage || state.pendingMessage.text !== text) {
+    state.pendingMessage = { text, clientMessageId: clientMessageId() };
+  }
+  error.hidden = true;
+  $("message-send").disabled = true;
+  try {
+    const extra = { "Content-Type": "application/json", "If-Match": state.conversationEtag || "" };
+    const body = JSON.stringify(state.pendingMessage);
+    const path = "/api/work-items/" + encodeURIComponent(id) + "/messages";
+    await checked(await fetch(path, { method: "POST", headers: headers(extra), body }));
+    state.pendingMessage = null;
+    $("message-text").value = "";
+  } catch (failure) {
+    $("message-send").disabled = false;
+    if (failure instanceof Unauthorized) return;
+    error.hidden = false;
+    error.textContent =
+      failure instanceof Problem && failure.status === 412
+        ? "The item changed since you read it: check what changed, then send again."
+        : String(failure.message || failure);
+  } finally {
+    // The next read shows the new turn (or what changed) and sets the button again.
+    state.detailDirty = true;
+    schedule();
+  }
+}
+
+$("message-form").addEventListener("submit", sendMessage);
 
 // --- live updates ----------------------------------------------------------------
 

@@ -1,0 +1,81 @@
+"""The conversation with an item's Coordinator: read it, post a user message.
+
+The read is a sanitised DTO (``projections.conversation_dto``) whose ETag is the
+item's, the versions a message echoes back in ``If-Match`` like any command
+(``preconditions``); the conversation's own version is in the body. Posting begins
+a user turn that the Coordinator answers in its next step (``workcenter coordinate``
+or a worker), so the answer is ``202 Accepted`` with the turn id; the reply appears
+in the conversation and on the change stream. A repeated ``clientMessageId`` answers
+the first turn and writes nothing, even once the item has moved on (coordinator.md
+9.2): that is checked before the ETag is, so a client retrying a post whose answer
+it lost is not told its ETag is stale.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from fastapi import APIRouter, Depends
+from pydantic import Field
+
+from workcenter.adapters.http.commands import Body, Expected, json_body
+from workcenter.adapters.http.deps import Center
+from workcenter.adapters.http.preconditions import item_etag
+from workcenter.adapters.http.responses import JSONBytes
+from workcenter.application import WorkCenter
+from workcenter.domain import inputs
+
+router = APIRouter(prefix="/api", tags=["conversation"], default_response_class=JSONBytes)
+ITEM = "/work-items/{item_id}"
+
+
+class PostMessage(Body):
+    """A user message; ``clientMessageId`` makes a retry of the same post harmless."""
+
+    text: str
+    client_message_id: str | None = Field(None, alias="clientMessageId")
+
+
+@router.get(ITEM + "/conversation")
+def conversation(wc: Center, item_id: str) -> JSONBytes:
+    """The messages (user and Coordinator, oldest first; thinking, completed or failed,
+    with the decision an answer carried) and their turns. Provider requests and
+    responses never leave the server."""
+    body = wc.web_reads.conversation(inputs.aggregate_id(item_id, "WorkItem"))
+    etag = item_etag(body["itemVersion"], body["controlVersion"])
+    return JSONBytes(body, headers={"ETag": etag, "Cache-Control": "no-cache"})
+
+
+def _posted_before(wc: WorkCenter, work_item_id: UUID, client_message_id: str | None) -> bool:
+    if client_message_id is None:
+        return False
+    state = wc.conversation(work_item_id)
+    return state is not None and client_message_id.strip() in state.client_message_ids
+
+
+@router.post(ITEM + "/messages", status_code=202, dependencies=[Depends(json_body)])
+def post_message(wc: Center, item_id: str, expected: Expected, body: PostMessage) -> JSONBytes:
+    """Post a user message: a user-originated turn the Coordinator answers next. Refused
+    (writing nothing) when the item is done or cancelled, stopped by its budget, a turn
+    is still thinking, or the text is empty."""
+    work_item_id = inputs.aggregate_id(item_id, "WorkItem")
+    if not _posted_before(wc, work_item_id, body.client_message_id):
+        expected.check(wc, work_item_id)
+    posted = wc.post_user_message(
+        work_item_id,
+        body.text,
+        client_message_id=body.client_message_id,
+        expected_version=expected.item_version,
+    )
+    location = f"/api/work-items/{work_item_id}/conversation"
+    answer = {
+        "workItemId": str(posted.work_item_id),
+        "turnId": str(posted.turn_id),
+        "duplicate": posted.duplicate,
+    }
+    etag = item_etag(*wc.web_reads.versions(work_item_id))
+    return JSONBytes(
+        answer,
+        status_code=202,
+        headers={"ETag": etag, "Location": location, "Cache-Control": "no-store"},
+    )
