@@ -43,23 +43,27 @@ def _completion(run_id: UUID) -> dict[str, Any]:
     }
 
 
-def test_audit_merges_item_action_and_ledger_streams_in_position_order(wc: WorkCenter) -> None:
+def test_audit_merges_the_item_action_ledger_and_conversation_streams(wc: WorkCenter) -> None:
     item = plan(wc, create_dynamic(wc).id)
     claimed = claim(wc)
     wc.finish_run(claimed, report())
     rows = wc.audit(item.id)
     positions = [r.position for r in rows]
     assert positions == sorted(positions) and len(set(positions)) == len(positions)
-    # Every event of the three streams is there, exactly once.
+    # Every event of the four streams is there, exactly once (the start and the
+    # Run's outcome woke the Coordinator).
     ledger = wc.ledger(item.id)
+    conversation = wc.conversation(item.id)
+    assert conversation is not None
     expected = item_count = wc.work_item(item.id).version
-    expected += wc.action(claimed.action_id).version + ledger.version
+    expected += wc.action(claimed.action_id).version + ledger.version + conversation.version
     assert len(rows) == expected
     kinds = {(r.aggregate, r.aggregate_id) for r in rows}
     assert kinds == {
         ("work_item", item.id),
         ("action", claimed.action_id),
         ("ledger", ledger.id),
+        ("conversation", conversation.id),
     }
     assert [r.version for r in rows if r.aggregate == "work_item"] == list(range(1, item_count + 1))
     assert rows[0].type == "WorkItemCreated" and rows[0].work_item_id == item.id
@@ -168,7 +172,9 @@ def test_the_audit_is_read_from_the_event_store_with_no_copy(
     rows = wc.audit(item.id)
     # One row per stored event of the item's streams, in notification order.
     item_events = len(wc.history(item.id)) + len(wc.action_history(claimed.action_id))
-    assert len(rows) == item_events + wc.ledger(item.id).version
+    conversation = wc.conversation(item.id)
+    assert conversation is not None
+    assert len(rows) == item_events + wc.ledger(item.id).version + conversation.version
     # Fresh right after a write even with inline projections off: there is no view to lag.
     with WorkCenter.open(db_path, clock=clock, inline_projections=False) as other:
         other.cancel(item.id)

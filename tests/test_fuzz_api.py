@@ -277,6 +277,14 @@ def _commands(world: World, data: st.DataObject) -> dict[str, Callable[[], Any]]
         "goal_progress": lambda: wc.goal_progress(d(ids)),
         "history": lambda: wc.history(d(ids)),
         "action_history": lambda: wc.action_history(d(ids)),
+        "post_user_message": lambda: wc.post_user_message(
+            d(ids),
+            d(texts),
+            client_message_id=d(st.one_of(st.none(), texts)),
+            expected_version=d(st.one_of(st.none(), version)),
+            actor=d(actor_args),
+        ),
+        "conversation": lambda: wc.conversation(d(ids)),
         "list_work_items": lambda: wc.list_work_items(
             d(st.one_of(st.none(), st.just("running"), texts))
         ),

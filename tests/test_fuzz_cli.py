@@ -41,10 +41,12 @@ def _verbs(group: click.Group, path: Verb = ()) -> Iterator[tuple[Verb, click.Co
 
 VERBS = dict(_verbs(cli))
 # Arguments every run of these verbs gets first, so that a run ends and runs only known code:
-# the worker loads no executor named by the fuzzer and stops when idle; the runner runs once.
+# the worker loads no executor named by the fuzzer and stops when idle; the runner and the
+# Coordinator run once.
 FIXED: dict[tuple[str, ...], list[str]] = {
     ("worker",): ["--exit-when-idle", "--max-runs", "2", "--poll", "0.01"],
     ("projections", "run"): ["--once"],
+    ("coordinate",): ["--once"],
 }
 EXECUTORS = [
     "workcenter.adapters.executors:echo",

@@ -307,7 +307,7 @@ def test_projections_status_only_observes(db_path: Path) -> None:
         result = invoke("--db", str(db_path), "projections", "status", "--json")
         assert result.exit_code == 0, result.output
         lags = {row["name"]: row["lag"] for row in json.loads(result.stdout)}
-        assert lags == {"work_queue": head, "detail": head}
+        assert lags == {"work_queue": head, "mailbox": head, "detail": head}
 
 
 def test_hints_keep_the_db_the_user_gave(tmp_path: Path) -> None:
@@ -348,7 +348,7 @@ def test_after_a_budget_stop_extend_and_resume_the_cli_says_what_comes_next(
     assert resumed.exit_code == 0, resumed.output
     for output in (resumed.stdout, invoke("show", item_id, "--db", db).stdout):
         assert "no Action is ready or running" in output
-        assert "plan_actions" in output
+        assert "workcenter message" in output
     worker = invoke(
         "worker", "--db", db, "--executor", "workcenter.adapters.executors:echo",
         "--exit-when-idle",
@@ -454,6 +454,7 @@ def test_projections_run_once_speaks_json_and_plain_text(db_path: Path) -> None:
     assert as_json.exit_code == 0, as_json.output
     assert json.loads(as_json.stdout)["positions"] == {
         "work_queue": head,
+        "mailbox": head,
         "detail": head,
     }
     text = invoke("--db", str(db_path), "projections", "run", "--once")

@@ -207,6 +207,7 @@ def test_rebuilding_every_read_model_from_zero_equals_the_live_views(
         # Eager views are current after every save; the detail view after a read.
         assert {n: lag for n, lag in lags(wc).items() if n != "detail"} == {
             "work_queue": 0,
+            "mailbox": 0,
         }
         wc.projections.catch_up()
         assert lags(wc) == dict.fromkeys(wc.projections.views, 0)
@@ -436,12 +437,14 @@ def test_show_json_prints_the_detail_dto(db_path: Path) -> None:
     status = runner.invoke(cli, ["--db", str(db_path), "projections", "status", "--json"])
     assert {row["name"]: row["lag"] for row in orjson.loads(status.output)} == {
         "work_queue": 0,
+        "mailbox": 0,
         "detail": 0,
     }
     rebuilt = runner.invoke(cli, ["--db", str(db_path), "projections", "rebuild", "--json"])
     assert rebuilt.exit_code == 0, rebuilt.output
     assert {row["name"] for row in orjson.loads(rebuilt.output)} == {
         "work_queue",
+        "mailbox",
         "detail",
     }
     once = runner.invoke(cli, ["--db", str(db_path), "projections", "run", "--once"])

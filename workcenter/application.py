@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import EllipsisType
 from typing import Any, Self
 from uuid import UUID
@@ -19,14 +19,19 @@ from workcenter import bootstrap
 from workcenter.bootstrap import EventStore
 from workcenter.budget import BudgetCommands
 from workcenter.claiming import Claim
+from workcenter.coordinating import Coordinator, StepResult
+from workcenter.coordinator_commands import CoordinatorCommands, PostedMessage
+from workcenter.coordinator_rules import DecisionRules
 from workcenter.domain import action as act
+from workcenter.domain import conversation as conv
+from workcenter.domain import inputs
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.outcome import RunReport
-from workcenter.ports import Clock, SystemClock
+from workcenter.ports import Clock, CoordinatorProvider, SystemClock
 from workcenter.projections.audit import DEFAULT_LIMIT, AuditRow
 from workcenter.projections.detail import Detail, DetailView
 from workcenter.projections.inline import InlineProjections
@@ -59,6 +64,7 @@ class WorkCenter:
         clock: Clock | None = None,
         boot_id: str | None = None,
         inline_projections: bool | None = None,
+        coordinator_rules: DecisionRules | None = None,
     ):
         parts = bootstrap.compose(
             store, clock=clock, boot_id=boot_id, inline_projections=inline_projections
@@ -72,6 +78,13 @@ class WorkCenter:
         self._runs = RunCommands(parts.repository, parts.read_models, parts.clock, parts.boot_id)
         self._budget = BudgetCommands(parts.repository, parts.clock)
         self._reads = Reads(parts.repository, parts.read_models, parts.read_streams)
+        self._coordinator = CoordinatorCommands(
+            parts.repository,
+            parts.read_models,
+            parts.clock,
+            parts.boot_id,
+            coordinator_rules or bootstrap.decision_rules(),
+        )
 
     @classmethod
     def open(
@@ -83,6 +96,7 @@ class WorkCenter:
         inline_projections: bool | None = None,
         sqlite_synchronous: str | None = None,
         create: bool = True,
+        coordinator_rules: DecisionRules | None = None,
     ) -> Self:
         """Open the SQLite store at ``db``, ``$WORKCENTER_DB`` or ./workcenter.db (creating it
         unless ``create`` is false). ``StoreUnavailable`` if it cannot be opened, or is
@@ -95,7 +109,11 @@ class WorkCenter:
             sqlite_synchronous,
             create,
             lambda store: cls(
-                store, clock=clock, boot_id=boot_id, inline_projections=inline_projections
+                store,
+                clock=clock,
+                boot_id=boot_id,
+                inline_projections=inline_projections,
+                coordinator_rules=coordinator_rules,
             ),
         )
 
@@ -506,6 +524,43 @@ class WorkCenter:
     ) -> bool:
         return self._budget.can_coordinate_automatically(work_item_id, user_message=user_message)
 
+    # --- the Coordinator ------------------------------------------------------
+
+    def post_user_message(
+        self,
+        work_item_id: UUID,
+        text: str,
+        *,
+        client_message_id: str | None = None,
+        expected_version: int | None = None,
+        actor: Actor | str | None = None,
+    ) -> PostedMessage:
+        """Begin a user turn, answered by the next Coordinator step; a known client id
+        returns its first turn and writes nothing (coordinator.md 9.2)."""
+        return self._coordinator.post_user_message(
+            work_item_id,
+            text,
+            client_message_id=client_message_id,
+            expected_version=expected_version,
+            actor=actor,
+        )
+
+    def conversation(self, work_item_id: UUID) -> conv.ConversationState | None:
+        """The item's messages, turns, mailbox and provider turns (None: none yet)."""
+        return self._coordinator.conversation(work_item_id)
+
+    def coordinate_once(
+        self, provider: CoordinatorProvider, *, lease_seconds: float = 60.0, limit: int = 100
+    ) -> list[StepResult]:
+        """Recover, then run one Coordinator step through ``provider`` per due wake."""
+        lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))
+        limit = inputs.version(limit, "limit")
+        return Coordinator(self._coordinator, provider, lease).run_due(limit)
+
+    def recover_coordinator(self, *, at_open: bool = True) -> int:
+        """Coordinator crash recovery (expired claims, unknown dispatches, orphaned turns)."""
+        return self._coordinator.recover(at_open=at_open)
+
     # --- reads ----------------------------------------------------------------
 
     def goal_progress(self, work_item_id: UUID) -> GoalProgress:
@@ -515,12 +570,9 @@ class WorkCenter:
         return self._reads.list_work_items(status)
 
     def detail(self, work_item_id: UUID) -> dict[str, Any]:
-        """The item's detail DTO from the detail read model (as of the item's latest event).
-
-        With inline projections on it reflects every command committed before the read:
-        the view is written at each save, and if it is behind the head of the event log
-        (a writer crashed between its events and its views) the read catches it up first.
-        With inline projections off it is as fresh as the runner has made it (ADR-0019)."""
+        """The item's detail DTO from the detail read model (as of the item's latest event):
+        with inline projections on it reflects every command committed before the read
+        (caught up first after a crash); off, as fresh as the runner made it (ADR-0019)."""
         return self._reads.detail(work_item_id)
 
     def history(self, work_item_id: UUID) -> list[DomainEvent]:

@@ -11,6 +11,7 @@ from datetime import datetime
 from uuid import UUID
 
 from workcenter.domain import action as act
+from workcenter.domain import conversation as conv
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import InvalidInput
@@ -25,7 +26,12 @@ def rows(
 ) -> list[AuditRow]:
     """Every row of the item up to position ``until`` (NotFound if there is no item)."""
     item = repo.work_item(work_item_id)
-    streams = [item.id, *(e.action_id for e in item.plan), rl.ledger_id_for(item.id)]
+    streams = [
+        item.id,
+        *(e.action_id for e in item.plan),
+        rl.ledger_id_for(item.id),
+        conv.conversation_id_for(item.id),
+    ]
     return audit.audit_rows(item.id, read_streams(streams, until=until))
 
 

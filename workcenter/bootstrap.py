@@ -33,6 +33,7 @@ from workcenter.adapters.persistence import (
 )
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.adapters.sqlite_settings import SYNCHRONOUS_ENV, validate_synchronous
+from workcenter.coordinator_rules import DecisionRules, DomainRules
 from workcenter.domain.model import AggregateState
 from workcenter.ports import Clock, StreamReader, SystemClock
 from workcenter.projections.detail import (
@@ -43,6 +44,7 @@ from workcenter.projections.detail import (
     Kind,
     refreshes_detail,
 )
+from workcenter.projections.mailbox import Mailbox, MailboxView
 from workcenter.projections.work_queue import WorkQueue, WorkQueueView
 from workcenter.read_models import OnRead, ReadModel, ReadModels
 from workcenter.repository import Repository
@@ -53,7 +55,7 @@ T = TypeVar("T")
 OPEN_ATTEMPTS = 4
 INLINE_ENV = "WORKCENTER_INLINE_PROJECTIONS"
 # Read models written in every command's own transaction (ADR-0016).
-EAGER_VIEWS: list[str] = [WorkQueue.name]
+EAGER_VIEWS: list[str] = [WorkQueue.name, Mailbox.name]
 
 
 class EventStore(Application[UUID]):
@@ -92,8 +94,12 @@ def read_model_registry(store: Application[UUID], load_state: LoadState) -> list
         blobs=Blobs(deflate=compression.deflate, inflate=compression.inflate),
     )
     details.create_table()
+    mailbox = MailboxView(datastore)
+    mailbox.create_table()
     return [
         ReadModel(WorkQueue.name, work_queue, on_read=OnRead.ALWAYS),
+        # The Coordinator loop finds due wakes here, whoever writes the views.
+        ReadModel(Mailbox.name, mailbox, on_read=OnRead.ALWAYS),
         # Written by every command that changes a WorkItem or an Action, so a browser's
         # read right after a write finds the DTO stored (ADR-0019 measured this against
         # catching it up on read and a fold on read); caught up on read after a crash.
@@ -142,6 +148,11 @@ def compose(
         repository=repository[0],
         read_streams=partial(event_log.streams_in_order, store),
     )
+
+
+def decision_rules() -> DecisionRules:
+    """The Coordinator's decision rules (coordinator.md 4, 5.3, 9.1)."""
+    return DomainRules()
 
 
 def open_store(

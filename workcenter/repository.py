@@ -18,6 +18,7 @@ from eventsourcing.application import AggregateNotFoundError, Application
 from eventsourcing.persistence import IntegrityError
 
 from workcenter.domain import action as act
+from workcenter.domain import conversation as conv
 from workcenter.domain import inputs
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
@@ -97,6 +98,12 @@ class Repository:
         self.project_ledger = _projector(
             rl.evolve, rl.LedgerState, rl.LedgerEvent, snapshot_classes[rl.LedgerState]
         )
+        self.project_conversation = _projector(
+            conv.evolve,
+            conv.ConversationState,
+            conv.ConversationEvent,
+            snapshot_classes[conv.ConversationState],
+        )
 
     # --- loading --------------------------------------------------------------
 
@@ -132,6 +139,16 @@ class Repository:
         if state is None:
             raise NotFound("ResourceLedger of WorkItem", work_item_id)
         return state
+
+    def conversation(self, work_item_id: UUID) -> conv.ConversationState | None:
+        """The WorkItem's Conversation; None until its first event (the stream opens lazily)."""
+        work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
+        return self._load_state(
+            conv.conversation_id_for(work_item_id),
+            None,
+            self.project_conversation,
+            conv.ConversationState,
+        )
 
     def _load_state(
         self,
@@ -172,9 +189,14 @@ class Repository:
     # --- the unit of work -----------------------------------------------------
 
     def save(self, unit: Unit) -> None:
+        if unit.needs_conversation:
+            # The unit woke the Coordinator: its mailbox entries join the same write.
+            unit.attach_conversation(self.conversation(unit.item.id))
         states: dict[UUID, AggregateState] = {unit.item.id: unit.item, **unit.actions}
         if unit.ledger is not None:
             states[unit.ledger.id] = unit.ledger
+        if unit.conversation is not None:
+            states[unit.conversation.id] = unit.conversation
         self.save_events(unit.events, states)
 
     def save_events(

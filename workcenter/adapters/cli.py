@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from workcenter.adapters import presenters
+from workcenter.adapters import cli_coordinator, presenters
 from workcenter.adapters.cli_common import command_hint, console, db_option, work_item_id
 from workcenter.adapters.cli_common import emit_json as _emit_json
 from workcenter.adapters.cli_common import open_center as _open
@@ -26,6 +26,7 @@ from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.terminal import safe, text
 from workcenter.adapters.worker import StopSignals, load_executor, run_worker
 from workcenter.application import Claim
+from workcenter.coordinating import StepResult
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import InvalidInput, WorkcenterError
 from workcenter.domain.work_item import WorkItemStatus
@@ -441,15 +442,15 @@ def _say_what_next(status: str, mode: str, actions: list[dict[str, Any]]) -> Non
         return
     console.print(
         "no Action is ready or running: a dynamic WorkItem's next Actions are planned by"
-        " its Coordinator, which Workcenter does not have yet; plan them with the Python"
-        " API's WorkCenter.plan_actions, then run a worker",
+        " its Coordinator; run `workcenter coordinate` (or a worker), or say what to do"
+        " with `workcenter message`",
         soft_wrap=True,
     )
 
 
 @cli.command()
 @db_option
-@click.option("--executor", "executor_spec", required=True, help="module:callable")
+@click.option("--executor", "executor_spec", default=None, help="module:callable")
 @click.option("--name", default="worker-1", show_default=True, help="Worker name.")
 @click.option(
     "--lease",
@@ -464,28 +465,40 @@ def _say_what_next(status: str, mode: str, actions: list[dict[str, Any]]) -> Non
 )
 @click.option("--max-runs", type=click.IntRange(min=1), default=None)
 @click.option("--exit-when-idle", is_flag=True)
+@click.option("--no-coordinator", is_flag=True, help="Do not run Coordinator steps.")
+@click.option("--no-runs", is_flag=True, help="Run only Coordinator steps, no Runs.")
+@cli_coordinator.provider_option
 @click.option("--json", "as_json", is_flag=True, help="Print the final stats as JSON.")
 @click.pass_context
 def worker(
     ctx: click.Context,
-    executor_spec: str,
+    executor_spec: str | None,
     name: str,
     lease_seconds: float,
     poll_seconds: float,
     max_runs: int | None,
     exit_when_idle: bool,
+    no_coordinator: bool,
+    no_runs: bool,
+    provider_name: str | None,
     as_json: bool,
 ) -> None:
-    """Claim, renew and finish Runs through an executor until stopped.
+    """Claim, renew and finish Runs through an executor, and run the due Coordinator
+    steps beside them, until stopped.
 
     Ctrl-C or SIGTERM interrupts the Run in hand (it is retried), prints the
     summary and exits 130 or 143. A malformed executor report is an error: the
     Run is interrupted with the reason and the worker goes on.
     """
+    if no_coordinator and no_runs:
+        raise click.UsageError("--no-coordinator and --no-runs leave nothing to do")
+    if not no_runs and executor_spec is None:
+        raise click.UsageError("--executor is required unless --no-runs is given")
     try:
-        executor = load_executor(executor_spec)
+        executor = load_executor(executor_spec) if executor_spec else _no_executor
     except (ImportError, AttributeError, ValueError) as error:
         raise click.BadParameter(str(error), param_hint="--executor") from None
+    provider = None if no_coordinator else cli_coordinator.make_provider(provider_name)
 
     def on_event(kind: str, claim: Claim, detail: str) -> None:
         line = f"{kind} {claim.action_type} {claim.action_id} {detail}".rstrip()
@@ -493,6 +506,9 @@ def worker(
             click.echo(safe(" ".join(line.split())), err=True)
         elif not as_json:
             console.print(text(line), highlight=False)
+
+    def on_step(result: StepResult) -> None:
+        console.print(text(f"coordinator {cli_coordinator.step_line(result)}"), highlight=False)
 
     with _open(ctx) as wc, StopSignals() as signals:
         stats = run_worker(
@@ -505,6 +521,9 @@ def worker(
             exit_when_idle=exit_when_idle,
             signals=signals,
             on_event=on_event,
+            coordinator=provider,
+            runs=not no_runs,
+            on_step=None if as_json else on_step,
         )
     if as_json:
         _emit_json(stats.json())
@@ -514,10 +533,22 @@ def worker(
         ctx.exit(128 + signals.signum)
 
 
-# The operator verbs (audit, progress, projections) live in their own module.
+def _no_executor(claim: Claim) -> dict[str, Any]:
+    raise AssertionError("a worker without --executor runs no Runs")  # never claimed
+
+
+# The operator verbs (audit, progress, projections) and the Coordinator's live in
+# their own modules.
 from workcenter.adapters import cli_operator  # noqa: E402
 
-for _command in (cli_operator.audit, cli_operator.progress, cli_operator.projections):
+for _command in (
+    cli_operator.audit,
+    cli_operator.progress,
+    cli_operator.projections,
+    cli_coordinator.coordinate,
+    cli_coordinator.message,
+    cli_coordinator.conversation,
+):
     cli.add_command(_command)
 
 

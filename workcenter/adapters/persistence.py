@@ -21,6 +21,7 @@ from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.adapters.sqlite_settings import FACTORY_TOPIC, synchronous_env
 from workcenter.domain.action import ActionState
 from workcenter.domain.actor import LEGACY, Actor
+from workcenter.domain.conversation import ConversationState
 from workcenter.domain.errors import WorkcenterError
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.resource_ledger import LedgerState
@@ -108,12 +109,19 @@ class LedgerSnapshot(DomainEvent):
     state: LedgerState
 
 
+class ConversationSnapshot(DomainEvent):
+    actor: Actor = SNAPSHOT_ACTOR
+    state: ConversationState
+
+
 SNAPSHOT_CLASSES: dict[
-    type[AggregateState], type[ActionSnapshot | WorkItemSnapshot | LedgerSnapshot]
+    type[AggregateState],
+    type[ActionSnapshot | WorkItemSnapshot | LedgerSnapshot | ConversationSnapshot],
 ] = {
     ActionState: ActionSnapshot,
     WorkItemState: WorkItemSnapshot,
     LedgerState: LedgerSnapshot,
+    ConversationState: ConversationSnapshot,
 }
 
 

@@ -7,6 +7,9 @@ reason (the auto-retry rule decides what happens next) and the loop goes on.
 User input queued for the Action arrives in ``claim.inputs`` and is consumed
 as the executor starts; input that arrives while it runs cannot be in its
 report, so that Run is interrupted and the next one receives the input.
+
+Given a Coordinator provider, each pass of the loop also runs the due
+Coordinator steps (user messages and automatic wakes) before it claims a Run.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from workcenter.application import Claim, WorkCenter
+from workcenter.coordinating import StepResult
 from workcenter.domain import actor as actors
 from workcenter.domain.errors import CommandRefused, InvalidInput, StaleRun, WorkcenterError
 from workcenter.domain.outcome import RunReport
+from workcenter.ports import CoordinatorProvider
 from workcenter.projections.sanitize import sanitize_personal
 
 Executor = Callable[[Claim], RunReport | Mapping[str, Any]]
@@ -50,15 +55,22 @@ class WorkerStats:
     lost: int = 0
     errors: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
+    coordinator_steps: dict[str, int] = field(default_factory=dict)
 
     def json(self) -> dict[str, Any]:
         return asdict(self)
 
     def summary(self) -> str:
-        return (
+        line = (
             f"claimed {self.claimed}, finished {self.finished}, interrupted {self.interrupted}, "
             f"lost {self.lost}, errors {self.errors}"
         )
+        if self.coordinator_steps:
+            steps = ", ".join(
+                f"{n} {status}" for status, n in sorted(self.coordinator_steps.items())
+            )
+            line += f"; coordinator turns: {steps}"
+        return line
 
 
 class WorkerStopped(BaseException):
@@ -254,30 +266,60 @@ def run_worker(
     stop: threading.Event | None = None,
     signals: StopSignals | None = None,
     on_event: Callable[[str, Claim, str], None] | None = None,
+    coordinator: CoordinatorProvider | None = None,
+    runs: bool = True,
+    on_step: Callable[[StepResult], None] | None = None,
 ) -> WorkerStats:
-    """Loop until stopped, idle (if asked) or ``max_runs`` Runs were handled."""
+    """Loop until stopped, idle (if asked) or ``max_runs`` Runs were handled; with a
+    ``coordinator`` provider, run the due Coordinator steps too (``runs=False``: only
+    them)."""
     stats = WorkerStats()
     stop = signals.event if signals else (stop or threading.Event())
     # The loop recovers dead Runs itself, so the recovery is recorded as this worker's.
     by = actors.worker(worker, wc.boot_id)
-    wc.recover(worker=worker, actor=by)
+    if runs:
+        wc.recover(worker=worker, actor=by)
+    if coordinator is not None:
+        wc.recover_coordinator(at_open=True)
     while not stop.is_set() and (max_runs is None or stats.claimed < max_runs):
-        try:
-            claim = run_one(
-                wc,
-                executor,
-                worker=worker,
-                lease_seconds=lease_seconds,
-                stats=stats,
-                on_event=on_event,
-                signals=signals,
-            )
-        except WorkcenterError:  # the claim itself was refused (contention): try again later
-            stats.errors += 1
-            claim = None
-        if claim is None:
+        stepped = _coordinate(wc, coordinator, stats, on_step) if coordinator else False
+        claim = None
+        if runs:
+            try:
+                claim = run_one(
+                    wc,
+                    executor,
+                    worker=worker,
+                    lease_seconds=lease_seconds,
+                    stats=stats,
+                    on_event=on_event,
+                    signals=signals,
+                )
+            except WorkcenterError:  # the claim itself was refused (contention): try later
+                stats.errors += 1
+        if claim is None and not stepped:
             if exit_when_idle:
                 break
             stop.wait(poll_seconds)
-            wc.recover(worker=worker, actor=by)
+            if runs:
+                wc.recover(worker=worker, actor=by)
     return stats
+
+
+def _coordinate(
+    wc: WorkCenter,
+    provider: CoordinatorProvider,
+    stats: WorkerStats,
+    on_step: Callable[[StepResult], None] | None,
+) -> bool:
+    """The due Coordinator steps; True when any ran."""
+    try:
+        results = wc.coordinate_once(provider)
+    except WorkcenterError:  # contention on a Conversation: the next pass tries again
+        stats.coordinator_steps["refused"] = stats.coordinator_steps.get("refused", 0) + 1
+        return False
+    for result in results:
+        stats.coordinator_steps[result.status] = stats.coordinator_steps.get(result.status, 0) + 1
+        if on_step:
+            on_step(result)
+    return bool(results)

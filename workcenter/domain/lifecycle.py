@@ -100,7 +100,15 @@ def create(
 
 def _start(unit: Unit) -> None:
     unit.item_event(wi.WorkItemStarted)
-    modes.of(unit.item).begin(unit)
+    policy = modes.of(unit.item)
+    policy.begin(unit)
+    item = unit.item
+    policy.wake(
+        unit,
+        "work_item_started",
+        f"dynamic:start:{item.id}:{item.contract_revision}",
+        contract_revision=item.contract_revision,
+    )
 
 
 def start(
@@ -127,8 +135,21 @@ def update_contract(
     """A contract change (goal, criteria, delivery target) supersedes the open work."""
     wi.refuse_if_terminal(item, "update")
     unit = Unit(item, actions, at, by=by)
-    if refine_contract(unit, contract):
-        modes.of(item).restart(unit, item)
+    changed = refine_contract(unit, contract)
+    if not changed:
+        return unit
+    policy = modes.of(item)
+    policy.restart(unit, item)
+    if item.status != "draft":
+        # A direct edit wakes the Coordinator; a decision's own refinement does not.
+        revision = unit.item.contract_revision
+        policy.wake(
+            unit,
+            "contract_changed",
+            f"dynamic:contract:{item.id}:{revision}",
+            contract_revision=revision,
+            changed_fields=list(changed),
+        )
     return unit
 
 
@@ -213,7 +234,15 @@ def resume(
     cancelled = sorted(
         (a for a in unit.actions.values() if a.status == "cancelled"), key=lambda a: a.sequence
     )
-    modes.of(item).resume(unit, cancelled)
+    policy = modes.of(item)
+    policy.resume(unit, cancelled)
+    # Pre-stop decisions can never apply later (coordinator.md 6.4).
+    unit.retire_thinking_turns()
+    assert unit.ledger is not None
+    control = unit.ledger.control_version
+    policy.wake(
+        unit, "work_item_resumed", f"dynamic:resume:{item.id}:{control}", ledger_control=control
+    )
     return unit
 
 

@@ -42,6 +42,10 @@ class ModePolicy(Protocol):
         """The item's stages, from the ones asked for at creation."""
         ...
 
+    def wake(self, unit: Unit, kind: str, source_key: str, **trigger: object) -> None:
+        """A cause that wakes the Coordinator (coordinator.md 2.1), if this mode has one."""
+        ...
+
     def begin(self, unit: Unit) -> None:
         """The item has just started."""
         ...
@@ -98,6 +102,9 @@ class Dynamic:
     def workflow(self, stages: StageInput | None) -> tuple[Stage, ...]:
         return ()
 
+    def wake(self, unit: Unit, kind: str, source_key: str, **trigger: object) -> None:
+        unit.wake(kind, source_key, **trigger)
+
     def begin(self, unit: Unit) -> None:
         unit.derive_status()
 
@@ -138,11 +145,28 @@ class Dynamic:
 
     def after_run_ended(self, unit: Unit, action: act.ActionState) -> None:
         unit.derive_status()
+        if unit.action(action.id).status == "failed":  # interrupted and not retryable
+            self._settled(unit, unit.action(action.id))
 
     def after_finish(
         self, unit: Unit, action: act.ActionState, normalised: NormalisedOutcome
     ) -> None:
         unit.derive_status()
+        self._settled(unit, action)
+
+    def _settled(self, unit: Unit, action: act.ActionState) -> None:
+        """A Run outcome that leaves nothing ready or running: the Coordinator's turn."""
+        if unit.item.entries("ready", "running") or not action.runs:
+            return
+        run_id = action.runs[-1].id
+        unit.wake(
+            "action_settled",
+            f"dynamic:reconcile:{unit.item.id}:{run_id}",
+            action_id=str(action.id),
+            run_id=str(run_id),
+            status=action.status,
+            unfinished_action_ids=[str(e.action_id) for e in unit.item.entries(*act.OPEN_STATUSES)],
+        )
 
     def after_stale_run_ended(self, unit: Unit) -> None:
         if unit.item.status in wi.ACTIVE:
@@ -165,6 +189,9 @@ class Linear:
 
     def workflow(self, stages: StageInput | None) -> tuple[Stage, ...]:
         return parse_stages(stages or wi.DEFAULT_STAGES)
+
+    def wake(self, unit: Unit, kind: str, source_key: str, **trigger: object) -> None:
+        return None  # a linear item follows its stages; no Coordinator is woken
 
     def begin(self, unit: Unit) -> None:
         add_stage_action(unit, unit.item.stages[0])

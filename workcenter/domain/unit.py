@@ -10,19 +10,35 @@ stamped with it when decided, mirrors included: they are part of the same
 decision. A budget stop is the one exception: the ledger records it as the
 system's, caused by the command's actor, and its mirrors on the WorkItem take
 the stop's actor.
+
+A unit may also wake the item's Coordinator (a mailbox entry on its Conversation)
+or retire its thinking turns: the domain records the wake, and the Conversation
+events are decided once the service has attached the Conversation's state, in
+the same write as their cause.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from workcenter.domain import action as act
+from workcenter.domain import conversation as conv
 from workcenter.domain import resource_ledger as rl
+from workcenter.domain import turns
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
-from workcenter.domain.model import DomainEvent, Emitter
+from workcenter.domain.model import DomainEvent, Emitter, Immutable
+
+
+class Wake(Immutable):
+    """A cause that wakes the Coordinator once (coordinator.md 2.1)."""
+
+    kind: str
+    source_key: str
+    trigger: dict[str, Any]
 
 
 class Unit:
@@ -41,6 +57,45 @@ class Unit:
         self.actions: dict[UUID, act.ActionState] = dict(actions)
         self.ledger = ledger
         self.events: list[DomainEvent] = []
+        self.wakes: list[Wake] = []
+        self.retire_turns = False
+        self.talk: turns.Decider | None = None
+
+    # --- the Conversation --------------------------------------------------------
+
+    @property
+    def conversation(self) -> conv.ConversationState | None:
+        return self.talk.state if self.talk is not None else None
+
+    @property
+    def needs_conversation(self) -> bool:
+        """It woke the Coordinator or retires turns, and the state is not attached yet."""
+        return self.talk is None and (bool(self.wakes) or self.retire_turns)
+
+    def attach_conversation(self, state: conv.ConversationState | None) -> turns.Decider:
+        """Decide the Conversation events of this unit against ``state`` (None: no stream yet)."""
+        if self.talk is None:
+            self.talk = turns.Decider(state, self.item.id, self.at, self.by, sink=self.events)
+            self._deliver()
+        return self.talk
+
+    def wake(self, kind: str, source_key: str, **trigger: Any) -> None:
+        self.wakes.append(Wake(kind=kind, source_key=source_key, trigger=trigger))
+        self._deliver()
+
+    def retire_thinking_turns(self) -> None:
+        self.retire_turns = True
+        self._deliver()
+
+    def _deliver(self) -> None:
+        if self.talk is None:
+            return
+        if self.retire_turns:
+            self.talk.retire_thinking()
+            self.retire_turns = False
+        for wake in self.wakes:
+            self.talk.enqueue(wake.kind, wake.source_key, wake.trigger)
+        self.wakes.clear()
 
     @classmethod
     def new_item(cls, events: list[wi.WorkItemEvent], at: datetime, *, by: Actor) -> Unit:

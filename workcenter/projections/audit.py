@@ -1,5 +1,6 @@
-"""The audit of a WorkItem: every event of it, its Actions (Runs included) and its
-ledger, in the order they were written (read-models.md 3).
+"""The audit of a WorkItem: every event of it, its Actions (Runs included), its
+ledger and its Conversation (the Coordinator's turns), in the order they were
+written (read-models.md 3).
 
 There is no audit table: the rows are shaped here, purely, from the item's
 streams as the event store returns them merged by notification position (the
@@ -18,6 +19,7 @@ from typing import Any
 from uuid import UUID
 
 from workcenter.domain import action as act
+from workcenter.domain import conversation as conv
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.goal_progress import GoalProgress, current_run, is_proof
@@ -109,6 +111,8 @@ def audit_rows(work_item_id: UUID, events: Iterable[tuple[int, DomainEvent]]) ->
             if isinstance(event, rl.RequestReserved) and event.run_id is not None:
                 run_id = event.run_id
                 action_id = runs[run_id][0] if run_id in runs else None
+        elif isinstance(event, conv.ConversationEvent):
+            aggregate = "conversation"
         else:
             continue
         if generation is None and action_id is not None:

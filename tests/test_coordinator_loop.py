@@ -1,0 +1,132 @@
+"""The Coordinator end to end: the domain's decision rules and the scripted provider
+driven by the turn machinery through a WorkItem's life (issue 9, "what it must show")."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from conftest import CRITERIA, claim, create_dynamic, report
+from domain_states import brief, decision
+
+from workcenter.adapters.providers.scripted import Reply, ScriptedProvider, transient
+from workcenter.application import WorkCenter
+from workcenter.domain import conversation as conv
+from workcenter.domain.coordinator_request import CORRECTION_HEADING
+
+
+def say(kind: str, **fields: Any) -> str:
+    return json.dumps(decision(kind, **fields))
+
+
+def last_reply(wc: WorkCenter, item_id: Any) -> conv.Message:
+    state = wc.conversation(item_id)
+    assert state is not None
+    return [m for m in state.messages if m.role == "assistant"][-1]
+
+
+def completion(run_id: Any, criteria: tuple[str, ...] = CRITERIA) -> dict[str, Any]:
+    return {
+        "summary": "All criteria are met",
+        "acceptanceResults": [
+            {"criterion": c, "status": "passed", "evidenceRunIds": [str(run_id)]} for c in criteria
+        ],
+        "evidenceRunIds": [str(run_id)],
+        "residualRisks": None,
+    }
+
+
+def test_plan_run_and_complete_through_the_coordinator(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    provider = ScriptedProvider([say("create_actions", actions=[brief()])])
+    [planned] = wc.coordinate_once(provider)
+    assert planned.status == "decided"
+    action_id = wc.work_item(item.id).plan[0].action_id
+    assert last_reply(wc, item.id).decision is not None
+    assert last_reply(wc, item.id).decision.affected_action_ids == (action_id,)  # type: ignore[union-attr]
+    running = claim(wc)
+    finished = wc.finish_run(running, report())
+    provider.then(say("complete", completion=completion(finished.result_run_id)))
+    [done] = wc.coordinate_once(provider)  # woken by the settled Run
+    assert done.status == "decided", done.error
+    assert wc.work_item(item.id).status == "done"
+    reservations = wc.ledger(item.id).reservations.values()
+    assert [r.kind for r in reservations] == ["coordinator", "coordinator"]
+
+
+def test_complete_with_an_unmet_criterion_is_refused_and_counted(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    provider = ScriptedProvider([say("create_actions", actions=[brief()])])
+    wc.coordinate_once(provider)
+    running = claim(wc)
+    half = report(
+        acceptanceChecks=[
+            {"criterion": CRITERIA[0], "status": "passed", "evidence": "ok"},
+            {"criterion": CRITERIA[1], "status": "failed", "evidence": "not yet"},
+        ]
+    )
+    finished = wc.finish_run(running, half)
+    provider.then(say("complete", completion=completion(finished.result_run_id)))
+    [result] = wc.coordinate_once(provider)
+    assert result.status == "failed"
+    assert wc.work_item(item.id).status != "done"
+    assert last_reply(wc, item.id).status == "failed"
+    assert wc.ledger(item.id).coordinator_failures == 1
+
+
+def test_an_automatic_turn_that_patches_the_contract_changes_nothing(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    patched = say("create_actions", actions=[brief()], contractPatch={"goal": "Something else"})
+    provider = ScriptedProvider([patched, patched])
+    [result] = wc.coordinate_once(provider)
+    assert result.status == "failed" and result.attempts == 2
+    after = wc.work_item(item.id)
+    assert (after.goal, after.contract_revision, after.plan) == (item.goal, 1, ())
+    assert last_reply(wc, item.id).error == conv.INVALID_TWICE
+    assert len(provider.requests) == 2
+    assert CORRECTION_HEADING not in provider.requests[0].messages[-1]["content"]
+    assert CORRECTION_HEADING in provider.requests[1].messages[-1]["content"]
+
+
+def test_a_user_turn_may_refine_the_contract(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    wc.post_user_message(item.id, "The goal is now to ship the docs")
+    provider = ScriptedProvider(
+        [
+            say(
+                "request_human",
+                question="Which docs?",
+                contractPatch={"goal": "Ship the docs"},
+            )
+        ]
+    )
+    results = wc.coordinate_once(provider)
+    assert [r.status for r in results] == ["decided"]
+    after = wc.work_item(item.id)
+    assert (after.goal, after.contract_revision, after.status) == ("Ship the docs", 2, "waiting")
+    refined = next(e for e in wc.history(item.id) if type(e).__name__ == "ContractRefined")
+    assert refined.actor.kind == "coordinator"
+    assert refined.actor.caused_by is not None and refined.actor.caused_by.kind == "user"
+
+
+def test_rate_limits_are_retried_and_charged_then_the_turn_fails_transiently(
+    wc: WorkCenter,
+) -> None:
+    item = create_dynamic(wc)
+    provider = ScriptedProvider([transient(attempts=3)])
+    [result] = wc.coordinate_once(provider)
+    assert result.status == "failed"
+    reservations = list(wc.ledger(item.id).reservations.values())
+    assert len(reservations) == 3 and all(r.status == "unknown" for r in reservations)
+    state = wc.conversation(item.id)
+    assert state is not None
+    assert [e.status for e in state.entries] == ["pending"]  # retried after the backoff
+
+
+def test_usage_reported_by_the_provider_settles_the_request(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    usage = {"input_tokens": 1200, "output_tokens": 80}
+    reply = Reply(say("create_actions", actions=[brief()]), usage=usage)
+    wc.coordinate_once(ScriptedProvider([reply]))
+    [reservation] = wc.ledger(item.id).reservations.values()
+    assert (reservation.status, reservation.charged_tokens) == ("reported", 1280)

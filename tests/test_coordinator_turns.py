@@ -1,0 +1,427 @@
+"""The Coordinator's turn machinery: wakes, user messages, claims, provider turns,
+fences, failures and recovery (coordinator.md 1, 2, 3, 5, 6, 9.5)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import (
+    BOOT_ID,
+    FakeClock,
+    action_spec,
+    claim,
+    create_dynamic,
+    create_linear,
+    refused,
+    report,
+)
+from coordinator_fakes import FakeRules, answer_text, create_actions, decision
+
+from workcenter.adapters.providers.scripted import Failure, Reply, ScriptedProvider, Step
+from workcenter.application import WorkCenter
+from workcenter.domain import conversation as conv
+from workcenter.domain.errors import (
+    CommandRefused,
+    InvalidInput,
+    NotFound,
+    ProviderFailed,
+    ResourceStopError,
+    VersionConflict,
+)
+
+LEASE = timedelta(seconds=60)
+
+
+@pytest.fixture
+def wc(db_path: Path, clock: FakeClock) -> Iterator[WorkCenter]:
+    center = WorkCenter.open(db_path, clock=clock, boot_id=BOOT_ID, coordinator_rules=FakeRules())
+    yield center
+    center.close()
+
+
+def entries(wc: WorkCenter, item_id: Any) -> list[tuple[str, str]]:
+    state = wc.conversation(item_id)
+    return [(e.kind, e.status) for e in state.entries] if state else []
+
+
+def assistant(wc: WorkCenter, item_id: Any) -> conv.Message:
+    state = wc.conversation(item_id)
+    assert state is not None
+    return [m for m in state.messages if m.role == "assistant"][-1]
+
+
+def drain(wc: WorkCenter, *script: Step, **kwargs: Any) -> ScriptedProvider:
+    provider = ScriptedProvider(script, **kwargs)
+    wc.coordinate_once(provider)
+    return provider
+
+
+# --- wakes -------------------------------------------------------------------------
+
+
+def test_a_dynamic_start_wakes_the_coordinator_once_and_a_linear_one_never(
+    wc: WorkCenter,
+) -> None:
+    item = create_dynamic(wc, start=False)
+    assert wc.conversation(item.id) is None
+    wc.start(item.id)
+    assert entries(wc, item.id) == [("work_item_started", "pending")]
+    state = wc.conversation(item.id)
+    assert state is not None
+    assert state.entries[0].source_key == f"dynamic:start:{item.id}:1"
+    linear = create_linear(wc)
+    assert wc.conversation(linear.id) is None
+
+
+def test_an_automatic_turn_plans_and_acks_its_wake(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    drain(wc, create_actions(action_spec()))
+    after = wc.work_item(item.id)
+    assert after.status == "ready" and len(after.plan) == 1
+    assert entries(wc, item.id) == [("work_item_started", "acked")]
+    message = assistant(wc, item.id)
+    assert (message.status, message.automatic, message.user_originated) == (
+        "completed",
+        True,
+        False,
+    )
+    assert message.speaker == conv.COORDINATOR_SPEAKER
+    added = next(e for e in wc.history(item.id) if type(e).__name__ == "ActionAdded")
+    assert added.actor.kind == "coordinator"
+
+
+def test_a_run_outcome_that_leaves_nothing_to_do_wakes_it_once(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    drain(wc, create_actions(action_spec(), action_spec("review", "Check it")))
+    first = claim(wc)
+    wc.finish_run(first, report())
+    assert [k for k, _ in entries(wc, item.id)] == ["work_item_started"]  # one still ready
+    second = claim(wc)
+    wc.finish_run(second, report("failed"))
+    assert entries(wc, item.id)[-1] == ("action_settled", "pending")
+
+
+def test_a_contract_edit_wakes_it_and_a_title_edit_does_not(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    drain(wc, create_actions(action_spec()))
+    item = wc.update_contract(item.id, expected_version=wc.work_item(item.id).version, title="T2")
+    assert len(entries(wc, item.id)) == 1
+    wc.update_contract(item.id, expected_version=item.version, goal="A new goal")
+    assert entries(wc, item.id)[-1] == ("contract_changed", "pending")
+
+
+# --- user messages -------------------------------------------------------------------
+
+
+def test_a_user_turn_answers_and_a_duplicate_client_id_writes_nothing(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    drain(wc, create_actions(action_spec()))
+    posted = wc.post_user_message(item.id, "  What next?  ", client_message_id="c-1")
+    with refused_nothing(wc):
+        again = wc.post_user_message(item.id, "other text", client_message_id="c-1")
+    assert (again.turn_id, again.duplicate) == (posted.turn_id, True)
+    drain(wc, answer_text("Waiting for the run"))
+    state = wc.conversation(item.id)
+    assert state is not None
+    user, reply = state.messages[-2:]
+    assert (user.text, reply.text, reply.status) == (
+        "What next?",
+        "Waiting for the run",
+        "completed",
+    )
+    assert reply.decision is not None and reply.decision.kind == "answer"
+    wc.cancel(item.id)
+    with refused_nothing(wc):  # known even once the item is cancelled (9.2)
+        assert wc.post_user_message(item.id, "x", client_message_id="c-1").duplicate
+
+
+class refused_nothing:
+    def __init__(self, wc: WorkCenter) -> None:
+        self.wc = wc
+
+    def __enter__(self) -> None:
+        self.before = self.wc.event_count()
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.wc.event_count() == self.before
+
+
+def test_user_messages_are_refused_in_the_order_of_the_spec(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    with refused(wc, NotFound):
+        wc.post_user_message(conv.conversation_id_for(item.id), "hi")
+    with refused(wc, InvalidInput):
+        wc.post_user_message(item.id, "x" * (conv.TEXT_LIMIT + 1))
+    with refused(wc, InvalidInput):
+        wc.post_user_message(item.id, "   ")
+    wc.post_user_message(item.id, "first")
+    with refused(wc, CommandRefused, match="in progress"):
+        wc.post_user_message(item.id, "second")
+    cancelled = create_dynamic(wc)
+    wc.cancel(cancelled.id)
+    with refused(wc, CommandRefused):
+        wc.post_user_message(cancelled.id, "hi")
+
+
+def test_a_stopped_item_refuses_a_message_with_the_resource_stop(wc: WorkCenter) -> None:
+    item = create_dynamic(wc, start=False)
+    for n in range(3):
+        wc.record_coordinator_failure(item.id, turn_id=f"t{n}")
+    with refused(wc, ResourceStopError):
+        wc.post_user_message(item.id, "hi")
+
+
+def test_the_expected_version_refuses_only_on_its_conflict_class(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    drain(wc, create_actions(action_spec()))
+    seen = wc.work_item(item.id).version
+    claim(wc)  # a claim since the user's read never refuses a message
+    wc.post_user_message(item.id, "hello", expected_version=seen)
+    drain(wc, answer_text("hi"))
+    other = create_dynamic(wc)
+    drain(wc, create_actions(action_spec()))
+    seen = wc.work_item(other.id).version
+    wc.update_contract(other.id, expected_version=seen, goal="Moved")
+    with refused(wc, VersionConflict):
+        wc.post_user_message(other.id, "hello", expected_version=seen)
+
+
+# --- attempts, fences and failures ----------------------------------------------------
+
+
+def test_an_invalid_reply_gets_one_corrective_retry(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    provider = drain(
+        wc, answer_text("automatic turns cannot answer"), create_actions(action_spec())
+    )
+    assert len(wc.work_item(item.id).plan) == 1
+    second = provider.requests[1].messages[-1]["content"]
+    assert second.startswith("Correction:") and "cannot answer" in second
+    state = wc.conversation(item.id)
+    assert state is not None
+    assert [(p.attempt, p.status) for p in state.provider_turns] == [
+        (1, "rejected"),
+        (2, "responded"),
+    ]
+
+
+def test_two_invalid_attempts_end_with_the_fixed_text_and_count(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    patch = decision("create_actions", contractPatch={"goal": "Mine now"})
+    drain(wc, "not json", patch)
+    message = assistant(wc, item.id)
+    assert (message.status, message.error) == ("failed", conv.INVALID_TWICE)
+    state = wc.conversation(item.id)
+    assert state is not None
+    assert [p.error for p in state.provider_turns] == [
+        "the reply is not JSON",
+        "only a user turn may change the contract",
+    ]
+    assert wc.ledger(item.id).coordinator_failures == 1
+    # An automatic turn is retried as a new turn, after the backoff.
+    assert entries(wc, item.id) == [("work_item_started", "pending")]
+    assert wc.work_item(item.id).goal == "Ship the feature"
+    assert not [e for e in wc.history(item.id) if type(e).__name__ == "ContractRefined"]
+
+
+def test_a_decision_computed_before_a_run_finished_is_refused_after(
+    wc: WorkCenter, clock: FakeClock
+) -> None:
+    item = create_dynamic(wc)
+    drain(wc, create_actions(action_spec()))
+    running = claim(wc)
+    wc.post_user_message(item.id, "Plan the review")
+
+    def finish_meanwhile(request: Any) -> str:
+        wc.finish_run(running, report())
+        return answer_text("I will wait")
+
+    before = len(wc.work_item(item.id).plan)
+    drain(wc, respond=finish_meanwhile)
+    message = assistant(wc, item.id)
+    assert message.status == "failed" and "changed while" in (message.error or "")
+    assert len(wc.work_item(item.id).plan) == before
+    state = wc.conversation(item.id)
+    assert state is not None
+    assert state.provider_turns[-1].status == "rejected"
+    assert ("message", "acked") in entries(wc, item.id)  # a user turn is not retried
+
+
+@pytest.mark.parametrize(("transient", "entry"), [(True, "pending"), (False, "acked")])
+def test_provider_failures_fail_the_turn_and_charge_the_request(
+    wc: WorkCenter, transient: bool, entry: str
+) -> None:
+    item = create_dynamic(wc)
+    drain(wc, Failure(ProviderFailed("429", transient=transient)))
+    assert assistant(wc, item.id).status == "failed"
+    assert entries(wc, item.id) == [("work_item_started", entry)]
+    [reservation] = wc.ledger(item.id).reservations.values()
+    assert reservation.status == "unknown" and reservation.charged_tokens > 0
+    state = wc.conversation(item.id)
+    assert state is not None and state.provider_turns[0].status == "unknown"
+
+
+def test_hidden_retries_are_charged_each(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    drain(wc, Reply(create_actions(action_spec()), usage={"total_tokens": 50}, attempts=3))
+    reservations = list(wc.ledger(item.id).reservations.values())
+    assert [r.status for r in reservations] == ["unknown", "unknown", "reported"]
+    assert all(r.charged_tokens > 0 for r in reservations)
+
+
+def test_a_budget_denial_sends_nothing_and_acks(wc: WorkCenter) -> None:
+    item = wc.create_work_item(
+        title="Tiny", goal="g", acceptance_criteria=["c"], start=True, limits={"max_tokens": 10}
+    )
+    provider = drain(wc, create_actions(action_spec()))
+    assert provider.requests == []
+    assert wc.work_item(item.id).stopped == "work_item_tokens_exhausted"
+    assert entries(wc, item.id) == [("work_item_started", "acked")]
+
+
+def test_the_failure_counter_stops_the_item_at_its_limit(wc: WorkCenter, clock: FakeClock) -> None:
+    item = create_dynamic(wc)
+    for _ in range(3):
+        drain(wc, "bad", "bad")
+        clock.advance(600)
+    after = wc.work_item(item.id)
+    assert (after.status, after.stopped) == ("needs_attention", "coordinator_failures_exhausted")
+    assert wc.ledger(item.id).coordinator_failures == 3
+    assert entries(wc, item.id) == [("work_item_started", "acked")]
+    count = wc.event_count()
+    assert wc.coordinate_once(ScriptedProvider([create_actions(action_spec())])) == []
+    assert wc.event_count() == count
+
+
+def test_a_resume_retires_the_thinking_turn(wc: WorkCenter) -> None:
+    resumed = create_dynamic(wc)
+    wc.post_user_message(resumed.id, "hello")
+    wc.cancel(resumed.id)
+    state = wc.work_item(resumed.id)
+    ledger = wc.ledger(resumed.id)
+    wc.resume(resumed.id, expected_version=state.version, expected_ledger_version=ledger.version)
+    assert [k for k, s in entries(wc, resumed.id)] == [
+        "work_item_started",
+        "message",
+        "work_item_resumed",
+    ]
+    assert entries(wc, resumed.id)[1] == ("message", "cancelled")
+    message = assistant(wc, resumed.id)
+    assert message.status == "failed"
+
+
+# --- claims and recovery -----------------------------------------------------------------
+
+
+def test_a_stale_claim_writes_nothing(wc: WorkCenter, clock: FakeClock) -> None:
+    item = create_dynamic(wc)
+    commands = wc._coordinator
+    first = commands.claim_due(item.id, LEASE)
+    assert first is not None and first.epoch == 1
+    assert commands.claim_due(item.id, LEASE) is None  # held
+    clock.advance(61)
+    second = commands.claim_due(item.id, LEASE)
+    assert second is not None and second.epoch == 2
+    with refused_nothing(wc):
+        assert commands.renew(first, LEASE) is False
+        assert commands.release(first, "stale") is False
+    assert commands.release(second, "done") is True
+
+
+def test_a_responded_turn_resumes_without_calling_the_provider(
+    wc: WorkCenter, clock: FakeClock
+) -> None:
+    item = create_dynamic(wc)
+    commands = wc._coordinator
+    claimed = commands.claim_due(item.id, LEASE)
+    assert claimed is not None
+    turn = commands.begin_automatic(claimed)
+    assert turn is not None
+    body = _request(wc, item.id, turn)
+    provider_turn = commands.prepare(turn, 1, body)
+    commands.dispatch(turn, provider_turn.id, body, LEASE)
+    commands.respond(turn, provider_turn.id, create_actions(action_spec()), None)
+    clock.advance(61)  # the process died here; its claim expired
+    provider = drain(wc)
+    assert provider.requests == []
+    assert len(wc.work_item(item.id).plan) == 1
+    assert len(wc.ledger(item.id).reservations) == 1
+
+
+def test_recovery_at_open_ends_an_orphaned_dispatch_as_unknown(
+    wc: WorkCenter, clock: FakeClock
+) -> None:
+    item = create_dynamic(wc)
+    commands = wc._coordinator
+    claimed = commands.claim_due(item.id, LEASE)
+    assert claimed is not None
+    turn = commands.begin_automatic(claimed)
+    assert turn is not None
+    body = _request(wc, item.id, turn)
+    provider_turn = commands.prepare(turn, 1, body)
+    commands.dispatch(turn, provider_turn.id, body, LEASE)
+    clock.advance(61)
+    assert wc.recover_coordinator(at_open=True) == 1
+    state = wc.conversation(item.id)
+    assert state is not None
+    assert state.provider_turns[0].status == "unknown"
+    assert assistant(wc, item.id).status == "failed"
+    assert entries(wc, item.id) == [("work_item_started", "acked")]
+    [reservation] = wc.ledger(item.id).reservations.values()
+    assert reservation.status == "unknown"
+    assert wc.ledger(item.id).coordinator_failures == 1
+    with refused_nothing(wc):
+        assert wc.recover_coordinator(at_open=True) == 0
+
+
+def _request(wc: WorkCenter, item_id: Any, claimed: conv.ClaimRef) -> Any:
+    from workcenter.coordinating import _lines, _prompt
+    from workcenter.domain import planning
+
+    item = wc.work_item(item_id)
+    actions = wc.actions(item)
+    state = wc.conversation(item_id)
+    assert state is not None and claimed.turn_id is not None
+    return FakeRules().build_request(
+        item,
+        actions,
+        planning.progress(item, actions),
+        _lines(state),
+        _prompt(state.turns[claimed.turn_id]),
+        None,
+    )
+
+
+def test_a_shutdown_mid_turn_interrupts_it_uncounted(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    with pytest.raises(KeyboardInterrupt):
+        drain(wc, Failure(KeyboardInterrupt()))
+    message = assistant(wc, item.id)
+    assert (message.status, message.error) == ("failed", "shutdown")
+    assert wc.ledger(item.id).coordinator_failures == 0
+    assert entries(wc, item.id) == [("work_item_started", "pending")]  # retried later
+    [reservation] = wc.ledger(item.id).reservations.values()
+    assert reservation.status == "unknown"
+
+
+def test_a_response_after_the_claim_was_lost_is_settled_but_not_applied(
+    wc: WorkCenter, clock: FakeClock
+) -> None:
+    item = create_dynamic(wc)
+
+    class Slow:
+        def answer(self, request: Any, before_request: Any) -> Reply:
+            before_request()
+            clock.advance(61)  # the lease ran out while the model worked...
+            assert wc._coordinator.claim_due(item.id, LEASE) is not None  # ...and was taken
+            return Reply(create_actions(action_spec()), usage={"total_tokens": 77})
+
+    [result] = wc.coordinate_once(Slow())
+    assert result.status == "lost"
+    assert wc.work_item(item.id).plan == ()
+    [reservation] = wc.ledger(item.id).reservations.values()
+    assert (reservation.status, reservation.charged_tokens) == ("reported", 77)

@@ -1,0 +1,235 @@
+"""The Coordinator's verbs: ``coordinate``, ``message`` and ``conversation``, and the
+provider the command line uses (``--provider`` or ``$WORKCENTER_PROVIDER``)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+from typing import Any
+
+import click
+
+from workcenter.adapters.cli_common import (
+    command_hint,
+    console,
+    db_option,
+    emit_json,
+    open_center,
+    work_item_id,
+)
+from workcenter.adapters.providers.openai_compatible import OpenAICompatibleProvider
+from workcenter.adapters.providers.scripted import ScriptedProvider
+from workcenter.adapters.terminal import text
+from workcenter.coordinating import StepResult
+from workcenter.domain import conversation as conv
+from workcenter.domain.errors import InvalidInput
+from workcenter.ports import CoordinatorProvider, ProviderRequest
+from workcenter.projections.sanitize import sanitize_personal
+
+PROVIDER_ENV = "WORKCENTER_PROVIDER"
+PROVIDERS = ("scripted", "openai")
+# What the command line's scripted Coordinator says: it has no model, so it never
+# plans; it asks the human, which every kind of turn may do.
+SCRIPTED_QUESTION = (
+    "I am the scripted Coordinator and cannot plan work. Plan Actions with the Python API,"
+    " or run `workcenter coordinate --provider openai` against a model."
+)
+
+
+def _scripted_reply(request: ProviderRequest) -> str:
+    decision = {"kind": "request_human", "reason": "no model", "question": SCRIPTED_QUESTION}
+    return json.dumps({"reply": SCRIPTED_QUESTION, "decision": decision})
+
+
+def make_provider(name: str | None) -> CoordinatorProvider:
+    """``scripted`` (no model: it asks the human) or ``openai`` (an OpenAI-compatible
+    server named by ``WORKCENTER_LLM_BASE_URL`` and ``WORKCENTER_LLM_MODEL``)."""
+    chosen = (name or os.environ.get(PROVIDER_ENV) or "scripted").strip().lower()
+    if chosen == "scripted":
+        return ScriptedProvider(respond=_scripted_reply)
+    if chosen == "openai":
+        return OpenAICompatibleProvider.from_env()
+    raise InvalidInput(f"provider must be one of {', '.join(PROVIDERS)}, not {chosen!r}")
+
+
+provider_option = click.option(
+    "--provider",
+    "provider_name",
+    default=None,
+    help=f"scripted or openai (default: ${PROVIDER_ENV}, else scripted).",
+)
+
+
+def step_line(result: StepResult) -> str:
+    turn = f" turn {result.turn_id}" if result.turn_id else ""
+    error = f": {sanitize_personal(result.error)}" if result.error else ""
+    return f"{result.status} {result.work_item_id}{turn}{error}"
+
+
+def step_json(result: StepResult) -> dict[str, Any]:
+    return {
+        "work_item_id": str(result.work_item_id),
+        "status": result.status,
+        "turn_id": str(result.turn_id) if result.turn_id else None,
+        "error": sanitize_personal(result.error) if result.error else None,
+        "attempts": result.attempts,
+    }
+
+
+@click.command()
+@db_option
+@provider_option
+@click.option("--once", is_flag=True, help="Run the due Coordinator steps once, then exit.")
+@click.option(
+    "--poll", "poll_seconds", type=click.FloatRange(min=0.01), default=2.0, show_default=True
+)
+@click.option(
+    "--lease",
+    "lease_seconds",
+    type=click.FloatRange(min=5, max=86_400),
+    default=60.0,
+    show_default=True,
+    help="Mailbox lease in seconds (renewed while the model works).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the steps as JSON.")
+@click.pass_context
+def coordinate(
+    ctx: click.Context,
+    provider_name: str | None,
+    once: bool,
+    poll_seconds: float,
+    lease_seconds: float,
+    as_json: bool,
+) -> None:
+    """Run due Coordinator steps: user messages and automatic wakes (Ctrl-C stops)."""
+    provider = make_provider(provider_name)
+    results: list[StepResult] = []
+    stop = threading.Event()
+    with open_center(ctx) as wc:
+        wc.recover_coordinator(at_open=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            while True:
+                done = wc.coordinate_once(provider, lease_seconds=lease_seconds)
+                results += done
+                if not as_json:
+                    for result in done:
+                        console.print(text(step_line(result)), highlight=False)
+                if once or stop.wait(poll_seconds):
+                    break
+    if as_json:
+        emit_json({"steps": [step_json(r) for r in results]})
+    elif once and not results:
+        console.print("no Coordinator step was due")
+
+
+@click.command()
+@db_option
+@click.argument("item_id")
+@click.argument("message_text", metavar="TEXT")
+@click.option("--client-id", default=None, help="Idempotency key: a repeat writes nothing.")
+@click.option("--expected-version", type=int, default=None, help="The WorkItem version you saw.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def message(
+    ctx: click.Context,
+    item_id: str,
+    message_text: str,
+    client_id: str | None,
+    expected_version: int | None,
+    as_json: bool,
+) -> None:
+    """Post a user message to a WorkItem's Coordinator (it answers in its next step)."""
+    with open_center(ctx) as wc:
+        target = work_item_id(wc, item_id)
+        posted = wc.post_user_message(
+            target, message_text, client_message_id=client_id, expected_version=expected_version
+        )
+    if as_json:
+        emit_json(
+            {
+                "work_item_id": str(posted.work_item_id),
+                "turn_id": str(posted.turn_id),
+                "duplicate": posted.duplicate,
+            }
+        )
+        return
+    said = "already posted" if posted.duplicate else "posted"
+    hint = command_hint(ctx, "coordinate", "--once")
+    console.print(f"{said}: turn {posted.turn_id}; the Coordinator answers on `{hint}`")
+
+
+def conversation_json(state: conv.ConversationState | None) -> dict[str, Any]:
+    if state is None:
+        return {"messages": [], "turns": [], "mailbox": [], "coordinator_revision": 0}
+    return {
+        "coordinator_revision": state.coordinator_revision,
+        "messages": [_message_json(m) for m in state.messages],
+        "turns": [
+            {
+                "id": str(t.id),
+                "status": t.status,
+                "user_originated": t.user_originated,
+                "automatic": t.automatic,
+                "attempts": [
+                    {"attempt": p.attempt, "status": p.status, "request_hash": p.request_hash}
+                    for p in state.attempts(t.id)
+                ],
+            }
+            for t in state.turns.values()
+        ],
+        "mailbox": [
+            {
+                "id": str(e.id),
+                "sequence": e.sequence,
+                "kind": e.kind,
+                "status": e.status,
+                "turn_id": str(e.turn_id) if e.turn_id else None,
+            }
+            for e in state.entries
+        ],
+    }
+
+
+def _message_json(m: conv.Message) -> dict[str, Any]:
+    return {
+        "id": str(m.id),
+        "turn_id": str(m.turn_id),
+        "role": m.role,
+        "status": m.status,
+        "text": sanitize_personal(m.text, conv.TEXT_LIMIT),
+        "automatic": m.automatic,
+        "decision": m.decision.kind if m.decision else None,
+        "question": sanitize_personal(m.decision.question, conv.TEXT_LIMIT)
+        if m.decision and m.decision.question
+        else None,
+        "error": sanitize_personal(m.error, conv.ERROR_LIMIT) if m.error else None,
+        "at": m.created_at.isoformat(),
+    }
+
+
+@click.command()
+@db_option
+@click.argument("item_id")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def conversation(ctx: click.Context, item_id: str, as_json: bool) -> None:
+    """A WorkItem's messages and Coordinator turns (secrets and home paths masked)."""
+    with open_center(ctx) as wc:
+        state = wc.conversation(work_item_id(wc, item_id))
+    data = conversation_json(state)
+    if as_json:
+        emit_json(data)
+        return
+    if not data["messages"]:
+        console.print("no messages yet")
+    for m in data["messages"]:
+        who = "you" if m["role"] == "user" else "coordinator"
+        status = "" if m["status"] == "completed" else f" [{m['status']}]"
+        body = m["error"] if m["status"] == "failed" else m["text"]
+        decided = f" ({m['decision']})" if m["decision"] else ""
+        console.print(text(f"{m['at']} {who}{status}{decided}: {body or ''}"), highlight=False)
+    pending = [e for e in data["mailbox"] if e["status"] in ("pending", "claimed")]
+    if pending:
+        console.print(text(f"{len(pending)} wake(s) waiting for the Coordinator"))

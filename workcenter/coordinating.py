@@ -1,0 +1,314 @@
+"""One Coordinator step: claim a due wake, run its turn through the provider, end it.
+
+claim -> begin (automatic) -> build the request -> prepare -> dispatch with a
+reservation -> provider -> respond -> parse -> apply, or a corrective second
+attempt -> decided or failed (coordinator.md 2.3, 3, 6, 9.5). A resumed turn
+continues from its latest provider turn: a responded one is validated again
+without a call, a prepared one is dispatched, an unknown one fails the turn.
+Every write is fenced by the mailbox claim; a step that loses it stops and
+writes nothing more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal
+from uuid import UUID
+
+from workcenter.coordinator_commands import CoordinatorCommands
+from workcenter.coordinator_rules import RequestBody
+from workcenter.domain import bounds, planning
+from workcenter.domain import conversation as conv
+from workcenter.domain.errors import (
+    CommandRefused,
+    InvalidInput,
+    ProviderFailed,
+    ResourceStopError,
+    TurnFenceLost,
+    WorkcenterError,
+)
+from workcenter.ports import CoordinatorProvider
+
+CORRECTION_LIMIT = 2_000
+MAX_STEPS = 10_000  # due wakes one pass takes on
+TurnStatus = Literal["decided", "failed", "lost", "skipped"]
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """The ProviderRequest a provider answers (ports.py)."""
+
+    turn_id: str
+    attempt: int
+    messages: Sequence[dict[str, str]]
+    reply_schema: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one step did to one WorkItem's wake."""
+
+    work_item_id: UUID
+    status: TurnStatus
+    turn_id: UUID | None = None
+    error: str | None = None
+    attempts: int = 0
+
+
+@dataclass
+class _Attempt:
+    claim: conv.ClaimRef
+    correction: str | None = None
+    details: list[str] = field(default_factory=list)
+
+
+class Coordinator:
+    """Runs Coordinator turns with one provider; a process has one (its boot id owns
+    the claims)."""
+
+    def __init__(
+        self,
+        commands: CoordinatorCommands,
+        provider: CoordinatorProvider,
+        lease: timedelta = conv.DEFAULT_LEASE,
+    ) -> None:
+        self.commands = commands
+        self.provider = provider
+        self.lease = max(lease, conv.MIN_LEASE)
+
+    def run_due(self, limit: int = 100) -> list[StepResult]:
+        """One step for each item with a wake due (oldest first), after recovery."""
+        if not 1 <= limit <= MAX_STEPS:
+            raise InvalidInput(f"limit must be from 1 to {MAX_STEPS}, not {limit}")
+        self.commands.recover(at_open=False)
+        now = self.commands.clock.now()
+        results = []
+        for work_item_id in self.commands.mailbox().due(now, limit):
+            result = self.step(work_item_id)
+            if result.status != "skipped":
+                results.append(result)
+        return results
+
+    def step(self, work_item_id: UUID) -> StepResult:
+        claim = self.commands.claim_due(work_item_id, self.lease)
+        if claim is None:
+            return StepResult(work_item_id, "skipped")
+        if claim.turn_id is None:
+            try:
+                begun = self.commands.begin_automatic(claim)
+            except TurnFenceLost as lost:
+                return StepResult(work_item_id, "lost", error=str(lost))
+            if begun is None:
+                return StepResult(work_item_id, "skipped")
+            claim = begun
+        return self._run_turn(claim)
+
+    # --- the turn -----------------------------------------------------------------
+
+    def _run_turn(self, claim: conv.ClaimRef) -> StepResult:
+        state = _Attempt(claim)
+        try:
+            for attempt in range(1, conv.MAX_ATTEMPTS + 1):
+                result = self._attempt(state, attempt)
+                if result is not None:
+                    return result
+            detail = " | ".join(state.details)[: conv.ERROR_LIMIT]
+            # The validator's detail stays on the rejected provider turns (the audit).
+            return self._fail(claim, conv.INVALID_TWICE, attempts=2, audit=detail)
+        except TurnFenceLost as lost:
+            return StepResult(claim.work_item_id, "lost", claim.turn_id, str(lost))
+        except BaseException as stopped:
+            # Shutdown (Ctrl-C, SIGTERM) ends the turn as interrupted, not counted (9.5);
+            # a failure of our own ends it counted. Either way it is not left thinking.
+            interrupted = not isinstance(stopped, Exception)
+            with contextlib.suppress(WorkcenterError):
+                reason = "shutdown" if interrupted else f"internal error: {type(stopped).__name__}"
+                self.commands.fail_turn(claim, reason, interrupted=interrupted)
+            raise
+
+    def _attempt(self, state: _Attempt, attempt: int) -> StepResult | None:
+        """One decision attempt; None when it was invalid and another may follow."""
+        claim = state.claim
+        commands = self.commands
+        item = commands.repo.work_item(claim.work_item_id)
+        conversation = commands.repo.conversation(claim.work_item_id)
+        assert conversation is not None and claim.turn_id is not None
+        turn = conversation.turns[claim.turn_id]
+        existing = next((p for p in conversation.attempts(turn.id) if p.attempt == attempt), None)
+        if existing is not None and existing.status == "rejected":
+            state.correction = (existing.error or "")[:CORRECTION_LIMIT]
+            state.details.append(existing.error or "")
+            return None
+        if existing is not None and existing.status == "unknown":
+            return self._fail(claim, "a request's outcome is unknown; needs review", retry=False)
+        if (
+            existing is not None
+            and existing.status == "dispatching"
+            and ((existing.claim_owner, existing.claim_epoch) != (claim.owner, claim.epoch))
+        ):
+            return self._fail(claim, "a request is in flight under another claim", retry=False)
+        actions = commands.repo.actions(item)
+        try:
+            body = commands.rules.build_request(
+                item,
+                actions,
+                planning.progress(item, actions),
+                _lines(conversation),
+                _prompt(turn),
+                state.correction,
+            )
+        except WorkcenterError as error:  # the snapshot cannot be built (too large)
+            return self._fail(claim, str(error), retry=False)
+        if existing is not None and existing.request_hash != body.hash():
+            return self._fail(claim, "the WorkItem changed since this turn's request was made")
+        if not commands.renew(claim, self.lease):
+            raise TurnFenceLost("the mailbox claim could not be renewed")
+        try:
+            provider_turn = commands.prepare(claim, attempt, body)
+        except CommandRefused as refused:
+            return self._fail(claim, str(refused), retry=False)
+        if provider_turn.status == "responded":
+            text = provider_turn.response or ""
+        else:
+            answered = self._call(claim, provider_turn, body)
+            if isinstance(answered, StepResult):
+                return answered
+            text = answered
+        return self._decide(state, provider_turn.id, text, attempt)
+
+    def _call(
+        self, claim: conv.ClaimRef, provider_turn: conv.ProviderTurn, body: RequestBody
+    ) -> str | StepResult:
+        """Send the request (each HTTP attempt reserved first); the reply's text."""
+        request = PreparedRequest(
+            turn_id=str(provider_turn.turn_id),
+            attempt=provider_turn.attempt,
+            messages=tuple(body.messages),
+            reply_schema=body.reply_schema,
+        )
+
+        ours: list[BaseException] = []
+
+        def before_request() -> None:
+            try:
+                self.commands.dispatch(claim, provider_turn.id, body, self.lease)
+            except BaseException as error:
+                ours.append(error)
+                raise
+
+        keeper = _LeaseKeeper(self.commands, claim, self.lease)
+        keeper.start()
+        try:
+            reply = self.provider.answer(request, before_request)
+        except TurnFenceLost:
+            raise
+        except ResourceStopError as stop:
+            return self._fail(claim, f"budget: {stop}", retry=False)
+        except ProviderFailed as failed:
+            return self._fail(claim, f"provider: {failed}", retry=failed.transient)
+        except WorkcenterError as error:
+            return self._fail(claim, f"provider: {error}", retry=False)
+        except Exception as error:
+            if error in ours:
+                raise  # not the provider's: our own refusal, or a bug of ours
+            # The embedder's code: a bug there fails the turn instead of the loop.
+            return self._fail(claim, f"provider error: {type(error).__name__}", retry=False)
+        finally:
+            keeper.stop()
+        conversation = self.commands.repo.conversation(claim.work_item_id)
+        sent = conversation.provider_turn(provider_turn.id) if conversation else None
+        if sent is None or sent.status != "dispatching":
+            # The provider answered without calling before_request: nothing was reserved.
+            return self._fail(claim, "the provider sent no reserved request", retry=False)
+        text = reply.text if isinstance(reply.text, str) else ""
+        if len(text) > bounds.PAYLOAD_TEXT:
+            return self._fail(claim, "the provider's reply is too large", retry=False)
+        # Text that cannot be stored (lone surrogates) is kept readable, not refused.
+        text = text.encode("utf-8", "replace").decode("utf-8")
+        usage = reply.usage if isinstance(reply.usage, dict) else None
+        try:
+            self.commands.respond(claim, provider_turn.id, text, usage)
+        except TurnFenceLost:
+            self.commands.settle_late(claim.work_item_id, provider_turn.id, usage)
+            raise
+        return text
+
+    def _decide(
+        self, state: _Attempt, provider_turn_id: UUID, text: str, attempt: int
+    ) -> StepResult | None:
+        claim = state.claim
+        commands = self.commands
+        item = commands.repo.work_item(claim.work_item_id)
+        conversation = commands.repo.conversation(claim.work_item_id)
+        assert conversation is not None and claim.turn_id is not None
+        turn = conversation.turns[claim.turn_id]
+        actions = commands.repo.actions(item)
+        try:
+            parsed = commands.rules.parse_reply(text, turn, item, actions)
+        except InvalidInput as invalid:
+            detail = str(getattr(invalid, "correction", "") or invalid)[:CORRECTION_LIMIT]
+            commands.reject(claim, provider_turn_id, detail)
+            state.correction = detail
+            state.details.append(detail)
+            return None
+        try:
+            commands.apply(claim, provider_turn_id, parsed)
+        except (CommandRefused, InvalidInput, ResourceStopError) as refused:
+            return self._fail(claim, str(refused), attempts=attempt)
+        return StepResult(claim.work_item_id, "decided", claim.turn_id, attempts=attempt)
+
+    def _fail(
+        self,
+        claim: conv.ClaimRef,
+        error: str,
+        *,
+        retry: bool = True,
+        attempts: int = 0,
+        audit: str = "",
+    ) -> StepResult:
+        if not self.commands.fail_turn(claim, error, retry=retry):
+            return StepResult(claim.work_item_id, "lost", claim.turn_id, error)
+        return StepResult(claim.work_item_id, "failed", claim.turn_id, audit or error, attempts)
+
+
+class _LeaseKeeper(threading.Thread):
+    """Renews the turn's claim every third of its lease while the provider works (2.2);
+    a refused renewal ends the renewals, and the turn's next write finds the claim lost."""
+
+    def __init__(
+        self, commands: CoordinatorCommands, claim: conv.ClaimRef, lease: timedelta
+    ) -> None:
+        super().__init__(daemon=True)
+        self.commands, self.claim, self.lease = commands, claim, lease
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        interval = max(1.0, self.lease.total_seconds() / 3)
+        while not self.stopped.wait(interval):
+            try:
+                if not self.commands.renew(self.claim, self.lease):
+                    return
+            except WorkcenterError:
+                return
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.join()
+
+
+def _prompt(turn: conv.Turn) -> str:
+    """The latest user text, or the automatic trigger as JSON (9.6)."""
+    if turn.user_text is not None:
+        return turn.user_text
+    return json.dumps(turn.trigger or {}, sort_keys=True, separators=(",", ":"))
+
+
+def _lines(conversation: conv.ConversationState) -> list[conv.Message]:
+    """The last 20 finished messages, newest first (9.6)."""
+    finished = [m for m in conversation.messages if m.status != "thinking"]
+    return list(reversed(finished[-20:]))
