@@ -21,6 +21,7 @@ from uuid import UUID
 import pytest
 from click.testing import CliRunner, Result
 from conftest import action_spec, create_dynamic, plan
+from demo_stops import SMALL_BUDGET, stopped_demo
 
 from workcenter.adapters.cli import cli
 from workcenter.adapters.cli_common import resolve_id
@@ -312,10 +313,10 @@ def test_projections_status_only_observes(db_path: Path) -> None:
 
 def test_hints_keep_the_db_the_user_gave(tmp_path: Path) -> None:
     db = str(tmp_path / "hint [store].db")
-    demo = invoke("--db", db, "demo", "--max-tokens", "1000")
+    demo = invoke("--db", db, "demo", "--max-tokens", str(SMALL_BUDGET))
     assert demo.exit_code == 0, demo.output
     assert f"workcenter --db '{db}' budget extend" in demo.stdout
-    item_id = json.loads(invoke("list", "--db", db, "--json").stdout)[0]["id"]
+    item_id = stopped_demo(db)["item"]["id"]  # the CLI's demo went on past its stop
     budget = json.loads(invoke("budget", "show", item_id, "--db", db, "--json").stdout)
     extended = invoke(
         "budget", "extend", item_id[:8], "--db", db, "--requests", "1",
@@ -331,8 +332,7 @@ def test_after_a_budget_stop_extend_and_resume_the_cli_says_what_comes_next(
     """A resumed dynamic item is running with its stopped Actions superseded and
     nothing to claim: resume and show say that its next Actions must be planned."""
     db = str(tmp_path / "stopped.db")
-    assert invoke("--db", db, "demo", "--max-tokens", "1000").exit_code == 0
-    item_id = json.loads(invoke("list", "--db", db, "--json").stdout)[0]["id"]
+    item_id = stopped_demo(db)["item"]["id"]
     budget = json.loads(invoke("budget", "show", item_id, "--db", db, "--json").stdout)
     extended = invoke(
         "budget", "extend", item_id, "--db", db, "--tokens", "5000",

@@ -222,9 +222,13 @@ def _goal_met(turn: Turn) -> bool:
 
 
 def _next_stage(turn: Turn) -> Stage | None:
-    """The first stage that proves a criterion not yet passed."""
+    """The first stage that proves a criterion not yet passed and has not run yet, else
+    the first that proves one (a repeat). A stage's Runs re-check the criteria of the
+    stages before it, so a proof made stale by a later writer is renewed by going on."""
     remaining = set(turn.remaining())
-    return next((s for s in PLAYBOOK if {CRITERIA[i] for i in s.proves} & remaining), None)
+    needed = [s for s in PLAYBOOK if {CRITERIA[i] for i in s.proves} & remaining]
+    ran = {a["type"] for a in turn.actions if a["status"] == "completed"}
+    return next((s for s in needed if s.type not in ran), needed[0] if needed else None)
 
 
 def _unproven(turn: Turn, stage: Stage) -> list[str]:
