@@ -287,12 +287,9 @@ def _plan(turn: Turn, stage: Stage, answer: str | None) -> dict[str, Any]:
         },
         "rationale": None,
     }
-    standing = any(
-        a["type"] == stage.type and a.get("brief", {}).get("objective") == objective
-        for a in turn.actions
-        if a["status"] != "closed"
-    )
-    if standing:
+    # A repeat needs a rationale; the compact snapshot shows no objectives, so any
+    # standing Action of the same type gets one (harmless on a first run).
+    if any(a["type"] == stage.type and a["status"] != "closed" for a in turn.actions):
         brief["rationale"] = "Its earlier Run no longer proves: " + "; ".join(serves)
     said = f"Next: {stage.type}: {objective}." + (f" (You said: {answer}.)" if answer else "")
     return _reply(
