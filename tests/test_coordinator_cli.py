@@ -51,11 +51,11 @@ def test_a_message_is_answered_by_coordinate_and_shown_by_conversation(
     assert [s["turn_id"] for s in steps if s["status"] == "decided"] == [posted["turn_id"]]
     talk = as_json(run(db_path, "conversation", item_id, "--json"))
     assert [m["role"] for m in talk["messages"]] == ["user", "assistant"]
-    assert talk["messages"][1]["decision"] == "request_human"
+    assert talk["messages"][1]["decision"] == "create_actions"  # the scripted Coordinator
     shown = run(db_path, "conversation", item_id)
     assert shown.exit_code == 0 and "What now?" in shown.stdout
     with WorkCenter.open(db_path, create=False) as wc:
-        assert wc.work_item(item_id).status == "waiting"  # type: ignore[arg-type]
+        assert len(wc.work_item(item_id).plan) == 3  # type: ignore[arg-type]
 
 
 def test_refusals_are_one_line_and_write_nothing(db_path: Path, item_id: str) -> None:

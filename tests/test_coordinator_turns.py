@@ -425,3 +425,67 @@ def test_a_response_after_the_claim_was_lost_is_settled_but_not_applied(
     assert wc.work_item(item.id).plan == ()
     [reservation] = wc.ledger(item.id).reservations.values()
     assert (reservation.status, reservation.charged_tokens) == ("reported", 77)
+
+
+def test_a_long_conversation_is_snapshotted_and_reloads_the_same(
+    db_path: Path, wc: WorkCenter, clock: FakeClock
+) -> None:
+    item = create_dynamic(wc)
+    for n in range(10):
+        wc.post_user_message(item.id, f"Question {n}")
+        drain(wc, answer_text(f"Answer {n}"))
+    state = wc.conversation(item.id)
+    assert state is not None and state.version > 50
+    snapshots = wc.store.snapshots
+    assert snapshots is not None and list(snapshots.get(state.id))
+    with WorkCenter.open(db_path, clock=clock, coordinator_rules=FakeRules()) as fresh:
+        assert fresh.conversation(item.id) == state
+
+
+def test_the_mailbox_view_rebuilt_from_zero_equals_the_live_one(
+    wc: WorkCenter, clock: FakeClock
+) -> None:
+    item = create_dynamic(wc)
+    drain(wc, Failure(ProviderFailed("429", transient=True)))
+    clock.advance(600)
+    drain(wc, create_actions(action_spec()))
+    wc.post_user_message(item.id, "hello")
+    stopped = wc.create_work_item(
+        title="Tiny", goal="g", acceptance_criteria=["c"], start=True, limits={"max_tokens": 10}
+    )
+    drain(wc, answer_text("hi"), create_actions(action_spec()))
+    view = wc.projections.views["mailbox"]
+    live = view.dump()  # type: ignore[attr-defined]
+    assert live["mb_items"] and live["mb_entries"]
+    assert wc.work_item(stopped.id).stopped
+    wc.rebuild_projection("mailbox")
+    assert wc.projections.views["mailbox"].dump() == live  # type: ignore[attr-defined]
+
+
+def test_two_processes_never_run_the_same_wake(
+    db_path: Path, wc: WorkCenter, clock: FakeClock
+) -> None:
+    item = create_dynamic(wc)
+    other = WorkCenter.open(db_path, clock=clock, boot_id="boot-2", coordinator_rules=FakeRules())
+    seen: list[Any] = []
+
+    def meanwhile(request: Any) -> str:
+        seen.extend(other.coordinate_once(ScriptedProvider([create_actions(action_spec())])))
+        return create_actions(action_spec("review", "Check it"))
+
+    try:
+        [result] = wc.coordinate_once(ScriptedProvider(respond=meanwhile))
+    finally:
+        other.close()
+    assert seen == [] and result.status == "decided"
+    assert [wc.action(e.action_id).type for e in wc.work_item(item.id).plan] == ["review"]
+
+
+def test_the_loop_finds_wakes_with_inline_projections_off(db_path: Path, clock: FakeClock) -> None:
+    with WorkCenter.open(
+        db_path, clock=clock, inline_projections=False, coordinator_rules=FakeRules()
+    ) as scaled:
+        item = create_dynamic(scaled)
+        [result] = scaled.coordinate_once(ScriptedProvider([create_actions(action_spec())]))
+        assert result.status == "decided"
+        assert len(scaled.work_item(item.id).plan) == 1

@@ -72,6 +72,24 @@ def test_the_coordinator_plans_reacts_asks_once_and_completes(tmp_path: Path) ->
     assert HUMAN_ANSWER in by_type["test"]["brief"]["objective"]
 
 
+def test_read_verbs_answer_in_json_after_the_demo(tmp_path: Path) -> None:
+    db = str(tmp_path / "demo.db")
+    runner = CliRunner()
+    assert runner.invoke(cli, ["--db", db, "demo"]).exit_code == 0
+    listed = json.loads(runner.invoke(cli, ["--db", db, "list", "--json"]).output)
+    assert [row["status"] for row in listed] == ["done"]
+    item_id = listed[0]["id"]
+    shown = json.loads(runner.invoke(cli, ["--db", db, "show", item_id, "--json"]).output)
+    assert shown["id"] == item_id and shown["status"] == "done"
+    history = json.loads(runner.invoke(cli, ["--db", db, "history", item_id, "--json"]).output)
+    types = [e["type"] for e in history["events"]]
+    assert types[0] == "WorkItemCreated" and types[-1] == "WorkItemCompleted"
+    at = json.loads(
+        runner.invoke(cli, ["--db", db, "history", item_id, "--at", "1", "--json"]).output
+    )
+    assert at["state"]["status"] == "draft" and len(at["events"]) == 1
+
+
 def test_the_completion_cites_the_runs_goal_progress_names(tmp_path: Path) -> None:
     db = str(tmp_path / "demo.db")
     assert _invoke(db, "demo").exit_code == 0

@@ -330,12 +330,13 @@ def test_after_a_budget_stop_extend_and_resume_the_cli_says_what_comes_next(
     tmp_path: Path,
 ) -> None:
     """A resumed dynamic item is running with its stopped Actions superseded and
-    nothing to claim: resume and show say that its next Actions must be planned."""
+    nothing to claim: resume and show say so, and a user message lets the
+    Coordinator plan again."""
     db = str(tmp_path / "stopped.db")
     item_id = stopped_demo(db)["item"]["id"]
     budget = json.loads(invoke("budget", "show", item_id, "--db", db, "--json").stdout)
     extended = invoke(
-        "budget", "extend", item_id, "--db", db, "--tokens", "5000",
+        "budget", "extend", item_id, "--db", db, "--tokens", "100000",
         "--expected-version", str(budget["ledger_version"]),
     )  # fmt: skip
     assert extended.exit_code == 0, extended.output
@@ -349,11 +350,24 @@ def test_after_a_budget_stop_extend_and_resume_the_cli_says_what_comes_next(
     for output in (resumed.stdout, invoke("show", item_id, "--db", db).stdout):
         assert "no Action is ready or running" in output
         assert "workcenter message" in output
+    idle = invoke(
+        "worker", "--db", db, "--executor", "workcenter.adapters.executors:echo",
+        "--no-coordinator", "--exit-when-idle",
+    )  # fmt: skip
+    assert "claimed 0" in idle.stdout
+    posted = invoke("message", item_id, "Please plan the work again", "--db", db)
+    assert posted.exit_code == 0, posted.output
+    planned = invoke("coordinate", "--once", "--db", db)
+    assert planned.exit_code == 0 and "decided" in planned.stdout, planned.output
+    talk = json.loads(invoke("conversation", item_id, "--db", db, "--json").stdout)
+    assert talk["messages"][-1]["decision"] == "create_actions"
+    shown = json.loads(invoke("show", item_id, "--db", db, "--json").stdout)
+    ready = [a for a in shown["actions"] if a["status"] == "ready"]
     worker = invoke(
         "worker", "--db", db, "--executor", "workcenter.adapters.executors:echo",
-        "--exit-when-idle",
+        "--no-coordinator", "--exit-when-idle", "--json",
     )  # fmt: skip
-    assert "claimed 0" in worker.stdout
+    assert json.loads(worker.stdout)["claimed"] == len(ready) >= 1
 
 
 @pytest.mark.parametrize("at", ["0", "999", "-1"])

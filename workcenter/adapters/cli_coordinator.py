@@ -4,7 +4,6 @@ provider the command line uses (``--provider`` or ``$WORKCENTER_PROVIDER``)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 from typing import Any
@@ -20,35 +19,24 @@ from workcenter.adapters.cli_common import (
     work_item_id,
 )
 from workcenter.adapters.providers.openai_compatible import OpenAICompatibleProvider
-from workcenter.adapters.providers.scripted import ScriptedProvider
+from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
 from workcenter.adapters.terminal import text
 from workcenter.coordinating import StepResult
 from workcenter.domain import conversation as conv
 from workcenter.domain.errors import InvalidInput
-from workcenter.ports import CoordinatorProvider, ProviderRequest
+from workcenter.ports import CoordinatorProvider
 from workcenter.projections.sanitize import sanitize_personal
 
 PROVIDER_ENV = "WORKCENTER_PROVIDER"
 PROVIDERS = ("scripted", "openai")
-# What the command line's scripted Coordinator says: it has no model, so it never
-# plans; it asks the human, which every kind of turn may do.
-SCRIPTED_QUESTION = (
-    "I am the scripted Coordinator and cannot plan work. Plan Actions with the Python API,"
-    " or run `workcenter coordinate --provider openai` against a model."
-)
-
-
-def _scripted_reply(request: ProviderRequest) -> str:
-    decision = {"kind": "request_human", "reason": "no model", "question": SCRIPTED_QUESTION}
-    return json.dumps({"reply": SCRIPTED_QUESTION, "decision": decision})
 
 
 def make_provider(name: str | None) -> CoordinatorProvider:
-    """``scripted`` (no model: it asks the human) or ``openai`` (an OpenAI-compatible
+    """``scripted`` (the demo's rules, no model) or ``openai`` (an OpenAI-compatible
     server named by ``WORKCENTER_LLM_BASE_URL`` and ``WORKCENTER_LLM_MODEL``)."""
     chosen = (name or os.environ.get(PROVIDER_ENV) or "scripted").strip().lower()
     if chosen == "scripted":
-        return ScriptedProvider(respond=_scripted_reply)
+        return scripted_coordinator()
     if chosen == "openai":
         return OpenAICompatibleProvider.from_env()
     raise InvalidInput(f"provider must be one of {', '.join(PROVIDERS)}, not {chosen!r}")

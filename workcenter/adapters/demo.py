@@ -30,13 +30,12 @@ import orjson
 from workcenter.adapters import demo_coordinator
 from workcenter.adapters.demo_coordinator import CRITERIA, MATRIX_QUESTION
 from workcenter.adapters.metered import MeteredProvider
-from workcenter.adapters.providers.scripted import Reply, ScriptedProvider
+from workcenter.adapters.providers.scripted import ScriptedProvider
 from workcenter.adapters.worker import WorkerStats, run_one
 from workcenter.application import Claim, WorkCenter
 from workcenter.coordinating import StepResult
 from workcenter.domain import conversation as conv
 from workcenter.domain.errors import ResourceStopError
-from workcenter.ports import ProviderRequest
 
 HUMAN_ANSWER = "3.11 and 3.12"
 RESUME_ANSWER = "Yes: I raised the budget, carry on."
@@ -58,11 +57,6 @@ LlmCall = Callable[[str], str]
 Say = Callable[[str], None]
 
 
-def _tokens(value: object) -> int:
-    """About four bytes a token, as a provider would report."""
-    return math.ceil(len(orjson.dumps(value)) / 4)
-
-
 class ScriptedLlm:
     """A fake LLM for Action Runs with realistic usage: input about the prompt's size,
     200 output tokens. It counts the requests that reached it."""
@@ -76,19 +70,11 @@ class ScriptedLlm:
         return {
             "content": f"ok ({self.calls})",
             "stop_reason": "end_turn",
-            "usage": {"input_tokens": _tokens(prompt), "output_tokens": OUTPUT_TOKENS},
+            "usage": {
+                "input_tokens": math.ceil(len(orjson.dumps(prompt)) / 4),
+                "output_tokens": OUTPUT_TOKENS,
+            },
         }
-
-
-def scripted_coordinator() -> ScriptedProvider:
-    """The Coordinator's provider: the demo's policy, with the usage a model would report."""
-
-    def respond(request: ProviderRequest) -> Reply:
-        text = demo_coordinator.respond(request)
-        usage = {"input_tokens": _tokens(list(request.messages)), "output_tokens": _tokens(text)}
-        return Reply(text, usage=usage)
-
-    return ScriptedProvider(respond=respond)
 
 
 def llm_request(prompt: str) -> dict[str, Any]:
@@ -300,7 +286,7 @@ def run_demo(
     demo = Demo(
         wc=wc,
         executor=executor or ScriptedExecutor(metered_llm(wc, llm)),
-        coordinator=coordinator or scripted_coordinator(),
+        coordinator=coordinator or demo_coordinator.provider(),
         say=say,
         answers={MATRIX_QUESTION: HUMAN_ANSWER},
     )

@@ -11,17 +11,19 @@ criterion, only when goal progress shows nothing remaining and the delivery pass
 After a budget stop and a resume it asks before spending again.
 
 It keeps no memory between turns: everything it knows is in the request, so a
-replayed or resumed turn decides the same. ``respond`` is what
-``ScriptedProvider(respond=...)`` takes.
+replayed or resumed turn decides the same. ``provider()`` is the demo's model: a
+``ScriptedProvider`` answering with ``respond`` and the usage a model would report.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from workcenter.adapters.providers.scripted import Reply, ScriptedProvider
 from workcenter.domain.coordinator_request import (
     CORRECTION_HEADING,
     PROMPT_HEADING,
@@ -165,6 +167,18 @@ def _trigger(prompt: str) -> Mapping[str, Any] | None:
 def respond(request: ProviderRequest) -> str:
     """The reply text to one Coordinator request."""
     return json.dumps(decide(read_request(request.messages)))
+
+
+def provider() -> ScriptedProvider:
+    """The demo's model as a Coordinator provider, with usage at about four bytes a token."""
+
+    def answer(request: ProviderRequest) -> Reply:
+        text = respond(request)
+        sent = sum(len(m.get("content", "").encode()) for m in request.messages)
+        usage = {"input_tokens": math.ceil(sent / 4), "output_tokens": math.ceil(len(text) / 4)}
+        return Reply(text, usage=usage)
+
+    return ScriptedProvider(respond=answer)
 
 
 # --- deciding ------------------------------------------------------------------------

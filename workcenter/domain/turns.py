@@ -151,10 +151,10 @@ class Decider:
     ) -> UUID:
         """Append the user message and the thinking placeholder, enqueue the turn's
         ``message`` entry, bump the coordinator revision (1.2)."""
-        if not text:
-            raise InvalidInput("a message needs text")
         if self.state is not None and self.state.thinking_turn() is not None:
             raise CommandRefused("a Coordinator turn is in progress; wait for it to end")
+        if not text:
+            raise InvalidInput("a message needs text")
         turn_id = uuid4()
         key = (
             f"client:message:{self.work_item_id}:{client_message_id}"
