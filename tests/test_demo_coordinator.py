@@ -241,7 +241,13 @@ def test_the_policy_reads_a_second_attempt_and_serves_a_scripted_provider() -> N
 
 
 @pytest.mark.parametrize(
-    "content", ["", "no snapshot here", "WorkItem snapshot (JSON):\n[1]\n\nThis turn:\nhi"]
+    "content",
+    [
+        "",
+        "no snapshot here",
+        "WorkItem snapshot (JSON):\n[1]\n\nThis turn:\nhi",
+        'WorkItem snapshot (JSON):\n{"workItem": {}}\n\nThis turn:\nhi',
+    ],
 )
 def test_a_request_without_a_snapshot_is_a_permanent_provider_failure(content: str) -> None:
     with pytest.raises(ProviderFailed, match="no WorkItem snapshot") as info:

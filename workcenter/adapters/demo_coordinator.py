@@ -147,7 +147,9 @@ def read_request(messages: Sequence[Mapping[str, str]]) -> Turn:
         snapshot = json.loads(snapshot_text) if heading else None
     except ValueError:
         snapshot = None
-    if not isinstance(snapshot, dict):
+    if not isinstance(snapshot, dict) or not all(
+        isinstance(snapshot.get(part), dict) for part in ("workItem", "goalProgress")
+    ):
         raise ProviderFailed("the request holds no WorkItem snapshot", transient=False)
     # A second attempt carries a correction after the input; the policy needs none.
     prompt = tail.rpartition(f"\n\n{CORRECTION_HEADING}\n")[0] or tail
