@@ -70,6 +70,10 @@ def test_refusals_are_one_line_and_write_nothing(db_path: Path, item_id: str) ->
         )
         assert result.exit_code == 2, result.output
         assert result.stderr.startswith(f"{error}: "), result.stderr
+    # A configured server makes openai the default; without a model it is refused.
+    server = {"WORKCENTER_LLM_BASE_URL": "http://127.0.0.1:9/v1", "WORKCENTER_LLM_MODEL": ""}
+    chosen = run(db_path, "coordinate", "--once", env=server)
+    assert chosen.exit_code == 2 and "WORKCENTER_LLM_MODEL" in chosen.stderr
     assert events(db_path) == before
     nothing = run(db_path, "worker", "--no-runs", "--no-coordinator")
     assert nothing.exit_code == 2 and "nothing to do" in nothing.output

@@ -30,6 +30,7 @@ from workcenter.domain.errors import (
     NotFound,
     ProviderFailed,
     ResourceStopError,
+    TurnFenceLost,
     VersionConflict,
 )
 
@@ -489,3 +490,28 @@ def test_the_loop_finds_wakes_with_inline_projections_off(db_path: Path, clock: 
         [result] = scaled.coordinate_once(ScriptedProvider([create_actions(action_spec())]))
         assert result.status == "decided"
         assert len(scaled.work_item(item.id).plan) == 1
+
+
+def test_every_turn_step_under_a_lost_claim_is_refused_and_writes_nothing(
+    wc: WorkCenter, clock: FakeClock
+) -> None:
+    item = create_dynamic(wc)
+    commands = wc._coordinator
+    claimed = commands.claim_due(item.id, LEASE)
+    assert claimed is not None
+    turn = commands.begin_automatic(claimed)
+    assert turn is not None
+    body = _request(wc, item.id, turn)
+    provider_turn = commands.prepare(turn, 1, body)
+    clock.advance(61)
+    with refused(wc, TurnFenceLost):
+        commands.prepare(turn, 2, body)
+    with refused(wc, TurnFenceLost):
+        commands.dispatch(turn, provider_turn.id, body, LEASE)
+    with refused(wc, TurnFenceLost):
+        commands.respond(turn, provider_turn.id, "late", None)
+    with refused(wc, TurnFenceLost):
+        commands.reject(turn, provider_turn.id, "late")
+    with refused_nothing(wc):
+        assert commands.fail_turn(turn, "late") is False
+    assert wc.ledger(item.id).reservations == {}

@@ -190,8 +190,10 @@ class Repository:
 
     def save(self, unit: Unit) -> None:
         if unit.needs_conversation:
-            # The unit woke the Coordinator: its mailbox entries join the same write.
-            unit.attach_conversation(self.conversation(unit.item.id))
+            # The unit woke the Coordinator: its mailbox entries join the same write. A
+            # WorkItem created by this very unit has no Conversation yet: nothing to load.
+            created = any(isinstance(e, wi.WorkItemCreated) for e in unit.events)
+            unit.attach_conversation(None if created else self.conversation(unit.item.id))
         states: dict[UUID, AggregateState] = {unit.item.id: unit.item, **unit.actions}
         if unit.ledger is not None:
             states[unit.ledger.id] = unit.ledger

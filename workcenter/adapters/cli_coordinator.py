@@ -18,7 +18,10 @@ from workcenter.adapters.cli_common import (
     open_center,
     work_item_id,
 )
-from workcenter.adapters.providers.openai_compatible import OpenAICompatibleProvider
+from workcenter.adapters.providers.openai_compatible import (
+    BASE_URL_ENV,
+    OpenAICompatibleProvider,
+)
 from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
 from workcenter.adapters.terminal import text
 from workcenter.coordinating import StepResult
@@ -33,8 +36,11 @@ PROVIDERS = ("scripted", "openai")
 
 def make_provider(name: str | None) -> CoordinatorProvider:
     """``scripted`` (the demo's rules, no model) or ``openai`` (an OpenAI-compatible
-    server named by ``WORKCENTER_LLM_BASE_URL`` and ``WORKCENTER_LLM_MODEL``)."""
-    chosen = (name or os.environ.get(PROVIDER_ENV) or "scripted").strip().lower()
+    server named by ``WORKCENTER_LLM_BASE_URL`` and ``WORKCENTER_LLM_MODEL``). Unnamed:
+    ``$WORKCENTER_PROVIDER``, else ``openai`` once a server is configured, else
+    ``scripted``."""
+    configured = "openai" if os.environ.get(BASE_URL_ENV) else "scripted"
+    chosen = (name or os.environ.get(PROVIDER_ENV) or configured).strip().lower()
     if chosen == "scripted":
         return scripted_coordinator()
     if chosen == "openai":
@@ -46,7 +52,8 @@ provider_option = click.option(
     "--provider",
     "provider_name",
     default=None,
-    help=f"scripted or openai (default: ${PROVIDER_ENV}, else scripted).",
+    help=f"scripted or openai (default: ${PROVIDER_ENV}, else openai if ${BASE_URL_ENV}"
+    " is set, else scripted).",
 )
 
 
