@@ -1,19 +1,28 @@
-"""The demo is the product's smoke test: its scripted Coordinator plans, asks the human
-once and completes the item with every criterion passed, and under a token budget too
-small for it, the item stops with nothing sent past the budget. Also the CLI's read,
-budget and resume verbs."""
+"""The demo is the product's smoke test: the Coordinator must carry the item to done
+with every criterion passed; under a token budget too small for it the item must stop
+with nothing sent past the budget, and after an extend, a resume and a user message
+the Coordinator must plan again. Also the CLI's read, budget and resume verbs."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 from uuid import UUID
 
 from click.testing import CliRunner, Result
+from demo_stops import SMALL_BUDGET, stopped_demo
 
 from workcenter.adapters.cli import cli
+from workcenter.adapters.demo import EXTENSION_TOKENS, HUMAN_ANSWER
+from workcenter.adapters.demo_coordinator import MATRIX_QUESTION
 from workcenter.application import WorkCenter
+
+
+def _assistant(detail: dict[str, Any]) -> list[tuple[str, str | None]]:
+    """(status, decision) of the Coordinator's messages, in order."""
+    messages = detail["conversation"]["messages"]
+    return [(m["status"], m["decision"]) for m in messages if m["role"] == "assistant"]
 
 
 def test_demo_json_shows_the_item_done_with_every_criterion_passed(tmp_path: Path) -> None:
@@ -21,26 +30,46 @@ def test_demo_json_shows_the_item_done_with_every_criterion_passed(tmp_path: Pat
     result = CliRunner().invoke(cli, ["--db", str(db), "demo", "--json"])
     assert result.exit_code == 0, result.output
     detail = json.loads(result.output)
-    assert detail["item"]["status"] == "done"
+    assert detail["item"]["status"] == "done" and detail["item"]["mode"] == "dynamic"
     criteria = detail["goal_progress"]["criteria"]
     assert len(criteria) == 3
     assert {c["status"] for c in criteria} == {"passed"}
     assert detail["goal_progress"]["delivery"]["status"] == "passed"
     runs = [run for action in detail["actions"] for run in action["runs"]]
-    assert "retryable" in {run["status"] for run in runs}
-    assert "waiting" in {run["status"] for run in runs}
+    assert {"retryable", "failed", "completed"} <= {run["status"] for run in runs}
     assert detail["item"]["final_result"]["responses"]
-    # The Coordinator planned, asked once, passed the answer on, and completed.
+
+
+def test_the_coordinator_plans_reacts_asks_once_and_completes(tmp_path: Path) -> None:
+    result = _invoke(str(tmp_path / "demo.db"), "demo", "--json")
+    assert result.exit_code == 0, result.output
+    detail = json.loads(result.stdout)
     talk = detail["conversation"]
-    decided = [(m["role"], m["decision"]) for m in talk["messages"]]
-    assert decided == [
-        ("assistant", "create_actions"),
-        ("assistant", "request_human"),
-        ("user", None),
-        ("assistant", "guide_actions"),
-        ("assistant", "complete"),
+    assert _assistant(detail) == [
+        ("completed", "create_actions"),  # woken by the start: diagnose, read-only
+        ("completed", "create_actions"),  # diagnose settled: implement
+        ("completed", "guide_actions"),  # implement failed: guided once
+        ("completed", "request_human"),  # implement settled: the matrix is the human's call
+        ("completed", "create_actions"),  # the human's answer: the verification
+        ("completed", "complete"),  # verified: every criterion proven
     ]
+    questions = [m["question"] for m in talk["messages"] if m["question"]]
+    assert questions == [MATRIX_QUESTION], "the human is asked once"
+    (user,) = [m for m in talk["messages"] if m["role"] == "user"]
+    assert user["text"] == HUMAN_ANSWER
+    assert [(t["user_originated"], t["automatic"]) for t in talk["turns"]].count((True, False)) == 1
+    assert {t["status"] for t in talk["turns"]} == {"decided"}
     assert {e["status"] for e in talk["mailbox"]} == {"acked"}
+    assert [e["kind"] for e in talk["mailbox"]] == [
+        "work_item_started",
+        *["action_settled"] * 3,
+        "message",
+        "action_settled",
+    ]
+    by_type = {a["type"]: a for a in detail["actions"]}
+    assert by_type["diagnose"]["workspace_mode"] == "read"
+    assert by_type["implement"]["generation"] == 2
+    assert HUMAN_ANSWER in by_type["test"]["brief"]["objective"]
 
 
 def test_read_verbs_answer_in_json_after_the_demo(tmp_path: Path) -> None:
@@ -59,6 +88,21 @@ def test_read_verbs_answer_in_json_after_the_demo(tmp_path: Path) -> None:
         runner.invoke(cli, ["--db", db, "history", item_id, "--at", "1", "--json"]).output
     )
     assert at["state"]["status"] == "draft" and len(at["events"]) == 1
+
+
+def test_the_completion_cites_the_runs_goal_progress_names(tmp_path: Path) -> None:
+    db = str(tmp_path / "demo.db")
+    assert _invoke(db, "demo").exit_code == 0
+    with WorkCenter.open(db) as wc:
+        (row,) = wc.list_work_items()
+        item = wc.work_item(row["id"])
+        progress = wc.goal_progress(item.id)
+        events = wc.history(item.id)
+    assert item.final_result is not None
+    cited = {r.criterion: set(r.evidence_run_ids) for r in item.final_result.acceptance_results}
+    assert cited == {c.criterion: set(c.evidence_run_ids) for c in progress.criteria}
+    completed = next(e for e in events if type(e).__name__ == "WorkItemCompleted")
+    assert completed.actor is not None and completed.actor.kind == "coordinator"
 
 
 def test_unknown_item_is_a_clear_error(tmp_path: Path) -> None:
@@ -126,16 +170,6 @@ def _events(db: str) -> int:
         return wc.event_count()
 
 
-# Enough for the Coordinator's plan and the Actions' Runs, not for its next turn.
-MID_WAY = "20000"
-
-
-def _stopped_demo(db: str, max_tokens: str = MID_WAY) -> dict[str, Any]:
-    result = _invoke(db, "demo", "--max-tokens", max_tokens, "--json")
-    assert result.exit_code == 0, result.output
-    return cast(dict[str, Any], json.loads(result.stdout))
-
-
 def test_demo_with_default_limits_meters_every_request(tmp_path: Path) -> None:
     result = _invoke(str(tmp_path / "demo.db"), "demo", "--json")
     assert result.exit_code == 0, result.output
@@ -145,7 +179,7 @@ def test_demo_with_default_limits_meters_every_request(tmp_path: Path) -> None:
     runs = sum(len(action["runs"]) for action in detail["actions"])
     turns = len(detail["conversation"]["turns"])
     assert detail["provider_calls"] == budget["breakdown"]["actions"]["requests"] == runs
-    assert budget["breakdown"]["coordinator"]["requests"] == turns == 4
+    assert detail["coordinator_calls"] == budget["breakdown"]["coordinator"]["requests"] == turns
     usage = budget["usage"]
     assert usage["requests"] == usage["reported_requests"] == runs + turns
     assert usage["unknown_requests"] == 0
@@ -155,7 +189,7 @@ def test_demo_with_default_limits_meters_every_request(tmp_path: Path) -> None:
 
 def test_demo_under_a_small_token_budget_stops_and_sends_nothing_past_it(tmp_path: Path) -> None:
     db = str(tmp_path / "demo.db")
-    detail = _stopped_demo(db)
+    detail = stopped_demo(db)
 
     item, budget = detail["item"], detail["budget"]
     assert item["status"] == "needs_attention"
@@ -163,58 +197,71 @@ def test_demo_under_a_small_token_budget_stops_and_sends_nothing_past_it(tmp_pat
     assert item["final_result"] is None
     assert budget["stop_reason"]["code"] == "work_item_tokens_exhausted"
     usage = budget["usage"]
-    # The plan and every Run were admitted; the Coordinator's next request was not.
-    assert detail["provider_calls"] == budget["breakdown"]["actions"]["requests"] >= 1
-    assert budget["breakdown"]["coordinator"]["requests"] == 1
-    assert usage["charged_tokens"] <= int(MID_WAY)
-    next_request = budget["stop_reason"]["details"]["estimated_next_tokens"]
-    assert usage["charged_tokens"] + next_request > int(MID_WAY)
-    turns = detail["conversation"]["turns"]
-    assert [t["status"] for t in turns] == ["decided", "failed"]
-    assert turns[-1]["attempts"] == [
-        {
-            "attempt": 1,
-            "status": "prepared",
-            "request_hash": turns[-1]["attempts"][0]["request_hash"],
-        }
-    ]
+    assert detail["provider_calls"] + detail["coordinator_calls"] == usage["requests"] >= 2
+    assert usage["charged_tokens"] <= SMALL_BUDGET
+    assert (
+        usage["charged_tokens"] + budget["stop_reason"]["details"]["estimated_next_tokens"]
+        > SMALL_BUDGET
+    )
 
     item_id = UUID(item["id"])
     with WorkCenter.open(db) as wc:
         assert wc.ledger(item_id).request_count == usage["requests"]
         types = [type(e).__name__ for e in wc.history(item_id)]
         assert "WorkItemCompleted" not in types
+        conversation = wc.conversation(item_id)
+        assert conversation is not None
+        last = conversation.messages[-1]
+        assert last.status == "failed" and "work_item_tokens_exhausted" in (last.error or "")
 
 
-def test_a_budget_too_small_for_one_coordinator_request_sends_nothing(tmp_path: Path) -> None:
-    detail = _stopped_demo(str(tmp_path / "demo.db"), "1000")
-    assert detail["item"]["stopped"] == "work_item_tokens_exhausted"
-    assert detail["budget"]["usage"]["requests"] == detail["provider_calls"] == 0
-    assert detail["actions"] == []
+def test_the_demo_recovers_from_the_stop_and_the_coordinator_plans_again(tmp_path: Path) -> None:
+    db = str(tmp_path / "demo.db")
+    result = _invoke(db, "demo", "--max-tokens", str(SMALL_BUDGET), "--json")
+    assert result.exit_code == 0, result.output
+    detail = json.loads(result.stdout)
+    item, budget, talk = detail["item"], detail["budget"], detail["conversation"]
+    assert item["stopped"] is None and budget["stop_reason"] is None
+    assert budget["limits"]["max_tokens"] == SMALL_BUDGET + EXTENSION_TOKENS
+    assert _assistant(detail) == [
+        ("completed", "create_actions"),
+        ("completed", "create_actions"),
+        ("failed", None),  # its request was refused by the budget: never sent
+        ("completed", "request_human"),  # woken by the resume: asks before spending again
+        ("completed", "create_actions"),  # the user's message: it plans again
+    ]
+    assert [e["kind"] for e in talk["mailbox"]][-2:] == ["work_item_resumed", "message"]
+    assert {e["status"] for e in talk["mailbox"]} == {"acked"}
+    ready = [a["type"] for a in detail["actions"] if a["status"] == "ready"]
+    assert item["status"] == "ready" and ready == ["implement"]
+    with WorkCenter.open(db) as wc:
+        types = [type(e).__name__ for e in wc.history(UUID(item["id"]))]
+    assert types.index("BudgetStopRecorded") < types.index("WorkItemResumed")
 
 
-def test_demo_prints_the_stop_clearly(tmp_path: Path) -> None:
-    result = _invoke(str(tmp_path / "demo.db"), "demo", "--max-tokens", "1000")
+def test_demo_prints_the_stop_and_the_recovery_clearly(tmp_path: Path) -> None:
+    result = _invoke(str(tmp_path / "demo.db"), "demo", "--max-tokens", str(SMALL_BUDGET))
     assert result.exit_code == 0, result.output
     assert "stopped by its budget: work_item_tokens_exhausted" in result.stdout
-    assert "completed: WorkItem is done" not in result.stdout
+    assert "budget extend" in result.stdout, "what a user would run"
+    assert "the demo does that now: the budget raised to" in result.stdout
+    assert "planned again, ready for a worker: implement" in result.stdout
+    assert "WorkItem is done" not in result.stdout
 
 
 def test_budget_show_reports_limits_usage_attempts_and_versions(tmp_path: Path) -> None:
     db = str(tmp_path / "demo.db")
-    item_id = _stopped_demo(db)["item"]["id"]
+    item_id = stopped_demo(db)["item"]["id"]
 
     shown = json.loads(_invoke(db, "budget", "show", item_id, "--json").stdout)
-    assert shown["limits"]["max_tokens"] == int(MID_WAY)
+    assert shown["limits"]["max_tokens"] == SMALL_BUDGET
     assert shown["limits"]["max_requests"] == 200
     assert shown["stop_reason"]["code"] == "work_item_tokens_exhausted"
-    # The stop, then the failure of the Coordinator turn it refused (counted).
-    assert shown["control_version"] == shown["ledger_version"] - 1
-    assert shown["coordinator_failures"] == 1
+    # The stop, then the Coordinator's failed turn counted on the ledger.
+    assert shown["control_version"] < shown["ledger_version"]
     assert {row["type"]: row["attempts"] for row in shown["action_attempts"]} == {
         "diagnose": 1,
-        "implement": 2,
-        "test": 1,
+        "implement": 1,
     }
     assert {row["original_max_attempts"] for row in shown["action_attempts"]} == {2}
     assert {row["effective_max_attempts"] for row in shown["action_attempts"]} == {2}
@@ -236,7 +283,7 @@ def test_budget_show_reports_limits_usage_attempts_and_versions(tmp_path: Path) 
 
 def test_budget_extend_and_resume_undo_the_stop(tmp_path: Path) -> None:
     db = str(tmp_path / "demo.db")
-    detail = _stopped_demo(db)
+    detail = stopped_demo(db)
     item_id, budget = detail["item"]["id"], detail["budget"]
 
     extended = _invoke(
@@ -254,7 +301,7 @@ def test_budget_extend_and_resume_undo_the_stop(tmp_path: Path) -> None:
     )
     assert extended.exit_code == 0, extended.output
     after = json.loads(extended.stdout)
-    assert after["limits"]["max_tokens"] == int(MID_WAY) + 5000
+    assert after["limits"]["max_tokens"] == SMALL_BUDGET + 5000
     assert after["limits"]["max_action_attempts"] == 4
     assert after["action_attempts_extension"] == 1
     assert after["stop_reason"] is not None, "extend clears no stop"
@@ -289,7 +336,7 @@ def _assert_refused(db: str, args: list[str], error: str) -> None:
 
 def test_budget_and_resume_refusals_exit_non_zero_and_write_nothing(tmp_path: Path) -> None:
     db = str(tmp_path / "demo.db")
-    detail = _stopped_demo(db)
+    detail = stopped_demo(db)
     item_id, budget = detail["item"]["id"], detail["budget"]
     version = str(budget["control_version"])
 

@@ -10,18 +10,18 @@ import json
 import sqlite3
 import sys
 from typing import Any, get_args
+from uuid import UUID
 
 import click
 from eventsourcing.persistence import PersistenceError
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from workcenter.adapters import cli_coordinator, presenters
+from workcenter.adapters import cli_coordinator, demo_coordinator, presenters
 from workcenter.adapters.cli_common import command_hint, console, db_option, work_item_id
 from workcenter.adapters.cli_common import emit_json as _emit_json
 from workcenter.adapters.cli_common import open_center as _open
-from workcenter.adapters.demo import ScriptedProvider, run_demo
+from workcenter.adapters.demo import ScriptedLlm, run_demo
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.terminal import safe, text
 from workcenter.adapters.worker import StopSignals, load_executor, run_worker
@@ -102,7 +102,8 @@ def _budget_line(budget: dict[str, Any]) -> str:
     )
 
 
-def _stop_hint(ctx: click.Context, budget: dict[str, Any]) -> str:
+def _extend_hint(ctx: click.Context, budget: dict[str, Any]) -> str:
+    """What a user runs after a budget stop, before the demo does it for them."""
     extend = command_hint(
         ctx,
         "budget",
@@ -114,9 +115,8 @@ def _stop_hint(ctx: click.Context, budget: dict[str, Any]) -> str:
         "N",
     )
     return (
-        f"[red]stopped by its budget: {budget['stop_reason']['code']}[/] "
-        f"({_budget_line(budget)}). Raise the limit with `{escape(extend)}`; "
-        "it prints the `workcenter resume` command to run next."
+        f"a user raises the limit with `{extend}`, then runs the `workcenter resume` "
+        "command it prints, and tells the Coordinator what to do with `workcenter message`"
     )
 
 
@@ -133,28 +133,41 @@ def _stop_hint(ctx: click.Context, budget: dict[str, Any]) -> str:
 def demo(ctx: click.Context, as_json: bool, max_tokens: int | None) -> None:
     """Run a complete scripted scenario on the embedded store.
 
-    A budget too small for the script stops the item: the demo then ends with the
-    item needing attention (exit status 0: the budget held).
+    A dynamic WorkItem, planned, steered and completed by the Coordinator (a scripted
+    model) while a worker runs its Actions. A budget too small for the script stops
+    the item (no request past it is sent); the demo then raises the budget, resumes
+    the item and answers the Coordinator, which plans again.
     """
-    provider = ScriptedProvider()
+    llm, coordinator = ScriptedLlm(), demo_coordinator.provider()
     with _open(ctx, create=True) as wc:
-        say = (lambda _: None) if as_json else (lambda line: console.print(line))
         limits = {"max_tokens": max_tokens} if max_tokens is not None else None
-        item_id = run_demo(wc, say=say, provider=provider, limits=limits)
+
+        def say(line: str) -> None:
+            if not as_json:
+                console.print(text(line), soft_wrap=True)
+
+        def on_stop(item_id: UUID) -> None:
+            say(_extend_hint(ctx, presenters.budget_json(wc, item_id)))
+
+        item_id = run_demo(
+            wc, say=say, llm=llm, coordinator=coordinator, limits=limits, on_stop=on_stop
+        )
         detail = presenters.detail_json(wc, wc.work_item(item_id))
         budget = presenters.budget_json(wc, item_id)
-        conversation = cli_coordinator.conversation_json(wc.conversation(item_id))
+        talk = cli_coordinator.conversation_json(wc.conversation(item_id))
     if as_json:
         _emit_json(
             detail
-            | {"budget": budget, "provider_calls": provider.calls, "conversation": conversation}
+            | {
+                "budget": budget,
+                "conversation": talk,
+                "provider_calls": llm.calls,
+                "coordinator_calls": len(coordinator.requests),
+            }
         )
         return
     console.print(_item_table(detail))
-    if budget["stop_reason"] is not None:
-        console.print(_stop_hint(ctx, budget), soft_wrap=True)
-    else:
-        console.print(f"budget: {_budget_line(budget)}", soft_wrap=True)
+    console.print(f"budget: {_budget_line(budget)}", soft_wrap=True)
 
 
 @cli.command(name="list")

@@ -1,50 +1,46 @@
-"""The demo: one dynamic WorkItem carried from goal to done by its Coordinator, a
-worker and a scripted executor.
+"""The demo: one dynamic WorkItem carried from goal to done by the Coordinator and a worker.
 
-It walks the main paths on the embedded default: the scripted Coordinator plans
-the Actions when the item starts, a retryable failure is retried automatically,
-an Action waits for a human, the Coordinator asks the question once and passes
-the human's message on as guidance, every criterion is proven by evidence, and
-the Coordinator completes the item only once goal progress says the proof is
-current and fresh.
+The Coordinator is the real one (its mailbox, turns, provider turns, validated
+decisions behind their fences) answered by a scripted provider whose policy is
+``demo_coordinator``: it plans the first Action when the item starts, reacts to
+every settled Run (plans the next Action, guides a failed one once), asks the human
+once, plans the verification when the human answers, and completes the item only
+when goal progress shows every criterion proven and the delivery passed. A worker
+runs the Actions with a scripted executor: a fix that fails until guided, a
+retryable failure retried, evidence for every criterion.
 
-Every scripted LLM request, the Coordinator's and the Actions', is admitted and
-settled by the item's ResourceLedger. With a budget too small for the script
-the ledger stops the item: the demo then ends needing attention, without
-completing it, and no request past the budget reaches a provider.
+Every LLM request, the Coordinator's and the Runs', goes through the item's
+ResourceLedger: the Runs' through a metered provider around a scripted fake one,
+the Coordinator's by its own reservation before each request. With a budget too
+small for the script the ledger stops the item and no request past the budget
+reaches a provider; the demo then does what a user would: raises the budget,
+resumes the item and answers the Coordinator, which plans again.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
+from uuid import UUID
 
 import orjson
 
+from workcenter.adapters import demo_coordinator
+from workcenter.adapters.demo_coordinator import CRITERIA, MATRIX_QUESTION
 from workcenter.adapters.metered import MeteredProvider
-from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
+from workcenter.adapters.providers.scripted import ScriptedProvider
 from workcenter.adapters.worker import WorkerStats, run_one
 from workcenter.application import Claim, WorkCenter
 from workcenter.coordinating import StepResult
+from workcenter.domain import conversation as conv
 from workcenter.domain.errors import ResourceStopError
-from workcenter.ports import CoordinatorProvider
 
-CRITERIA = (
-    "The failing import is reproduced by a test",
-    "The fix makes the whole test suite pass",
-    "The change is explained in a short summary",
-)
-HUMAN_QUESTION = "Which Python version must the test matrix cover?"
 HUMAN_ANSWER = "3.11 and 3.12"
-
-
-def _checks(statuses: tuple[str, str, str]) -> list[dict[str, str]]:
-    return [
-        {"criterion": c, "status": s, "evidence": f"{s} per the run's log"}
-        for c, s in zip(CRITERIA, statuses, strict=True)
-    ]
-
+RESUME_ANSWER = "Yes: I raised the budget, carry on."
+EXTENSION_TOKENS = 100_000
+WORKER = "demo-worker"
 
 SYSTEM_PROMPT = (
     "You are a careful software engineer working on one Action of a WorkItem. "
@@ -58,11 +54,12 @@ MAX_OUTPUT_TOKENS = 512
 OUTPUT_TOKENS = 200
 
 LlmCall = Callable[[str], str]
+Say = Callable[[str], None]
 
 
-class ScriptedProvider:
-    """A fake LLM provider with realistic usage: input about the prompt's size (four
-    bytes a token), 200 output tokens. It counts the requests that reached it."""
+class ScriptedLlm:
+    """A fake LLM for Action Runs with realistic usage: input about the prompt's size,
+    200 output tokens. It counts the requests that reached it."""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -88,11 +85,11 @@ def llm_request(prompt: str) -> dict[str, Any]:
     }
 
 
-def metered_llm(wc: WorkCenter, provider: ScriptedProvider) -> Callable[[Claim], LlmCall]:
-    """Per claim, a metered provider around ``provider``, billed to the claim's Run."""
+def metered_llm(wc: WorkCenter, llm: ScriptedLlm) -> Callable[[Claim], LlmCall]:
+    """Per claim, a metered provider around ``llm``, billed to the claim's Run."""
 
     def for_claim(claim: Claim) -> LlmCall:
-        metered = MeteredProvider.for_claim(wc, claim, provider=provider)
+        metered = MeteredProvider.for_claim(wc, claim, provider=llm)
 
         def call(prompt: str) -> str:
             return str(metered(llm_request(prompt))["content"])
@@ -102,8 +99,17 @@ def metered_llm(wc: WorkCenter, provider: ScriptedProvider) -> Callable[[Claim],
     return for_claim
 
 
+def _checks(*statuses: str) -> list[dict[str, str]]:
+    return [
+        {"criterion": c, "status": s, "evidence": f"{s} per the run's log"}
+        for c, s in zip(CRITERIA, statuses, strict=True)
+    ]
+
+
 class ScriptedExecutor:
-    """Answers like an agent would, following a fixed script per Action type and attempt.
+    """Answers like an agent would, following a fixed script per Action type: the fix
+    breaks the plugin loader until the Coordinator's guidance arrives, and the
+    verification loses its network once (retryable) before it proves every criterion.
 
     ``llm_for(claim)`` gives the seam every scripted LLM request of that claim goes
     through, so a metered provider can wrap it per Run. A request the ResourceLedger
@@ -127,69 +133,163 @@ class ScriptedExecutor:
                 "failureKind": stop.failure_kind,
                 "failureCode": stop.code,
             }
-        answered = any(
-            HUMAN_ANSWER in (e.text or "") + (e.waiting_reason or "") for e in claim.context
-        )
-        match claim.action_type, self.calls[claim.action_type]:
-            case "diagnose", _:
+        guided = any(entry.kind == "guidance" for entry in claim.context)
+        match claim.action_type:
+            case "diagnose":
                 return {
                     "outcome": "completed",
                     "summary": "The package init imports a module removed in 2.0.",
                     "evidence": ["pytest -k import: 1 failed (reproduced)"],
-                    "acceptanceChecks": _checks(("passed", "deferred", "deferred")),
+                    "acceptanceChecks": _checks("passed", "deferred", "deferred"),
                 }
-            case "implement", 1:
+            case "implement" if not guided:
                 return {
-                    "outcome": "retryable",
-                    "summary": "The sandbox lost its network while installing dependencies.",
-                    "error": "pip: connection reset",
+                    "outcome": "failed",
+                    "summary": "The import is fixed but the plugin loader broke.",
+                    "error": "plugins still import the old module name",
+                    "evidence": ["pytest: 45 passed, 3 failed (plugins)"],
                 }
-            case "implement", _:
+            case "implement":
                 return {
                     "outcome": "completed",
-                    "summary": "Replaced the removed import and added test_import.",
+                    "summary": "Replaced the removed import, kept the old name as an alias, "
+                    "added test_import.",
                     "evidence": ["pytest: 48 passed", {"tool": "bash", "isError": False}],
                     "outputs": [
                         {"kind": "file", "label": "package init", "ref": "src/pkg/__init__.py"}
                     ],
-                    "acceptanceChecks": _checks(("passed", "passed", "deferred")),
+                    "acceptanceChecks": _checks("passed", "passed", "deferred"),
                 }
-            case "test", _ if not answered:
-                return {"outcome": "waiting", "waitingReason": HUMAN_QUESTION}
-            case "test", _:
+            case "test" if claim.attempt == 1:
+                return {
+                    "outcome": "retryable",
+                    "summary": "The sandbox lost its network while installing Python 3.12.",
+                    "error": "pip: connection reset",
+                }
+            case "test":
+                versions = claim.brief.objective.rpartition("Python ")[2] or "every version"
                 return {
                     "outcome": "completed",
-                    "summary": "Import fixed; regression test added; suite green on 3.11 and 3.12.",
+                    "summary": f"Import fixed; regression test added; suite green on {versions}.",
                     "response": "The import error came from a module removed in 2.0; fixed.",
                     "evidence": [
-                        {"kind": "test", "label": "pytest on 3.11: 48 passed", "status": "passed"},
-                        {"kind": "test", "label": "pytest on 3.12: 48 passed", "status": "passed"},
+                        {"kind": "test", "label": f"pytest on {versions}: 48 passed"},
                     ],
-                    "acceptanceChecks": _checks(("passed", "passed", "passed")),
+                    "acceptanceChecks": _checks("passed", "passed", "passed"),
                 }
         return {"outcome": "failed", "error": f"no script for {claim.action_type}"}
+
+
+@dataclass
+class Demo:
+    """One walkthrough: the store, the item, the parts that answer for the model and the
+    human, and what was said."""
+
+    wc: WorkCenter
+    executor: ScriptedExecutor
+    coordinator: ScriptedProvider
+    say: Say
+    answers: dict[str, str]
+    item_id: UUID | None = None
+    stats: WorkerStats = field(default_factory=WorkerStats)
+
+    @property
+    def id(self) -> UUID:
+        assert self.item_id is not None
+        return self.item_id
+
+    def coordinate(self) -> bool:
+        """The due Coordinator steps; True when any ran."""
+        results = self.wc.coordinate_once(self.coordinator)
+        for result in results:
+            self._show(result)
+        return bool(results)
+
+    def _show(self, result: StepResult) -> None:
+        conversation = self.wc.conversation(result.work_item_id)
+        message = next(
+            (
+                m
+                for m in (conversation.messages if conversation else ())
+                if m.turn_id == result.turn_id and m.role == "assistant"
+            ),
+            None,
+        )
+        if message is None or message.status != "completed" or message.decision is None:
+            self.say(f"  coordinator turn {result.status}: {result.error or 'no decision'}")
+            return
+        woken = (message.trigger or {}).get("kind") if message.automatic else "your message"
+        self.say(f"  coordinator ({woken}) {message.decision.kind}: {message.text}")
+
+    def run(self) -> bool:
+        """One Run, if an Action is ready; True when one ran."""
+
+        def on_event(kind: str, claim: Claim, detail: str) -> None:
+            if kind == "claimed":
+                self.say(
+                    f"  worker claimed {claim.action_type} "
+                    f"(attempt {claim.attempt}, epoch {claim.lease_epoch})"
+                )
+            else:
+                self.say(f"  {claim.action_type} {kind}: {detail}")
+
+        claim = run_one(self.wc, self.executor, worker=WORKER, stats=self.stats, on_event=on_event)
+        return claim is not None
+
+    def question(self) -> str | None:
+        """The Coordinator's open question to the human, if the item waits on one."""
+        if self.wc.work_item(self.id).status != "waiting":
+            return None
+        conversation = self.wc.conversation(self.id)
+        last: conv.Message | None = conversation.messages[-1] if conversation else None
+        if last is None or last.role != "assistant" or last.decision is None:
+            return None
+        return last.decision.question if last.decision.kind == "request_human" else None
+
+    def answer(self) -> bool:
+        """The human answers the open question, if they know the answer."""
+        question = self.question()
+        reply = self.answers.get(question) if question else None
+        if reply is None:
+            return False
+        self.say(f"  human answers: {reply!r}")
+        self.wc.post_user_message(self.id, reply)
+        return True
+
+    def walk(self) -> None:
+        """Coordinator steps, Runs and answers, until none has anything left to do."""
+        while self.coordinate() or self.run() or self.answer():
+            pass
 
 
 def run_demo(
     wc: WorkCenter,
     *,
-    say: Callable[[str], None] = lambda _: None,
+    say: Say = lambda _: None,
     executor: ScriptedExecutor | None = None,
-    provider: ScriptedProvider | None = None,
-    coordinator: CoordinatorProvider | None = None,
+    llm: ScriptedLlm | None = None,
+    coordinator: ScriptedProvider | None = None,
     limits: Mapping[str, int] | None = None,
-) -> Any:
+    resume_after_stop: bool = True,
+    on_stop: Callable[[UUID], None] = lambda _: None,
+) -> UUID:
     """Run the scenario; returns the WorkItem id.
 
-    Without ``executor``, the scripted one sends its requests to ``provider`` (a new
-    ``ScriptedProvider`` by default) through a metered provider per claim; the
-    Coordinator is ``coordinator`` (the scripted one by default). When the ledger
-    stops the item (``limits`` too small), the demo ends there: the item needs
-    attention and is not completed.
+    Without ``executor``, the scripted one sends its requests to ``llm`` (a new
+    ``ScriptedLlm`` by default) through a metered provider per claim; without
+    ``coordinator``, the demo's policy answers the Coordinator. When the ledger stops
+    the item (``limits`` too small), ``on_stop(item_id)`` is told; then the demo raises
+    the budget, resumes the item and answers the Coordinator, which plans again, and the
+    walkthrough ends there (or at the stop, without ``resume_after_stop``).
     """
-    provider = provider or ScriptedProvider()
-    executor = executor or ScriptedExecutor(metered_llm(wc, provider))
-    coordinator = coordinator or scripted_coordinator()
+    llm = llm or ScriptedLlm()
+    demo = Demo(
+        wc=wc,
+        executor=executor or ScriptedExecutor(metered_llm(wc, llm)),
+        coordinator=coordinator or demo_coordinator.provider(),
+        say=say,
+        answers={MATRIX_QUESTION: HUMAN_ANSWER},
+    )
     item = wc.create_work_item(
         title="Fix the failing import in the test suite",
         goal="The test suite passes again and the cause is explained",
@@ -198,73 +298,58 @@ def run_demo(
         start=True,
         limits=limits,
     )
-    say(f"created WorkItem {item.id} ({len(CRITERIA)} criteria, delivery: response)")
-    stats = WorkerStats()
-
-    def on_event(kind: str, claim: Claim, detail: str) -> None:
-        if kind == "claimed":
-            say(
-                f"  worker claimed {claim.action_type} "
-                f"(attempt {claim.attempt}, epoch {claim.lease_epoch})"
-            )
-        else:
-            say(f"  {claim.action_type} {kind}: {detail}")
-
-    answered = False
-    for _ in range(MAX_ROUNDS):
-        steps = wc.coordinate_once(coordinator)
-        for step in steps:
-            say(_coordinator_line(wc, step))
-        item = wc.work_item(item.id)
-        if item.status == "done" or item.stopped:
-            break
-        if item.status == "waiting" and _asked(wc, item.id) and not answered:
-            say(f"  human answers {HUMAN_QUESTION!r} with {HUMAN_ANSWER!r}")
-            wc.post_user_message(item.id, HUMAN_ANSWER, client_message_id="demo-answer")
-            answered = True
-            continue
-        ran = run_one(wc, executor, worker="demo-worker", stats=stats, on_event=on_event)
-        if ran is None and not steps:
-            break
+    demo.item_id = item.id
+    say(f"created WorkItem {item.id} ({len(CRITERIA)} criteria, delivery: response, dynamic)")
+    demo.walk()
 
     item = wc.work_item(item.id)
     if item.stopped:
-        ledger = wc.ledger(item.id)
-        say(
-            f"stopped by its budget: {item.stopped} after {ledger.request_count} LLM requests, "
-            f"{ledger.charged_tokens} of {ledger.limits.max_tokens} tokens charged; "
-            f"WorkItem is {item.status}, not completed"
-        )
+        _stopped(demo)
+        on_stop(item.id)
+        if resume_after_stop:
+            _resume(demo)
         return item.id
     progress = wc.goal_progress(item.id)
     say(
         f"goal progress: {progress.completed_criteria_count}/{progress.total_criteria_count} "
-        f"criteria passed, delivery {progress.delivery.status}"
-    )
-    say(
-        f"completed: WorkItem is {item.status}"
-        if item.status == "done"
-        else f"WorkItem is {item.status}"
+        f"criteria passed, delivery {progress.delivery.status}; WorkItem is {item.status}"
     )
     return item.id
 
 
-# Enough passes for the script (plan, four Runs, a question, an answer, completion).
-MAX_ROUNDS = 40
+def _stopped(demo: Demo) -> None:
+    wc, item = demo.wc, demo.wc.work_item(demo.id)
+    ledger = wc.ledger(item.id)
+    demo.say(
+        f"stopped by its budget: {item.stopped} after {ledger.request_count} LLM requests, "
+        f"{ledger.charged_tokens} of {ledger.limits.max_tokens} tokens charged; "
+        f"WorkItem is {item.status}, not completed"
+    )
 
 
-def _asked(wc: WorkCenter, item_id: Any) -> bool:
-    """The Coordinator's latest message asks the human something."""
-    conversation = wc.conversation(item_id)
-    last = conversation.messages[-1] if conversation and conversation.messages else None
-    return bool(last and last.role == "assistant" and last.decision and last.decision.question)
-
-
-def _coordinator_line(wc: WorkCenter, step: StepResult) -> str:
-    conversation = wc.conversation(step.work_item_id)
-    turn = conversation.turns.get(step.turn_id) if conversation and step.turn_id else None
-    message = conversation.message(turn.assistant_message_id) if conversation and turn else None
-    if message is None or message.decision is None:
-        return f"  coordinator turn {step.status}: {step.error or ''}".rstrip(": ")
-    origin = "answering the human" if turn and turn.user_originated else "woken"
-    return f"  coordinator ({origin}) decided {message.decision.kind}: {message.text}"
+def _resume(demo: Demo) -> None:
+    """What a user does with a stopped item: more budget, resume, tell the Coordinator."""
+    wc = demo.wc
+    ledger = wc.extend_budget(
+        demo.id,
+        expected_version=wc.ledger(demo.id).version,
+        additions={"max_tokens": EXTENSION_TOKENS},
+    )
+    item = wc.work_item(demo.id)
+    wc.resume(demo.id, expected_version=item.version, expected_ledger_version=ledger.version)
+    demo.say(
+        f"the demo does that now: the budget raised to {ledger.limits.max_tokens} tokens, "
+        "the item resumed (its unfinished work set aside)"
+    )
+    demo.coordinate()  # woken by the resume: it asks before spending again
+    question = demo.question()
+    if question is not None:
+        demo.answers[question] = RESUME_ANSWER
+        demo.answer()
+    demo.coordinate()
+    item = wc.work_item(demo.id)
+    ready = [a.type for a in wc.actions(item, "ready").values()]
+    demo.say(
+        f"WorkItem is {item.status}"
+        + (f"; planned again, ready for a worker: {', '.join(ready)}" if ready else "")
+    )

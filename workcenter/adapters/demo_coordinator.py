@@ -1,0 +1,415 @@
+"""The demo's scripted Coordinator: a pure policy from a Coordinator request to a reply.
+
+It reads what a model would read, the WorkItem snapshot and the turn's input inside
+the request's messages (``domain/coordinator_request.py``), and decides the way a
+careful Coordinator would for the demo's goal, following a small playbook: diagnose
+read-only first, then implement, then verify on the Python versions only the human
+can name. It plans the next stage whose criteria are not yet proven, guides a failed
+Action once, asks the human once for what it cannot know, plans the verification
+when the human's answer arrives, and completes, citing the Runs that prove each
+criterion, only when goal progress shows nothing remaining and the delivery passed.
+After a budget stop and a resume it asks before spending again.
+
+It keeps no memory between turns: everything it knows is in the request, so a
+replayed or resumed turn decides the same. ``provider()`` is the demo's model: a
+``ScriptedProvider`` answering with ``respond`` and the usage a model would report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from workcenter.adapters.providers.scripted import Reply, ScriptedProvider
+from workcenter.domain.coordinator_request import (
+    CORRECTION_HEADING,
+    PROMPT_HEADING,
+    SNAPSHOT_HEADING,
+)
+from workcenter.domain.errors import ProviderFailed
+from workcenter.ports import ProviderRequest
+
+CRITERIA = (
+    "The failing import is reproduced by a test",
+    "The fix makes the whole test suite pass",
+    "The change is explained in a short summary",
+)
+MATRIX_QUESTION = "Which Python versions must the test matrix cover?"
+# What an automatic turn is woken by (coordinator.md 2.1); anything else is a user's text.
+WAKE_KINDS = frozenset(
+    {"work_item_started", "contract_changed", "work_item_resumed", "action_settled"}
+)
+ANSWER_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One kind of Action the playbook plans, the criteria its Runs prove (by index
+    into ``CRITERIA``) and what to tell a failed Run's next generation."""
+
+    type: str
+    objective: str
+    approach: str
+    expected_outcome: str
+    workspace_mode: str
+    proves: tuple[int, ...]
+    guidance: str
+    question: str | None = None  # the human's answer is part of the brief
+
+
+PLAYBOOK: tuple[Stage, ...] = (
+    Stage(
+        type="diagnose",
+        objective="Reproduce the failing import and find its root cause",
+        approach="Run the suite, bisect the failing module, write the failing test",
+        expected_outcome="A failing regression test and the cause",
+        workspace_mode="read",
+        proves=(0,),
+        guidance="Narrow the reproduction to the import alone before bisecting",
+    ),
+    Stage(
+        type="implement",
+        objective="Fix the import and add the regression test",
+        approach="Smallest change in the package init",
+        expected_outcome="The regression test and the whole suite pass",
+        workspace_mode="shared",
+        proves=(1,),
+        guidance=(
+            "Keep the old module name importable as a deprecated alias, so code that "
+            "still imports it keeps working; then run the whole suite again"
+        ),
+    ),
+    Stage(
+        type="test",
+        objective="Verify every criterion on Python {answer}",
+        approach="Run the full suite on each version the human named ({answer}); "
+        "write the short summary of the change",
+        expected_outcome="Evidence for each criterion on every version, and the summary",
+        workspace_mode="read",
+        proves=(0, 1, 2),
+        guidance="Rerun the matrix from a clean environment",
+        question=MATRIX_QUESTION,
+    ),
+)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What the model is given: the snapshot, the turn's input, and the automatic
+    trigger when a wake (not a user) began the turn."""
+
+    snapshot: Mapping[str, Any]
+    prompt: str
+    trigger: Mapping[str, Any] | None
+
+    @property
+    def automatic(self) -> bool:
+        return self.trigger is not None
+
+    @property
+    def actions(self) -> list[Mapping[str, Any]]:
+        return list(self.snapshot.get("actions", ()))
+
+    @property
+    def progress(self) -> Mapping[str, Any]:
+        return self.snapshot["goalProgress"]
+
+    @property
+    def criteria(self) -> list[Mapping[str, Any]]:
+        return list(self.snapshot["workItem"]["acceptanceCriteria"])
+
+    @property
+    def lines(self) -> list[Mapping[str, Any]]:
+        """The conversation, newest first."""
+        return list(self.snapshot.get("conversation", ()))
+
+    def remaining(self) -> list[str]:
+        return [c["criterion"] for c in self.criteria if c["status"] != "passed"]
+
+    def with_status(self, *statuses: str) -> list[Mapping[str, Any]]:
+        return sorted(
+            (a for a in self.actions if a["status"] in statuses), key=lambda a: a["sequence"]
+        )
+
+
+# --- reading the request ------------------------------------------------------------
+
+
+def read_request(messages: Sequence[Mapping[str, str]]) -> Turn:
+    """The snapshot, the turn's input and its trigger, from the request's user message."""
+    content = next((m["content"] for m in messages if m.get("role") == "user"), "")
+    _, heading, rest = content.partition(f"{SNAPSHOT_HEADING}\n")
+    snapshot_text, _, tail = rest.partition(f"\n\n{PROMPT_HEADING}\n")
+    try:
+        snapshot = json.loads(snapshot_text) if heading else None
+    except ValueError:
+        snapshot = None
+    if not isinstance(snapshot, dict) or not all(
+        isinstance(snapshot.get(part), dict) for part in ("workItem", "goalProgress")
+    ):
+        raise ProviderFailed("the request holds no WorkItem snapshot", transient=False)
+    # A second attempt carries a correction after the input; the policy needs none.
+    prompt = tail.rpartition(f"\n\n{CORRECTION_HEADING}\n")[0] or tail
+    return Turn(snapshot=snapshot, prompt=prompt, trigger=_trigger(prompt))
+
+
+def _trigger(prompt: str) -> Mapping[str, Any] | None:
+    try:
+        value = json.loads(prompt)
+    except ValueError:
+        return None
+    if isinstance(value, dict) and value.get("kind") in WAKE_KINDS:
+        return value
+    return None
+
+
+def respond(request: ProviderRequest) -> str:
+    """The reply text to one Coordinator request."""
+    return json.dumps(decide(read_request(request.messages)))
+
+
+def provider() -> ScriptedProvider:
+    """The demo's model as a Coordinator provider, with usage at about four bytes a token."""
+
+    def answer(request: ProviderRequest) -> Reply:
+        text = respond(request)
+        sent = sum(len(m.get("content", "").encode()) for m in request.messages)
+        usage = {"input_tokens": math.ceil(sent / 4), "output_tokens": math.ceil(len(text) / 4)}
+        return Reply(text, usage=usage)
+
+    return ScriptedProvider(respond=answer)
+
+
+# --- deciding ------------------------------------------------------------------------
+
+
+def decide(turn: Turn) -> dict[str, Any]:
+    """``{reply, decision}`` for one turn, in the order a careful Coordinator weighs it."""
+    if _goal_met(turn) and not turn.with_status("ready", "running"):
+        return _complete(turn)
+    trigger = turn.trigger or {}
+    if trigger.get("kind") == "work_item_resumed":
+        return _ask_after_resume(turn)
+    failed = turn.with_status("failed")
+    if failed:
+        return _after_failure(turn, failed[0])
+    waiting = turn.with_status("waiting")
+    if waiting:
+        return _relay(turn, waiting[0])
+    if turn.with_status("ready", "running"):
+        return _in_progress(turn)
+    stage = _next_stage(turn)
+    if stage is None:
+        delivery = turn.progress["delivery"]
+        missing = turn.remaining() or [f"the delivery ({delivery['target']})"]
+        return _ask(
+            f"Every stage of the plan has run, yet {'; '.join(missing)} is not proven. "
+            "How should I go on?",
+            "the playbook is exhausted and the goal is not met",
+        )
+    answer: str | None = None
+    if stage.question is not None:
+        answer = _answer_to(turn, stage.question)
+        if answer is None:
+            return _ask(stage.question, f"the {stage.type} Action needs the human's answer")
+    if turn.automatic and any(
+        a["type"] == stage.type and a["status"] == "completed" for a in turn.actions
+    ):
+        # It ran and did not prove what it should: running it again is the human's call.
+        return _ask(
+            f"{stage.type} ran but did not prove: {'; '.join(_unproven(turn, stage))}. "
+            "Shall I run it again?",
+            f"a repeat of {stage.type} needs a reason the evidence does not give",
+        )
+    return _plan(turn, stage, answer)
+
+
+def _goal_met(turn: Turn) -> bool:
+    progress = turn.progress
+    return (
+        progress["totalCriteria"] > 0
+        and progress["remainingCriteria"] == 0
+        and progress["delivery"]["status"] == "passed"
+        and not turn.snapshot["workItem"]["criteriaLeftOut"]
+    )
+
+
+def _next_stage(turn: Turn) -> Stage | None:
+    """The first stage that proves a criterion not yet passed and has not run yet, else
+    the first that proves one (a repeat). A stage's Runs re-check the criteria of the
+    stages before it, so a proof made stale by a later writer is renewed by going on."""
+    remaining = set(turn.remaining())
+    needed = [s for s in PLAYBOOK if {CRITERIA[i] for i in s.proves} & remaining]
+    ran = {a["type"] for a in turn.actions if a["status"] == "completed"}
+    return next((s for s in needed if s.type not in ran), needed[0] if needed else None)
+
+
+def _unproven(turn: Turn, stage: Stage) -> list[str]:
+    remaining = set(turn.remaining())
+    return [CRITERIA[i] for i in stage.proves if CRITERIA[i] in remaining]
+
+
+def _answer_to(turn: Turn, question: str) -> str | None:
+    """The user's first message after the newest assistant message that asked
+    ``question``: the answer to it, whatever the user said later."""
+    answer: str | None = None
+    for line in turn.lines:  # newest first
+        if line["role"] == "assistant" and question in line["text"]:
+            return answer
+        if line["role"] == "user":
+            answer = line["text"].strip()[:ANSWER_LIMIT] or answer
+    return None
+
+
+def _reply(text: str, kind: str, reason: str, **fields: Any) -> dict[str, Any]:
+    """Every decision key present, the unused ones null, as a strict schema asks."""
+    decision: dict[str, Any] = {
+        "kind": kind,
+        "reason": reason,
+        "question": None,
+        "workItemType": None,
+        "contractPatch": None,
+        "closeActions": None,
+        "supersedeActionIds": None,
+        "guidance": None,
+        "actions": None,
+        "completion": None,
+    }
+    return {"reply": text, "decision": decision | fields}
+
+
+def _ask(question: str, reason: str) -> dict[str, Any]:
+    return _reply(question, "request_human", reason, question=question)
+
+
+def _plan(turn: Turn, stage: Stage, answer: str | None) -> dict[str, Any]:
+    objective = stage.objective.format(answer=answer)
+    serves = _unproven(turn, stage)
+    brief: dict[str, Any] = {
+        "type": stage.type,
+        "objective": objective,
+        "approach": stage.approach.format(answer=answer),
+        "expectedOutcome": stage.expected_outcome,
+        "workspaceMode": stage.workspace_mode,
+        "maxAttempts": 2,
+        "goalRefs": {
+            "criteria": serves,
+            "blockerActionIds": None,
+            "delivery": None,
+            "rationale": None,
+        },
+        "rationale": None,
+    }
+    # A repeat needs a rationale; the compact snapshot shows no objectives, so any
+    # standing Action of the same type gets one (harmless on a first run).
+    if any(a["type"] == stage.type and a["status"] != "closed" for a in turn.actions):
+        brief["rationale"] = "Its earlier Run no longer proves: " + "; ".join(serves)
+    said = f"Next: {stage.type}: {objective}." + (f" (You said: {answer}.)" if answer else "")
+    return _reply(
+        said,
+        "create_actions",
+        f"{stage.type} proves what is still unproven: {'; '.join(serves)}",
+        actions=[brief],
+    )
+
+
+def _after_failure(turn: Turn, action: Mapping[str, Any]) -> dict[str, Any]:
+    """Guide a failed Action once; a second failure goes to the human."""
+    result = action.get("result") or {}
+    error = result.get("error") or result.get("summary") or "no error reported"
+    stage = next((s for s in PLAYBOOK if s.type == action["type"]), None)
+    if action["generation"] == 1 and stage is not None:
+        instruction = f"{stage.guidance}. The last Run failed: {error}"
+        return _reply(
+            f"{action['type']} failed ({error}). I am sending it back with guidance: "
+            f"{stage.guidance}.",
+            "guide_actions",
+            "a first failure with a clear cause is worth one guided retry",
+            guidance=[{"actionId": action["id"], "instruction": instruction}],
+        )
+    return _ask(
+        f"{action['type']} failed again after my guidance ({error}). How should I go on?",
+        "a guided retry failed too; the human decides",
+    )
+
+
+def _relay(turn: Turn, action: Mapping[str, Any]) -> dict[str, Any]:
+    """A Run that waits for a human: relay its question, or pass the answer on."""
+    result = action.get("result") or {}
+    question = result.get("waitingReason") or "The Action needs your input."
+    if turn.automatic:
+        return _ask(question, f"the {action['type']} Run asked a question only a human can answer")
+    return _reply(
+        f"Passing your answer to {action['type']}.",
+        "guide_actions",
+        "the user answered the waiting Action's question",
+        guidance=[{"actionId": action["id"], "instruction": f"The human answers: {turn.prompt}"}],
+    )
+
+
+def _in_progress(turn: Turn) -> dict[str, Any]:
+    """Work is planned and not settled: a user hears where it stands; a wake with
+    nothing new passes the state on to the next Action unchanged."""
+    first = turn.with_status("ready", "running")[0]
+    progress = turn.progress
+    status = (
+        f"{progress['completedCriteria']} of {progress['totalCriteria']} criteria proven; "
+        f"{first['type']} is {first['status']}."
+    )
+    if not turn.automatic:
+        return _reply(status, "answer", "the plan already covers the goal; nothing to change")
+    return _reply(
+        status,
+        "guide_actions",
+        "woken with work already planned; the next Action carries on as briefed",
+        guidance=[{"actionId": first["id"], "instruction": "Carry on as briefed."}],
+    )
+
+
+def _ask_after_resume(turn: Turn) -> dict[str, Any]:
+    stage = _next_stage(turn)
+    plan = f"go on with {stage.type}" if stage else "go on"
+    return _ask(
+        "The budget stopped this WorkItem and its unfinished work was set aside. Now that it "
+        f"is resumed, shall I {plan}?",
+        "a budget stop means the work cost more than expected; the human decides before "
+        "more is spent",
+    )
+
+
+def _complete(turn: Turn) -> dict[str, Any]:
+    criteria = turn.criteria
+    delivery = turn.progress["delivery"]["evidenceRunIds"]
+    cited = sorted({r for c in criteria for r in c["evidenceRunIds"]} | set(delivery))
+    closes = [
+        {"actionId": a["id"], "reason": "the goal is proven without it"}
+        for a in turn.with_status("waiting", "failed")
+    ]
+    summaries = [
+        a["result"]["summary"]
+        for a in turn.actions
+        if a["status"] == "completed" and a.get("result") and a["result"].get("summary")
+    ]
+    summary = " ".join(reversed(summaries)) or "Every criterion is proven."
+    return _reply(
+        f"Done: every criterion is proven by current evidence (Runs {', '.join(cited)}).",
+        "complete",
+        "goal progress shows no remaining criterion and the delivery passed",
+        closeActions=closes or None,
+        completion={
+            "summary": summary,
+            "acceptanceResults": [
+                {
+                    "criterion": c["criterion"],
+                    "status": "passed",
+                    "evidenceRunIds": c["evidenceRunIds"],
+                }
+                for c in criteria
+            ],
+            "evidenceRunIds": cited,
+            "residualRisks": None,
+        },
+    )
