@@ -21,7 +21,7 @@ import httpx
 import pytest
 from http_client import LINEAR, served
 
-from workcenter.adapters.demo import ScriptedProvider, llm_request
+from workcenter.adapters.demo import ScriptedLlm, llm_request
 from workcenter.adapters.executors import echo
 from workcenter.adapters.http.app import create_app
 from workcenter.adapters.metered import MeteredProvider
@@ -42,7 +42,7 @@ def _missing(what: str, how: str) -> NoReturn:
 def metered_echo(wc: WorkCenter) -> Callable[[Claim], dict[str, Any]]:
     """The echo executor after one LLM request through the item's budget (a fake
     provider reporting its usage), so the budget gauges move too."""
-    provider = ScriptedProvider()
+    provider = ScriptedLlm()
 
     def run(claim: Claim) -> dict[str, Any]:
         MeteredProvider.for_claim(wc, claim, provider=provider)(llm_request(claim.brief.objective))
