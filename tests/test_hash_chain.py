@@ -10,6 +10,7 @@ trace) is marked ``sqlite_only`` with the reason.
 from __future__ import annotations
 
 import sqlite3
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,7 @@ from workcenter.domain.errors import InvalidInput
 from workcenter.hash_chain import Anchor, HistoryConflict, Verdict
 
 
-class Tamper:
+class Tamper(ABC):
     """Edits a store's tables directly, as anyone with write access to them could. The
     SQL is written once, with ``?`` parameters and the table and position names as
     ``{events}``, ``{chain}`` and ``{pos}``; each backend runs it its own way."""
@@ -39,15 +40,17 @@ class Tamper:
     def _sql(self, statement: str) -> str:
         return statement.format(events=self.events, chain=self.chain, pos=self.pos)
 
+    @abstractmethod
     def _run(self, *statements: tuple[str, tuple[Any, ...]]) -> None:
-        raise NotImplementedError
+        """Run ``statements`` in one transaction."""
 
+    @abstractmethod
     def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        raise NotImplementedError
+        """The rows of a query."""
 
+    @abstractmethod
     def _stream(self, stream: UUID) -> Any:
         """A stream id as the events table stores it."""
-        raise NotImplementedError
 
     def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
         rows = self._all(sql, params)
