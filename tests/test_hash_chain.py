@@ -1,20 +1,23 @@
 """The hash chain over the events (issue 12, ADR-0028): tampering with the database
 directly makes `verify` fail at the right position; untouched histories verify.
 
-Every tamper test runs over the ``store`` fixture: a WorkCenter and a ``Tamper``
-that edits its database behind its back. Adding PostgreSQL is one more fixture
-param with a ``Tamper`` of its own SQL.
+Every tamper test runs over the ``store`` fixture, on SQLite and on PostgreSQL: a
+WorkCenter and a ``Tamper`` that edits its database behind its back. A test that
+cannot happen on PostgreSQL (a value its typed columns refuse, SQLite's statement
+trace) is marked ``sqlite_only`` with the reason.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import postgres
 import pytest
 from conftest import BOOT_ID, FakeClock, action_spec, claim, create_dynamic, plan, refused, report
 from eventsourcing.persistence import StoredEvent
@@ -25,74 +28,84 @@ from workcenter.domain.errors import InvalidInput
 from workcenter.hash_chain import Anchor, HistoryConflict, Verdict
 
 
-class SQLiteTamper:
-    """Edits a SQLite store's tables directly, as anyone with the file could."""
+class Tamper(ABC):
+    """Edits a store's tables directly, as anyone with write access to them could. The
+    SQL is written once, with ``?`` parameters and the table and position names as
+    ``{events}``, ``{chain}`` and ``{pos}``; each backend runs it its own way."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    events = "stored_events"
+    chain = "event_chain"
+    pos = "rowid"
 
+    def _sql(self, statement: str) -> str:
+        return statement.format(events=self.events, chain=self.chain, pos=self.pos)
+
+    @abstractmethod
     def _run(self, *statements: tuple[str, tuple[Any, ...]]) -> None:
-        con = sqlite3.connect(self.path)
-        try:
-            for sql, params in statements:
-                con.execute(sql, params)
-            con.commit()
-        finally:
-            con.close()
+        """Run ``statements`` in one transaction."""
+
+    @abstractmethod
+    def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """The rows of a query."""
+
+    @abstractmethod
+    def _stream(self, stream: UUID) -> Any:
+        """A stream id as the events table stores it."""
 
     def _one(self, sql: str, params: tuple[Any, ...] = ()) -> Any:
-        con = sqlite3.connect(self.path)
-        try:
-            return con.execute(sql, params).fetchone()
-        finally:
-            con.close()
+        rows = self._all(sql, params)
+        return rows[0] if rows else None
 
     def event(self, position: int) -> StoredEvent:
         oid, version, topic, state = self._one(
-            "SELECT originator_id, originator_version, topic, state FROM stored_events"
-            " WHERE rowid = ?",
+            "SELECT originator_id, originator_version, topic, state FROM {events} WHERE {pos} = ?",
             (position,),
         )
-        return StoredEvent(UUID(oid), version, topic, state)
+        return StoredEvent(UUID(str(oid)), version, topic, bytes(state))
 
     def positions(self) -> list[int]:
-        con = sqlite3.connect(self.path)
-        try:
-            return [r[0] for r in con.execute("SELECT rowid FROM stored_events ORDER BY rowid")]
-        finally:
-            con.close()
+        return [r[0] for r in self._all("SELECT {pos} FROM {events} ORDER BY {pos}")]
 
     def links(self) -> list[tuple[int, int]]:
-        con = sqlite3.connect(self.path)
-        try:
-            return list(con.execute("SELECT position, previous FROM event_chain ORDER BY position"))
-        finally:
-            con.close()
+        return [
+            tuple(r) for r in self._all("SELECT position, previous FROM {chain} ORDER BY position")
+        ]  # type: ignore[misc]
 
     def set_state(self, position: int, state: bytes) -> None:
-        self._run(("UPDATE stored_events SET state = ? WHERE rowid = ?", (state, position)))
+        self._run(("UPDATE {events} SET state = ? WHERE {pos} = ?", (state, position)))
 
     def set_column(self, position: int, column: str, value: Any) -> None:
-        self._run((f"UPDATE stored_events SET {column} = ? WHERE rowid = ?", (value, position)))
+        self._run((f"UPDATE {{events}} SET {column} = ? WHERE {{pos}} = ?", (value, position)))
 
     def delete_event(self, position: int, *, with_link: bool) -> None:
-        statements = [("DELETE FROM stored_events WHERE rowid = ?", (position,))]
+        statements = [("DELETE FROM {events} WHERE {pos} = ?", (position,))]
         if with_link:
-            statements.append(("DELETE FROM event_chain WHERE position = ?", (position,)))
+            statements.append(("DELETE FROM {chain} WHERE position = ?", (position,)))
         self._run(*statements)
 
+    def insert_unchained(self, position: int, stream: UUID, event: StoredEvent) -> None:
+        """An event put at ``position`` by hand, with no link there."""
+        self._run(
+            (
+                "INSERT INTO {events} ({pos}, originator_id, originator_version, topic, state)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (position, self._stream(stream), 1, event.topic, event.state),
+            ),
+            ("DELETE FROM {chain} WHERE position = ?", (position,)),
+        )
+
     def truncate(self, after: int, *, with_links: bool = True) -> None:
-        statements = [("DELETE FROM stored_events WHERE rowid > ?", (after,))]
+        statements = [("DELETE FROM {events} WHERE {pos} > ?", (after,))]
         if with_links:
-            statements.append(("DELETE FROM event_chain WHERE position > ?", (after,)))
+            statements.append(("DELETE FROM {chain} WHERE position > ?", (after,)))
         self._run(*statements)
 
     def swap_versions(self, a: int, b: int) -> None:
         va, vb = self.event(a).originator_version, self.event(b).originator_version
         self._run(
-            ("UPDATE stored_events SET originator_version = -1 WHERE rowid = ?", (a,)),
-            ("UPDATE stored_events SET originator_version = ? WHERE rowid = ?", (va, b)),
-            ("UPDATE stored_events SET originator_version = ? WHERE rowid = ?", (vb, a)),
+            ("UPDATE {events} SET originator_version = -1 WHERE {pos} = ?", (a,)),
+            ("UPDATE {events} SET originator_version = ? WHERE {pos} = ?", (va, b)),
+            ("UPDATE {events} SET originator_version = ? WHERE {pos} = ?", (vb, a)),
         )
 
     def rehash(self, position: int) -> None:
@@ -100,34 +113,101 @@ class SQLiteTamper:
         digests: what an editor who knows the algorithm does to one event."""
         event = self.event(position)
         previous, previous_digest = self._one(
-            "SELECT c.previous, p.digest FROM event_chain c"
-            " LEFT JOIN event_chain p ON p.position = c.previous WHERE c.position = ?",
+            "SELECT c.previous, p.digest FROM {chain} c"
+            " LEFT JOIN {chain} p ON p.position = c.previous WHERE c.position = ?",
             (position,),
         )
         stream_previous = self._one(
-            "SELECT c.digest FROM stored_events e JOIN event_chain c ON c.position = e.rowid"
+            "SELECT c.digest FROM {events} e JOIN {chain} c ON c.position = e.{pos}"
             " WHERE e.originator_id = ? AND e.originator_version = ?",
-            (event.originator_id.hex, event.originator_version - 1),  # type: ignore[union-attr]
+            (self._stream(event.originator_id), event.originator_version - 1),  # type: ignore[arg-type]
         )
         digest = hash_chain.digest(
             position,
             previous,
             event,
-            previous_digest or hash_chain.GENESIS,
-            stream_previous[0] if stream_previous else hash_chain.GENESIS,
+            bytes(previous_digest) if previous_digest else hash_chain.GENESIS,
+            bytes(stream_previous[0]) if stream_previous else hash_chain.GENESIS,
         )
-        self._run(("UPDATE event_chain SET digest = ? WHERE position = ?", (digest, position)))
+        self._run(("UPDATE {chain} SET digest = ? WHERE position = ?", (digest, position)))
 
     def drop_chain(self) -> None:
-        self._run(("DROP TABLE event_chain", ()))
+        self._run(("DROP TABLE {chain}", ()))
+
+
+class SQLiteTamper(Tamper):
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _run(self, *statements: tuple[str, tuple[Any, ...]]) -> None:
+        con = sqlite3.connect(self.path)
+        try:
+            for sql, params in statements:
+                con.execute(self._sql(sql), params)
+            con.commit()
+        finally:
+            con.close()
+
+    def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        con = sqlite3.connect(self.path)
+        try:
+            return con.execute(self._sql(sql), params).fetchall()
+        finally:
+            con.close()
+
+    def _stream(self, stream: UUID) -> Any:
+        return stream.hex
+
+
+class PostgresTamper(Tamper):
+    """The same edits with psycopg, on the store's schema."""
+
+    pos = "notification_id"
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        self.events = f'"{schema}".workcenter_events'
+        self.chain = f'"{schema}".event_chain'
+
+    def _connect(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(
+            host=postgres.HOST, port=postgres.PORT, user=postgres.USER, dbname=postgres.DBNAME
+        )
+
+    def _sql(self, statement: str) -> str:
+        return super()._sql(statement).replace("?", "%s")
+
+    def _run(self, *statements: tuple[str, tuple[Any, ...]]) -> None:
+        with self._connect() as conn:  # commits on leaving
+            for sql, params in statements:
+                conn.execute(self._sql(sql), params)
+
+    def _all(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._connect() as conn:
+            return conn.execute(self._sql(sql), params).fetchall()
+
+    def _stream(self, stream: UUID) -> Any:
+        return stream
+
+    def transactions(self, positions: list[int]) -> set[tuple[int, int]]:
+        """The transactions (PostgreSQL's ``xmin``) that wrote each event and its link."""
+        rows = self._all(
+            "SELECT e.xmin::text::bigint, c.xmin::text::bigint FROM {events} e"
+            " JOIN {chain} c ON c.position = e.{pos} WHERE e.{pos} = ANY(?)",
+            (positions,),
+        )
+        return {(r[0], r[1]) for r in rows}
 
 
 @dataclass
 class Store:
     wc: WorkCenter
-    tamper: SQLiteTamper
+    tamper: Tamper
     items: list[UUID]
     reopen: Any
+    location: str  # the SQLite file's path or the PostgreSQL URL, as the CLI takes it
 
     def verify(self, item: UUID | None = None, anchor: Anchor | str | None = None) -> Verdict:
         return self.wc.verify_history(item, anchor=anchor)
@@ -145,18 +225,39 @@ def _fill(wc: WorkCenter) -> list[UUID]:
     return [first.id, second.id]
 
 
-@pytest.fixture(params=["sqlite"])
-def store(request: pytest.FixtureRequest, db_path: Path, clock: FakeClock) -> Iterator[Store]:
+def sqlite_only(reason: str) -> pytest.MarkDecorator:
+    """Skip the PostgreSQL param of a ``store`` test, for ``reason``."""
+    return pytest.mark.sqlite_only(reason=reason)
+
+
+UUID_COLUMN = "PostgreSQL's uuid column refuses a value that is not a UUID"
+NOT_NULL = "PostgreSQL's column is NOT NULL"
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[Store]:
+    if request.param == "sqlite":
+        location = str(request.getfixturevalue("db_path"))
+        yield from _store(location, SQLiteTamper(Path(location)), clock)
+        return
+    marker = request.node.get_closest_marker("sqlite_only")
+    if marker is not None:
+        pytest.skip(marker.kwargs["reason"])
+    with postgres.fresh_schema("wcchain") as url:
+        yield from _store(url, PostgresTamper(url.rpartition("schema=")[2]), clock)
+
+
+def _store(location: str, tamper: Tamper, clock: FakeClock) -> Iterator[Store]:
     opened: list[WorkCenter] = []
 
     def reopen() -> WorkCenter:
         opened[-1].close()
-        opened.append(WorkCenter.open(db_path, clock=clock, boot_id=BOOT_ID))
+        opened.append(WorkCenter.open(location, clock=clock, boot_id=BOOT_ID))
         return opened[-1]
 
-    opened.append(WorkCenter.open(db_path, clock=clock, boot_id=BOOT_ID))
+    opened.append(WorkCenter.open(location, clock=clock, boot_id=BOOT_ID))
     items = _fill(opened[0])
-    yield Store(opened[0], SQLiteTamper(db_path), items, reopen)
+    yield Store(opened[0], tamper, items, reopen, location)
     opened[-1].close()
 
 
@@ -185,12 +286,27 @@ def test_an_untouched_history_verifies_and_its_anchor_is_its_head(store: Store) 
     assert store.tamper.links() == list(zip(positions, [0, *positions[:-1]], strict=True))
 
 
+@sqlite_only("counts statements with sqlite3's trace; the next test is PostgreSQL's")
 def test_the_chain_is_written_in_the_events_transaction(store: Store) -> None:
     from test_one_commit import assert_one_commit, counted
 
     statements = assert_one_commit(counted(store.wc, lambda: create_dynamic(store.wc)))
     inserts = [s for s in statements if s.startswith("INSERT INTO event_chain")]
     assert inserts and statements.index(inserts[0]) > 0
+
+
+def test_the_chain_is_written_in_the_events_transaction_on_postgresql() -> None:
+    with postgres.fresh_schema("wcchain") as url, WorkCenter.open(url) as wc:
+        tamper = PostgresTamper(url.rpartition("schema=")[2])
+        create_dynamic(wc, title="one")
+        before = tamper.positions()
+        item = create_dynamic(wc, title="two")
+        created = tamper.positions()[len(before) :]
+        plan(wc, item.id)
+        planned = tamper.positions()[len(before) + len(created) :]
+        # Each command's events and their links: written by one transaction, its own.
+        (create,), (planning,) = tamper.transactions(created), tamper.transactions(planned)
+        assert create[0] == create[1] and planning[0] == planning[1] != create[0]
 
 
 # --- tampering --------------------------------------------------------------------
@@ -269,14 +385,7 @@ def test_an_event_inserted_without_a_link_is_unchained(store: Store) -> None:
     position = store.tamper.positions()[5]
     store.tamper.delete_event(position, with_link=False)
     copy = store.tamper.event(position + 1)
-    store.tamper._run(
-        (
-            "INSERT INTO stored_events (rowid, originator_id, originator_version, topic, state)"
-            " VALUES (?, ?, ?, ?, ?)",
-            (position, "0" * 32, 1, copy.topic, copy.state),
-        ),
-        ("DELETE FROM event_chain WHERE position = ?", (position,)),
-    )
+    store.tamper.insert_unchained(position, UUID(int=0), copy)
     broken = store.verify().broken
     assert broken is not None and (broken.kind, broken.position) == ("unchained", position)
 
@@ -284,10 +393,10 @@ def test_an_event_inserted_without_a_link_is_unchained(store: Store) -> None:
 @pytest.mark.parametrize(
     ("column", "value"),
     [
-        ("originator_id", "not a uuid"),
-        ("originator_id", "x" * 300),
-        ("originator_id", None),
-        ("originator_version", None),
+        pytest.param("originator_id", "not a uuid", marks=sqlite_only(UUID_COLUMN)),
+        pytest.param("originator_id", "x" * 300, marks=sqlite_only(UUID_COLUMN)),
+        pytest.param("originator_id", None, marks=sqlite_only(NOT_NULL)),
+        pytest.param("originator_version", None, marks=sqlite_only(NOT_NULL)),
         ("originator_version", -(2**63)),
         ("topic", None),
         ("topic", 42),
@@ -308,6 +417,7 @@ def test_a_tampered_type_fails_the_walk_not_the_verifier(
     assert found and all(b.position >= position for b in found), found
 
 
+@sqlite_only("PostgreSQL's BYTEA column holds nothing but bytes")
 def test_a_tampered_digest_type_is_a_break(store: Store) -> None:
     position = store.tamper.positions()[3]
     store.tamper._run(("UPDATE event_chain SET digest = 7 WHERE position = ?", (position,)))
@@ -399,7 +509,7 @@ def test_an_empty_store_verifies_and_has_no_anchor(tmp_path: Path) -> None:
 # --- the CLI -------------------------------------------------------------------------
 
 
-def _cli(db: Path, *args: str) -> Any:
+def _cli(db: str, *args: str) -> Any:
     from click.testing import CliRunner
 
     from workcenter.adapters.cli import cli
@@ -407,9 +517,10 @@ def _cli(db: Path, *args: str) -> Any:
     return CliRunner().invoke(cli, ["--db", str(db), *args])
 
 
-def test_cli_verify_and_anchor(store: Store, db_path: Path) -> None:
+def test_cli_verify_and_anchor(store: Store) -> None:
     import orjson
 
+    db_path = store.location
     anchor = _cli(db_path, "audit", "anchor").output.strip()
     assert anchor == str(store.wc.history_anchor())
     as_json = orjson.loads(_cli(db_path, "audit", "anchor", "--json").output)
@@ -428,7 +539,8 @@ def test_cli_verify_and_anchor(store: Store, db_path: Path) -> None:
     assert human.exit_code == 1 and f"BROKEN at position {anchor.split('@')[1]}" in human.output
 
 
-def test_cli_refusals_are_one_line(store: Store, db_path: Path) -> None:
+def test_cli_refusals_are_one_line(store: Store) -> None:
+    db_path = store.location
     bad = _cli(db_path, "audit", "verify", "--anchor", "nope")
     assert bad.exit_code == 2 and bad.stderr.startswith("InvalidInput: ")
     anchor = str(store.wc.history_anchor())
@@ -439,9 +551,10 @@ def test_cli_refusals_are_one_line(store: Store, db_path: Path) -> None:
     assert trail.exit_code == 0 and '"events"' in trail.output
 
 
-def test_two_openers_of_an_unchained_store_chain_it_once(store: Store, db_path: Path) -> None:
+def test_two_openers_of_an_unchained_store_chain_it_once(store: Store) -> None:
     import threading
 
+    db_path = store.location
     store.tamper.drop_chain()
     store.wc.close()
     errors: list[BaseException] = []

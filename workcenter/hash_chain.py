@@ -135,6 +135,11 @@ class ChainTable(Protocol):
 
     def insert(self, c: Any, links: Sequence[Link]) -> None: ...
 
+    def tail_cut(self, c: Any, head: Link, first: int) -> bool:
+        """Whether events up to the chain's ``head`` were deleted after they were chained,
+        seen by a write whose first position is ``first``: a write must not chain past
+        them (SQLite reuses their positions; PostgreSQL's sequence never does)."""
+
 
 def extend(
     head: Link | None,
@@ -194,11 +199,11 @@ def append_links(
         return
     first = positions[0]
     head = table.head(c)
-    if head is not None and head.position >= first:
+    if head is not None and table.tail_cut(c, head, first):
         raise HistoryConflict(
-            f"the hash chain already has position {head.position}, at or after this write's "
-            f"first position {first}: events were deleted from the end of the history; "
-            "run `workcenter audit verify`"
+            f"the event chained at position {head.position}, the hash chain's head, is gone "
+            f"(this write starts at position {first}): events were deleted from the end of "
+            "the history after they were chained; run `workcenter audit verify`"
         )
     while True:  # usually no query: the head is the event before this write's first
         if head is not None and head.position == first - 1:

@@ -22,7 +22,18 @@ from workcenter.projections import sql
 from workcenter.projections.sql import PortableCursor
 
 CHAIN_TABLE = "event_chain"
-_EVENT_COLUMNS = "notification_id, originator_id::text, originator_version, topic, state"
+
+
+def _event_columns(table: str) -> str:
+    # topic and state may be NULL in the library's table: a row edited to NULL must read,
+    # and fail its digest, as on SQLite (the other columns are typed and NOT NULL).
+    return (
+        f"{table}notification_id, {table}originator_id::text, {table}originator_version,"
+        f" COALESCE({table}topic, ''), COALESCE({table}state, ''::bytea)"
+    )
+
+
+_EVENT_COLUMNS = _event_columns("")
 
 
 class PostgresChainTable:
@@ -90,6 +101,14 @@ class PostgresChainTable:
             [(link.position, link.previous, link.digest) for link in links],
         )
 
+    def tail_cut(self, c: Any, head: Link, first: int) -> bool:
+        # The sequence never gives a deleted event's id again, so a cut tail shows as a
+        # head whose event is gone (one lookup by the events' unique index).
+        if head.position >= first:
+            return True
+        c.execute(f"SELECT 1 FROM {self.events} WHERE notification_id = ?", (head.position,))
+        return c.fetchone() is None
+
     # --- reads for `audit verify` and `audit anchor` -------------------------
 
     def walk(self, streams: Sequence[UUID] | None) -> Generator[Row, None, None]:
@@ -119,8 +138,7 @@ class PostgresChainTable:
 
     def _walk_streams(self, c: Any, streams: Sequence[UUID]) -> Iterator[Row]:
         c.execute(
-            "SELECT e.notification_id, e.originator_id::text, e.originator_version, e.topic,"
-            " e.state, c.position, c.previous, c.digest, p.digest"
+            f"SELECT {_event_columns('e.')}, c.position, c.previous, c.digest, p.digest"
             f" FROM {self.events} e"
             f" LEFT JOIN {self.name} c ON c.position = e.notification_id"
             f" LEFT JOIN {self.name} p ON p.position = c.previous"

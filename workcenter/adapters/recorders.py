@@ -197,6 +197,11 @@ class SQLiteChainTable:
             [(link.position, link.previous, link.digest) for link in links],
         )
 
+    def tail_cut(self, c: SQLiteCursor, head: Link, first: int) -> bool:
+        # SQLite gives a new row the highest rowid plus one, so a cut tail's positions
+        # come back: the write's own first position is then at or before the head.
+        return head.position >= first
+
     # --- reads for `audit verify` and `audit anchor` -------------------------
 
     def walk(self, streams: Sequence[UUID] | None) -> Generator[Row, None, None]:
