@@ -251,3 +251,17 @@ def item_events(wc: WorkCenter, item_id: Any, after: int = 0) -> list[str]:
 
 def action_events(wc: WorkCenter, action_id: Any, after: int = 0) -> list[str]:
     return [type(e).__name__ for e in wc.action_history(action_id) if e.originator_version > after]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test marked ``sqlite_only`` has no PostgreSQL case: its PostgreSQL param is
+    deselected (it cannot happen there, see the mark's reason), not run and skipped."""
+    kept: list[pytest.Item] = []
+    dropped: list[pytest.Item] = []
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        on_postgres = callspec is not None and callspec.params.get("store") == "postgresql"
+        (dropped if on_postgres and item.get_closest_marker("sqlite_only") else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept

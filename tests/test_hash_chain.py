@@ -226,7 +226,7 @@ def _fill(wc: WorkCenter) -> list[UUID]:
 
 
 def sqlite_only(reason: str) -> pytest.MarkDecorator:
-    """Skip the PostgreSQL param of a ``store`` test, for ``reason``."""
+    """A ``store`` test without a PostgreSQL case, for ``reason`` (conftest deselects it)."""
     return pytest.mark.sqlite_only(reason=reason)
 
 
@@ -240,9 +240,6 @@ def store(request: pytest.FixtureRequest, clock: FakeClock) -> Iterator[Store]:
         location = str(request.getfixturevalue("db_path"))
         yield from _store(location, SQLiteTamper(Path(location)), clock)
         return
-    marker = request.node.get_closest_marker("sqlite_only")
-    if marker is not None:
-        pytest.skip(marker.kwargs["reason"])
     with postgres.fresh_schema("wcchain") as url:
         yield from _store(url, PostgresTamper(url.rpartition("schema=")[2]), clock)
 
