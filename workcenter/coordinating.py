@@ -24,6 +24,7 @@ from workcenter.coordinator_commands import CoordinatorCommands
 from workcenter.coordinator_rules import RequestBody
 from workcenter.domain import bounds, planning
 from workcenter.domain import conversation as conv
+from workcenter.domain import work_item as wi
 from workcenter.domain.errors import (
     CommandRefused,
     InvalidInput,
@@ -135,10 +136,7 @@ class Coordinator:
         """One decision attempt; None when it was invalid and another may follow."""
         claim = state.claim
         commands = self.commands
-        item = commands.repo.work_item(claim.work_item_id)
-        conversation = commands.repo.conversation(claim.work_item_id)
-        assert conversation is not None and claim.turn_id is not None
-        turn = conversation.turns[claim.turn_id]
+        item, conversation, turn = self._current(claim)
         existing = next((p for p in conversation.attempts(turn.id) if p.attempt == attempt), None)
         if existing is not None and existing.status == "rejected":
             state.correction = (existing.error or "")[:CORRECTION_LIMIT]
@@ -243,10 +241,7 @@ class Coordinator:
     ) -> StepResult | None:
         claim = state.claim
         commands = self.commands
-        item = commands.repo.work_item(claim.work_item_id)
-        conversation = commands.repo.conversation(claim.work_item_id)
-        assert conversation is not None and claim.turn_id is not None
-        turn = conversation.turns[claim.turn_id]
+        item, _, turn = self._current(claim)
         actions = commands.repo.actions(item)
         try:
             parsed = commands.rules.parse_reply(text, turn, item, actions)
@@ -261,6 +256,16 @@ class Coordinator:
         except (CommandRefused, InvalidInput, ResourceStopError) as refused:
             return self._fail(claim, str(refused), attempts=attempt)
         return StepResult(claim.work_item_id, "decided", claim.turn_id, attempts=attempt)
+
+    def _current(
+        self, claim: conv.ClaimRef
+    ) -> tuple[wi.WorkItemState, conv.ConversationState, conv.Turn]:
+        """The claimed turn's item, Conversation and turn as they are now (each attempt
+        reads them afresh: the provider's answer may have taken minutes)."""
+        item = self.commands.repo.work_item(claim.work_item_id)
+        conversation = self.commands.repo.conversation(claim.work_item_id)
+        assert conversation is not None and claim.turn_id is not None
+        return item, conversation, conversation.turns[claim.turn_id]
 
     def _fail(
         self,

@@ -16,6 +16,7 @@ from typing import Any
 from uuid import UUID
 
 from workcenter.domain import inputs, planning
+from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import InvalidInput
 from workcenter.ports import Clock
@@ -90,11 +91,7 @@ class WebReads:
         """The goal-progress DTO (read-models.md 2.5), null when there is none."""
         item = self.repo.work_item(inputs.aggregate_id(work_item_id, "WorkItem"))
         ledger = self.repo.ledger(item.id)
-        return {
-            "workItemId": str(item.id),
-            "status": item.status,
-            "itemVersion": item.version,
-            "controlVersion": ledger.control_version,
+        return _header(item, ledger) | {
             "goalProgress": goal_progress_dto(planning.progress(item, self.repo.actions(item))),
         }
 
@@ -104,11 +101,7 @@ class WebReads:
         ledger = self.repo.ledger(item.id)
         actions = self.repo.actions(item)
         now = self.clock.now()
-        return {
-            "workItemId": str(item.id),
-            "status": item.status,
-            "itemVersion": item.version,
-            "controlVersion": ledger.control_version,
+        return _header(item, ledger) | {
             "executionControl": execution_control(
                 ledger,
                 actions,
@@ -127,9 +120,15 @@ class WebReads:
         """The item's messages and Coordinator turns, sanitised and bounded."""
         item = self.repo.work_item(inputs.aggregate_id(work_item_id, "WorkItem"))
         ledger = self.repo.ledger(item.id)
-        return {
-            "workItemId": str(item.id),
-            "status": item.status,
-            "itemVersion": item.version,
-            "controlVersion": ledger.control_version,
-        } | conversation_dto(self.repo.conversation(item.id))
+        return _header(item, ledger) | conversation_dto(self.repo.conversation(item.id))
+
+
+def _header(item: wi.WorkItemState, ledger: rl.LedgerState) -> dict[str, Any]:
+    """What every per-item read starts with: the item, its status and the versions a
+    command must echo back."""
+    return {
+        "workItemId": str(item.id),
+        "status": item.status,
+        "itemVersion": item.version,
+        "controlVersion": ledger.control_version,
+    }
