@@ -18,7 +18,13 @@ from rich.table import Table
 from rich.text import Text
 
 from workcenter.adapters import cli_coordinator, demo_coordinator, presenters
-from workcenter.adapters.cli_common import command_hint, console, db_option, work_item_id
+from workcenter.adapters.cli_common import (
+    actor_option,
+    command_hint,
+    console,
+    db_option,
+    work_item_id,
+)
 from workcenter.adapters.cli_common import emit_json as _emit_json
 from workcenter.adapters.cli_common import open_center as _open
 from workcenter.adapters.demo import ScriptedLlm, run_demo
@@ -362,6 +368,7 @@ def budget_show(ctx: click.Context, item_id: str, as_json: bool) -> None:
 @click.option(
     "--coordinator-failures", type=int, default=None, help="Add to max_coordinator_failures."
 )
+@actor_option
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def budget_extend(
@@ -373,6 +380,7 @@ def budget_extend(
     run_requests: int | None,
     action_attempts: int | None,
     coordinator_failures: int | None,
+    actor: str | None,
     as_json: bool,
 ) -> None:
     """Raise limits. This clears no stop: `resume` does, once no budget is spent."""
@@ -391,7 +399,9 @@ def budget_extend(
         )
     with _open(ctx) as wc:
         item = wc.work_item(work_item_id(wc, item_id))
-        wc.extend_budget(item.id, expected_version=expected_version, additions=additions)
+        wc.extend_budget(
+            item.id, expected_version=expected_version, additions=additions, actor=actor
+        )
         snapshot = presenters.budget_json(wc, item.id)
     if as_json:
         _emit_json(snapshot)
@@ -426,6 +436,7 @@ def budget_extend(
     required=True,
     help="The ledger (or control) version you saw; refused if a stop, extend or resume came after.",
 )
+@actor_option
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def resume(
@@ -433,6 +444,7 @@ def resume(
     item_id: str,
     expected_version: int,
     expected_ledger_version: int,
+    actor: str | None,
     as_json: bool,
 ) -> None:
     """Resume a cancelled WorkItem, or one its budget stopped (extend the budget first)."""
@@ -441,6 +453,7 @@ def resume(
             work_item_id(wc, item_id),
             expected_version=expected_version,
             expected_ledger_version=expected_ledger_version,
+            actor=actor,
         )
         snapshot = presenters.budget_json(wc, item.id)
     if as_json:

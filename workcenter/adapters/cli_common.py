@@ -60,6 +60,17 @@ def db_option(command: F) -> F:
     )(command)
 
 
+def actor_option(command: F) -> F:
+    """``--actor KIND:ID`` on a verb that writes: who the audit records as its cause."""
+    return click.option(
+        "--actor",
+        default=None,
+        metavar="KIND:ID",
+        help="Record the command as this actor, e.g. user:alice or operator:ops"
+        " (default: the verb's own; `audit` shows it).",
+    )(command)
+
+
 def open_center(
     ctx: click.Context, *, create: bool = False, inline_projections: bool | None = None
 ) -> WorkCenter:

@@ -1,0 +1,97 @@
+"""The CLI's ``--actor``: a verb that writes records who caused it, and `audit` shows it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner, Result
+from demo_stops import stopped_demo
+
+from workcenter.adapters.cli import cli
+from workcenter.application import WorkCenter
+
+
+def _invoke(db: str, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["--db", db, *args])
+
+
+def _events(db: str) -> int:
+    with WorkCenter.open(db) as wc:
+        return wc.event_count()
+
+
+def _audit(db: str, item_id: str) -> list[dict[str, Any]]:
+    result = _invoke(db, "audit", item_id, "--json", "--limit", "10000")
+    assert result.exit_code == 0, result.output
+    events: list[dict[str, Any]] = json.loads(result.stdout)["events"]
+    return events
+
+
+def test_extend_and_resume_are_recorded_as_the_named_actor(tmp_path: Path) -> None:
+    db = str(tmp_path / "demo.db")
+    detail = stopped_demo(db)
+    item_id, budget = detail["item"]["id"], detail["budget"]
+    before = len(_audit(db, item_id))
+
+    extended = _invoke(
+        db,
+        "budget",
+        "extend",
+        item_id,
+        "--expected-version",
+        str(budget["control_version"]),
+        "--tokens",
+        "5000",
+        "--actor",
+        "user:alice",
+        "--json",
+    )
+    assert extended.exit_code == 0, extended.output
+    after = json.loads(extended.stdout)
+    resumed = _invoke(
+        db,
+        "resume",
+        item_id,
+        "--expected-version",
+        str(after["item_version"]),
+        "--expected-ledger-version",
+        str(after["control_version"]),
+        "--actor",
+        "operator:ops",
+    )
+    assert resumed.exit_code == 0, resumed.output
+
+    new = _audit(db, item_id)[before:]
+    by_type = {row["type"]: (row["actor"], row["actor_id"]) for row in new}
+    assert by_type["BudgetExtended"] == ("user", "alice")
+    assert by_type["WorkItemResumed"] == ("operator", "ops")
+    text = _invoke(db, "audit", item_id, "--limit", "10000")
+    assert "user alice" in text.stdout and "operator ops" in text.stdout
+
+
+def test_a_bad_actor_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    db = str(tmp_path / "demo.db")
+    detail = stopped_demo(db)
+    item_id, budget = detail["item"]["id"], detail["budget"]
+    before = _events(db)
+
+    for bad in ("robot:r2", "worker:no-boot", "unknown:legacy", ""):
+        result = _invoke(
+            db,
+            "budget",
+            "extend",
+            item_id,
+            "--expected-version",
+            str(budget["control_version"]),
+            "--tokens",
+            "5000",
+            "--actor",
+            bad,
+        )
+        assert result.exit_code == 2, (bad, result.output)
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and "actor" in lines[0], (bad, result.stderr)
+        assert "Traceback" not in result.output
+    assert _events(db) == before, "a refused command wrote events"
