@@ -11,6 +11,7 @@ from typing import Any
 from uuid import uuid4
 
 import pytest
+from conftest import budget_commands
 from fastapi.testclient import TestClient
 from http_client import client
 from test_http_api import problem, refused
@@ -148,7 +149,7 @@ def test_a_done_or_stopped_item_refuses_a_message_by_the_typed_error(
 
     stopped_id, _ = create(api, start=False)
     for n in range(3):  # the Coordinator's failure limit stops the item
-        wc.record_coordinator_failure(stopped_id, turn_id=f"t{n}")  # type: ignore[arg-type]
+        budget_commands(wc).record_coordinator_failure(stopped_id, turn_id=f"t{n}")  # type: ignore[arg-type]
     etag = api.get(f"/api/work-items/{stopped_id}").headers["ETag"]
     before = wc.event_count()
     stop = refused(wc, post(api, stopped_id, etag, text="hi"), 409, "ResourceStopError", before)
