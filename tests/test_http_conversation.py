@@ -87,7 +87,8 @@ def test_a_message_begins_a_turn_the_coordinator_answers(api: TestClient, wc: Wo
     body = after.json()
     reply = body["messages"][1]
     assert reply["status"] == "completed" and reply["decision"]["kind"] == "create_actions"
-    assert len(reply["decision"]["affectedActionIds"]) == 3 and reply["text"]
+    # The scripted Coordinator plans one stage at a time: the diagnosis first.
+    assert len(reply["decision"]["affectedActionIds"]) == 1 and reply["text"]
     assert body["turns"][0]["status"] == "decided"
     assert body["turns"][0]["attempts"] == [{"attempt": 1, "status": "responded"}]
     assert after.headers["ETag"] != etag  # the plan moved the item

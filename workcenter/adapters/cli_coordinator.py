@@ -35,10 +35,10 @@ PROVIDERS = ("scripted", "openai")
 
 
 def make_provider(name: str | None) -> CoordinatorProvider:
-    """``scripted`` (the demo's rules, no model) or ``openai`` (an OpenAI-compatible
-    server named by ``WORKCENTER_LLM_BASE_URL`` and ``WORKCENTER_LLM_MODEL``). Unnamed:
-    ``$WORKCENTER_PROVIDER``, else ``openai`` once a server is configured, else
-    ``scripted``."""
+    """``scripted`` (the scripted Coordinator, no model; the demo's too) or ``openai``
+    (an OpenAI-compatible server named by ``WORKCENTER_LLM_BASE_URL`` and
+    ``WORKCENTER_LLM_MODEL``). Unnamed: ``$WORKCENTER_PROVIDER``, else ``openai`` once
+    a server is configured, else ``scripted``."""
     configured = "openai" if os.environ.get(BASE_URL_ENV) else "scripted"
     chosen = (name or os.environ.get(PROVIDER_ENV) or configured).strip().lower()
     if chosen == "scripted":
