@@ -109,17 +109,17 @@ def verify_rates(chained: Path, unchained: Path) -> dict[str, float]:
     with WorkCenter.open(chained, boot_id="bench-verify") as wc:
         events = wc.event_count()
         item = wc.list_work_items()[0]["id"]
-        store_wall, store_cpu = timed(lambda: _ok(wc.verify_history()))
+        store_wall, store_cpu = timed(lambda: _ok(wc.maintenance.verify_history()))
         item_events = [0]
 
         def one_item() -> None:
             for _ in range(100):
-                item_events[0] = _ok(wc.verify_history(item))
+                item_events[0] = _ok(wc.maintenance.verify_history(item))
 
         item_wall, _ = timed(one_item)
     migrate_wall, _ = timed(lambda: WorkCenter.open(unchained, boot_id="bench-migrate").close())
     with WorkCenter.open(unchained, boot_id="bench-migrate") as wc:
-        _ok(wc.verify_history())
+        _ok(wc.maintenance.verify_history())
     return {
         "events": events,
         "verify_events_per_s": events / store_wall,

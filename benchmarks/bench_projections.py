@@ -131,7 +131,7 @@ def bench_rebuild(directory: Path, items: int, repeat: int) -> dict[str, Any]:
         read_rate = events / read_seconds
         views: dict[str, Any] = {}
         for name in wc.projections.views:
-            reports = [wc.rebuild_projection(name)[0] for _ in range(repeat)]
+            reports = [wc.maintenance.rebuild_projection(name)[0] for _ in range(repeat)]
             fastest = min(reports, key=lambda r: r.seconds)
             views[name] = {
                 "events": fastest.events,

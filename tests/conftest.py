@@ -19,6 +19,7 @@ import postgres
 import pytest
 
 from workcenter.application import Claim, WorkCenter
+from workcenter.budget import BudgetCommands
 from workcenter.domain import action as act
 from workcenter.domain import work_item as wi
 
@@ -85,6 +86,19 @@ def wc(location: str, clock: FakeClock) -> Iterator[WorkCenter]:
     center = WorkCenter.open(location, clock=clock, boot_id=BOOT_ID)
     yield center
     center.close()
+
+
+def budget_commands(wc: WorkCenter) -> BudgetCommands:
+    """The service layer's budget command handler over ``wc``'s store, built the way the
+    facade builds it. The ledger's Coordinator side (a turn's requests, its settlement,
+    failures) is not on the facade: the Coordinator drives it under its turn fence
+    (ADR-0039), and tests drive it here."""
+    return BudgetCommands(wc._repository, wc.clock)
+
+
+@pytest.fixture
+def budget(wc: WorkCenter) -> BudgetCommands:
+    return budget_commands(wc)
 
 
 # --- refusals ------------------------------------------------------------------

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workcenter.adapters import demo_coordinator, presenters
+from workcenter.adapters import presenters
 from workcenter.adapters.demo import ScriptedLlm, run_demo
+from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
 from workcenter.application import WorkCenter
 
 # Small enough to stop the demo midway (a Coordinator turn is estimated at its prompt
@@ -17,7 +18,7 @@ SMALL_BUDGET = 20_000
 def stopped_demo(db: str) -> dict[str, Any]:
     """The stopped item as ``demo --json`` shows an item: its detail, its budget and the
     requests that reached the fake providers."""
-    llm, coordinator = ScriptedLlm(), demo_coordinator.provider()
+    llm, coordinator = ScriptedLlm(), scripted_coordinator()
     with WorkCenter.open(db) as wc:
         item_id = run_demo(
             wc,

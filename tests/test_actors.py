@@ -19,6 +19,7 @@ from conftest import (
     WORKER,
     FakeClock,
     action_spec,
+    budget_commands,
     claim,
     create_dynamic,
     plan,
@@ -293,7 +294,7 @@ def test_a_bad_actor_is_refused_and_writes_nothing(
             additions={"max_requests": 1},
             actor=bad,
         ),
-        lambda: wc.record_coordinator_failure(item.id, turn_id="t", actor=bad),
+        lambda: budget_commands(wc).record_coordinator_failure(item.id, turn_id="t", actor=bad),
         lambda: wc.start(item.id, actor=bad),
         lambda: wc.resume(
             item.id,
@@ -305,8 +306,10 @@ def test_a_bad_actor_is_refused_and_writes_nothing(
         lambda: wc.guide(item.id, action_id, expected_version=version, guidance="g", actor=bad),
         lambda: wc.complete(item.id, expected_version=version, completion={}, actor=bad),
         lambda: wc.settle_request(item.id, "r", usage=None, actor=bad),
-        lambda: wc.reserve_coordinator_request(item.id, turn_id="t", request={}, actor=bad),
-        lambda: wc.settle_coordinator_turn(item.id, "t", usage=None, actor=bad),
+        lambda: budget_commands(wc).reserve_coordinator_request(
+            item.id, turn_id="t", request={}, actor=bad
+        ),
+        lambda: budget_commands(wc).settle_coordinator_turn(item.id, "t", usage=None, actor=bad),
     ]
     for command in commands:
         with refused(wc, InvalidInput, "actor"):

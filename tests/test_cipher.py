@@ -140,7 +140,7 @@ def test_with_a_key_no_title_or_evidence_is_stored_in_plaintext(
     assert not _holds(location, EVIDENCE)
     # Rebuilt views are sealed too, and read back with the key.
     with WorkCenter.open(location) as wc:
-        wc.rebuild_projection()
+        wc.maintenance.rebuild_projection()
         assert wc.list_work_items()[0]["title"] == TITLE
     assert not _holds(location, TITLE)
 

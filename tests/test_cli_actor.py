@@ -95,3 +95,24 @@ def test_a_bad_actor_is_refused_and_writes_nothing(tmp_path: Path) -> None:
         assert len(lines) == 1 and "actor" in lines[0], (bad, result.stderr)
         assert "Traceback" not in result.output
     assert _events(db) == before, "a refused command wrote events"
+
+
+def test_a_message_is_recorded_as_the_named_user(tmp_path: Path) -> None:
+    db = str(tmp_path / "wc.db")
+    with WorkCenter.open(db, create=True) as wc:
+        item = wc.create_work_item(
+            title="Fix the parser",
+            goal="The parser accepts trailing commas",
+            acceptance_criteria=("Trailing commas parse",),
+            mode="dynamic",
+            start=True,
+        )
+    before = len(_audit(db, str(item.id)))
+
+    posted = _invoke(
+        db, "message", str(item.id), "Please start with the tests", "--actor", "user:bob"
+    )
+    assert posted.exit_code == 0, posted.output
+
+    new = _audit(db, str(item.id))[before:]
+    assert new and {(row["actor"], row["actor_id"]) for row in new} == {("user", "bob")}

@@ -55,7 +55,8 @@ def test_a_message_is_answered_by_coordinate_and_shown_by_conversation(
     shown = run(db_path, "conversation", item_id)
     assert shown.exit_code == 0 and "What now?" in shown.stdout
     with WorkCenter.open(db_path, create=False) as wc:
-        assert len(wc.work_item(item_id).plan) == 3  # type: ignore[arg-type]
+        (planned,) = wc.work_item(item_id).plan  # type: ignore[arg-type]
+        assert wc.action(planned.action_id).type == "diagnose"  # one stage at a time
 
 
 def test_refusals_are_one_line_and_write_nothing(db_path: Path, item_id: str) -> None:

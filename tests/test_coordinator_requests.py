@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from workcenter.application import WorkCenter
+from workcenter.budget import BudgetCommands
 from workcenter.domain import resource_ledger as rl
 
 REQUEST = {"messages": [{"role": "user", "content": "Decide"}], "max_tokens": 100}  # 117
@@ -15,9 +16,9 @@ def _item(wc: WorkCenter, **limits: int):  # type: ignore[no-untyped-def]
     return wc.create_work_item(title="t", goal="g", limits=limits or None)
 
 
-def test_first_dispatch_reserves_the_turn_id(wc: WorkCenter) -> None:
+def test_first_dispatch_reserves_the_turn_id(wc: WorkCenter, budget: BudgetCommands) -> None:
     item = _item(wc)
-    admission = wc.reserve_coordinator_request(item.id, turn_id="turn-1", request=REQUEST)
+    admission = budget.reserve_coordinator_request(item.id, turn_id="turn-1", request=REQUEST)
     assert admission.allowed and admission.request_id == "turn-1"
     row = wc.ledger(item.id).reservations["turn-1"]
     assert (row.kind, row.run_id, row.estimated_tokens, row.status) == (
@@ -28,10 +29,12 @@ def test_first_dispatch_reserves_the_turn_id(wc: WorkCenter) -> None:
     )
 
 
-def test_a_hidden_retry_is_a_second_request_and_the_first_ends_unknown(wc: WorkCenter) -> None:
+def test_a_hidden_retry_is_a_second_request_and_the_first_ends_unknown(
+    wc: WorkCenter, budget: BudgetCommands
+) -> None:
     item = _item(wc)
-    wc.reserve_coordinator_request(item.id, turn_id="turn-1", request=REQUEST)
-    retry = wc.reserve_coordinator_request(item.id, turn_id="turn-1", request=REQUEST)
+    budget.reserve_coordinator_request(item.id, turn_id="turn-1", request=REQUEST)
+    retry = budget.reserve_coordinator_request(item.id, turn_id="turn-1", request=REQUEST)
     assert retry.allowed and retry.request_id.startswith("turn-1:retry:")
     ledger = wc.ledger(item.id)
     assert ledger.request_count == 2
@@ -41,11 +44,13 @@ def test_a_hidden_retry_is_a_second_request_and_the_first_ends_unknown(wc: WorkC
     assert rl.turn_request_ids(ledger, "turn-1") == ["turn-1", retry.request_id]
 
 
-def test_settling_a_turn_reports_the_newest_and_keeps_the_rest_charged(wc: WorkCenter) -> None:
+def test_settling_a_turn_reports_the_newest_and_keeps_the_rest_charged(
+    wc: WorkCenter, budget: BudgetCommands
+) -> None:
     item = _item(wc)
-    wc.reserve_coordinator_request(item.id, turn_id="turn-1", request=REQUEST)
-    retry = wc.reserve_coordinator_request(item.id, turn_id="turn-1", request=REQUEST)
-    assert wc.settle_coordinator_turn(
+    budget.reserve_coordinator_request(item.id, turn_id="turn-1", request=REQUEST)
+    retry = budget.reserve_coordinator_request(item.id, turn_id="turn-1", request=REQUEST)
+    assert budget.settle_coordinator_turn(
         item.id, "turn-1", usage={"input_tokens": 30, "output_tokens": 20}
     )
     ledger = wc.ledger(item.id)
@@ -55,17 +60,19 @@ def test_settling_a_turn_reports_the_newest_and_keeps_the_rest_charged(wc: WorkC
     assert ledger.charged_tokens == 167
 
 
-def test_settling_an_unknown_turn_writes_nothing(wc: WorkCenter) -> None:
+def test_settling_an_unknown_turn_writes_nothing(wc: WorkCenter, budget: BudgetCommands) -> None:
     item = _item(wc)
     before = wc.event_count()
-    assert not wc.settle_coordinator_turn(item.id, "no-such-turn", usage=None)
+    assert not budget.settle_coordinator_turn(item.id, "no-such-turn", usage=None)
     assert wc.event_count() == before
 
 
-def test_a_retry_past_the_request_limit_is_denied_and_stops(wc: WorkCenter) -> None:
+def test_a_retry_past_the_request_limit_is_denied_and_stops(
+    wc: WorkCenter, budget: BudgetCommands
+) -> None:
     item = _item(wc, max_requests=1)
-    wc.reserve_coordinator_request(item.id, turn_id="turn-1", request=REQUEST)
-    denied = wc.reserve_coordinator_request(item.id, turn_id="turn-1", request=REQUEST)
+    budget.reserve_coordinator_request(item.id, turn_id="turn-1", request=REQUEST)
+    denied = budget.reserve_coordinator_request(item.id, turn_id="turn-1", request=REQUEST)
     assert not denied.allowed and denied.code == "work_item_requests_exhausted"
     ledger = wc.ledger(item.id)
     assert ledger.request_count == 1
@@ -75,10 +82,14 @@ def test_a_retry_past_the_request_limit_is_denied_and_stops(wc: WorkCenter) -> N
 
 
 @pytest.mark.parametrize("complete", [True, False])
-def test_an_incomplete_turn_stays_unknown_at_its_estimate(wc: WorkCenter, complete: bool) -> None:
+def test_an_incomplete_turn_stays_unknown_at_its_estimate(
+    wc: WorkCenter, budget: BudgetCommands, complete: bool
+) -> None:
     item = _item(wc)
-    wc.reserve_coordinator_request(item.id, turn_id="turn-1", request=REQUEST)
-    wc.settle_coordinator_turn(item.id, "turn-1", usage={"output_tokens": 10}, complete=complete)
+    budget.reserve_coordinator_request(item.id, turn_id="turn-1", request=REQUEST)
+    budget.settle_coordinator_turn(
+        item.id, "turn-1", usage={"output_tokens": 10}, complete=complete
+    )
     row = wc.ledger(item.id).reservations["turn-1"]
     if complete:
         assert (row.status, row.charged_tokens) == ("reported", 10)

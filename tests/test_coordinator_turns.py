@@ -13,6 +13,7 @@ from conftest import (
     BOOT_ID,
     FakeClock,
     action_spec,
+    budget_commands,
     claim,
     create_dynamic,
     create_linear,
@@ -171,7 +172,7 @@ def test_user_messages_are_refused_in_the_order_of_the_spec(wc: WorkCenter) -> N
 def test_a_stopped_item_refuses_a_message_with_the_resource_stop(wc: WorkCenter) -> None:
     item = create_dynamic(wc, start=False)
     for n in range(3):
-        wc.record_coordinator_failure(item.id, turn_id=f"t{n}")
+        budget_commands(wc).record_coordinator_failure(item.id, turn_id=f"t{n}")
     with refused(wc, ResourceStopError):
         wc.post_user_message(item.id, "hi")
 
@@ -459,7 +460,7 @@ def test_the_mailbox_view_rebuilt_from_zero_equals_the_live_one(
     live = view.dump()  # type: ignore[attr-defined]
     assert live["mb_items"] and live["mb_entries"]
     assert wc.work_item(stopped.id).stopped
-    wc.rebuild_projection("mailbox")
+    wc.maintenance.rebuild_projection("mailbox")
     assert wc.projections.views["mailbox"].dump() == live  # type: ignore[attr-defined]
 
 

@@ -15,7 +15,7 @@ from demo_stops import SMALL_BUDGET, stopped_demo
 
 from workcenter.adapters.cli import cli
 from workcenter.adapters.demo import EXTENSION_TOKENS, HUMAN_ANSWER
-from workcenter.adapters.demo_coordinator import MATRIX_QUESTION
+from workcenter.adapters.providers.scripted_coordinator import MATRIX_QUESTION
 from workcenter.application import WorkCenter
 
 

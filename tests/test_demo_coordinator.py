@@ -1,5 +1,5 @@
-"""The demo's scripted Coordinator, in the pure domain: every reply it gives along the
-demo's walkthrough is parsed and applied by the real decision rules, against states the
+"""The scripted Coordinator along the demo's walkthrough, in the pure domain: every reply
+it gives is parsed and applied by the real decision rules, against states the
 domain's own functions built (``domain_states.History``), with the request the real
 ``build_request`` makes. No store, no provider."""
 
@@ -12,7 +12,8 @@ from uuid import UUID
 import pytest
 from domain_states import History
 
-from workcenter.adapters import demo_coordinator as demo
+from workcenter.adapters.demo import CRITERIA
+from workcenter.adapters.providers import scripted_coordinator as scripted
 from workcenter.adapters.providers.scripted import ScriptedProvider
 from workcenter.domain import lifecycle, planning
 from workcenter.domain import work_item as wi
@@ -28,7 +29,7 @@ ANSWER = "3.11 and 3.12"
 def checks(*statuses: str) -> list[dict[str, str]]:
     return [
         {"criterion": c, "status": s, "evidence": f"{s} per the log"}
-        for c, s in zip(demo.CRITERIA, statuses, strict=True)
+        for c, s in zip(CRITERIA, statuses, strict=True)
     ]
 
 
@@ -59,12 +60,14 @@ VERIFIED = {
 
 
 class Walk:
-    """A WorkItem coordinated by the demo's policy: each turn builds the real request,
+    """A WorkItem coordinated by the scripted Coordinator: each turn builds the real request,
     asks the policy, and parses and applies its reply, which must be accepted."""
 
-    def __init__(self, delivery_target: str = "response") -> None:
+    def __init__(
+        self, delivery_target: str | None = "response", criteria: tuple[str, ...] = CRITERIA
+    ) -> None:
         self.h = History(
-            criteria=demo.CRITERIA, goal="The suite passes again", delivery_target=delivery_target
+            criteria=criteria, goal="The suite passes again", delivery_target=delivery_target
         )
         self.lines: list[ConversationLine] = []
         self.requests: list[ProviderTurnRequest] = []
@@ -95,7 +98,7 @@ class Walk:
             reply_schema=body.reply_schema,
         )
         self.requests.append(request)
-        text = demo.respond(request)
+        text = scripted.respond(request)
         reply = h.parse(text, authority)
         h.take(h.apply(reply, authority))
         self.lines.append(
@@ -137,7 +140,7 @@ def test_the_walkthrough_plans_guides_asks_once_and_completes_on_proof() -> None
 
     walk.run(FIXED)
     asked = walk.wake("action_settled")
-    assert (asked["kind"], asked["question"]) == ("request_human", demo.MATRIX_QUESTION)
+    assert (asked["kind"], asked["question"]) == ("request_human", scripted.MATRIX_QUESTION)
     assert h.item.status == "waiting" and not walk.only("ready")
 
     planned = walk.say(ANSWER)
@@ -152,9 +155,9 @@ def test_the_walkthrough_plans_guides_asks_once_and_completes_on_proof() -> None
     assert h.item.status == "done"
     assert h.item.final_result is not None
     results = done["completion"]["acceptanceResults"]
-    assert [r["criterion"] for r in results] == list(demo.CRITERIA)
+    assert [r["criterion"] for r in results] == list(CRITERIA)
     assert {str(verified)} <= set(done["completion"]["evidenceRunIds"])
-    asks = [line for line in walk.lines if demo.MATRIX_QUESTION in line.text]
+    asks = [line for line in walk.lines if scripted.MATRIX_QUESTION in line.text]
     assert len(asks) == 1, "the human is asked once"
 
 
@@ -170,14 +173,14 @@ def test_no_complete_while_a_criterion_is_unproven_and_no_blind_repeat() -> None
 
     again = walk.wake("action_settled")
     assert again["kind"] == "request_human", "an unproven criterion is never completed"
-    assert demo.CRITERIA[2] in again["question"]
+    assert CRITERIA[2] in again["question"]
     assert walk.h.item.status == "waiting"
 
     repeat = walk.say("Yes, run it again")
     assert repeat["kind"] == "create_actions"
     (brief,) = repeat["actions"]
     assert ANSWER in brief["objective"], "the matrix answer still holds"
-    assert len(brief["rationale"]) >= 20 and brief["goalRefs"]["criteria"] == [demo.CRITERIA[2]]
+    assert len(brief["rationale"]) >= 20 and brief["goalRefs"]["criteria"] == [CRITERIA[2]]
 
 
 def test_a_user_message_while_work_is_in_flight_gets_an_answer() -> None:
@@ -219,25 +222,26 @@ def test_a_waiting_run_is_relayed_to_the_human_and_the_answer_passed_back() -> N
     assert action.context[-1].text == "The human answers: Yes"
 
 
-def test_the_policy_reads_a_second_attempt_and_serves_a_scripted_provider() -> None:
+def test_a_second_attempt_honours_the_correction_and_serves_a_scripted_provider() -> None:
     walk = Walk()
     h = walk.h
-    body = build_request(
-        h.item,
-        h.actions,
-        planning.progress(h.item, h.actions),
-        [],
-        json.dumps({"kind": "work_item_started"}),
-        "reply was not JSON",
-    )
-    turn = demo.read_request(body.messages)
+    trigger = json.dumps({"kind": "work_item_started"})
+    progress = planning.progress(h.item, h.actions)
+    body = build_request(h.item, h.actions, progress, [], trigger, "reply was not JSON")
+    turn = scripted.read_request(body.messages)
     assert turn.trigger == {"kind": "work_item_started"} and turn.automatic
     assert turn.snapshot["workItem"]["id"] == str(h.item.id)
+    assert turn.correction == "reply was not JSON"
 
-    provider = ScriptedProvider(respond=demo.respond)
+    provider = ScriptedProvider(respond=scripted.respond)
     request = ProviderTurnRequest("t", 2, body.messages, body.reply_schema)
-    reply = provider.answer(request, lambda: None)
-    assert h.parse(reply.text, AUTOMATIC_TURN).decision.kind == "create_actions"
+    decision = h.parse(provider.answer(request, lambda: None).text, AUTOMATIC_TURN).decision
+    assert decision.kind == "request_human", "the same reply would be refused again"
+    assert "reply was not JSON" in (decision.question or "")
+    first = build_request(h.item, h.actions, progress, [], trigger, None)
+    assert scripted.read_request(first.messages).correction is None
+    planned = scripted.respond(ProviderTurnRequest("t", 1, first.messages, {}))
+    assert json.loads(planned)["decision"]["kind"] == "create_actions"
 
 
 @pytest.mark.parametrize(
@@ -251,7 +255,7 @@ def test_the_policy_reads_a_second_attempt_and_serves_a_scripted_provider() -> N
 )
 def test_a_request_without_a_snapshot_is_a_permanent_provider_failure(content: str) -> None:
     with pytest.raises(ProviderFailed, match="no WorkItem snapshot") as info:
-        demo.read_request([{"role": "user", "content": content}])
+        scripted.read_request([{"role": "user", "content": content}])
     assert not info.value.transient
 
 

@@ -148,7 +148,7 @@ def test_two_writers_on_one_item_each_store_the_dto_of_every_state(
         assert statuses[str(second.action_id)] == "completed"
         assert statuses[str(first.action_id)] == "running"
         live = wc.details.dump()
-        wc.rebuild_projection(Detail.name)
+        wc.maintenance.rebuild_projection(Detail.name)
         assert wc.details.dump() == live
     finally:
         other.close()
@@ -174,5 +174,5 @@ def test_a_save_folds_the_detail_states_with_its_own_cursor_never_a_second_conne
     wc.finish_run(claimed, report())
     monkeypatch.undo()
     live = wc.detail(item.id)
-    wc.rebuild_projection(Detail.name)
+    wc.maintenance.rebuild_projection(Detail.name)
     assert wc.detail(item.id) == live

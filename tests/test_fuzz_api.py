@@ -1,4 +1,5 @@
-"""Every public command and read of ``WorkCenter`` under arbitrary and adversarial
+"""Every public command and read of ``WorkCenter`` (and the ledger's Coordinator side,
+on the service layer's budget handler) under arbitrary and adversarial
 arguments: each call succeeds or raises a ``WorkcenterError`` (never another
 exception), and a refused call writes nothing."""
 
@@ -11,7 +12,16 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
-from conftest import BOOT_ID, FakeClock, action_spec, claim, create_dynamic, create_linear, plan
+from conftest import (
+    BOOT_ID,
+    FakeClock,
+    action_spec,
+    budget_commands,
+    claim,
+    create_dynamic,
+    create_linear,
+    plan,
+)
 from conftest import report as good_report
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -249,25 +259,25 @@ def _commands(world: World, data: st.DataObject) -> dict[str, Callable[[], Any]]
             complete=d(st.one_of(st.booleans(), odd)),
             actor=d(actor_args),
         ),
-        "reserve_coordinator_request": lambda: wc.reserve_coordinator_request(
+        "reserve_coordinator_request": lambda: budget_commands(wc).reserve_coordinator_request(
             d(ids),
             turn_id=d(texts),
             request=d(payload),
             actor=d(actor_args),
         ),
-        "settle_coordinator_turn": lambda: wc.settle_coordinator_turn(
+        "settle_coordinator_turn": lambda: budget_commands(wc).settle_coordinator_turn(
             d(ids),
             d(texts),
             usage=d(st.one_of(st.none(), payload)),
             complete=d(st.one_of(st.booleans(), odd)),
             actor=d(actor_args),
         ),
-        "record_coordinator_failure": lambda: wc.record_coordinator_failure(
+        "record_coordinator_failure": lambda: budget_commands(wc).record_coordinator_failure(
             d(ids),
             turn_id=d(texts),
             actor=d(actor_args),
         ),
-        "can_coordinate_automatically": lambda: wc.can_coordinate_automatically(
+        "can_coordinate_automatically": lambda: budget_commands(wc).can_coordinate_automatically(
             d(ids), user_message=d(st.one_of(st.booleans(), odd))
         ),
         "work_item": lambda: wc.work_item(d(ids)),
@@ -305,7 +315,7 @@ def _commands(world: World, data: st.DataObject) -> dict[str, Callable[[], Any]]
                 )
             ),
         ),
-        "rebuild_projection": lambda: wc.rebuild_projection(
+        "rebuild_projection": lambda: wc.maintenance.rebuild_projection(
             d(st.one_of(texts, st.just("work_queue")))
         ),
     }

@@ -210,7 +210,7 @@ class Store:
     location: str  # the SQLite file's path or the PostgreSQL URL, as the CLI takes it
 
     def verify(self, item: UUID | None = None, anchor: Anchor | str | None = None) -> Verdict:
-        return self.wc.verify_history(item, anchor=anchor)
+        return self.wc.maintenance.verify_history(item, anchor=anchor)
 
 
 def _fill(wc: WorkCenter) -> list[UUID]:
@@ -273,7 +273,7 @@ def test_an_untouched_history_verifies_and_its_anchor_is_its_head(store: Store) 
     positions = store.tamper.positions()
     verdict = store.verify()
     assert verdict.ok and verdict.events == len(positions)
-    anchor = store.wc.history_anchor()
+    anchor = store.wc.maintenance.history_anchor()
     assert anchor is not None and anchor.position == positions[-1]
     assert verdict.head is not None and verdict.head.digest == anchor.digest
     assert store.verify(anchor=str(anchor)).ok
@@ -342,7 +342,7 @@ def test_swapped_versions_break_at_the_first_of_the_two(store: Store) -> None:
 
 
 def test_a_truncated_tail_is_caught_by_an_anchor(store: Store) -> None:
-    anchor = store.wc.history_anchor()
+    anchor = store.wc.maintenance.history_anchor()
     assert anchor is not None
     keep = store.tamper.positions()[-4]
     store.tamper.truncate(keep)
@@ -366,7 +366,7 @@ def test_a_single_event_hashed_again_breaks_at_its_successor(store: Store) -> No
 
 
 def test_a_history_hashed_again_from_an_edit_on_fails_only_its_anchor(store: Store) -> None:
-    anchor = store.wc.history_anchor()
+    anchor = store.wc.maintenance.history_anchor()
     positions = store.tamper.positions()
     edited = positions[2]
     event = store.tamper.event(edited)
@@ -437,7 +437,7 @@ def test_a_write_after_a_cut_tail_is_refused(store: Store) -> None:
     wc = store.reopen()
     with refused(wc, HistoryConflict, match="deleted from the end"):
         create_dynamic(wc, title="after the cut")
-    broken = wc.verify_history().broken
+    broken = wc.maintenance.verify_history().broken
     assert broken is not None and broken.kind == "missing"
 
 
@@ -448,7 +448,7 @@ def test_a_store_without_a_chain_is_chained_from_its_first_event(store: Store) -
     before = store.verify()
     store.tamper.drop_chain()
     wc = store.reopen()
-    after = wc.verify_history()
+    after = wc.maintenance.verify_history()
     assert after.ok and after.events == before.events
     assert after.head == before.head  # the same digests: the chain is a function of the events
     count = len(store.tamper.links())
@@ -464,12 +464,12 @@ def test_the_chain_can_be_switched_off_and_is_caught_up_when_on(
     links = len(store.tamper.links())
     create_dynamic(wc, title="unchained")
     assert len(store.tamper.links()) == links
-    broken = wc.verify_history().broken
+    broken = wc.maintenance.verify_history().broken
     assert broken is not None and broken.kind == "unchained"
     monkeypatch.setenv(hash_chain.HASH_CHAIN_ENV, "on")
     wc = store.reopen()
     assert len(store.tamper.links()) == len(store.tamper.positions())
-    assert wc.verify_history().ok
+    assert wc.maintenance.verify_history().ok
 
 
 def test_a_bad_chain_setting_is_refused_before_any_file_exists(
@@ -490,16 +490,16 @@ def test_a_malformed_anchor_is_invalid_input(store: Store, text: str) -> None:
 
 
 def test_an_anchor_with_an_item_is_refused(store: Store) -> None:
-    anchor = store.wc.history_anchor()
+    anchor = store.wc.maintenance.history_anchor()
     with pytest.raises(InvalidInput, match="whole history"):
         store.verify(store.items[0], anchor=anchor)
 
 
 def test_an_empty_store_verifies_and_has_no_anchor(tmp_path: Path) -> None:
     with WorkCenter.open(tmp_path / "empty.db") as wc:
-        assert wc.verify_history().ok and wc.verify_history().events == 0
-        assert wc.history_anchor() is None
-        broken = wc.verify_history(anchor=f"{'0' * 64}@1").broken
+        assert wc.maintenance.verify_history().ok and wc.maintenance.verify_history().events == 0
+        assert wc.maintenance.history_anchor() is None
+        broken = wc.maintenance.verify_history(anchor=f"{'0' * 64}@1").broken
         assert broken is not None and broken.kind == "truncated"
 
 
@@ -519,7 +519,7 @@ def test_cli_verify_and_anchor(store: Store) -> None:
 
     db_path = store.location
     anchor = _cli(db_path, "audit", "anchor").output.strip()
-    assert anchor == str(store.wc.history_anchor())
+    assert anchor == str(store.wc.maintenance.history_anchor())
     as_json = orjson.loads(_cli(db_path, "audit", "anchor", "--json").output)
     assert as_json["anchor"] == anchor and as_json["position"] == int(anchor.split("@")[1])
     ok = _cli(db_path, "audit", "verify")
@@ -540,7 +540,7 @@ def test_cli_refusals_are_one_line(store: Store) -> None:
     db_path = store.location
     bad = _cli(db_path, "audit", "verify", "--anchor", "nope")
     assert bad.exit_code == 2 and bad.stderr.startswith("InvalidInput: ")
-    anchor = str(store.wc.history_anchor())
+    anchor = str(store.wc.maintenance.history_anchor())
     both = _cli(db_path, "audit", "verify", str(store.items[0]), "--anchor", anchor)
     assert both.exit_code == 2 and "whole history" in both.stderr
     # `audit ID` still prints the item's trail.
@@ -573,11 +573,13 @@ def test_two_openers_of_an_unchained_store_chain_it_once(store: Store) -> None:
     positions = store.tamper.positions()
     assert store.tamper.links() == list(zip(positions, [0, *positions[:-1]], strict=True))
     with WorkCenter.open(db_path) as wc:
-        assert wc.verify_history().ok
+        assert wc.maintenance.verify_history().ok
 
 
 def test_verify_reports_its_progress_up_to_the_last_position(store: Store) -> None:
     seen: list[tuple[int, int]] = []
-    assert store.wc.verify_history(progress=lambda done, last: seen.append((done, last))).ok
+    assert store.wc.maintenance.verify_history(
+        progress=lambda done, last: seen.append((done, last))
+    ).ok
     last = store.tamper.positions()[-1]
     assert seen and seen[-1] == (last, last)

@@ -87,11 +87,11 @@ def test_valid_commands_verify_and_any_changed_byte_breaks_at_its_event(
                 # A command the state refuses writes nothing: the chain must not mind it.
                 with contextlib.suppress(WorkcenterError):
                     _apply(wc, clock, command)
-            verdict = wc.verify_history()
+            verdict = wc.maintenance.verify_history()
             assert verdict.ok, verdict.broken
             assert verdict.events == wc.event_count()
             for item in wc.list_work_items():
-                assert wc.verify_history(item["id"]).ok
+                assert wc.maintenance.verify_history(item["id"]).ok
         assume(verdict.events > 0)
         con = sqlite3.connect(db)
         positions = [r[0] for r in con.execute("SELECT rowid FROM stored_events")]
@@ -124,7 +124,7 @@ def test_valid_commands_verify_and_any_changed_byte_breaks_at_its_event(
         finally:
             con.close()
         with WorkCenter.open(db, clock=clock, boot_id="b") as wc:
-            broken = wc.verify_history().broken
+            broken = wc.maintenance.verify_history().broken
         assert broken is not None, (column, position)
         assert broken.position == position, (column, broken)
 
@@ -220,5 +220,5 @@ def test_two_processes_writing_at_once_never_fork_the_chain(backend: str, tmp_pa
         assert sorted(t.split()[0] for t in titles) == ["p1"] * count + ["p2"] * count
         assert links == list(zip(positions, [0, *positions[:-1]], strict=True))
         with WorkCenter.open(db) as wc:
-            verdict = wc.verify_history()
+            verdict = wc.maintenance.verify_history()
         assert verdict.ok and verdict.events == len(positions)

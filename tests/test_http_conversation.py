@@ -11,6 +11,7 @@ from typing import Any
 from uuid import uuid4
 
 import pytest
+from conftest import budget_commands
 from fastapi.testclient import TestClient
 from http_client import client
 from test_http_api import problem, refused
@@ -86,7 +87,8 @@ def test_a_message_begins_a_turn_the_coordinator_answers(api: TestClient, wc: Wo
     body = after.json()
     reply = body["messages"][1]
     assert reply["status"] == "completed" and reply["decision"]["kind"] == "create_actions"
-    assert len(reply["decision"]["affectedActionIds"]) == 3 and reply["text"]
+    # The scripted Coordinator plans one stage at a time: the diagnosis first.
+    assert len(reply["decision"]["affectedActionIds"]) == 1 and reply["text"]
     assert body["turns"][0]["status"] == "decided"
     assert body["turns"][0]["attempts"] == [{"attempt": 1, "status": "responded"}]
     assert after.headers["ETag"] != etag  # the plan moved the item
@@ -148,7 +150,7 @@ def test_a_done_or_stopped_item_refuses_a_message_by_the_typed_error(
 
     stopped_id, _ = create(api, start=False)
     for n in range(3):  # the Coordinator's failure limit stops the item
-        wc.record_coordinator_failure(stopped_id, turn_id=f"t{n}")  # type: ignore[arg-type]
+        budget_commands(wc).record_coordinator_failure(stopped_id, turn_id=f"t{n}")  # type: ignore[arg-type]
     etag = api.get(f"/api/work-items/{stopped_id}").headers["ETag"]
     before = wc.event_count()
     stop = refused(wc, post(api, stopped_id, etag, text="hi"), 409, "ResourceStopError", before)

@@ -3,7 +3,8 @@
 The domain imports nothing of the others nor the persistence library; the read
 models (projections) import only the domain; the service layer (the modules at
 the package's top) imports no adapter except in its composition root, the
-bootstrap; adapters may import anything.
+bootstrap; adapters may import anything. The facade exposes none of the ledger
+verbs the Coordinator drives under its turn fence.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import ast
 from pathlib import Path
 
 import pytest
+
+from workcenter.application import WorkCenter
+from workcenter.budget import BudgetCommands
 
 PACKAGE = Path(__file__).parent.parent / "workcenter"
 SERVICE_MODULES = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
@@ -86,3 +90,23 @@ def test_the_composition_root_may_name_adapters(tmp_path: Path) -> None:
     root = tmp_path / "bootstrap.py"
     root.write_text("from workcenter.adapters.recorders import OneCommitSQLiteRecorder\n")
     assert violations("service", [root]) == {}
+
+
+def coordinator_verbs_exposed(facade: type) -> list[str]:
+    """The budget handler's Coordinator verbs (named for it) that ``facade`` exposes."""
+    verbs = [n for n in dir(BudgetCommands) if not n.startswith("_") and "coordinat" in n]
+    assert len(verbs) == 4  # a turn's request, its settlement, a failure, the backoff gate
+    return sorted(n for n in verbs if hasattr(facade, n))
+
+
+def test_the_facade_does_not_expose_the_turn_fenced_ledger_verbs() -> None:
+    """The Coordinator drives the ledger's Coordinator side under its mailbox claim and
+    turn fence; a public verb would bypass the fence (ADR-0039)."""
+    assert coordinator_verbs_exposed(WorkCenter) == []
+
+
+def test_a_fenced_ledger_verb_planted_on_the_facade_is_caught() -> None:
+    class Planted(WorkCenter):
+        def record_coordinator_failure(self) -> None: ...
+
+    assert coordinator_verbs_exposed(Planted) == ["record_coordinator_failure"]

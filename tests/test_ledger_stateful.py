@@ -28,7 +28,7 @@ from typing import Any, cast
 from uuid import UUID, uuid5
 
 import pytest
-from conftest import SHM, T0, FakeClock
+from conftest import SHM, T0, FakeClock, budget_commands
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -331,7 +331,9 @@ class LedgerMachine(RuleBasedStateMachine):
     def coordinator_failure(self) -> None:
         self.step("failure")
         count = self.wc.event_count()
-        ledger = self.wc.record_coordinator_failure(self.item_id, turn_id=f"t{next(self.ids)}")
+        ledger = budget_commands(self.wc).record_coordinator_failure(
+            self.item_id, turn_id=f"t{next(self.ids)}"
+        )
         self.failures += 1
         self.version += 1
         stopped_before = self.stop

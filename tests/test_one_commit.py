@@ -74,7 +74,7 @@ def assert_one_commit(counts: SqlCounts, *, gap: bool = False) -> list[str]:
 
 
 def lags(wc: WorkCenter) -> dict[str, int]:
-    return {s.name: s.lag for s in wc.projection_status() if s.name in EAGER_VIEWS}
+    return {s.name: s.lag for s in wc.maintenance.projection_status() if s.name in EAGER_VIEWS}
 
 
 def dumps(wc: WorkCenter) -> dict[str, Any]:
@@ -84,7 +84,7 @@ def dumps(wc: WorkCenter) -> dict[str, Any]:
 def assert_views_equal_a_rebuild(wc: WorkCenter) -> None:
     wc.projections.catch_up()  # the detail view is kept on read
     live = dumps(wc)
-    wc.rebuild_projection()
+    wc.maintenance.rebuild_projection()
     assert dumps(wc) == live
 
 

@@ -155,9 +155,9 @@ def test_a_rebuild_on_postgresql_equals_the_live_views(url: str) -> None:
     assert runner.invoke(cli, ["--db", url, "demo"]).exit_code == 0
     with WorkCenter.open(url) as wc:
         live = {name: view.dump() for name, view in wc.projections.views.items()}
-        reports = wc.rebuild_projection()
+        reports = wc.maintenance.rebuild_projection()
         assert {r.name: r.position for r in reports} == {
-            s.name: s.head for s in wc.projection_status()
+            s.name: s.head for s in wc.maintenance.projection_status()
         }
         assert {name: view.dump() for name, view in wc.projections.views.items()} == live
     leftovers = [s for s in _all_schemas() if s.startswith(f"{_schema(url)}_rebuild_")]
@@ -181,7 +181,7 @@ from workcenter.application import WorkCenter
 from workcenter.domain.errors import WorkcenterError
 with WorkCenter.open(sys.argv[1]) as wc:
     wc.create_work_item(title="t", goal="g", acceptance_criteria=["c"], delivery_target="response")
-    wc.rebuild_projection()
+    wc.maintenance.rebuild_projection()
     print(len(wc.list_work_items()))
 try:
     WorkCenter.open("postgresql://u@h/db")
@@ -217,5 +217,5 @@ def test_the_runner_follows_postgresql_through_the_librarys_subscription(url: st
             assert all(row.lag == 0 for row in runner.status())
         live = {name: view.dump() for name, view in wc.projections.views.items()}
         assert len(live["work_queue"]["wq_items"]) == 5
-        wc.rebuild_projection()
+        wc.maintenance.rebuild_projection()
         assert {name: view.dump() for name, view in wc.projections.views.items()} == live

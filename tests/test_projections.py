@@ -49,7 +49,7 @@ def dumps(wc: WorkCenter) -> dict[str, Any]:
 
 
 def lags(wc: WorkCenter) -> dict[str, int]:
-    return {s.name: s.lag for s in wc.projection_status()}
+    return {s.name: s.lag for s in wc.maintenance.projection_status()}
 
 
 def notifications(wc: WorkCenter, start: int = 0, limit: int = 10_000) -> list[tuple[int, Any]]:
@@ -212,7 +212,7 @@ def test_rebuilding_every_read_model_from_zero_equals_the_live_views(
         wc.projections.catch_up()
         assert lags(wc) == dict.fromkeys(wc.projections.views, 0)
         live = dumps(wc)
-        reports = wc.rebuild_projection()
+        reports = wc.maintenance.rebuild_projection()
         assert {r.name for r in reports} == set(wc.projections.views)
         assert all(r.events == head and r.position == head for r in reports)
         assert dumps(wc) == live  # byte for byte, DTO blobs included
@@ -273,13 +273,13 @@ def test_status_reports_the_lag_while_the_runner_is_behind() -> None:
         item = create_dynamic(wc)
         wc.plan_actions(item.id, expected_version=item.version, actions=[action_spec()])
         head = wc.event_count()
-        assert {s.name: (s.position, s.head, s.lag) for s in wc.projection_status()} == {
-            name: (0, head, head) for name in wc.projections.views
-        }
+        assert {
+            s.name: (s.position, s.head, s.lag) for s in wc.maintenance.projection_status()
+        } == {name: (0, head, head) for name in wc.projections.views}
         # A claim still works: it catches the work queue up itself (and only it).
         claimed = wc.claim_next("w1")
         assert claimed is not None
-        status = {s.name: s for s in wc.projection_status()}
+        status = {s.name: s for s in wc.maintenance.projection_status()}
         assert status["work_queue"].lag == wc.event_count() - head  # the claim's own events
         assert status["detail"].lag == wc.event_count()
         with pytest.raises(NotFound):
@@ -300,7 +300,7 @@ def test_the_runner_thread_follows_new_events_with_the_same_views() -> None:
             followed = dumps(wc)
         # The runner's views equal the inline lifecycle's over the same log.
         with WorkCenter.open(db, clock=clock, boot_id=BOOT_ID) as inline:
-            inline.rebuild_projection()
+            inline.maintenance.rebuild_projection()
             assert dumps(inline) == followed
 
 
@@ -311,7 +311,7 @@ def test_a_runner_beside_inline_writers_never_applies_an_event_twice(
         busy(wc, clock, items=4)
         runner.wait(wc.event_count(), timeout=20)
     live = dumps(wc)
-    wc.rebuild_projection()
+    wc.maintenance.rebuild_projection()
     assert dumps(wc) == live
 
 
@@ -361,7 +361,7 @@ def test_readers_never_see_a_half_built_view_during_a_rebuild(
         assert dumps(wc) == before  # the live tables are untouched mid-rebuild
         assert lags(wc)[name] == 0
 
-    reports = wc.rebuild_projection(progress=reader)
+    reports = wc.maintenance.rebuild_projection(progress=reader)
     assert len(seen) >= 3 * len(wc.projections.views)
     assert [done for name, done, _ in seen if name == "detail"][-1] == wc.event_count()
     assert dumps(wc) == before
@@ -382,18 +382,18 @@ def test_a_write_racing_the_swap_is_not_lost(
 
     monkeypatch.setattr(lifecycle, "_swap", racing_swap)
     # An eager view: the save during the rebuild moves it on (the detail view is lazy).
-    [report_] = wc.rebuild_projection("work_queue")
+    [report_] = wc.maintenance.rebuild_projection("work_queue")
     assert raced and report_.position == wc.event_count()
     assert lags(wc)["work_queue"] == 0
     monkeypatch.setattr(lifecycle, "_swap", real_swap)
     live = dumps(wc)
-    wc.rebuild_projection("work_queue")
+    wc.maintenance.rebuild_projection("work_queue")
     assert dumps(wc) == live
 
 
 def test_rebuilding_an_unknown_read_model_is_refused(wc: WorkCenter) -> None:
     with pytest.raises(WorkcenterError, match="no read model named 'nope'"):
-        wc.rebuild_projection("nope")
+        wc.maintenance.rebuild_projection("nope")
 
 
 def test_a_rebuild_in_a_wiped_view_restores_it(wc: WorkCenter, clock: FakeClock) -> None:
@@ -401,7 +401,7 @@ def test_a_rebuild_in_a_wiped_view_restores_it(wc: WorkCenter, clock: FakeClock)
     live = dumps(wc)
     wc.details.reset("detail")
     assert lags(wc)["detail"] == wc.event_count()
-    wc.rebuild_projection("detail")
+    wc.maintenance.rebuild_projection("detail")
     assert dumps(wc) == live
 
 

@@ -23,6 +23,7 @@ from conftest import (
     FakeClock,
     action_spec,
     assert_nothing_claimable,
+    budget_commands,
     claim,
     plan,
     refused,
@@ -30,6 +31,7 @@ from conftest import (
 )
 
 from workcenter.application import Claim, WorkCenter
+from workcenter.budget import BudgetCommands
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import USER
@@ -629,7 +631,7 @@ def test_row6_counts_reported_usage_not_the_estimate(wc: WorkCenter) -> None:
     assert wc.ledger(item.id).charged_tokens == 1_000
 
 
-def test_first_stop_reason_wins(wc: WorkCenter) -> None:
+def test_first_stop_reason_wins(wc: WorkCenter, budget: BudgetCommands) -> None:
     item = make(wc, max_run_requests=1, max_tokens=1_000)
     run = uuid.uuid4()
     pending = wc.reserve_request(item.id, request=req(500), run_id=run)
@@ -640,7 +642,7 @@ def test_first_stop_reason_wins(wc: WorkCenter) -> None:
     # an overrun and the last coordinator failure would each stop; neither replaces it
     assert wc.settle_request(item.id, pending.request_id, usage={"total_tokens": 5_000})
     for n in range(3):
-        wc.record_coordinator_failure(item.id, turn_id=f"t{n}")
+        budget.record_coordinator_failure(item.id, turn_id=f"t{n}")
     ledger = wc.ledger(item.id)
     assert ledger.stop_reason == first
     assert ledger_names(wc, item.id).count("ExecutionStopped") == 1
@@ -937,7 +939,7 @@ def test_a_live_run_may_end_while_stopped_and_the_item_keeps_needing_attention(
 
 
 def test_coordinator_failures_back_off_and_the_last_one_stops(
-    wc: WorkCenter, clock: FakeClock
+    wc: WorkCenter, budget: BudgetCommands, clock: FakeClock
 ) -> None:
     """Invariant 9: failures 1..10 back off 1, 2, 4 ... 256, 256 s; failure max stops."""
     item = make(wc, max_coordinator_failures=10)
@@ -945,7 +947,7 @@ def test_coordinator_failures_back_off_and_the_last_one_stops(
     for n, seconds in enumerate(expected, start=1):
         clock.advance(1_000)
         before = wc.event_count()
-        ledger = wc.record_coordinator_failure(item.id, turn_id=f"turn-{n}")
+        ledger = budget.record_coordinator_failure(item.id, turn_id=f"turn-{n}")
         assert ledger.coordinator_failures == n
         assert ledger.retry_after == clock.now() + timedelta(seconds=seconds)
         if n < 10:
@@ -956,43 +958,47 @@ def test_coordinator_failures_back_off_and_the_last_one_stops(
     assert stop.details == {"turn_id": "turn-10", "failures": 10}
 
 
-def test_default_three_coordinator_failures_stop(wc: WorkCenter) -> None:
+def test_default_three_coordinator_failures_stop(wc: WorkCenter, budget: BudgetCommands) -> None:
     item = make(wc)
     for n in range(2):
-        wc.record_coordinator_failure(item.id, turn_id=f"t{n}")
+        budget.record_coordinator_failure(item.id, turn_id=f"t{n}")
     assert wc.ledger(item.id).stop_reason is None
-    wc.record_coordinator_failure(item.id, turn_id="t2")
+    budget.record_coordinator_failure(item.id, turn_id="t2")
     assert assert_stopped(wc, item.id, "coordinator_failures_exhausted").details == {
         "turn_id": "t2",
         "failures": 3,
     }
 
 
-def test_can_coordinate_automatically(wc: WorkCenter, clock: FakeClock) -> None:
+def test_can_coordinate_automatically(
+    wc: WorkCenter, budget: BudgetCommands, clock: FakeClock
+) -> None:
     item = make(wc)
-    assert wc.can_coordinate_automatically(item.id)
-    wc.record_coordinator_failure(item.id, turn_id="t1")
-    assert not wc.can_coordinate_automatically(item.id)
-    assert wc.can_coordinate_automatically(item.id, user_message=True)  # skips the backoff
+    assert budget.can_coordinate_automatically(item.id)
+    budget.record_coordinator_failure(item.id, turn_id="t1")
+    assert not budget.can_coordinate_automatically(item.id)
+    assert budget.can_coordinate_automatically(item.id, user_message=True)  # skips the backoff
     clock.advance(0.999)
-    assert not wc.can_coordinate_automatically(item.id)
+    assert not budget.can_coordinate_automatically(item.id)
     clock.advance(0.001)
-    assert wc.can_coordinate_automatically(item.id)  # now >= retry_after
+    assert budget.can_coordinate_automatically(item.id)  # now >= retry_after
     # a stop is never skipped, not even by a user message
     stopped = make(wc, max_requests=1)
     stop_by_requests(wc, stopped.id)
-    assert not wc.can_coordinate_automatically(stopped.id, user_message=True)
+    assert not budget.can_coordinate_automatically(stopped.id, user_message=True)
     # missing, cancelled and done items are never coordinated
-    assert not wc.can_coordinate_automatically(uuid.uuid4(), user_message=True)
+    assert not budget.can_coordinate_automatically(uuid.uuid4(), user_message=True)
     cancelled = wc.cancel(make(wc).id)
-    assert not wc.can_coordinate_automatically(cancelled.id, user_message=True)
-    assert not wc.can_coordinate_automatically(done_item(wc).id, user_message=True)
+    assert not budget.can_coordinate_automatically(cancelled.id, user_message=True)
+    assert not budget.can_coordinate_automatically(done_item(wc).id, user_message=True)
 
 
-def test_resume_keeps_failures_and_clears_the_backoff(wc: WorkCenter) -> None:
+def test_resume_keeps_failures_and_clears_the_backoff(
+    wc: WorkCenter, budget: BudgetCommands
+) -> None:
     item = make(wc)
     for n in range(3):
-        wc.record_coordinator_failure(item.id, turn_id=f"t{n}")
+        budget.record_coordinator_failure(item.id, turn_id=f"t{n}")
     assert_stopped(wc, item.id, "coordinator_failures_exhausted")
     with refused(wc, CommandRefused, EXTEND_FIRST):
         resume(wc, item.id)
@@ -1000,15 +1006,17 @@ def test_resume_keeps_failures_and_clears_the_backoff(wc: WorkCenter) -> None:
     resume(wc, item.id)
     ledger = wc.ledger(item.id)
     assert (ledger.coordinator_failures, ledger.retry_after, ledger.stop_reason) == (3, None, None)
-    assert wc.can_coordinate_automatically(item.id)
-    wc.record_coordinator_failure(item.id, turn_id="t3")  # 4 of 4: stops again
+    assert budget.can_coordinate_automatically(item.id)
+    budget.record_coordinator_failure(item.id, turn_id="t3")  # 4 of 4: stops again
     assert_stopped(wc, item.id, "coordinator_failures_exhausted")
 
 
-def test_resuming_a_cancelled_item_clears_the_backoff(wc: WorkCenter) -> None:
+def test_resuming_a_cancelled_item_clears_the_backoff(
+    wc: WorkCenter, budget: BudgetCommands
+) -> None:
     """resume: retry_after = 0 and the control version moves, for a cancelled item too."""
     item = make(wc)
-    wc.record_coordinator_failure(item.id, turn_id="t1")
+    budget.record_coordinator_failure(item.id, turn_id="t1")
     wc.cancel(item.id)
     before = wc.event_count()
     resumed = resume(wc, item.id)
@@ -1018,7 +1026,7 @@ def test_resuming_a_cancelled_item_clears_the_backoff(wc: WorkCenter) -> None:
     ledger = wc.ledger(item.id)
     assert (ledger.retry_after, ledger.coordinator_failures) == (None, 1)
     assert ledger.control_version == ledger.version
-    assert wc.can_coordinate_automatically(item.id)
+    assert budget.can_coordinate_automatically(item.id)
 
 
 # --- service: extend -----------------------------------------------------------------
@@ -1062,10 +1070,12 @@ def test_extend_up_to_the_largest_safe_integer(wc: WorkCenter) -> None:
         extend(wc, item.id, max_tokens=1)
 
 
-def test_extend_raises_limits_and_writes_only_budget_extended(wc: WorkCenter) -> None:
+def test_extend_raises_limits_and_writes_only_budget_extended(
+    wc: WorkCenter, budget: BudgetCommands
+) -> None:
     item = make(wc)
     wc.reserve_request(item.id, request=DECIDE)
-    wc.record_coordinator_failure(item.id, turn_id="t")
+    budget.record_coordinator_failure(item.id, turn_id="t")
     before_ledger = wc.ledger(item.id)
     before = wc.event_count()
     ledger = extend(
@@ -1106,12 +1116,13 @@ def test_extend_clears_no_stop(wc: WorkCenter) -> None:
 
 def test_reservations_settlements_and_failures_never_conflict_with_extend(
     wc: WorkCenter,
+    budget: BudgetCommands,
 ) -> None:
     item = make(wc)
     seen = wc.ledger(item.id).version
     request_id = wc.reserve_request(item.id, request=DECIDE).request_id
     wc.settle_request(item.id, request_id, usage={"total_tokens": 3})
-    wc.record_coordinator_failure(item.id, turn_id="t")
+    budget.record_coordinator_failure(item.id, turn_id="t")
     ledger = wc.extend_budget(item.id, expected_version=seen, additions={"max_requests": 1})
     assert ledger.limits.max_requests == 201
 
@@ -1208,7 +1219,7 @@ def stop_by_tokens(wc: WorkCenter, item_id: UUID) -> None:
 
 def stop_by_failures(wc: WorkCenter, item_id: UUID) -> None:
     for n in range(3):
-        wc.record_coordinator_failure(item_id, turn_id=f"t{n}")
+        budget_commands(wc).record_coordinator_failure(item_id, turn_id=f"t{n}")
 
 
 @pytest.mark.parametrize(
@@ -1245,12 +1256,14 @@ def test_a_cancelled_item_with_a_spent_budget_needs_an_extend(wc: WorkCenter) ->
     assert resume(wc, item.id).status == "running"
 
 
-def test_resume_clears_the_stop_and_keeps_everything_else(wc: WorkCenter) -> None:
+def test_resume_clears_the_stop_and_keeps_everything_else(
+    wc: WorkCenter, budget: BudgetCommands
+) -> None:
     item = make(wc, max_requests=3)
     plan(wc, item.id)
     claimed = claim(wc)
     wc.finish_run(claimed, report("retryable"))
-    wc.record_coordinator_failure(item.id, turn_id="t")
+    budget.record_coordinator_failure(item.id, turn_id="t")
     stop_by_requests(wc, item.id)
     stopped_item = wc.work_item(item.id)
     extended = extend(wc, item.id, max_requests=1)

@@ -254,14 +254,14 @@ def complete_items(wc: WorkCenter, items: list[UUID]) -> None:
 def views_equal_a_rebuild(wc: WorkCenter) -> None:
     live = {name: view.dump() for name, view in wc.projections.views.items()}
     assert len(live["work_queue"]["wq_items"]) == ITEMS
-    wc.rebuild_projection()
+    wc.maintenance.rebuild_projection()
     assert {name: view.dump() for name, view in wc.projections.views.items()} == live
 
 
 def wait_for_runner(wc: WorkCenter, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
-    while any(row.lag for row in wc.projection_status()):
-        assert time.monotonic() < deadline, wc.projection_status()
+    while any(row.lag for row in wc.maintenance.projection_status()):
+        assert time.monotonic() < deadline, wc.maintenance.projection_status()
         time.sleep(0.2)
 
 

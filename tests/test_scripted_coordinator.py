@@ -1,57 +1,115 @@
-"""The scripted Coordinator decides from the snapshot in its request, like a model."""
+"""The scripted Coordinator on any item, not only the demo's: its playbook serves the
+item's own criteria, it asks for what it cannot know (criteria, a delivery target), and
+a second attempt asks the human instead of repeating a refused reply (ADR-0039)."""
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
 
-from workcenter.adapters.providers.scripted_coordinator import PLAN, decide, read
-from workcenter.coordinating import PreparedRequest
+from conftest import FakeClock, create_dynamic
+from test_demo_coordinator import Walk
+
+from workcenter.adapters.providers import scripted_coordinator as scripted
+from workcenter.application import WorkCenter
 from workcenter.domain.coordinator_request import (
     CORRECTION_HEADING,
     PROMPT_HEADING,
     SNAPSHOT_HEADING,
 )
 
+CRITERIA = ("Tests pass", "Docs updated")
 
-def snapshot(*actions: dict[str, Any], target: str | None = "response") -> dict[str, Any]:
+
+def checks(*statuses: str) -> list[dict[str, str]]:
+    return [
+        {"criterion": c, "status": s, "evidence": f"{s} per the log"}
+        for c, s in zip(CRITERIA, statuses, strict=True)
+    ]
+
+
+def completed(*statuses: str) -> dict[str, object]:
     return {
-        "workItem": {
-            "deliveryTarget": target,
-            "acceptanceCriteria": [{"criterion": "c", "status": "unmet", "evidenceRunIds": []}],
-        },
-        "goalProgress": {"delivery": {"status": "unmet", "evidenceRunIds": []}},
-        "actions": list(actions),
+        "outcome": "completed",
+        "summary": "Done.",
+        "evidence": ["pytest: 12 passed"],
+        "acceptanceChecks": checks(*statuses),
     }
 
 
-def action(status: str, type: str = "test", **result: Any) -> dict[str, Any]:
-    return {"id": f"{type}-id", "type": type, "status": status, "result": result or None}
-
-
-def kind(decision: dict[str, Any]) -> str:
-    return str(decision["decision"]["kind"])
-
-
-def test_the_request_is_read_back_into_snapshot_and_user_text() -> None:
+def test_the_request_is_read_back_into_snapshot_prompt_and_correction() -> None:
+    snapshot = '{"workItem": {}, "goalProgress": {}}'
     content = (
-        f'{SNAPSHOT_HEADING}\n{{"actions":[]}}\n\n{PROMPT_HEADING}\nline one\n\nline two'
+        f"{SNAPSHOT_HEADING}\n{snapshot}\n\n{PROMPT_HEADING}\nline one\n\nline two"
         f"\n\n{CORRECTION_HEADING}\nfix it"
     )
-    request = PreparedRequest("t", 2, ({"role": "user", "content": content},), {})
-    assert read(request) == ({"actions": []}, "line one\n\nline two")
-    trigger = f'{SNAPSHOT_HEADING}\n{{}}\n\n{PROMPT_HEADING}\n{{"kind":"x","source_key":"k"}}'
-    assert read(PreparedRequest("t", 1, ({"role": "user", "content": trigger},), {}))[1] is None
+    turn = scripted.read_request([{"role": "user", "content": content}])
+    assert (turn.prompt, turn.correction, turn.automatic) == (
+        "line one\n\nline two",
+        "fix it",
+        False,
+    )
+    wake = f'{SNAPSHOT_HEADING}\n{snapshot}\n\n{PROMPT_HEADING}\n{{"kind":"action_settled"}}'
+    turn = scripted.read_request([{"role": "user", "content": wake}])
+    assert turn.automatic and turn.correction is None
 
 
-def test_each_rule_of_the_script() -> None:
-    planned = decide(snapshot(), None)
-    assert kind(planned) == "create_actions" and len(planned["decision"]["actions"]) == len(PLAN)
-    assert kind(decide(snapshot(target=None), None)) == "request_human"
-    asked = decide(snapshot(action("waiting", waitingReason="Which one?")), None)
-    assert (kind(asked), asked["decision"]["question"]) == ("request_human", "Which one?")
-    guided = decide(snapshot(action("waiting")), "The second")
-    assert guided["decision"]["guidance"] == [{"actionId": "test-id", "instruction": "The second"}]
-    assert kind(decide(snapshot(action("failed", error="boom")), None)) == "request_human"
-    assert kind(decide(snapshot(action("ready")), "How is it going?")) == "answer"
-    rest = decide(snapshot(action("completed", type="diagnose")), None)
-    assert [a["type"] for a in rest["decision"]["actions"]] == ["implement", "test"]
+def test_the_playbook_serves_the_items_own_criteria_one_stage_at_a_time() -> None:
+    walk = Walk(criteria=CRITERIA)
+    first = walk.wake("work_item_started", contract_revision=1)
+    (diagnose,) = first["actions"]
+    assert diagnose["type"] == "diagnose" and diagnose["goalRefs"]["criteria"] == list(CRITERIA)
+
+    walk.run(completed("passed", "deferred"))
+    (implement,) = walk.wake("action_settled")["actions"]
+    assert implement["type"] == "implement"
+    assert implement["goalRefs"]["criteria"] == [CRITERIA[1]], "only what is still unproven"
+
+    walk.run(completed("passed", "passed"))
+    done = walk.wake("action_settled")
+    assert done["kind"] == "complete", "every criterion proven: no verification needed"
+    assert [r["criterion"] for r in done["completion"]["acceptanceResults"]] == list(CRITERIA)
+    assert walk.h.item.status == "done"
+
+
+def test_an_item_without_criteria_is_asked_for_them() -> None:
+    walk = Walk(criteria=())
+    asked = walk.wake("work_item_started", contract_revision=1)
+    assert (asked["kind"], asked["question"]) == ("request_human", scripted.CRITERIA_QUESTION)
+    assert not walk.h.actions
+
+
+def test_a_stage_that_changes_files_waits_for_a_delivery_target_the_user_names() -> None:
+    walk = Walk(criteria=CRITERIA, delivery_target=None)
+    (diagnose,) = walk.wake("work_item_started", contract_revision=1)["actions"]
+    assert diagnose["workspaceMode"] == "read", "reading needs no target"
+    walk.run(completed("passed", "deferred"))
+    asked = walk.wake("action_settled")
+    assert (asked["kind"], asked["question"]) == ("request_human", scripted.DELIVERY_QUESTION)
+
+    unclear = walk.say("somewhere safe")
+    assert unclear["question"] == scripted.DELIVERY_QUESTION and unclear["contractPatch"] is None
+    assert walk.h.item.delivery_target is None
+
+    named = walk.say("Workspace_files.")
+    assert named["kind"] == "request_human" and "implement" in named["question"]
+    assert walk.h.item.delivery_target == "workspace_files"
+    planned = walk.say("Yes")
+    assert [a["type"] for a in planned["actions"]] == ["implement"]
+
+
+def test_a_refused_first_reply_makes_the_second_attempt_ask_the_human(
+    db_path: Path, clock: FakeClock
+) -> None:
+    with WorkCenter.open(db_path, clock=clock) as wc:
+        item = create_dynamic(wc)
+        provider = scripted.scripted_coordinator().then("not JSON at all")
+        (step,) = wc.coordinate_once(provider)
+        assert (step.status, step.attempts) == ("decided", 2)
+        conversation = wc.conversation(item.id)
+        assert conversation is not None
+        attempts = conversation.attempts(step.turn_id)  # type: ignore[arg-type]
+        assert [a.status for a in attempts] == ["rejected", "responded"]
+        reply = conversation.messages[-1]
+        assert reply.decision is not None and reply.decision.kind == "request_human"
+        assert "My previous reply was refused" in (reply.decision.question or "")
+        assert wc.work_item(item.id).status == "waiting" and not wc.work_item(item.id).plan

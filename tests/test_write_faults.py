@@ -128,11 +128,11 @@ def test_a_writer_killed_at_random_points_leaves_views_equal_to_a_rebuild(tmp_pa
         # No catch-up on open: a view the killed writer left behind must show as lag.
         with WorkCenter.open(db, inline_projections=False) as wc:
             assert wc.event_count() >= events
-            status = {s.name: s for s in wc.projection_status()}
+            status = {s.name: s for s in wc.maintenance.projection_status()}
             assert {n: status[n].lag for n in EAGER_VIEWS} == dict.fromkeys(EAGER_VIEWS, 0)
             wc.projections.catch_up()  # the detail view, kept on read
             live = dumps(wc)
-            wc.rebuild_projection()
+            wc.maintenance.rebuild_projection()
             assert dumps(wc) == live, f"kill {kill}: a view differs from its rebuild"
 
 

@@ -4,13 +4,16 @@
 (``workcenter.bootstrap``) wires the parts: the repository and its unit of work,
 the registry of read models, and the command handlers by area (WorkItem
 commands, Run commands, budget commands, reads) that each method delegates to.
+The operator's verbs over the whole store are one part, ``maintenance``. The
+ledger's Coordinator side is not here: the Coordinator drives it under its turn
+fence (ADR-0039).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from types import EllipsisType
 from typing import Any, Self
 from uuid import UUID
@@ -25,20 +28,18 @@ from workcenter.coordinator_commands import CoordinatorCommands, PostedMessage
 from workcenter.coordinator_rules import DecisionRules
 from workcenter.domain import action as act
 from workcenter.domain import conversation as conv
-from workcenter.domain import inputs
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.outcome import RunReport
-from workcenter.hash_chain import Anchor, Verdict
-from workcenter.history_proof import HistoryProof, VerifyProgress
+from workcenter.history_proof import HistoryProof
+from workcenter.maintenance import Maintenance
 from workcenter.ports import Clock, CoordinatorProvider, SystemClock
 from workcenter.projections.audit import DEFAULT_LIMIT, AuditRow
 from workcenter.projections.detail import Detail, DetailView
 from workcenter.projections.inline import InlineProjections
-from workcenter.projections.lifecycle import Progress, ProjectionStatus, RebuildReport
 from workcenter.projections.work_queue import WorkQueue, WorkQueueView
 from workcenter.reads import Reads
 from workcenter.repository import SNAPSHOT_INTERVAL, WriteContention
@@ -82,7 +83,8 @@ class WorkCenter:
         self._runs = RunCommands(parts.repository, parts.read_models, parts.clock, parts.boot_id)
         self._budget = BudgetCommands(parts.repository, parts.clock)
         self._reads = Reads(parts.repository, parts.read_models, parts.read_streams)
-        self._proof = HistoryProof(parts.repository, parts.chain)
+        proof = HistoryProof(parts.repository, parts.chain)
+        self._maintenance = Maintenance(proof, parts.read_models)
         self._coordinator = CoordinatorCommands(
             parts.repository,
             parts.read_models,
@@ -162,6 +164,12 @@ class WorkCenter:
     def web_reads(self) -> WebReads:
         """A browser's reads beside the detail DTO: summaries, progress, budget, timeline."""
         return self._web_reads
+
+    @property
+    def maintenance(self) -> Maintenance:
+        """The operator's verbs over the whole store: verify the history, take its
+        anchor, the read models' status and rebuild."""
+        return self._maintenance
 
     @property
     def changes(self) -> ChangeFeed:
@@ -356,7 +364,8 @@ class WorkCenter:
         rationale: str = "",
         actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
-        """A Coordinator turn's plan (its stand-in until there is a Coordinator)."""
+        """A plan made outside a Coordinator turn (the Coordinator's unless ``actor`` says
+        otherwise)."""
         return self._items.plan_actions(
             work_item_id,
             expected_version=expected_version,
@@ -376,7 +385,8 @@ class WorkCenter:
         completion: Mapping[str, Any],
         actor: Actor | str | None = None,
     ) -> wi.WorkItemState:
-        """A Coordinator turn's completion (its stand-in until there is a Coordinator)."""
+        """A completion made outside a Coordinator turn (the Coordinator's unless ``actor``
+        says otherwise)."""
         return self._items.complete(
             work_item_id, expected_version=expected_version, completion=completion, actor=actor
         )
@@ -502,34 +512,6 @@ class WorkCenter:
             work_item_id, request_id, usage=usage, complete=complete, actor=actor
         )
 
-    def reserve_coordinator_request(
-        self,
-        work_item_id: UUID,
-        *,
-        turn_id: str,
-        request: Mapping[str, Any],
-        actor: Actor | str | None = None,
-    ) -> rl.Admission:
-        """Admit a Coordinator provider request of turn ``turn_id`` (a repeat is a hidden
-        retry: a new request, the earlier ones of the turn settled unknown)."""
-        return self._budget.reserve_coordinator_request(
-            work_item_id, turn_id=turn_id, request=request, actor=actor
-        )
-
-    def settle_coordinator_turn(
-        self,
-        work_item_id: UUID,
-        turn_id: str,
-        *,
-        usage: Mapping[str, Any] | rl.Usage | None,
-        complete: bool = True,
-        actor: Actor | str | None = None,
-    ) -> bool:
-        """Settle a Coordinator turn's requests; False when it had none to settle."""
-        return self._budget.settle_coordinator_turn(
-            work_item_id, turn_id, usage=usage, complete=complete, actor=actor
-        )
-
     def extend_budget(
         self,
         work_item_id: UUID,
@@ -542,16 +524,6 @@ class WorkCenter:
         return self._budget.extend_budget(
             work_item_id, expected_version=expected_version, additions=additions, actor=actor
         )
-
-    def record_coordinator_failure(
-        self, work_item_id: UUID, *, turn_id: str, actor: Actor | str | None = None
-    ) -> rl.LedgerState:
-        return self._budget.record_coordinator_failure(work_item_id, turn_id=turn_id, actor=actor)
-
-    def can_coordinate_automatically(
-        self, work_item_id: UUID, *, user_message: bool = False
-    ) -> bool:
-        return self._budget.can_coordinate_automatically(work_item_id, user_message=user_message)
 
     # --- the Coordinator ------------------------------------------------------
 
@@ -582,9 +554,7 @@ class WorkCenter:
         self, provider: CoordinatorProvider, *, lease_seconds: float = 60.0, limit: int = 100
     ) -> list[StepResult]:
         """Recover, then run one Coordinator step through ``provider`` per due wake."""
-        lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))
-        limit = inputs.version(limit, "limit")
-        return Coordinator(self._coordinator, provider, lease).run_due(limit)
+        return Coordinator(self._coordinator, provider, lease_seconds).run_due(limit)
 
     def recover_coordinator(self, *, at_open: bool = True) -> int:
         """Coordinator crash recovery (expired claims, unknown dispatches, orphaned turns)."""
@@ -636,30 +606,3 @@ class WorkCenter:
         Each Action is loaded at its latest version written at or before the position.
         """
         return self._reads.state_at(work_item_id, version, at)
-
-    def verify_history(
-        self,
-        work_item_id: UUID | None = None,
-        *,
-        anchor: Anchor | str | None = None,
-        progress: VerifyProgress | None = None,
-    ) -> Verdict:
-        """Walk the hash chain over the whole store (or one WorkItem's streams) and report
-        the first broken link; with ``anchor`` (``DIGEST@POSITION`` from
-        ``history_anchor``), also that nothing up to its position changed (ADR-0028)."""
-        return self._proof.verify(work_item_id, anchor, progress)
-
-    def history_anchor(self) -> Anchor | None:
-        """The chain's head digest and position, to keep outside the store."""
-        return self._proof.anchor()
-
-    def projection_status(self) -> list[ProjectionStatus]:
-        """Each registered read model's position, the head of the event sequence, the lag."""
-        return self._read_models.status()
-
-    def rebuild_projection(
-        self, name: str | None = None, *, progress: Progress | None = None
-    ) -> list[RebuildReport]:
-        """Replay one read model (default: every one) from zero into shadow tables and swap
-        it in atomically: readers see the old view until the new one is complete."""
-        return self._read_models.rebuild(name, progress)

@@ -22,7 +22,7 @@ from uuid import UUID
 
 from workcenter.coordinator_commands import CoordinatorCommands
 from workcenter.coordinator_rules import RequestBody
-from workcenter.domain import bounds, planning
+from workcenter.domain import bounds, inputs, planning
 from workcenter.domain import conversation as conv
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import (
@@ -76,14 +76,16 @@ class Coordinator:
         self,
         commands: CoordinatorCommands,
         provider: CoordinatorProvider,
-        lease: timedelta = conv.DEFAULT_LEASE,
+        lease_seconds: float = conv.DEFAULT_LEASE.total_seconds(),
     ) -> None:
         self.commands = commands
         self.provider = provider
+        lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))
         self.lease = max(lease, conv.MIN_LEASE)
 
     def run_due(self, limit: int = 100) -> list[StepResult]:
         """One step for each item with a wake due (oldest first), after recovery."""
+        limit = inputs.version(limit, "limit")
         if not 1 <= limit <= MAX_STEPS:
             raise InvalidInput(f"limit must be from 1 to {MAX_STEPS}, not {limit}")
         self.commands.recover(at_open=False)

@@ -17,7 +17,7 @@ from eventsourcing.persistence import PersistenceError
 from rich.table import Table
 from rich.text import Text
 
-from workcenter.adapters import cli_coordinator, demo_coordinator, presenters
+from workcenter.adapters import cli_coordinator, presenters
 from workcenter.adapters.cli_common import (
     actor_option,
     command_hint,
@@ -29,6 +29,7 @@ from workcenter.adapters.cli_common import emit_json as _emit_json
 from workcenter.adapters.cli_common import open_center as _open
 from workcenter.adapters.demo import ScriptedLlm, run_demo
 from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
 from workcenter.adapters.terminal import safe, text
 from workcenter.adapters.worker import StopSignals, load_executor, run_worker
 from workcenter.application import Claim
@@ -144,7 +145,7 @@ def demo(ctx: click.Context, as_json: bool, max_tokens: int | None) -> None:
     the item (no request past it is sent); the demo then raises the budget, resumes
     the item and answers the Coordinator, which plans again.
     """
-    llm, coordinator = ScriptedLlm(), demo_coordinator.provider()
+    llm, coordinator = ScriptedLlm(), scripted_coordinator()
     with _open(ctx, create=True) as wc:
         limits = {"max_tokens": max_tokens} if max_tokens is not None else None
 

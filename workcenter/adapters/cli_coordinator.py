@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from workcenter.adapters.cli_common import (
+    actor_option,
     command_hint,
     console,
     db_option,
@@ -35,10 +36,10 @@ PROVIDERS = ("scripted", "openai")
 
 
 def make_provider(name: str | None) -> CoordinatorProvider:
-    """``scripted`` (the demo's rules, no model) or ``openai`` (an OpenAI-compatible
-    server named by ``WORKCENTER_LLM_BASE_URL`` and ``WORKCENTER_LLM_MODEL``). Unnamed:
-    ``$WORKCENTER_PROVIDER``, else ``openai`` once a server is configured, else
-    ``scripted``."""
+    """``scripted`` (the scripted Coordinator, no model; the demo's too) or ``openai``
+    (an OpenAI-compatible server named by ``WORKCENTER_LLM_BASE_URL`` and
+    ``WORKCENTER_LLM_MODEL``). Unnamed: ``$WORKCENTER_PROVIDER``, else ``openai`` once
+    a server is configured, else ``scripted``."""
     configured = "openai" if os.environ.get(BASE_URL_ENV) else "scripted"
     chosen = (name or os.environ.get(PROVIDER_ENV) or configured).strip().lower()
     if chosen == "scripted":
@@ -125,6 +126,7 @@ def coordinate(
 @click.argument("message_text", metavar="TEXT")
 @click.option("--client-id", default=None, help="Idempotency key: a repeat writes nothing.")
 @click.option("--expected-version", type=int, default=None, help="The WorkItem version you saw.")
+@actor_option
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def message(
@@ -133,13 +135,18 @@ def message(
     message_text: str,
     client_id: str | None,
     expected_version: int | None,
+    actor: str | None,
     as_json: bool,
 ) -> None:
     """Post a user message to a WorkItem's Coordinator (it answers in its next step)."""
     with open_center(ctx) as wc:
         target = work_item_id(wc, item_id)
         posted = wc.post_user_message(
-            target, message_text, client_message_id=client_id, expected_version=expected_version
+            target,
+            message_text,
+            client_message_id=client_id,
+            expected_version=expected_version,
+            actor=actor,
         )
     if as_json:
         emit_json(

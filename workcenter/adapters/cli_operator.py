@@ -211,7 +211,7 @@ def audit_verify(
     with open_center(ctx, inline_projections=False) as wc:
         scope = work_item_id(wc, item_id) if item_id is not None else None
         if as_json or not console.is_terminal:
-            verdict = wc.verify_history(scope, anchor=anchor)
+            verdict = wc.maintenance.verify_history(scope, anchor=anchor)
         else:
             with Progress(
                 "[bold]{task.description}",
@@ -226,7 +226,7 @@ def audit_verify(
                 def advance(position: int, last: int) -> None:
                     bar.update(task, completed=position, total=max(position, last))
 
-                verdict = wc.verify_history(scope, anchor=anchor, progress=advance)
+                verdict = wc.maintenance.verify_history(scope, anchor=anchor, progress=advance)
     if as_json:
         emit_json(verdict.json())
     else:
@@ -266,7 +266,7 @@ def audit_anchor(ctx: click.Context, as_json: bool) -> None:
     """Print the head of the hash chain as DIGEST@POSITION, to keep outside the store
     (a ticket, a log, a signed commit) and give to `audit verify --anchor` later."""
     with open_center(ctx, inline_projections=False) as wc:
-        anchor = wc.history_anchor()
+        anchor = wc.maintenance.history_anchor()
     if as_json:
         emit_json(
             {"anchor": str(anchor), "digest": anchor.digest.hex(), "position": anchor.position}
@@ -365,7 +365,7 @@ def projections_status(ctx: click.Context, as_json: bool) -> None:
     are: this only observes, it catches nothing up)."""
     # Opened without inline projections, or opening would catch the eager views up.
     with open_center(ctx, inline_projections=False) as wc:
-        report = [row.json() for row in wc.projection_status()]
+        report = [row.json() for row in wc.maintenance.projection_status()]
     if as_json:
         emit_json(report)
         return
@@ -389,7 +389,7 @@ def projections_rebuild(ctx: click.Context, name: str | None, as_json: bool) -> 
 
     with open_center(ctx) as wc:
         if as_json or not console.is_terminal:
-            reports = wc.rebuild_projection(name)
+            reports = wc.maintenance.rebuild_projection(name)
         else:
             with Progress(
                 "[bold]{task.description}",
@@ -405,7 +405,7 @@ def projections_rebuild(ctx: click.Context, name: str | None, as_json: bool) -> 
                         tasks[view] = bar.add_task(view, total=total)
                     bar.update(tasks[view], completed=done, total=total)
 
-                reports = wc.rebuild_projection(name, progress=advance)
+                reports = wc.maintenance.rebuild_projection(name, progress=advance)
     if as_json:
         emit_json([r.json() for r in reports])
         return

@@ -1,11 +1,12 @@
 """The demo: one dynamic WorkItem carried from goal to done by the Coordinator and a worker.
 
 The Coordinator is the real one (its mailbox, turns, provider turns, validated
-decisions behind their fences) answered by a scripted provider whose policy is
-``demo_coordinator``: it plans the first Action when the item starts, reacts to
-every settled Run (plans the next Action, guides a failed one once), asks the human
-once, plans the verification when the human answers, and completes the item only
-when goal progress shows every criterion proven and the delivery passed. A worker
+decisions behind their fences) answered by the scripted Coordinator
+(``providers/scripted_coordinator``, the CLI's ``scripted`` provider): it plans the
+first Action when the item starts, reacts to every settled Run (plans the next
+Action, guides a failed one once), asks the human once, plans the verification when
+the human answers, and completes the item only when goal progress shows every
+criterion proven and the delivery passed. A worker
 runs the Actions with a scripted executor: a fix that fails until guided, a
 retryable failure retried, evidence for every criterion.
 
@@ -27,16 +28,21 @@ from uuid import UUID
 
 import orjson
 
-from workcenter.adapters import demo_coordinator
-from workcenter.adapters.demo_coordinator import CRITERIA, MATRIX_QUESTION
 from workcenter.adapters.metered import MeteredProvider
 from workcenter.adapters.providers.scripted import ScriptedProvider
+from workcenter.adapters.providers.scripted_coordinator import MATRIX_QUESTION, scripted_coordinator
 from workcenter.adapters.worker import WorkerStats, run_one
 from workcenter.application import Claim, WorkCenter
 from workcenter.coordinating import StepResult
 from workcenter.domain import conversation as conv
 from workcenter.domain.errors import ResourceStopError
 
+# The demo's goal: a failing import in a test suite.
+CRITERIA = (
+    "The failing import is reproduced by a test",
+    "The fix makes the whole test suite pass",
+    "The change is explained in a short summary",
+)
 HUMAN_ANSWER = "3.11 and 3.12"
 RESUME_ANSWER = "Yes: I raised the budget, carry on."
 EXTENSION_TOKENS = 100_000
@@ -277,7 +283,7 @@ def run_demo(
 
     Without ``executor``, the scripted one sends its requests to ``llm`` (a new
     ``ScriptedLlm`` by default) through a metered provider per claim; without
-    ``coordinator``, the demo's policy answers the Coordinator. When the ledger stops
+    ``coordinator``, the scripted Coordinator answers. When the ledger stops
     the item (``limits`` too small), ``on_stop(item_id)`` is told; then the demo raises
     the budget, resumes the item and answers the Coordinator, which plans again, and the
     walkthrough ends there (or at the stop, without ``resume_after_stop``).
@@ -286,7 +292,7 @@ def run_demo(
     demo = Demo(
         wc=wc,
         executor=executor or ScriptedExecutor(metered_llm(wc, llm)),
-        coordinator=coordinator or demo_coordinator.provider(),
+        coordinator=coordinator or scripted_coordinator(),
         say=say,
         answers={MATRIX_QUESTION: HUMAN_ANSWER},
     )

@@ -63,7 +63,7 @@ def rekey(source: str, target: str, *, progress: Callable[[int], None] | None = 
             if new.event_count():
                 raise InvalidInput(f"the new store at {target} is not empty")
             copied = _copy(old, new, progress)
-            new.rebuild_projection()
+            new.maintenance.rebuild_projection()
         finally:
             new.close()
     return Rekeyed(events=copied, encrypted=new_key is not None)
