@@ -34,7 +34,7 @@ from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.projections import sql
-from workcenter.projections.dto import detail_dto
+from workcenter.projections.dto import detail_json
 from workcenter.projections.tracked import Batch, TrackedView
 
 Kind = Literal["item", "action", "ledger"]
@@ -75,7 +75,7 @@ def build_detail(
     at: datetime,
 ) -> bytes:
     """The serialised detail DTO of folded states, as of the item's event at ``at``."""
-    return orjson.dumps(detail_dto(item, actions, ledger, now=at))
+    return detail_json(item, actions, ledger, now=at)
 
 
 class StateSource(Protocol):

@@ -9,6 +9,7 @@ through sanitisers (c) and (d).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -86,6 +87,35 @@ def current_action(item: WorkItemState, ordered: Sequence[ActionState]) -> Actio
 def body_action(item: WorkItemState, ordered: Sequence[ActionState]) -> ActionState | None:
     """The body action: the current one, else the one with the highest sequence."""
     return current_action(item, ordered) or (ordered[-1] if ordered else None)
+
+
+@dataclass(frozen=True)
+class ItemActions:
+    """An item's Actions as one DTO build reads them, each list derived once (ADR-0037)."""
+
+    ordered: list[ActionState]
+    visible: list[ActionState]
+    runs: list[Run]  # every Run of every Action, in that order
+    current: ActionState | None
+    body: ActionState | None
+    completed_count: int  # of the visible ones
+    outcome_count: int  # Runs no longer running
+
+    @classmethod
+    def of(cls, item: WorkItemState, actions: Actions) -> ItemActions:
+        ordered = ordered_actions(actions)
+        visible = visible_actions(ordered)
+        runs = [run for action in ordered for run in action.runs]
+        current = current_action(item, ordered)
+        return cls(
+            ordered=ordered,
+            visible=visible,
+            runs=runs,
+            current=current,
+            body=current or (ordered[-1] if ordered else None),
+            completed_count=sum(1 for a in visible if a.status == "completed"),
+            outcome_count=sum(1 for run in runs if run.status != "running"),
+        )
 
 
 def identity_runs(action: ActionState) -> list[Run]:
