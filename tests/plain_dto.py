@@ -12,12 +12,12 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from workcenter.domain.action import ActionState, Run
+from workcenter.domain.action import ActionState, Brief, Run
 from workcenter.domain.goal_progress import GoalProgress, current_run, derive_goal_progress
 from workcenter.domain.resource_ledger import LedgerState, Reservation
 from workcenter.domain.run import counters_view
 from workcenter.domain.work_item import DELIVERY_TARGETS, FinalResult, WorkItemState
-from workcenter.projections.budget import MAX_DTO_BYTES, enforce_budget
+from workcenter.projections.budget import MAX_DTO_BYTES, cut_brief, enforce_budget
 from workcenter.projections.dto import goal_progress_dto
 from workcenter.projections.execution import (
     _LIMIT_FIELDS,
@@ -67,7 +67,6 @@ from workcenter.projections.views import (
     attachment_view,
     body_action,
     body_fields,
-    brief_view,
     canonical_result,
     content_summary,
     current_action,
@@ -225,6 +224,17 @@ def execution_control(
         "tokenAccounting": TOKEN_ACCOUNTING,
     }
     return control
+
+
+def brief_view(brief: Brief, limit: int) -> dict[str, str]:
+    return cut_brief(
+        {
+            "objective": sanitize_diagnostic_paths(brief.objective, limit),
+            "approach": sanitize_diagnostic_paths(brief.approach, limit),
+            "expectedOutcome": sanitize_diagnostic_paths(brief.expected_outcome, limit),
+        },
+        limit,
+    )
 
 
 def action_stats_entry(

@@ -32,7 +32,7 @@ from workcenter.projections.budget import MIN_BUDGET
 from workcenter.projections.detail import build_detail
 from workcenter.projections.sanitize import cnt
 
-TEXTS = ("", "Done", "see /home/ann/x", "token=abc123", "Wait for review", "é" * 40)
+TEXTS = ("", "Done", "see /home/ann/x", "token=abc123", "Wait for review", "é" * 40, "a" * 200)
 CRITERIA = ("Tests pass", "Docs updated", "token: s3cret")
 
 
@@ -111,6 +111,7 @@ def actions_of(draw: st.DrawFn) -> list[ActionState]:
             status=status,
             mode=draw(st.sampled_from(["read", "shared", "isolated-write"])),
             objective=draw(st.sampled_from(TEXTS[1:])),
+            approach=draw(st.sampled_from(TEXTS)),
             close_reason=draw(st.sampled_from([None, "no longer needed"])),
         )
         completed = [r.id for r in runs if r.status == "completed"]
@@ -118,6 +119,9 @@ def actions_of(draw: st.DrawFn) -> list[ActionState]:
             action.model_copy(
                 update={
                     "version": draw(st.integers(1, 9)),
+                    "brief": action.brief.model_copy(
+                        update={"expected_outcome": draw(st.sampled_from(TEXTS))}
+                    ),
                     "contract_revision": draw(st.integers(1, 2)),
                     "current_run_id": runs[-1].id if runs and draw(st.booleans()) else None,
                     "result_run_id": draw(st.sampled_from([None, *completed])),

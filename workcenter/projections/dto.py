@@ -21,7 +21,6 @@ camelCase): id, turn_id, role, status, text, speaker {id, name}, decision
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -187,28 +186,23 @@ def _item_failure_reason(item: WorkItemState, acts: ItemActions, ledger: LedgerS
     return ""
 
 
-def _board(item: WorkItemState, ordered: Sequence[ActionState]) -> dict[str, Any]:
-    counts: Counter[str] = Counter(a.status for a in ordered)
+def _board(item: WorkItemState, acts: ItemActions) -> dict[str, Any]:
+    ordered, counts, firsts = acts.ordered, acts.counts, acts.firsts
     if item.status in TERMINAL_STATUSES:
         lane = "closed"
-    elif (
-        item.status in ("draft", "waiting", "needs_attention")
-        or counts["waiting"]
-        or counts["failed"]
+    elif item.status in ("draft", "waiting", "needs_attention") or {"waiting", "failed"} & set(
+        counts
     ):
         lane = "needs_attention"
     else:
         lane = "active"
-    firsts: dict[str, ActionState] = {}
-    for action in ordered:
-        firsts.setdefault(action.status, action)
 
     def first(*wanted: str) -> ActionState | None:
         return next((firsts[status] for status in wanted if status in firsts), None)
 
     board: dict[str, Any] = {
         "boardLane": lane,
-        "actionCounts": {s: counts[s] for s in ACTION_STATUS_ORDER if counts[s]},
+        "actionCounts": {s: counts[s] for s in ACTION_STATUS_ORDER if s in counts},
     }
     if (attention := action_ref(first("waiting", "failed"))) is not None:
         board["attentionAction"] = attention
@@ -269,7 +263,7 @@ def _base(
         "createdAt": epoch_ms(item.created_at),
         "updatedAt": epoch_ms(item.updated_at),
     }
-    return dto | _board(item, ordered)
+    return dto | _board(item, acts)
 
 
 def _summary(
@@ -461,13 +455,13 @@ def _criteria(criteria: Sequence[str]) -> list[str]:
     return [sanitize_personal(c, CONTRACT_CRITERION_LIMIT) for c in criteria[:MAX_CRITERIA]]
 
 
-def _mainline(item: WorkItemState, acts: ItemActions) -> dict[str, Any]:
+def _mainline(item: WorkItemState, acts: ItemActions, criteria: list[str]) -> dict[str, Any]:
     """The contract, counters and each visible action's canonical result; never errors."""
     revision = rev(item.contract_revision)
     visible = acts.visible
     mainline: dict[str, Any] = {
         "contractRevision": revision,
-        "criteria": _criteria(item.acceptance_criteria),
+        "criteria": criteria,
     }
     if item.delivery_target in DELIVERY_TARGETS:
         mainline["deliveryTarget"] = item.delivery_target
@@ -502,12 +496,12 @@ def _waiting_reason(item: WorkItemState, acts: ItemActions, messages: Sequence[A
     return sanitize_waiting_reason(run.result.waiting_reason or "")
 
 
-def _action_summary(ordered: Sequence[ActionState]) -> str:
-    if not ordered:
+def _action_summary(acts: ItemActions) -> str:
+    total, counts = len(acts.ordered), acts.counts
+    if not total:
         return "No actions"
-    counts: Counter[str] = Counter(a.status for a in ordered)
-    parts = ", ".join(f"{counts[s]} {s}" for s in ACTION_STATUS_ORDER if counts[s])
-    return f"{len(ordered)} action{'s' if len(ordered) != 1 else ''}: {parts}"
+    parts = ", ".join(f"{counts[s]} {s}" for s in ACTION_STATUS_ORDER if s in counts)
+    return f"{total} action{'s' if total != 1 else ''}: {parts}"
 
 
 def detail_dto(
@@ -588,7 +582,8 @@ def _detail(
         attachment_count=len(attachments),
         run_stats=run_stats,
     )
-    dto["acceptanceCriteria"] = _criteria(item.acceptance_criteria)
+    criteria = _criteria(item.acceptance_criteria)
+    dto["acceptanceCriteria"] = criteria
     if item.delivery_target in DELIVERY_TARGETS:
         dto["deliveryTarget"] = item.delivery_target
     progress = goal_progress_dto(_progress(item, acts))
@@ -599,14 +594,14 @@ def _detail(
         dto["finalResult"] = _final_result(item.final_result, {r.id: r for r in acts.runs})
     if waiting := _waiting_reason(item, acts, messages):
         dto["waitingReason"] = waiting
-    dto["mainline"] = _mainline(item, acts)
+    dto["mainline"] = _mainline(item, acts, list(criteria))  # a list of its own to trim
     window, omitted = message_window(messages, MAX_MESSAGES)
     dto["messages"] = window
     if omitted:
         dto["omittedMessageCount"] = omitted
     dto["attachments"] = [attachment_view(a) for a in attachments[:MAX_ATTACHMENTS]]
     dto["actionCount"] = len(acts.ordered)
-    dto["actionSummary"] = _action_summary(acts.ordered)
+    dto["actionSummary"] = _action_summary(acts)
     dto["actions"] = [
         action_entry(
             item,

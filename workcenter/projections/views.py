@@ -100,6 +100,8 @@ class ItemActions:
     body: ActionState | None
     completed_count: int  # of the visible ones
     outcome_count: int  # Runs no longer running
+    counts: dict[str, int]  # Actions by status, the statuses no Action has left out
+    firsts: dict[str, ActionState]  # the first Action in order of each status
 
     @classmethod
     def of(cls, item: WorkItemState, actions: Actions) -> ItemActions:
@@ -107,6 +109,11 @@ class ItemActions:
         visible = visible_actions(ordered)
         runs = [run for action in ordered for run in action.runs]
         current = current_action(item, ordered)
+        counts: dict[str, int] = {}
+        firsts: dict[str, ActionState] = {}
+        for action in ordered:
+            counts[action.status] = counts.get(action.status, 0) + 1
+            firsts.setdefault(action.status, action)
         return cls(
             ordered=ordered,
             visible=visible,
@@ -115,6 +122,8 @@ class ItemActions:
             body=current or (ordered[-1] if ordered else None),
             completed_count=sum(1 for a in visible if a.status == "completed"),
             outcome_count=sum(1 for run in runs if run.status != "running"),
+            counts=counts,
+            firsts=firsts,
         )
 
 
@@ -246,14 +255,15 @@ def action_stats_entry(
 
 
 def brief_view(brief: Brief, limit: int) -> dict[str, str]:
-    return cut_brief(
-        {
-            "objective": sanitize_diagnostic_paths(brief.objective, limit),
-            "approach": sanitize_diagnostic_paths(brief.approach, limit),
-            "expectedOutcome": sanitize_diagnostic_paths(brief.expected_outcome, limit),
-        },
-        limit,
-    )
+    shown = {
+        "objective": sanitize_diagnostic_paths(brief.objective, limit),
+        "approach": sanitize_diagnostic_paths(brief.approach, limit),
+        "expectedOutcome": sanitize_diagnostic_paths(brief.expected_outcome, limit),
+    }
+    # ASCII texts within the limit together: cut_brief would keep each as it is.
+    if all(text.isascii() for text in shown.values()) and sum(map(len, shown.values())) <= limit:
+        return {key: text for key, text in shown.items() if text}
+    return cut_brief(shown, limit)
 
 
 def evidence_view(item: EvidenceItem) -> dict[str, Any]:
