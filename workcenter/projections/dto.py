@@ -44,6 +44,7 @@ from workcenter.projections.execution import (
     execution_control,
     execution_stats,
 )
+from workcenter.projections.goal_progress_dto import goal_progress_dto
 from workcenter.projections.sanitize import (
     bounded_id,
     cnt,
@@ -52,7 +53,6 @@ from workcenter.projections.sanitize import (
     ids,
     rev,
     sanitize_diagnostic_paths,
-    sanitize_failure,
     sanitize_personal,
     sanitize_waiting_reason,
     truncate_utf8,
@@ -64,7 +64,6 @@ from workcenter.projections.views import (
     GOAL_LIMIT,
     LABEL_LIMIT,
     MAX_ATTACHMENTS,
-    MAX_BLOCKERS,
     MAX_CRITERIA,
     MAX_MESSAGES,
     MAX_OUTPUTS,
@@ -105,60 +104,7 @@ __all__ = [
 ]
 
 
-# --- goal progress (2.5) ---------------------------------------------------------------
-
-
-def _blocker_reason(status: str, reason: str) -> str:
-    # Closes a hole of the original ((a) only): a reason may be a Run's error.
-    if status == "failed":
-        return sanitize_failure(reason)
-    return sanitize_waiting_reason(reason)
-
-
-def goal_progress_dto(progress: GoalProgress | None) -> dict[str, Any] | None:
-    """Goal progress for a browser: not-passed criteria first, at most 100; ids(x) caps."""
-    if progress is None:
-        return None
-    ranked = [c for c in progress.criteria if c.status != "passed"]
-    ranked += [c for c in progress.criteria if c.status == "passed"]
-    criteria: list[dict[str, Any]] = []
-    for row in ranked[:MAX_CRITERIA]:
-        status = row.status if row.status in ("passed", "failed") else "unmet"
-        entry: dict[str, Any] = {
-            "criterion": sanitize_personal(row.criterion, CRITERION_LIMIT),
-            "status": status,
-            "evidenceRunIds": ids(row.evidence_run_ids),
-        }
-        if status == "failed":
-            entry["conflictingRunIds"] = ids(row.conflicting_run_ids)
-        criteria.append(entry)
-    total, completed = cnt(progress.total_criteria_count), cnt(progress.completed_criteria_count)
-    delivery: dict[str, Any] = {}
-    if progress.delivery.target in DELIVERY_TARGETS:
-        delivery["target"] = progress.delivery.target
-    delivery |= {
-        "status": "passed" if progress.delivery.status == "passed" else "unmet",
-        "evidenceRunIds": ids(progress.delivery.evidence_run_ids),
-    }
-    return {
-        "contractRevision": rev(progress.contract_revision),
-        "criteria": criteria,
-        "remainingCriteria": [e["criterion"] for e in criteria if e["status"] != "passed"],
-        "remainingCriteriaCount": max(0, total - completed),
-        "completedCriteriaCount": completed,
-        "totalCriteriaCount": total,
-        "omittedCriteriaCount": len(ranked) - len(criteria),
-        "evidenceRunIds": ids(progress.evidence_run_ids),
-        "blockers": [
-            {
-                "actionId": bounded_id(b.action_id),
-                "status": "failed" if b.status == "failed" else "waiting",
-                "reason": _blocker_reason(b.status, b.reason),
-            }
-            for b in progress.blockers[:MAX_BLOCKERS]
-        ],
-        "delivery": delivery,
-    }
+# --- goal progress (2.5): goal_progress_dto.py ----------------------------------------
 
 
 def _progress(item: WorkItemState, acts: ItemActions) -> GoalProgress:
