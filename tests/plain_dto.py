@@ -65,7 +65,6 @@ from workcenter.projections.views import (
     action_failure_reason,
     action_ref,
     attachment_view,
-    body_action,
     body_fields,
     canonical_result,
     content_summary,
@@ -224,6 +223,11 @@ def execution_control(
         "tokenAccounting": TOKEN_ACCOUNTING,
     }
     return control
+
+
+def body_action(item: WorkItemState, ordered: Sequence[ActionState]) -> ActionState | None:
+    """The body action: the current one, else the one with the highest sequence."""
+    return current_action(item, ordered) or (ordered[-1] if ordered else None)
 
 
 def brief_view(brief: Brief, limit: int) -> dict[str, str]:

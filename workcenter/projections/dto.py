@@ -104,7 +104,7 @@ __all__ = [
 ]
 
 
-# --- goal progress (2.5): goal_progress_dto.py ----------------------------------------
+# --- goal progress (2.5; its DTO is in goal_progress_dto.py) ----------------------------
 
 
 def _progress(item: WorkItemState, acts: ItemActions) -> GoalProgress:

@@ -84,11 +84,6 @@ def current_action(item: WorkItemState, ordered: Sequence[ActionState]) -> Actio
     return next((a for a in ordered if a.id == item.current_action_id), None)
 
 
-def body_action(item: WorkItemState, ordered: Sequence[ActionState]) -> ActionState | None:
-    """The body action: the current one, else the one with the highest sequence."""
-    return current_action(item, ordered) or (ordered[-1] if ordered else None)
-
-
 @dataclass(frozen=True)
 class ItemActions:
     """An item's Actions as one DTO build reads them, each list derived once (ADR-0037)."""
@@ -97,7 +92,7 @@ class ItemActions:
     visible: list[ActionState]
     runs: list[Run]  # every Run of every Action, in that order
     current: ActionState | None
-    body: ActionState | None
+    body: ActionState | None  # the current Action, else the last one in order
     completed_count: int  # of the visible ones
     outcome_count: int  # Runs no longer running
     counts: dict[str, int]  # Actions by status, the statuses no Action has left out
