@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from conftest import (
     BOOT_ID,
@@ -25,6 +26,7 @@ from conftest import (
 
 from workcenter.application import WorkCenter
 from workcenter.projections.detail import Detail
+from workcenter.projections.dto import detail_dto
 
 
 def detail_position(wc: WorkCenter) -> int:
@@ -47,14 +49,16 @@ def statements(wc: WorkCenter) -> Iterator[list[str]]:
             connection.set_trace_callback(None)
 
 
-def test_every_save_stores_the_items_dto_before_any_read(wc: WorkCenter) -> None:
+def test_every_save_but_a_renewal_stores_the_items_dto_before_any_read(wc: WorkCenter) -> None:
     item = create_linear(wc, stages=("implement",))
     assert detail_position(wc) == wc.event_count()
     assert wc.details.detail(item.id) is not None  # stored by the save, not by a read
     claimed = claim(wc)
     assert detail_position(wc) == wc.event_count()
+    claimed_dto = wc.details.detail(item.id)
     wc.renew_lease(claimed)
-    assert detail_position(wc) == wc.event_count()
+    assert detail_position(wc) < wc.event_count()  # a heartbeat leaves the view behind
+    assert wc.details.detail(item.id) == claimed_dto
     wc.finish_run(claimed, report())
     assert detail_position(wc) == wc.event_count()
     stored = wc.details.detail(item.id)
@@ -125,6 +129,45 @@ def test_ledger_only_saves_leave_the_view_to_the_next_read_which_sees_them(
     wc.reserve_request(item.id, request=request, run_id=claimed.run_id)
     wc.finish_run(claimed, report())  # an Action save brings the view to the head
     assert detail_position(wc) == wc.event_count()
+
+
+def test_a_read_right_after_renewals_is_the_dto_a_rebuild_gives(
+    wc: WorkCenter, clock: FakeClock
+) -> None:
+    """A renewal moves the lease's expiry and the Action's version, which the DTO shows
+    (``dataRevision``), so the read after it must catch the view up (ADR-0037)."""
+    item = create_linear(wc, stages=("implement",))
+    claimed = claim(wc, lease_seconds=30)
+    before = wc.detail(item.id)
+    for _ in range(3):
+        clock.advance(20)  # each renewal comes before the lease it renews expires
+        assert wc.renew_lease(claimed, lease_seconds=30)
+    assert detail_position(wc) < wc.event_count()
+    after = wc.detail(item.id)
+    assert detail_position(wc) == wc.event_count()
+    revision = after["executionControl"]["dataRevision"]
+    assert revision == before["executionControl"]["dataRevision"] + 2 * 3
+    state = wc.work_item(item.id)
+    expected = detail_dto(state, wc.actions(state), wc.ledger(item.id), now=clock.now())
+    assert after == orjson.loads(orjson.dumps(expected))
+    live = wc.details.dump()
+    wc.rebuild_projection(Detail.name)
+    assert wc.details.dump() == live
+
+
+def test_renewals_are_folded_by_the_next_save_of_the_item(wc: WorkCenter, clock: FakeClock) -> None:
+    item = create_linear(wc, stages=("implement",))
+    claimed = claim(wc, lease_seconds=30)
+    for _ in range(2):
+        clock.advance(10)
+        assert wc.renew_lease(claimed, lease_seconds=30)
+    clock.advance(10)
+    wc.finish_run(claimed, report())  # one DTO build for the renewals and the finish
+    assert detail_position(wc) == wc.event_count()
+    live = wc.details.dump()
+    wc.rebuild_projection(Detail.name)
+    assert wc.details.dump() == live
+    assert wc.detail(item.id)["status"] == "done"
 
 
 def test_two_writers_on_one_item_each_store_the_dto_of_every_state(

@@ -2,7 +2,8 @@
 
 It is an inline view: the DTO of an item is stored when a command on the item
 or its Actions is saved, so a read right after such a write is one query; the
-ledger's own writes are folded by the next save or read (ADR-0019).
+ledger's own writes and lease renewals are folded by the next save or read
+(ADR-0019, ADR-0037).
 
 Whenever events of an item arrive the view rebuilds that item's DTO from the
 states after them (``dv_details``): it folds the batch's events onto the states
@@ -33,7 +34,7 @@ from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.projections import sql
-from workcenter.projections.dto import detail_dto
+from workcenter.projections.dto import detail_json
 from workcenter.projections.tracked import Batch, TrackedView
 
 Kind = Literal["item", "action", "ledger"]
@@ -57,10 +58,14 @@ def kind_of(event: DomainEvent) -> Kind | None:
 
 def refreshes_detail(events: Iterable[DomainEvent]) -> bool:
     """Whether a save of ``events`` brings the view up to date at once: one that changes
-    a WorkItem or an Action does. A ledger-only save (an LLM request reserved or
-    settled, many per Run) leaves it behind; the next such save or read catches up,
-    building the item's DTO once for all those ledger events instead of once each."""
-    return any(kind_of(event) in ("item", "action") for event in events)
+    a WorkItem or an Action does, except a lease renewal. A ledger-only save (an LLM
+    request reserved or settled, many per Run) or a renewal (a heartbeat, many per Run)
+    leaves it behind; the next such save or read catches up, building the item's DTO
+    once for all those events instead of once each (ADR-0019, ADR-0037)."""
+    return any(
+        kind_of(event) in ("item", "action") and not isinstance(event, act.LeaseRenewed)
+        for event in events
+    )
 
 
 def build_detail(
@@ -70,7 +75,7 @@ def build_detail(
     at: datetime,
 ) -> bytes:
     """The serialised detail DTO of folded states, as of the item's event at ``at``."""
-    return orjson.dumps(detail_dto(item, actions, ledger, now=at))
+    return detail_json(item, actions, ledger, now=at)
 
 
 class StateSource(Protocol):

@@ -21,11 +21,12 @@ camelCase): id, turn_id, role, status, text, speaker {id, name}, decision
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
+
+import orjson
 
 from workcenter.domain.action import ActionState, Run
 from workcenter.domain.goal_progress import GoalProgress, current_run, derive_goal_progress
@@ -43,6 +44,7 @@ from workcenter.projections.execution import (
     execution_control,
     execution_stats,
 )
+from workcenter.projections.goal_progress_dto import goal_progress_dto
 from workcenter.projections.sanitize import (
     bounded_id,
     cnt,
@@ -51,7 +53,6 @@ from workcenter.projections.sanitize import (
     ids,
     rev,
     sanitize_diagnostic_paths,
-    sanitize_failure,
     sanitize_personal,
     sanitize_waiting_reason,
     truncate_utf8,
@@ -63,7 +64,6 @@ from workcenter.projections.views import (
     GOAL_LIMIT,
     LABEL_LIMIT,
     MAX_ATTACHMENTS,
-    MAX_BLOCKERS,
     MAX_CRITERIA,
     MAX_MESSAGES,
     MAX_OUTPUTS,
@@ -75,21 +75,18 @@ from workcenter.projections.views import (
     TERMINAL_STATUSES,
     TITLE_LIMIT,
     Actions,
+    ItemActions,
     Message,
     action_entry,
     action_failure_reason,
     action_ref,
     action_stats_entry,
     attachment_view,
-    body_action,
     body_fields,
     canonical_result,
-    current_action,
     latest_finished_run,
     message_window,
-    ordered_actions,
     text_of,
-    visible_actions,
 )
 
 __all__ = [
@@ -107,111 +104,51 @@ __all__ = [
 ]
 
 
-# --- goal progress (2.5) ---------------------------------------------------------------
+# --- goal progress (2.5; its DTO is in goal_progress_dto.py) ----------------------------
 
 
-def _blocker_reason(status: str, reason: str) -> str:
-    # Closes a hole of the original ((a) only): a reason may be a Run's error.
-    if status == "failed":
-        return sanitize_failure(reason)
-    return sanitize_waiting_reason(reason)
-
-
-def goal_progress_dto(progress: GoalProgress | None) -> dict[str, Any] | None:
-    """Goal progress for a browser: not-passed criteria first, at most 100; ids(x) caps."""
-    if progress is None:
-        return None
-    ranked = [c for c in progress.criteria if c.status != "passed"]
-    ranked += [c for c in progress.criteria if c.status == "passed"]
-    criteria: list[dict[str, Any]] = []
-    for row in ranked[:MAX_CRITERIA]:
-        status = row.status if row.status in ("passed", "failed") else "unmet"
-        entry: dict[str, Any] = {
-            "criterion": sanitize_personal(row.criterion, CRITERION_LIMIT),
-            "status": status,
-            "evidenceRunIds": ids(row.evidence_run_ids),
-        }
-        if status == "failed":
-            entry["conflictingRunIds"] = ids(row.conflicting_run_ids)
-        criteria.append(entry)
-    total, completed = cnt(progress.total_criteria_count), cnt(progress.completed_criteria_count)
-    delivery: dict[str, Any] = {}
-    if progress.delivery.target in DELIVERY_TARGETS:
-        delivery["target"] = progress.delivery.target
-    delivery |= {
-        "status": "passed" if progress.delivery.status == "passed" else "unmet",
-        "evidenceRunIds": ids(progress.delivery.evidence_run_ids),
-    }
-    return {
-        "contractRevision": rev(progress.contract_revision),
-        "criteria": criteria,
-        "remainingCriteria": [e["criterion"] for e in criteria if e["status"] != "passed"],
-        "remainingCriteriaCount": max(0, total - completed),
-        "completedCriteriaCount": completed,
-        "totalCriteriaCount": total,
-        "omittedCriteriaCount": len(ranked) - len(criteria),
-        "evidenceRunIds": ids(progress.evidence_run_ids),
-        "blockers": [
-            {
-                "actionId": bounded_id(b.action_id),
-                "status": "failed" if b.status == "failed" else "waiting",
-                "reason": _blocker_reason(b.status, b.reason),
-            }
-            for b in progress.blockers[:MAX_BLOCKERS]
-        ],
-        "delivery": delivery,
-    }
-
-
-def _progress(item: WorkItemState, ordered: Sequence[ActionState]) -> GoalProgress:
+def _progress(item: WorkItemState, acts: ItemActions) -> GoalProgress:
     return derive_goal_progress(
         criteria=item.acceptance_criteria,
         contract_revision=item.contract_revision,
         delivery_target=item.delivery_target,
-        actions=ordered,
+        actions=acts.ordered,
     )
 
 
 # --- summary (2.3) ---------------------------------------------------------------------
 
 
-def _item_failure_reason(
-    item: WorkItemState, ordered: Sequence[ActionState], ledger: LedgerState | None
-) -> str:
+def _item_failure_reason(item: WorkItemState, acts: ItemActions, ledger: LedgerState | None) -> str:
     if item.status not in ("needs_attention", "cancelled"):
         return ""
     stop = item.stopped or (ledger.stop_reason.code if ledger and ledger.stop_reason else None)
     if stop:
         return failure_reason(f"Execution stopped: {stop}")
-    current = current_action(item, ordered)
+    current, ordered = acts.current, acts.ordered
     for action in [current, *ordered] if current is not None else ordered:
         if reason := action_failure_reason(action):
             return reason
     return ""
 
 
-def _board(item: WorkItemState, ordered: Sequence[ActionState]) -> dict[str, Any]:
-    statuses = [a.status for a in ordered]
+def _board(item: WorkItemState, acts: ItemActions) -> dict[str, Any]:
+    ordered, counts, firsts = acts.ordered, acts.counts, acts.firsts
     if item.status in TERMINAL_STATUSES:
         lane = "closed"
     elif item.status in ("draft", "waiting", "needs_attention") or {"waiting", "failed"} & set(
-        statuses
+        counts
     ):
         lane = "needs_attention"
     else:
         lane = "active"
-    counts: Counter[str] = Counter(statuses)
 
     def first(*wanted: str) -> ActionState | None:
-        for status in wanted:
-            found = next((a for a in ordered if a.status == status), None)
-            if found is not None:
-                return found
-        return None
+        return next((firsts[status] for status in wanted if status in firsts), None)
 
     board: dict[str, Any] = {
         "boardLane": lane,
-        "actionCounts": {s: counts[s] for s in ACTION_STATUS_ORDER if counts[s]},
+        "actionCounts": {s: counts[s] for s in ACTION_STATUS_ORDER if s in counts},
     }
     if (attention := action_ref(first("waiting", "failed"))) is not None:
         board["attentionAction"] = attention
@@ -229,7 +166,7 @@ def _board(item: WorkItemState, ordered: Sequence[ActionState]) -> dict[str, Any
 
 def _base(
     item: WorkItemState,
-    ordered: Sequence[ActionState],
+    acts: ItemActions,
     ledger: LedgerState | None,
     *,
     now: datetime,
@@ -237,13 +174,12 @@ def _base(
     attachment_count: int,
     run_stats: RunStats | None,
 ) -> dict[str, Any]:
-    visible = visible_actions(ordered)
-    runs = [run for action in ordered for run in action.runs]
+    ordered, visible, runs = acts.ordered, acts.visible, acts.runs
     dto: dict[str, Any] = {
         "id": str(item.id),
         "revision": rev(item.contract_revision),
         "planRevision": cnt(item.version),
-        "ledgerRevision": sum(1 for run in runs if run.status != "running"),
+        "ledgerRevision": acts.outcome_count,
         "coordinatorRevision": cnt(coordinator_revision),
         "coordinationMode": item.mode,
         "executionMode": item.mode,
@@ -255,7 +191,7 @@ def _base(
         dto["currentActionId"] = str(item.current_action_id)
     dto |= {
         "actionCount": len(visible),
-        "completedActionCount": sum(1 for a in visible if a.status == "completed"),
+        "completedActionCount": acts.completed_count,
         "executionStats": execution_stats(runs, ledger, whole_item=True, run_stats=run_stats),
     }
     if ledger is not None:
@@ -265,7 +201,7 @@ def _base(
             now=now,
             data_revision=data_revision(item, ordered, ledger, now=now),
         )
-    if reason := _item_failure_reason(item, ordered, ledger):
+    if reason := _item_failure_reason(item, acts, ledger):
         dto["failureReason"] = reason
     dto |= {
         "linkedSessionIds": [],
@@ -273,12 +209,12 @@ def _base(
         "createdAt": epoch_ms(item.created_at),
         "updatedAt": epoch_ms(item.updated_at),
     }
-    return dto | _board(item, ordered)
+    return dto | _board(item, acts)
 
 
 def _summary(
     item: WorkItemState,
-    ordered: Sequence[ActionState],
+    acts: ItemActions,
     ledger: LedgerState | None,
     *,
     now: datetime,
@@ -290,14 +226,14 @@ def _summary(
 ) -> dict[str, Any]:
     dto = _base(
         item,
-        ordered,
+        acts,
         ledger,
         now=now,
         coordinator_revision=coordinator_revision,
         attachment_count=attachment_count,
         run_stats=run_stats,
     )
-    current = current_action(item, ordered)
+    current = acts.current
     if current is not None:
         entry: dict[str, Any] = {
             "id": str(current.id),
@@ -311,11 +247,10 @@ def _summary(
             "objective": sanitize_diagnostic_paths(current.brief.objective, OBJECTIVE_LIMIT),
         }
         dto["currentAction"] = entry
-    body = body_action(item, ordered)
     stats = []
-    for action in visible_actions(ordered):
+    for action in acts.visible:
         entry = action_stats_entry(action, ledger, run_stats)
-        if body_extras and action is body:
+        if body_extras and action is acts.body:
             entry |= body_fields(action, live_message)
         stats.append(entry)
     dto["actionStats"] = stats
@@ -336,7 +271,7 @@ def summary_dto(
     """A list row and the base of broadcasts (2.3), within ``budget`` bytes."""
     dto = _summary(
         item,
-        ordered_actions(actions),
+        ItemActions.of(item, actions),
         ledger,
         now=now,
         coordinator_revision=coordinator_revision,
@@ -371,7 +306,7 @@ def broadcast_dto(
             envelope[key] = bounded_id(value)
     envelope["workItem"] = _summary(
         item,
-        ordered_actions(actions),
+        ItemActions.of(item, actions),
         ledger,
         now=now,
         coordinator_revision=coordinator_revision,
@@ -466,32 +401,29 @@ def _criteria(criteria: Sequence[str]) -> list[str]:
     return [sanitize_personal(c, CONTRACT_CRITERION_LIMIT) for c in criteria[:MAX_CRITERIA]]
 
 
-def _mainline(item: WorkItemState, ordered: Sequence[ActionState]) -> dict[str, Any]:
+def _mainline(item: WorkItemState, acts: ItemActions, criteria: list[str]) -> dict[str, Any]:
     """The contract, counters and each visible action's canonical result; never errors."""
     revision = rev(item.contract_revision)
-    runs = [run for action in ordered for run in action.runs]
+    visible = acts.visible
     mainline: dict[str, Any] = {
         "contractRevision": revision,
-        "criteria": _criteria(item.acceptance_criteria),
+        "criteria": criteria,
     }
     if item.delivery_target in DELIVERY_TARGETS:
         mainline["deliveryTarget"] = item.delivery_target
-    visible = visible_actions(ordered)
     return mainline | {
         "counters": {
-            "actionCount": len(ordered),
+            "actionCount": len(acts.ordered),
             "openActionCount": sum(1 for a in visible if a.status not in ("completed", "closed")),
-            "completedActionCount": sum(1 for a in visible if a.status == "completed"),
-            "runCount": len(runs),
-            "outcomeRevision": sum(1 for run in runs if run.status != "running"),
+            "completedActionCount": acts.completed_count,
+            "runCount": len(acts.runs),
+            "outcomeRevision": acts.outcome_count,
         },
         "actions": [canonical_result(action, revision) for action in visible],
     }
 
 
-def _waiting_reason(
-    item: WorkItemState, ordered: Sequence[ActionState], messages: Sequence[Any]
-) -> str:
+def _waiting_reason(item: WorkItemState, acts: ItemActions, messages: Sequence[Any]) -> str:
     """The latest request_human question, else (while waiting) the current action's reason."""
     if item.status in TERMINAL_STATUSES:
         return ""
@@ -501,7 +433,7 @@ def _waiting_reason(
             continue
         if question := text_of(decision.get("question")).strip():
             return sanitize_waiting_reason(question)
-    current = current_action(item, ordered)
+    current = acts.current
     if item.status != "waiting" or current is None:
         return ""
     run = current_run(current, item.contract_revision) or latest_finished_run(current)
@@ -510,12 +442,12 @@ def _waiting_reason(
     return sanitize_waiting_reason(run.result.waiting_reason or "")
 
 
-def _action_summary(ordered: Sequence[ActionState]) -> str:
-    if not ordered:
+def _action_summary(acts: ItemActions) -> str:
+    total, counts = len(acts.ordered), acts.counts
+    if not total:
         return "No actions"
-    counts: Counter[str] = Counter(a.status for a in ordered)
-    parts = ", ".join(f"{counts[s]} {s}" for s in ACTION_STATUS_ORDER if counts[s])
-    return f"{len(ordered)} action{'s' if len(ordered) != 1 else ''}: {parts}"
+    parts = ", ".join(f"{counts[s]} {s}" for s in ACTION_STATUS_ORDER if s in counts)
+    return f"{total} action{'s' if total != 1 else ''}: {parts}"
 
 
 def detail_dto(
@@ -536,48 +468,96 @@ def detail_dto(
 
     ``messages`` are the item's Coordinator entries oldest first (the newest 100 are
     kept); ``turns`` are the body action's conversation turns (the newest 20)."""
-    ordered = ordered_actions(actions)
-    attachment_list = [a for a in attachments if isinstance(a, Mapping)]
+    dto = _detail(
+        item,
+        ItemActions.of(item, actions),
+        ledger,
+        now=now,
+        messages=messages,
+        turns=turns,
+        attachments=[a for a in attachments if isinstance(a, Mapping)],
+        live_message=live_message,
+        coordinator_revision=coordinator_revision,
+        run_stats=run_stats,
+    )
+    return enforce_budget(dto, "detail", budget=budget)
+
+
+def detail_json(
+    item: WorkItemState, actions: Actions, ledger: LedgerState | None, *, now: datetime
+) -> bytes:
+    """``orjson.dumps(detail_dto(item, actions, ledger, now=now))``, serialised once when
+    it fits the budget (the budget measures the same bytes; ADR-0037)."""
+    dto = _detail(
+        item,
+        ItemActions.of(item, actions),
+        ledger,
+        now=now,
+        messages=(),
+        turns=(),
+        attachments=[],
+        live_message=None,
+        coordinator_revision=0,
+        run_stats=None,
+    )
+    data = orjson.dumps(dto)
+    if len(data) <= MAX_DTO_BYTES:
+        return data
+    return orjson.dumps(enforce_budget(dto, "detail"))
+
+
+def _detail(
+    item: WorkItemState,
+    acts: ItemActions,
+    ledger: LedgerState | None,
+    *,
+    now: datetime,
+    messages: Sequence[Message],
+    turns: Sequence[Message],
+    attachments: list[Mapping[str, Any]],
+    live_message: str | None,
+    coordinator_revision: int,
+    run_stats: RunStats | None,
+) -> dict[str, Any]:
     dto = _base(
         item,
-        ordered,
+        acts,
         ledger,
         now=now,
         coordinator_revision=coordinator_revision,
-        attachment_count=len(attachment_list),
+        attachment_count=len(attachments),
         run_stats=run_stats,
     )
-    dto["acceptanceCriteria"] = _criteria(item.acceptance_criteria)
+    criteria = _criteria(item.acceptance_criteria)
+    dto["acceptanceCriteria"] = criteria
     if item.delivery_target in DELIVERY_TARGETS:
         dto["deliveryTarget"] = item.delivery_target
-    progress = goal_progress_dto(_progress(item, ordered))
+    progress = goal_progress_dto(_progress(item, acts))
     if progress is not None:
         dto["goalProgress"] = progress
-    dto["outputs"] = _outputs(ordered)
+    dto["outputs"] = _outputs(acts.ordered)
     if item.final_result is not None:
-        runs = {run.id: run for action in ordered for run in action.runs}
-        dto["finalResult"] = _final_result(item.final_result, runs)
-    if waiting := _waiting_reason(item, ordered, messages):
+        dto["finalResult"] = _final_result(item.final_result, {r.id: r for r in acts.runs})
+    if waiting := _waiting_reason(item, acts, messages):
         dto["waitingReason"] = waiting
-    dto["mainline"] = _mainline(item, ordered)
+    dto["mainline"] = _mainline(item, acts, list(criteria))  # a list of its own to trim
     window, omitted = message_window(messages, MAX_MESSAGES)
     dto["messages"] = window
     if omitted:
         dto["omittedMessageCount"] = omitted
-    dto["attachments"] = [attachment_view(a) for a in attachment_list[:MAX_ATTACHMENTS]]
-    dto["actionCount"] = len(ordered)
-    dto["actionSummary"] = _action_summary(ordered)
-    body = body_action(item, ordered)
+    dto["attachments"] = [attachment_view(a) for a in attachments[:MAX_ATTACHMENTS]]
+    dto["actionCount"] = len(acts.ordered)
+    dto["actionSummary"] = _action_summary(acts)
     dto["actions"] = [
         action_entry(
             item,
             action,
             ledger,
-            body=action is body,
+            body=action is acts.body,
             run_stats=run_stats,
             turns=turns,
             live_message=live_message,
         )
-        for action in ordered
+        for action in acts.ordered
     ]
-    return enforce_budget(dto, "detail", budget=budget)
+    return dto

@@ -22,6 +22,7 @@ STATS_KEYS: tuple[str, ...] = (
     "llmRequestCount", "loopCount", "toolCount", "inputTokens", "outputTokens",
     "cacheReadTokens", "cacheWriteTokens", "totalTokens",
 )  # fmt: skip
+_RUN_ONLY_KEYS: tuple[str, ...] = ("loopCount", "toolCount")
 # The ledger's usage fields behind the five token keys.
 _TOKEN_FIELDS: Mapping[str, str] = {
     "inputTokens": "input_tokens",
@@ -81,16 +82,28 @@ def execution_stats(
     """
     run_list = list(runs)
     stats = dict.fromkeys(STATS_KEYS, 0)
+    # With a ledger only the loop and tool counts are the Runs' own.
+    summed = STATS_KEYS if ledger is None else _RUN_ONLY_KEYS
+    known = run_stats or {}
     for run in run_list:
-        recorded = (run_stats or {}).get(run.id) or counters_view(run)
-        for key in STATS_KEYS:
+        recorded = known.get(run.id)
+        if not recorded:
+            if run.progress is None:
+                continue  # the Run recorded no counters: it adds 0 to each
+            recorded = counters_view(run)
+        for key in summed:
             stats[key] += cnt(recorded.get(key))
     if ledger is not None:
-        run_ids = {run.id for run in run_list}
-        rows = [row for row in ledger.reservations.values() if whole_item or row.run_id in run_ids]
+        if whole_item:
+            rows: Collection[Reservation] = ledger.reservations.values()
+        else:
+            run_ids = {run.id for run in run_list}
+            rows = [row for row in ledger.reservations.values() if row.run_id in run_ids]
         stats["llmRequestCount"] = len(rows)
-        for key, field in _TOKEN_FIELDS.items():
-            stats[key] = sum(_usage_value(row, field) for row in rows)
+        for row in rows:
+            if row.usage is not None:
+                for key, field in _TOKEN_FIELDS.items():
+                    stats[key] += cnt(getattr(row.usage, field))
     return stats
 
 

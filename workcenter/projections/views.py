@@ -9,6 +9,7 @@ through sanitisers (c) and (d).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -83,9 +84,42 @@ def current_action(item: WorkItemState, ordered: Sequence[ActionState]) -> Actio
     return next((a for a in ordered if a.id == item.current_action_id), None)
 
 
-def body_action(item: WorkItemState, ordered: Sequence[ActionState]) -> ActionState | None:
-    """The body action: the current one, else the one with the highest sequence."""
-    return current_action(item, ordered) or (ordered[-1] if ordered else None)
+@dataclass(frozen=True)
+class ItemActions:
+    """An item's Actions as one DTO build reads them, each list derived once (ADR-0037)."""
+
+    ordered: list[ActionState]
+    visible: list[ActionState]
+    runs: list[Run]  # every Run of every Action, in that order
+    current: ActionState | None
+    body: ActionState | None  # the current Action, else the last one in order
+    completed_count: int  # of the visible ones
+    outcome_count: int  # Runs no longer running
+    counts: dict[str, int]  # Actions by status, the statuses no Action has left out
+    firsts: dict[str, ActionState]  # the first Action in order of each status
+
+    @classmethod
+    def of(cls, item: WorkItemState, actions: Actions) -> ItemActions:
+        ordered = ordered_actions(actions)
+        visible = visible_actions(ordered)
+        runs = [run for action in ordered for run in action.runs]
+        current = current_action(item, ordered)
+        counts: dict[str, int] = {}
+        firsts: dict[str, ActionState] = {}
+        for action in ordered:
+            counts[action.status] = counts.get(action.status, 0) + 1
+            firsts.setdefault(action.status, action)
+        return cls(
+            ordered=ordered,
+            visible=visible,
+            runs=runs,
+            current=current,
+            body=current or (ordered[-1] if ordered else None),
+            completed_count=sum(1 for a in visible if a.status == "completed"),
+            outcome_count=sum(1 for run in runs if run.status != "running"),
+            counts=counts,
+            firsts=firsts,
+        )
 
 
 def identity_runs(action: ActionState) -> list[Run]:
@@ -216,14 +250,15 @@ def action_stats_entry(
 
 
 def brief_view(brief: Brief, limit: int) -> dict[str, str]:
-    return cut_brief(
-        {
-            "objective": sanitize_diagnostic_paths(brief.objective, limit),
-            "approach": sanitize_diagnostic_paths(brief.approach, limit),
-            "expectedOutcome": sanitize_diagnostic_paths(brief.expected_outcome, limit),
-        },
-        limit,
-    )
+    shown = {
+        "objective": sanitize_diagnostic_paths(brief.objective, limit),
+        "approach": sanitize_diagnostic_paths(brief.approach, limit),
+        "expectedOutcome": sanitize_diagnostic_paths(brief.expected_outcome, limit),
+    }
+    # ASCII texts within the limit together: cut_brief would keep each as it is.
+    if all(text.isascii() for text in shown.values()) and sum(map(len, shown.values())) <= limit:
+        return {key: text for key, text in shown.items() if text}
+    return cut_brief(shown, limit)
 
 
 def evidence_view(item: EvidenceItem) -> dict[str, Any]:
