@@ -151,7 +151,7 @@ def test_a_read_right_after_renewals_is_the_dto_a_rebuild_gives(
     expected = detail_dto(state, wc.actions(state), wc.ledger(item.id), now=clock.now())
     assert after == orjson.loads(orjson.dumps(expected))
     live = wc.details.dump()
-    wc.rebuild_projection(Detail.name)
+    wc.maintenance.rebuild_projection(Detail.name)
     assert wc.details.dump() == live
 
 
@@ -165,7 +165,7 @@ def test_renewals_are_folded_by_the_next_save_of_the_item(wc: WorkCenter, clock:
     wc.finish_run(claimed, report())  # one DTO build for the renewals and the finish
     assert detail_position(wc) == wc.event_count()
     live = wc.details.dump()
-    wc.rebuild_projection(Detail.name)
+    wc.maintenance.rebuild_projection(Detail.name)
     assert wc.details.dump() == live
     assert wc.detail(item.id)["status"] == "done"
 
