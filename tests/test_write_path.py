@@ -3,6 +3,8 @@ stored bytes for every event, the same chain digests, the same states."""
 
 from __future__ import annotations
 
+import hashlib
+import struct
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -10,9 +12,11 @@ from uuid import UUID, uuid4
 
 import orjson
 from click.testing import CliRunner
+from eventsourcing.persistence import StoredEvent
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from workcenter import hash_chain
 from workcenter.adapters.cli import cli
 from workcenter.adapters.compression import inflate
 from workcenter.adapters.persistence import ROW_FIELDS, encode_state
@@ -23,6 +27,9 @@ from workcenter.domain.actor import Actor
 from workcenter.domain.model import DomainEvent
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+# The digest of the fixed event in test_a_link_s_digest_is_pinned, computed by the code
+# before ADR-0038.
+PINNED = "b0c5db12eaae000c5a0eef31ccb6c74fa83c4e668b1faff3bcc0996e0915e9c7"
 
 
 def plain_state(event: DomainEvent) -> bytes:
@@ -123,3 +130,67 @@ def test_every_event_of_the_demo_is_stored_as_the_plain_path_wrote_it(tmp_path: 
         assert len(topics) >= 20, sorted(topics)
     finally:
         wc.close()
+
+
+def plain_digest(
+    position: int, previous: int, event: StoredEvent, previous_digest: bytes, stream: bytes
+) -> bytes:
+    """The chain's digest as ADR-0028 wrote it: the parts fed one by one."""
+    topic = event.topic.encode(errors="surrogateescape")
+    oid = (
+        event.originator_id.bytes
+        if isinstance(event.originator_id, UUID)
+        else event.originator_id.encode(errors="surrogateescape")
+    )
+    h = hashlib.sha256(hash_chain.TAG)
+    h.update(struct.pack(">qqQ", position, previous, len(oid)))
+    h.update(oid)
+    h.update(struct.pack(">qQ", event.originator_version, len(topic)))
+    h.update(topic)
+    h.update(struct.pack(">Q", len(event.state)))
+    h.update(event.state)
+    h.update(previous_digest)
+    h.update(stream)
+    return h.digest()
+
+
+SIGNED = st.integers(-(2**63), 2**63 - 1)
+DIGESTS = st.binary(min_size=32, max_size=32)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    position=SIGNED,
+    previous=SIGNED,
+    originator=st.uuids() | st.text(max_size=40),
+    version=SIGNED,
+    topic=st.text(max_size=60),
+    state=st.binary(max_size=600),
+    previous_digest=DIGESTS,
+    stream=DIGESTS,
+)
+def test_a_link_s_digest_is_the_plain_path_s(
+    position: int,
+    previous: int,
+    originator: UUID | str,
+    version: int,
+    topic: str,
+    state: bytes,
+    previous_digest: bytes,
+    stream: bytes,
+) -> None:
+    event = StoredEvent(
+        originator_id=originator, originator_version=version, topic=topic, state=state
+    )
+    assert hash_chain.digest(position, previous, event, previous_digest, stream) == plain_digest(
+        position, previous, event, previous_digest, stream
+    )
+
+
+def test_a_link_s_digest_is_pinned() -> None:
+    """A chain written before ADR-0038 verifies after it: the digest of a fixed event."""
+    event = StoredEvent(
+        originator_id=UUID(int=1), originator_version=2, topic="a:B", state=b"\x78\x9c"
+    )
+    digest = hash_chain.digest(3, 2, event, bytes(32), b"\x01" * 32)
+    assert digest.hex() == PINNED
