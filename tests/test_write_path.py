@@ -3,18 +3,23 @@ stored bytes for every event, the same chain digests, the same states."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import struct
+import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID, uuid4
 
 import orjson
+import pytest
 from click.testing import CliRunner
 from eventsourcing.persistence import StoredEvent
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 from workcenter import hash_chain
 from workcenter.adapters.cli import cli
@@ -22,9 +27,11 @@ from workcenter.adapters.compression import inflate
 from workcenter.adapters.persistence import ROW_FIELDS, encode_state
 from workcenter.application import WorkCenter
 from workcenter.domain import action as act
+from workcenter.domain import conversation as conv
+from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
-from workcenter.domain.model import DomainEvent
+from workcenter.domain.model import DomainEvent, Immutable
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 # The digest of the fixed event in test_a_link_s_digest_is_pinned, computed by the code
@@ -194,3 +201,80 @@ def test_a_link_s_digest_is_pinned() -> None:
     )
     digest = hash_chain.digest(3, 2, event, bytes(32), b"\x01" * 32)
     assert digest.hex() == PINNED
+
+
+@functools.cache
+def demo_streams() -> dict[UUID, list[DomainEvent]]:
+    """The events of the demo's store, by stream."""
+    with tempfile.TemporaryDirectory() as directory:
+        db = Path(directory) / "demo.db"
+        result = CliRunner().invoke(cli, ["--db", str(db), "demo", "--json"])
+        assert result.exit_code == 0, result.output
+        wc = WorkCenter.open(db)
+        try:
+            streams: dict[UUID, list[DomainEvent]] = {}
+            for stored in wc.store.recorder.select_notifications(start=1, limit=100_000):
+                event = wc.store.mapper.to_domain_event(stored)
+                streams.setdefault(event.originator_id, []).append(event)
+            return streams
+        finally:
+            wc.close()
+
+
+FOLDS: dict[type[DomainEvent], Callable[[Any, Any], Any]] = {
+    wi.WorkItemEvent: wi.evolve,
+    act.ActionEvent: act.evolve,
+    rl.LedgerEvent: rl.evolve,
+    conv.ConversationEvent: conv.evolve,
+}
+
+
+def _states(streams: dict[UUID, list[DomainEvent]]) -> list[Immutable]:
+    """Every state of every stream, in order, folded by the domain's own evolve."""
+    states: list[Immutable] = []
+    for events in streams.values():
+        (evolve,) = [f for base, f in FOLDS.items() if isinstance(events[0], base)]
+        state = None
+        for event in events:
+            state = evolve(state, event)
+            states.append(state)
+    return states
+
+
+def _same(a: BaseModel, b: BaseModel) -> bool:
+    return (
+        type(a) is type(b)
+        and a.__dict__ == b.__dict__
+        and a.__pydantic_fields_set__ == b.__pydantic_fields_set__
+        and a.__pydantic_extra__ == b.__pydantic_extra__
+        and a.__pydantic_private__ == b.__pydantic_private__
+        and a == b
+    )
+
+
+def test_every_state_of_the_demo_folds_as_with_pydantic_s_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The demo's streams (WorkItem, Actions with Runs, ledger, Conversation) folded with
+    the fast copy and with pydantic's: the same states, field for field."""
+    streams = demo_streams()
+    fast = _states(streams)
+    monkeypatch.setattr(Immutable, "model_copy", BaseModel.model_copy)
+    plain = _states(streams)
+    assert len(fast) == len(plain) > 100
+    assert all(_same(a, b) for a, b in zip(fast, plain, strict=True))
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_a_copy_with_any_update_is_pydantic_s(data: st.DataObject) -> None:
+    states = _states(demo_streams())
+    state = data.draw(st.sampled_from(states))
+    names = data.draw(st.lists(st.sampled_from(sorted(type(state).model_fields)), unique=True))
+    other = data.draw(st.sampled_from([s for s in states if type(s) is type(state)]))
+    update = {name: getattr(other, name) for name in names}
+    deep = data.draw(st.booleans())
+    ours = state.model_copy(update=update or data.draw(st.none() | st.just({})), deep=deep)
+    theirs = BaseModel.model_copy(state, update=update, deep=deep)
+    assert _same(ours, theirs)
+    assert ours is not state and ours.__dict__ is not state.__dict__
