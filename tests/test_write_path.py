@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from eventsourcing.persistence import StoredEvent
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from workcenter import hash_chain
 from workcenter.adapters.cli import cli
@@ -278,3 +278,61 @@ def test_a_copy_with_any_update_is_pydantic_s(data: st.DataObject) -> None:
     theirs = BaseModel.model_copy(state, update=update, deep=deep)
     assert _same(ours, theirs)
     assert ours is not state and ours.__dict__ is not state.__dict__
+
+
+class WrappedActor(BaseModel):
+    """Actor as serialised before ADR-0038: a wrapping serialiser dropped a null cause."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str
+    id: str
+    caused_by: WrappedActor | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_no_cause(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if data.get("caused_by") is None:
+            data.pop("caused_by", None)
+        return data
+
+
+class WrappedBrief(BaseModel):
+    """Brief as serialised before ADR-0038: a wrapping serialiser dropped an empty rationale."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    objective: str
+    approach: str = ""
+    expected_outcome: str = ""
+    rationale: str = ""
+
+    @model_serializer(mode="wrap")
+    def _omit_no_rationale(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        if not data.get("rationale"):
+            data.pop("rationale", None)
+        return data
+
+
+CAUSES = st.deferred(
+    lambda: st.none() | st.builds(Actor, kind=st.just("user"), id=TEXT, caused_by=CAUSES)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(actor=st.builds(Actor, kind=st.just("worker"), id=TEXT, caused_by=CAUSES))
+def test_an_actor_serialises_as_with_the_wrapping_serialiser(actor: Actor) -> None:
+    wrapped = WrappedActor.model_validate(actor.model_dump())
+    for mode in ("json", "python"):
+        assert actor.model_dump(mode=mode) == wrapped.model_dump(mode=mode)
+    assert actor.model_dump_json() == wrapped.model_dump_json()
+
+
+@settings(max_examples=300, deadline=None)
+@given(brief=st.builds(act.Brief, objective=TEXT, approach=TEXT, rationale=st.just("") | TEXT))
+def test_a_brief_serialises_and_hashes_as_with_the_wrapping_serialiser(brief: act.Brief) -> None:
+    wrapped = WrappedBrief.model_validate(brief.model_dump())
+    for mode in ("json", "python"):
+        assert brief.model_dump(mode=mode) == wrapped.model_dump(mode=mode)
+    assert brief.model_dump_json() == wrapped.model_dump_json()
