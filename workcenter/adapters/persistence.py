@@ -17,7 +17,7 @@ import orjson
 from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
 from eventsourcing.utils import get_topic, resolve_topic
 
-from workcenter.adapters.compression import COMPRESSOR_TOPIC, is_compressed
+from workcenter.adapters.compression import COMPRESSOR_TOPIC, is_compressed, worth_deflating
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.adapters.sqlite_settings import FACTORY_TOPIC, synchronous_env
 from workcenter.domain.action import ActionState
@@ -50,7 +50,7 @@ class PydanticMapper(Mapper[UUID]):
 
     def to_stored_event(self, domain_event: Any) -> StoredEvent:
         data = encode_state(domain_event)
-        if self.compressor:
+        if self.compressor and worth_deflating(data):
             data = self.compressor.compress(data)
         if self.cipher:
             data = self.cipher.encrypt(data)
