@@ -336,3 +336,33 @@ def test_a_brief_serialises_and_hashes_as_with_the_wrapping_serialiser(brief: ac
     for mode in ("json", "python"):
         assert brief.model_dump(mode=mode) == wrapped.model_dump(mode=mode)
     assert brief.model_dump_json() == wrapped.model_dump_json()
+
+
+def _digest_of(c: Any, stream: hash_chain.Stream, version: int) -> list[bytes]:
+    c.execute(
+        "SELECT c.digest FROM stored_events e JOIN event_chain c ON c.position = e.rowid"
+        " WHERE e.originator_id = ? AND e.originator_version = ?",
+        (stream.hex if isinstance(stream, UUID) else stream, version),
+    )
+    return [row[0] for row in c.fetchall()]
+
+
+def test_one_query_finds_every_stream_s_digest_as_one_query_each_did(tmp_path: Path) -> None:
+    wc = WorkCenter.open(tmp_path / "chain.db")
+    try:
+        items = [wc.create_work_item(title=f"t{n}", goal="g", mode="dynamic").id for n in range(3)]
+        recorder = wc.store.recorder
+        table = recorder.chain  # type: ignore[attr-defined]
+        wanted: dict[hash_chain.Stream, int] = {items[0]: 1, items[1]: 1, items[2]: 99}
+        wanted["not-a-stream"] = 1
+        with recorder.datastore.transaction(commit=False) as c:  # type: ignore[attr-defined]
+            found = table.stream_digests(c, wanted)
+            one_by_one = {
+                stream: digest
+                for stream, version in wanted.items()
+                for digest in _digest_of(c, stream, version)
+            }
+            assert table.stream_digests(c, {}) == {}
+        assert found == one_by_one and set(found) == {items[0], items[1]}
+    finally:
+        wc.close()

@@ -179,17 +179,18 @@ class SQLiteChainTable:
         return [(row[0], _stored(row, 1)) for row in c.fetchall()]
 
     def stream_digests(self, c: SQLiteCursor, streams: Mapping[Stream, int]) -> dict[Stream, bytes]:
-        found: dict[Stream, bytes] = {}
-        for stream, version in streams.items():
-            c.execute(
-                f"SELECT c.digest FROM {self.events} e JOIN {self.name} c ON c.position = e.rowid"
-                " WHERE e.originator_id = ? AND e.originator_version = ?",
-                (stream.hex if isinstance(stream, UUID) else stream, version),
-            )
-            row = c.fetchone()
-            if row is not None:
-                found[stream] = row[0]
-        return found
+        if not streams:
+            return {}
+        # One query for every stream of the write, each term a search of the events' key
+        # (SQLite's multi-index OR), instead of one query per stream (ADR-0038).
+        keys = {(s.hex if isinstance(s, UUID) else s): s for s in streams}
+        c.execute(
+            f"SELECT e.originator_id, c.digest FROM {self.events} e"
+            f" JOIN {self.name} c ON c.position = e.rowid WHERE "
+            + " OR ".join(["(e.originator_id = ? AND e.originator_version = ?)"] * len(keys)),
+            [value for key, s in keys.items() for value in (key, streams[s])],
+        )
+        return {keys[row[0]]: row[1] for row in c.fetchall()}
 
     def insert(self, c: SQLiteCursor, links: Sequence[Link]) -> None:
         c.executemany(
