@@ -30,6 +30,13 @@ READY = (
 )
 
 
+# The status an item's row takes after an event of these classes (StatusChanged says its own).
+ITEM_STATUS_AFTER: dict[type[wi.WorkItemEvent], str] = {
+    wi.WorkItemCancelled: "cancelled",
+    wi.WorkItemCompleted: "done",
+}
+
+
 def _ts(moment: datetime) -> float:
     return moment.timestamp()
 
@@ -152,11 +159,13 @@ class WorkQueueView(TrackedView):
                 "UPDATE wq_items SET title = ? WHERE work_item_id = ?",
                 (self.titles.seal(event.title), iid),
             )
-        status = {
-            wi.StatusChanged: getattr(event, "status", None),
-            wi.WorkItemCancelled: "cancelled",
-            wi.WorkItemCompleted: "done",
-        }.get(type(event))
+        # Not ``getattr(event, "status", None)`` on every event: a pydantic model's missing
+        # attribute costs a raised and caught error, about 5 us (ADR-0038).
+        status = (
+            event.status
+            if isinstance(event, wi.StatusChanged)
+            else ITEM_STATUS_AFTER.get(type(event))
+        )
         if status is not None:
             c.execute("UPDATE wq_items SET status = ? WHERE work_item_id = ?", (status, iid))
 
