@@ -366,3 +366,21 @@ def test_one_query_finds_every_stream_s_digest_as_one_query_each_did(tmp_path: P
         assert found == one_by_one and set(found) == {items[0], items[1]}
     finally:
         wc.close()
+
+
+def test_the_migration_s_batches_find_every_stream_s_digest(tmp_path: Path) -> None:
+    """A migration batch holds up to BATCH streams; one OR of them all is deeper than
+    SQLite takes (1,000), so they are read a few hundred at a time."""
+    wc = WorkCenter.open(tmp_path / "chain.db")
+    try:
+        items = [wc.create_work_item(title=f"t{n}", goal="g", mode="dynamic").id for n in range(3)]
+        recorder = wc.store.recorder
+        table = recorder.chain  # type: ignore[attr-defined]
+        wanted: dict[hash_chain.Stream, int] = {uuid4(): 1 for _ in range(hash_chain.BATCH)}
+        wanted.update({item: 1 for item in items})
+        with recorder.datastore.transaction(commit=False) as c:  # type: ignore[attr-defined]
+            found = table.stream_digests(c, wanted)
+            one_by_one = {item: d for item in items for d in _digest_of(c, item, 1)}
+        assert found == one_by_one and set(found) == set(items)
+    finally:
+        wc.close()
