@@ -32,9 +32,6 @@ from workcenter.projections.inline import InlineWrite
 # The names of the keyword arguments a save passes down to the recorder.
 SNAPSHOTS = "snapshots"
 INLINE_WRITE = "inline_write"
-# Streams whose previous digests one query reads: a chained OR is as deep as it is long,
-# and SQLite refuses an expression tree deeper than 1,000.
-STREAMS_PER_QUERY = 400
 
 
 @dataclass(frozen=True)
@@ -182,21 +179,16 @@ class SQLiteChainTable:
         return [(row[0], _stored(row, 1)) for row in c.fetchall()]
 
     def stream_digests(self, c: SQLiteCursor, streams: Mapping[Stream, int]) -> dict[Stream, bytes]:
-        # One query for the streams of a write, each term a search of the events' key
-        # (SQLite's multi-index OR), instead of one query per stream (ADR-0038); the
-        # migration's batches (up to BATCH streams) take STREAMS_PER_QUERY at a time.
-        keys = {(s.hex if isinstance(s, UUID) else s): s for s in streams}
         found: dict[Stream, bytes] = {}
-        ordered = list(keys)
-        for start in range(0, len(ordered), STREAMS_PER_QUERY):
-            some = ordered[start : start + STREAMS_PER_QUERY]
+        for stream, version in streams.items():
             c.execute(
-                f"SELECT e.originator_id, c.digest FROM {self.events} e"
-                f" JOIN {self.name} c ON c.position = e.rowid WHERE "
-                + " OR ".join(["(e.originator_id = ? AND e.originator_version = ?)"] * len(some)),
-                [value for key in some for value in (key, streams[keys[key]])],
+                f"SELECT c.digest FROM {self.events} e JOIN {self.name} c ON c.position = e.rowid"
+                " WHERE e.originator_id = ? AND e.originator_version = ?",
+                (stream.hex if isinstance(stream, UUID) else stream, version),
             )
-            found.update((keys[row[0]], row[1]) for row in c.fetchall())
+            row = c.fetchone()
+            if row is not None:
+                found[stream] = row[0]
         return found
 
     def insert(self, c: SQLiteCursor, links: Sequence[Link]) -> None:
