@@ -95,17 +95,25 @@ def digest(
     """The digest of ``event`` stored at ``position``, linked to its predecessors."""
     topic = event.topic.encode(errors="surrogateescape")
     oid = _id_bytes(event.originator_id)
-    h = hashlib.sha256(TAG)
-    # Signed 64-bit: every SQLite and PostgreSQL integer, even a tampered one, fits.
-    h.update(struct.pack(">qqQ", position, previous, len(oid)))
-    h.update(oid)
-    h.update(struct.pack(">qQ", event.originator_version, len(topic)))
-    h.update(topic)
-    h.update(struct.pack(">Q", len(event.state)))
-    h.update(event.state)
-    h.update(previous_digest)
-    h.update(stream_previous_digest)
-    return h.digest()
+    state = event.state
+    # One buffer hashed once: the same bytes as feeding the parts one by one, for a
+    # third of the calls (ADR-0038). Signed 64-bit: every SQLite and PostgreSQL
+    # integer, even a tampered one, fits.
+    return hashlib.sha256(
+        b"".join(
+            (
+                TAG,
+                struct.pack(">qqQ", position, previous, len(oid)),
+                oid,
+                struct.pack(">qQ", event.originator_version, len(topic)),
+                topic,
+                struct.pack(">Q", len(state)),
+                state,
+                previous_digest,
+                stream_previous_digest,
+            )
+        )
+    ).digest()
 
 
 @dataclass(frozen=True)

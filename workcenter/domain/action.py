@@ -415,7 +415,7 @@ def plan(
     at: datetime,
     by: Actor,
 ) -> list[ActionEvent]:
-    emit = Emitter[ActionEvent](action_id_for(work_item_id, sequence), 0, at, by)
+    emit: Emitter[ActionEvent] = Emitter(action_id_for(work_item_id, sequence), 0, at, by)
     emit(
         ActionPlanned,
         work_item_id=work_item_id,
@@ -449,7 +449,7 @@ def claim(
 ) -> list[ActionEvent]:
     if state.status != "ready" or state.current_run_id is not None:
         raise CommandRefused(f"Action {state.id} is {state.status}, not ready to claim")
-    emit = Emitter[ActionEvent].after(state, at, by)
+    emit: Emitter[ActionEvent] = Emitter.after(state, at, by)
     ordinal = len(state.runs) + 1
     emit(
         RunClaimed,
@@ -487,7 +487,7 @@ def renew(
     state: ActionState, ref: RunRef, *, lease: timedelta, at: datetime, by: Actor
 ) -> list[ActionEvent]:
     live_run(state, ref, at=at)
-    emit = Emitter[ActionEvent].after(state, at, by)
+    emit: Emitter[ActionEvent] = Emitter.after(state, at, by)
     emit(
         LeaseRenewed, run_id=ref.run_id, expires_at=at + lease, lease_seconds=lease.total_seconds()
     )
@@ -513,7 +513,7 @@ def finish(
         action_status = "ready" if state.attempt < state.max_attempts else "failed"
     else:
         action_status = outcome
-    emit = Emitter[ActionEvent].after(state, at, by)
+    emit: Emitter[ActionEvent] = Emitter.after(state, at, by)
     emit(RunFinished, run_id=run.id, outcome=outcome, result=result, action_status=action_status)
     return emit.events
 
@@ -529,7 +529,7 @@ def interrupt(
     progress: RunProgress | None = None,
 ) -> list[ActionEvent]:
     retryable = auto_retry(state)
-    emit = Emitter[ActionEvent].after(state, at, by)
+    emit: Emitter[ActionEvent] = Emitter.after(state, at, by)
     emit(
         RunInterrupted,
         run_id=run.id,
@@ -557,7 +557,7 @@ def reset(
     kept = state.context if keep_inputs else tuple(e for e in state.context if e.kind != "input")
     context = kept + add_context
     running = state.current_run_id if state.status == "running" else None
-    emit = Emitter[ActionEvent].after(state, at, by)
+    emit: Emitter[ActionEvent] = Emitter.after(state, at, by)
     emit(
         ActionReset,
         reason=reason,
@@ -589,7 +589,7 @@ def invalidate(
     """Invalidate(X): only open Actions are touched; others yield no event."""
     if state.status not in OPEN_STATUSES:
         return []
-    emit = Emitter[ActionEvent].after(state, at, by)
+    emit: Emitter[ActionEvent] = Emitter.after(state, at, by)
     emit(
         ActionInvalidated,
         status=status,
@@ -606,7 +606,7 @@ def supersede_cancelled(
     """Dynamic resume: a cancelled Action becomes superseded history."""
     if state.status != "cancelled":
         return []
-    emit = Emitter[ActionEvent].after(state, at, by)
+    emit: Emitter[ActionEvent] = Emitter.after(state, at, by)
     emit(
         ActionInvalidated,
         status="superseded",
@@ -620,6 +620,6 @@ def supersede_cancelled(
 def close(state: ActionState, *, reason: str, at: datetime, by: Actor) -> list[ActionEvent]:
     if state.status not in ("waiting", "failed"):
         raise CommandRefused(f"Action {state.id} is {state.status}; only waiting or failed close")
-    emit = Emitter[ActionEvent].after(state, at, by)
+    emit: Emitter[ActionEvent] = Emitter.after(state, at, by)
     emit(ActionClosed, reason=reason)
     return emit.events

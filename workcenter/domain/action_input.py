@@ -88,7 +88,7 @@ def add_input(
         raise CommandRefused(
             "the running Run's lease expired; send the input again when it is recovered"
         )
-    emit = Emitter[act.ActionEvent].after(action, at, by)
+    emit: Emitter[act.ActionEvent] = Emitter.after(action, at, by)
     emit(act.InputQueued, input_id=input_id, text=text, run_id=run.id)
     unit.apply_action(emit.events)
     return unit
@@ -117,7 +117,7 @@ def consume(
     unknown = [str(i) for i in ids if i not in waiting]
     if unknown:
         raise CommandRefused(f"no unconsumed input {', '.join(unknown)} for this Run")
-    emit = Emitter[act.ActionEvent].after(action, at, by)
+    emit: Emitter[act.ActionEvent] = Emitter.after(action, at, by)
     emit(act.InputConsumed, run_id=ref.run_id, input_ids=ids)
     return emit.events
 

@@ -7,11 +7,11 @@ the hash it was claimed under.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal
+from typing import Literal
 from uuid import UUID
 
 import orjson
-from pydantic import SerializerFunctionWrapHandler, model_serializer
+from pydantic import Field
 
 from workcenter.domain.evidence import EvidenceItem
 from workcenter.domain.model import Immutable
@@ -25,15 +25,8 @@ class Brief(Immutable):
     approach: str = ""
     expected_outcome: str = ""
     # Why a Coordinator repeats earlier work (coordinator.md 9.2); kept with the brief.
-    rationale: str = ""
-
-    @model_serializer(mode="wrap")
-    def _omit_no_rationale(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Briefs without one serialise (and hash) exactly as they did before it existed.
-        data: dict[str, Any] = handler(self)
-        if not data.get("rationale"):
-            data.pop("rationale", None)
-        return data
+    # Briefs without one serialise (and hash) exactly as they did before it existed.
+    rationale: str = Field(default="", exclude_if=lambda rationale: not rationale)
 
 
 class ContextEntry(Immutable):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 
 from workcenter.domain.errors import InvalidInput
 
@@ -27,15 +27,9 @@ class Actor(BaseModel):
 
     kind: ActorKind
     id: str
-    caused_by: Actor | None = None
-
-    @model_serializer(mode="wrap")
-    def _omit_no_cause(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Most actors have no cause; storing a null on every event costs bytes.
-        data: dict[str, Any] = handler(self)
-        if data.get("caused_by") is None:
-            data.pop("caused_by", None)
-        return data
+    # Most actors have no cause; storing a null on every event costs bytes. Left out by
+    # pydantic's own serialiser, not a wrapping Python one: a call less per event (ADR-0038).
+    caused_by: Actor | None = Field(default=None, exclude_if=lambda cause: cause is None)
 
     def __str__(self) -> str:
         text = self.kind if self.id == self.kind else f"{self.kind} {self.id}"

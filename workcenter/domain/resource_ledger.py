@@ -338,7 +338,7 @@ class Admission(Immutable):
 def open_ledger(
     work_item_id: UUID, at: datetime, limits: Limits | None = None, *, by: Actor
 ) -> list[LedgerEvent]:
-    emit = Emitter[LedgerEvent](ledger_id_for(work_item_id), 0, at, by)
+    emit: Emitter[LedgerEvent] = Emitter(ledger_id_for(work_item_id), 0, at, by)
     emit(LedgerOpened, work_item_id=work_item_id, limits=limits or Limits())
     return emit.events
 
@@ -351,7 +351,7 @@ def stop(
     A stop is the budget's decision, caused by whoever ran into it (``by``)."""
     if state.stop_reason is not None:
         return []
-    emit = Emitter[LedgerEvent].after(state, at, BUDGET.because_of(by))
+    emit: Emitter[LedgerEvent] = Emitter.after(state, at, BUDGET.because_of(by))
     emit(ExecutionStopped, code=code, details=details)
     return emit.events
 
@@ -394,7 +394,7 @@ def reserve(
         code = "work_item_tokens_exhausted"
     if code is not None:
         return denied(code, stop(state, code, at, by, **details))
-    emit = Emitter[LedgerEvent].after(state, at, by)
+    emit: Emitter[LedgerEvent] = Emitter.after(state, at, by)
     emit(
         RequestReserved,
         request_id=request_id,
@@ -420,7 +420,7 @@ def settle(
         return []
     if reservation.status == "unknown" and usage is None:
         return []
-    emit = Emitter[LedgerEvent].after(state, at, by)
+    emit: Emitter[LedgerEvent] = Emitter.after(state, at, by)
     total = usage.total_tokens if usage else 0
     if complete and total > 0:
         emit(
@@ -478,7 +478,7 @@ def record_coordinator_failure(
     state: LedgerState, *, turn_id: str, at: datetime, by: Actor
 ) -> list[LedgerEvent]:
     failures = state.coordinator_failures + 1
-    emit = Emitter[LedgerEvent].after(state, at, by)
+    emit: Emitter[LedgerEvent] = Emitter.after(state, at, by)
     emit(
         CoordinatorFailureRecorded,
         turn_id=turn_id,
@@ -516,7 +516,7 @@ def extend(
     limits = state.limits.model_copy(
         update={name: getattr(state.limits, name) + value for name, value in clean.items()}
     )
-    emit = Emitter[LedgerEvent].after(state, at, by)
+    emit: Emitter[LedgerEvent] = Emitter.after(state, at, by)
     emit(BudgetExtended, additions=clean, limits=limits)
     return emit.events
 
@@ -530,7 +530,7 @@ def resume(
         raise CommandRefused(f"{spent} is exhausted: extend the budget first, then resume")
     if not stopping_action_can_attempt:
         raise CommandRefused("The stopping Action has no attempt left: extend max_action_attempts")
-    emit = Emitter[LedgerEvent].after(state, at, by)
+    emit: Emitter[LedgerEvent] = Emitter.after(state, at, by)
     emit(ExecutionResumed)
     return emit.events
 

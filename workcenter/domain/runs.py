@@ -104,7 +104,7 @@ def defer(
     if item.status not in wi.ACTIVE:
         raise StaleRun()
     unit = Unit(item, {action.id: action}, at, by=by)
-    emit = Emitter[act.ActionEvent].after(action, at, by)
+    emit: Emitter[act.ActionEvent] = Emitter.after(action, at, by)
     emit(
         act.RunDeferred,
         run_id=run.id,

@@ -42,12 +42,12 @@ class Decider:
         self, event_class: type[conv.ConversationEvent], by: Actor | None = None, **fields: Any
     ) -> conv.ConversationEvent:
         if self.state is None:
-            opened = Emitter[conv.ConversationEvent](
+            opened: Emitter[conv.ConversationEvent] = Emitter(
                 conv.conversation_id_for(self.work_item_id), 0, self.at, by or self.by
             )
             self._apply(opened(conv.ConversationOpened, work_item_id=self.work_item_id))
         assert self.state is not None
-        emit = Emitter[conv.ConversationEvent].after(self.state, self.at, by or self.by)
+        emit: Emitter[conv.ConversationEvent] = Emitter.after(self.state, self.at, by or self.by)
         event = emit(event_class, **fields)
         self._apply(event)
         return event

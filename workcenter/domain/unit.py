@@ -108,7 +108,7 @@ class Unit:
     def item_event(
         self, event_class: type[wi.WorkItemEvent], by: Actor | None = None, **fields: object
     ) -> None:
-        emit = Emitter[wi.WorkItemEvent].after(self.item, self.at, by or self.by)
+        emit: Emitter[wi.WorkItemEvent] = Emitter.after(self.item, self.at, by or self.by)
         self.apply_item(emit(event_class, **fields))
 
     def apply_item(self, event: wi.WorkItemEvent) -> None:

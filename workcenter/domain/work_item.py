@@ -344,7 +344,7 @@ def create(
     at: datetime,
     by: Actor,
 ) -> list[WorkItemEvent]:
-    emit = Emitter[WorkItemEvent](work_item_id, 0, at, by)
+    emit: Emitter[WorkItemEvent] = Emitter(work_item_id, 0, at, by)
     emit(
         WorkItemCreated,
         mode=mode,

@@ -30,6 +30,13 @@ READY = (
 )
 
 
+# The status an item's row takes after an event of these classes (StatusChanged says its own).
+ITEM_STATUS_AFTER: dict[type[wi.WorkItemEvent], str] = {
+    wi.WorkItemCancelled: "cancelled",
+    wi.WorkItemCompleted: "done",
+}
+
+
 def _ts(moment: datetime) -> float:
     return moment.timestamp()
 
@@ -81,13 +88,20 @@ class WorkQueueView(TrackedView):
     def _apply_batch(self, c: Any, batch: Batch) -> None:
         # An item's ``updated_at`` is its latest event's time: written once per item of the
         # batch, after the others, instead of once per event (a create has three).
+        # An item inserted by this batch holds its creation time already: a create's
+        # events share one time, so it needs no update (ADR-0038).
         updated: dict[str, float] = {}
+        inserted: dict[str, float] = {}
         for _, event in batch:
             self._apply(c, event)
             if isinstance(event, wi.WorkItemEvent):
-                updated[event.originator_id.hex] = _ts(event.timestamp)
+                iid = event.originator_id.hex
+                updated[iid] = _ts(event.timestamp)
+                if isinstance(event, wi.WorkItemCreated):
+                    inserted[iid] = updated[iid]
         for iid, at in updated.items():
-            c.execute("UPDATE wq_items SET updated_at = ? WHERE work_item_id = ?", (at, iid))
+            if inserted.get(iid) != at:
+                c.execute("UPDATE wq_items SET updated_at = ? WHERE work_item_id = ?", (at, iid))
 
     def _apply(self, c: Any, event: DomainEvent) -> None:
         if isinstance(event, act.ActionEvent):
@@ -145,11 +159,13 @@ class WorkQueueView(TrackedView):
                 "UPDATE wq_items SET title = ? WHERE work_item_id = ?",
                 (self.titles.seal(event.title), iid),
             )
-        status = {
-            wi.StatusChanged: getattr(event, "status", None),
-            wi.WorkItemCancelled: "cancelled",
-            wi.WorkItemCompleted: "done",
-        }.get(type(event))
+        # Not ``getattr(event, "status", None)`` on every event: a pydantic model's missing
+        # attribute costs a raised and caught error, about 5 us (ADR-0038).
+        status = (
+            event.status
+            if isinstance(event, wi.StatusChanged)
+            else ITEM_STATUS_AFTER.get(type(event))
+        )
         if status is not None:
             c.execute("UPDATE wq_items SET status = ? WHERE work_item_id = ?", (status, iid))
 
