@@ -20,8 +20,10 @@ from typing import Any, cast
 
 import httpx
 import pytest
+from click.testing import CliRunner
 from http_client import sse_events
 
+from workcenter.adapters.cli import cli
 from workcenter.adapters.http.coordinator_loop import CoordinatorLoop
 from workcenter.adapters.http.guard import Policy
 from workcenter.adapters.http.server import Terminated, serve
@@ -259,6 +261,11 @@ def test_the_cli_serves_with_the_coordinator_and_exits_143_on_sigterm(db_path: P
             server.wait()
     assert server.returncode == 143, err
     assert b"with the Coordinator" in out and b"coordinator: decided" in out
+
+
+def test_a_provider_without_coordinate_is_a_usage_error(db_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["serve", "--db", str(db_path), "--provider", "scripted"])
+    assert result.exit_code == 2 and "--provider needs --coordinate" in result.output
 
 
 def _dynamic_kwargs() -> dict[str, Any]:

@@ -70,6 +70,8 @@ def serve_beside(server: StreamEndingServer, coordinator: CoordinatorLoop) -> No
                     return
                 raise SystemExit(1)  # uvicorn has logged why (the port in use, say)
             coordinator.run(serving=http.is_alive)
+            if not (coordinator.stopping or server.should_exit):
+                raise SystemExit(1)  # the server ended on its own: uvicorn has logged why
         finally:
             server.stop()
             http.join(STOP_SECONDS)
