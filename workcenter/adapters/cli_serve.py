@@ -1,10 +1,14 @@
-"""``workcenter serve``: the HTTP API and the dashboard (the optional ``web`` extra)."""
+"""``workcenter serve``: the HTTP API and the dashboard (the optional ``web`` extra),
+with ``--coordinate`` the Coordinator answering in the same process."""
 
 from __future__ import annotations
 
 import click
 
 from workcenter.adapters.cli_common import console, db_option, open_center
+from workcenter.adapters.cli_coordinator import make_provider, provider_option, step_line
+from workcenter.adapters.terminal import text
+from workcenter.coordinating import StepResult
 
 INSTALL_HINT = "pip install 'workcenter[web]'"
 
@@ -14,6 +18,14 @@ class MissingExtra(click.ClickException):
 
     def __init__(self, module: str) -> None:
         super().__init__(f"serve needs the web extra ({module} is not installed): {INSTALL_HINT}")
+
+
+def _print_step(result: StepResult) -> None:
+    console.print(text(f"coordinator: {step_line(result)}"), highlight=False)
+
+
+def _print_error(error: str) -> None:
+    console.print(text(f"coordinator: {error} (still serving; trying again)"), highlight=False)
 
 
 @click.command()
@@ -27,24 +39,80 @@ class MissingExtra(click.ClickException):
     default="info",
     show_default=True,
 )
+@click.option(
+    "--coordinate",
+    is_flag=True,
+    help="Run due Coordinator steps in this process too: a posted message is answered.",
+)
+@provider_option
+@click.option(
+    "--poll",
+    "poll_seconds",
+    type=click.FloatRange(min=0.01),
+    default=1.0,
+    show_default=True,
+    help="With --coordinate: seconds between looks for due wakes (a message posted "
+    "here is answered at once).",
+)
+@click.option(
+    "--lease",
+    "lease_seconds",
+    type=click.FloatRange(min=5, max=86_400),
+    default=60.0,
+    show_default=True,
+    help="With --coordinate: the mailbox lease in seconds.",
+)
 @click.pass_context
-def serve(ctx: click.Context, host: str, port: int, create: bool, log_level: str) -> None:
+def serve(
+    ctx: click.Context,
+    host: str,
+    port: int,
+    create: bool,
+    log_level: str,
+    coordinate: bool,
+    provider_name: str | None,
+    poll_seconds: float,
+    lease_seconds: float,
+) -> None:
     """Serve the HTTP API and the live dashboard at http://HOST:PORT/.
 
     Bound to a loopback address (the default) it serves this machine only. Any other
     --host needs WORKCENTER_API_TOKEN (16 characters or more): every request must then
     carry it as `Authorization: Bearer <token>`.
+
+    With --coordinate the Coordinator runs beside the server, as `workcenter coordinate`
+    would: a message posted in the dashboard is answered without another process.
     """
+    if provider_name is not None and not coordinate:
+        raise click.UsageError("--provider needs --coordinate")
     try:
+        from workcenter.adapters.http.coordinator_loop import CoordinatorLoop
         from workcenter.adapters.http.guard import Policy
+        from workcenter.adapters.http.server import Terminated
         from workcenter.adapters.http.server import serve as run_server
     except ImportError as missing:
         raise MissingExtra(missing.name or str(missing)) from None
     policy = Policy.for_host(host)  # UnsafeServer: one line and exit 2, like any refusal
+    provider = make_provider(provider_name) if coordinate else None
     with open_center(ctx, create=create) as wc:
+        loop = None
+        if provider is not None:
+            loop = CoordinatorLoop(
+                wc,
+                provider,
+                poll_seconds=poll_seconds,
+                lease_seconds=lease_seconds,
+                on_step=_print_step,
+                on_error=_print_error,
+            )
         shown = f"[{host}]" if ":" in host else host
-        console.print(f"Workcenter dashboard on http://{shown}:{port}/ (Ctrl-C stops)")
+        with_coordinator = " with the Coordinator" if loop else ""
+        console.print(
+            f"Workcenter dashboard on http://{shown}:{port}/{with_coordinator} (Ctrl-C stops)"
+        )
         try:
-            run_server(wc, policy, port, log_level=log_level)
+            run_server(wc, policy, port, log_level=log_level, coordinator=loop)
+        except Terminated:  # SIGTERM with the Coordinator: its turn in hand was released
+            ctx.exit(143)
         except KeyboardInterrupt:  # uvicorn stopped gracefully, then re-raised Ctrl-C
             ctx.exit(130)

@@ -7,7 +7,7 @@ the Coordinator, the change stream) is one router module included here.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from importlib.metadata import version
 
@@ -19,8 +19,15 @@ from workcenter.adapters.http.stream import HeadWatcher
 from workcenter.application import WorkCenter
 
 
-def create_app(wc: WorkCenter, policy: Policy | None = None) -> FastAPI:
-    """The ASGI application serving ``wc`` under ``policy`` (default: loopback, no token).
+def create_app(
+    wc: WorkCenter,
+    policy: Policy | None = None,
+    *,
+    on_message: Callable[[], None] | None = None,
+) -> FastAPI:
+    """The ASGI application serving ``wc`` under ``policy`` (default: loopback, no token);
+    ``on_message`` is called after each user message posted (the Coordinator's loop, to
+    answer it at once).
 
     The caller owns ``wc`` and closes it after the server stops."""
     policy = policy if policy is not None else Policy.for_host("127.0.0.1", token=None)
@@ -39,6 +46,7 @@ def create_app(wc: WorkCenter, policy: Policy | None = None) -> FastAPI:
     )
     app.state.center = wc
     app.state.head_watcher = heads
+    app.state.message_posted = on_message or (lambda: None)
     problems.install(app)
     for router in (reads.router, commands.router, conversation.router, stream.router):
         app.include_router(router)

@@ -3,19 +3,20 @@
 The read is a sanitised DTO (``projections.conversation_dto``) whose ETag is the
 item's, the versions a message echoes back in ``If-Match`` like any command
 (``preconditions``); the conversation's own version is in the body. Posting begins
-a user turn that the Coordinator answers in its next step (``workcenter coordinate``
-or a worker), so the answer is ``202 Accepted`` with the turn id; the reply appears
-in the conversation and on the change stream. A repeated ``clientMessageId`` answers
-the first turn and writes nothing, even once the item has moved on (coordinator.md
-9.2): that is checked before the ETag is, so a client retrying a post whose answer
-it lost is not told its ETag is stale.
+a user turn that the Coordinator answers in its next step (``serve --coordinate``
+at once, else ``workcenter coordinate`` or a worker), so the answer is ``202
+Accepted`` with the turn id; the reply appears in the conversation and on the
+change stream. A repeated ``clientMessageId`` answers the first turn and writes
+nothing, even once the item has moved on (coordinator.md 9.2): that is checked
+before the ETag is, so a client retrying a post whose answer it lost is not told
+its ETag is stale.
 """
 
 from __future__ import annotations
 
 from uuid import UUID
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from pydantic import Field
 
 from workcenter.adapters.http.commands import Body, Expected, json_body
@@ -54,7 +55,9 @@ def _posted_before(wc: WorkCenter, work_item_id: UUID, client_message_id: str | 
 
 
 @router.post(ITEM + "/messages", status_code=202, dependencies=[Depends(json_body)])
-def post_message(wc: Center, item_id: str, expected: Expected, body: PostMessage) -> JSONBytes:
+def post_message(
+    wc: Center, request: Request, item_id: str, expected: Expected, body: PostMessage
+) -> JSONBytes:
     """Post a user message: a user-originated turn the Coordinator answers next. Refused
     (writing nothing) when the item is done or cancelled, stopped by its budget, a turn
     is still thinking, or the text is empty."""
@@ -67,6 +70,8 @@ def post_message(wc: Center, item_id: str, expected: Expected, body: PostMessage
         client_message_id=body.client_message_id,
         expected_version=expected.item_version,
     )
+    if not posted.duplicate:
+        request.app.state.message_posted()
     location = f"/api/work-items/{work_item_id}/conversation"
     answer = {
         "workItemId": str(posted.work_item_id),

@@ -1,12 +1,19 @@
-"""``workcenter serve``: the application under uvicorn, on one store."""
+"""``workcenter serve``: the application under uvicorn, on one store, and with
+``--coordinate`` the Coordinator's loop beside it."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Iterator
 from types import FrameType
 
 import uvicorn
 
 from workcenter.adapters.http.app import create_app
+from workcenter.adapters.http.coordinator_loop import CoordinatorLoop
 from workcenter.adapters.http.guard import Policy
 from workcenter.adapters.http.stream import HeadWatcher
 from workcenter.application import WorkCenter
@@ -14,11 +21,24 @@ from workcenter.application import WorkCenter
 # Change streams end when the server is told to stop; anything still open after this
 # long is cut (a browser reconnects with Last-Event-ID and loses nothing).
 GRACEFUL_SECONDS = 2
+STOP_SECONDS = GRACEFUL_SECONDS + 10
 
 
-def serve(wc: WorkCenter, policy: Policy, port: int, *, log_level: str = "info") -> None:
-    """Serve until interrupted by Ctrl-C or SIGTERM."""
-    app = create_app(wc, policy)
+class Terminated(KeyboardInterrupt):
+    """SIGTERM while the Coordinator's loop runs: a shutdown, handled as Ctrl-C is (a
+    turn in hand is recorded as interrupted, not counted)."""
+
+
+def serve(
+    wc: WorkCenter,
+    policy: Policy,
+    port: int,
+    *,
+    log_level: str = "info",
+    coordinator: CoordinatorLoop | None = None,
+) -> None:
+    """Serve until interrupted by Ctrl-C or SIGTERM (``Terminated`` with a Coordinator)."""
+    app = create_app(wc, policy, on_message=coordinator.nudge if coordinator else None)
     config = uvicorn.Config(
         app,
         host=policy.host,
@@ -28,7 +48,33 @@ def serve(wc: WorkCenter, policy: Policy, port: int, *, log_level: str = "info")
         server_header=False,
         timeout_graceful_shutdown=GRACEFUL_SECONDS,
     )
-    StreamEndingServer(config, app.state.head_watcher).run()
+    server = StreamEndingServer(config, app.state.head_watcher)
+    if coordinator is None:
+        server.run()
+    else:
+        serve_beside(server, coordinator)
+
+
+def serve_beside(server: StreamEndingServer, coordinator: CoordinatorLoop) -> None:
+    """The server in a thread, the Coordinator's loop in this one; whichever ends
+    first (a signal, the loop stopped, the server failing) ends the other."""
+    http = threading.Thread(target=server.run, name="workcenter-http", daemon=True)
+    with _terminate_as_interrupt():
+        coordinator.wc.recover_coordinator(at_open=True)
+        http.start()
+        try:
+            while not server.started and http.is_alive() and not coordinator.stopping:
+                time.sleep(0.02)
+            if not server.started:
+                if coordinator.stopping:
+                    return
+                raise SystemExit(1)  # uvicorn has logged why (the port in use, say)
+            coordinator.run(serving=http.is_alive)
+            if not (coordinator.stopping or server.should_exit):
+                raise SystemExit(1)  # the server ended on its own: uvicorn has logged why
+        finally:
+            server.stop()
+            http.join(STOP_SECONDS)
 
 
 class StreamEndingServer(uvicorn.Server):
@@ -41,3 +87,26 @@ class StreamEndingServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.heads.close()
         super().handle_exit(sig, frame)
+
+    def stop(self) -> None:
+        """Stop serving (from another thread: the server runs beside the Coordinator)."""
+        self.heads.close()
+        self.should_exit = True
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` in the main thread while the loop runs there
+    (signals reach only the main thread; elsewhere, as in tests, nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def terminate(signum: int, frame: FrameType | None) -> None:
+        raise Terminated
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

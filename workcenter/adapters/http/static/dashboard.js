@@ -1,6 +1,7 @@
 // The Workcenter dashboard: reads the API, follows the change stream, shows the
 // items, the selected item's goal progress, budget, conversation with the
-// Coordinator, Actions and Runs, and audit, and posts the user's messages.
+// Coordinator, Actions and Runs, and audit, and posts the user's messages; its
+// steering controls are steering.js's.
 // Every value is set as text (never as markup); no build step, no dependency.
 "use strict";
 
@@ -19,6 +20,10 @@ const state = {
   timer: null,
   // The item's ETag as the conversation was last read: a message echoes it in If-Match.
   conversationEtag: null,
+  // The item's ETag as its detail was last read: a steering command echoes it.
+  itemEtag: null,
+  detail: null,
+  commanding: false,
   // Kept until a post of this text is answered, so a retry of it writes nothing twice.
   pendingMessage: null,
 };
@@ -122,7 +127,9 @@ async function refreshList() {
 function select(id, chosen) {
   if (id !== state.selected) {
     state.conversationEtag = state.pendingMessage = null;
+    state.itemEtag = state.detail = null;
     $("message-error").hidden = true;
+    $("command-note").hidden = true;
     $("message-send").disabled = true; // until this item's conversation is read
   }
   state.selected = id;
@@ -141,13 +148,17 @@ async function refreshDetail() {
   const id = state.selected;
   if (!id) return;
   const base = "/api/work-items/" + encodeURIComponent(id);
-  const [detail, timeline, audit, talk] = await Promise.all([
-    api(base),
+  const [shown, timeline, audit, talk] = await Promise.all([
+    read(base),
     api(base + "/timeline"),
     api(base + "/audit?limit=100"),
     read(base + "/conversation"),
   ]);
   if (id !== state.selected) return;
+  const detail = shown.body;
+  state.itemEtag = shown.etag;
+  state.detail = detail;
+  setControls();
   state.conversationEtag = talk.etag;
   renderConversation(talk.body);
   $("detail").hidden = false;
@@ -247,6 +258,7 @@ function renderTimeline(timeline) {
     const label = el("div", null, "tl-label");
     label.append(el("span", action.sequence + " " + action.type + " "));
     label.append(el("span", action.status, "status " + action.status));
+    if (action.status === "failed") label.append(retryButton(action));
     row.append(label);
     const track = el("div", null, "tl-track");
     for (const run of action.runs) {
@@ -484,4 +496,5 @@ async function start() {
   follow();
 }
 
-start();
+// Every script of the page (steering.js too) has run by then.
+document.addEventListener("DOMContentLoaded", start);

@@ -1,0 +1,158 @@
+"""Steering from the dashboard in headless Chromium: cancel an item and resume it,
+extend its budget and retry its failed Action, each from the page under If-Match with
+no reload; a stale ETag (the item changed while the page could not see it) is shown
+as "changed meanwhile, reloaded", writes nothing, and the next click works; a refusal
+is shown as the server's message. Skips as ``test_http_browser`` does without
+Chromium."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from http_client import LINEAR, served
+from test_http_api import fail_current_action
+from test_http_browser import ARTIFACTS, TIMEOUT_MS, chromium, playwright_api
+
+from workcenter.adapters.http.app import create_app
+from workcenter.application import WorkCenter
+
+REQUESTS_SHOWN = "document.querySelector('#gauge-requests .gauge-value').textContent"
+
+
+@pytest.fixture
+def wc(db_path: Path) -> Iterator[WorkCenter]:
+    with WorkCenter.open(db_path) as center:
+        yield center
+
+
+@pytest.fixture
+def served_page(wc: WorkCenter) -> Iterator[tuple[Any, str, list[str]]]:
+    """A page of the dashboard on ``wc``, the server's base URL and the page's errors."""
+    executable = chromium()
+    playwright = playwright_api()
+    with served(create_app(wc)) as base, playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1000})
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            yield page, base, errors
+        finally:
+            browser.close()
+
+
+def open_item(page: Any, base: str, body: dict[str, Any]) -> str:
+    page.goto(base + "/")
+    page.wait_for_selector("#live.on", timeout=TIMEOUT_MS)
+    page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+    response = httpx.post(base + "/api/work-items", json=body, timeout=30)
+    assert response.status_code == 201, response.text
+    item_id: str = response.json()["id"]
+    page.wait_for_selector(f"#item-list li.selected[data-id='{item_id}']", timeout=TIMEOUT_MS)
+    return item_id
+
+
+def status_is(page: Any, status: str) -> None:
+    page.wait_for_function(
+        f"() => document.querySelector('#item-status').textContent === '{status}'",
+        timeout=TIMEOUT_MS,
+    )
+
+
+def note(page: Any, kind: str) -> str:
+    page.wait_for_selector(f"#command-note[data-kind='{kind}']:visible", timeout=TIMEOUT_MS)
+    return page.text_content("#command-note") or ""
+
+
+def test_cancel_resume_extend_and_retry_from_the_page_without_a_reload(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    page, base, errors = served_page
+    body = LINEAR | {"limits": {"maxTokens": 4000, "maxRequests": 10}}
+    item_id = open_item(page, base, body)
+    status_is(page, "ready")
+    assert page.is_disabled("#resume")
+
+    page.click("#cancel:enabled", timeout=TIMEOUT_MS)
+    status_is(page, "cancelled")
+    assert note(page, "ok") == "Cancelled."
+    assert wc.work_item(item_id).status == "cancelled"  # type: ignore[arg-type]
+    assert page.is_disabled("#cancel")
+
+    page.click("#resume:enabled", timeout=TIMEOUT_MS)
+    status_is(page, "ready")
+    assert note(page, "ok") == "Resumed."
+    assert wc.work_item(item_id).status == "ready"  # type: ignore[arg-type]
+
+    page.fill("#extend-tokens", "1000")
+    page.fill("#extend-requests", "5")
+    page.click("#extend:enabled", timeout=TIMEOUT_MS)
+    page.wait_for_function(
+        f"() => {REQUESTS_SHOWN} === '0 of 15'",
+        timeout=TIMEOUT_MS,
+    )
+    assert note(page, "ok") == "Budget extended."
+    assert page.text_content("#gauge-tokens .gauge-value") == "0 of 5,000"
+    assert page.input_value("#extend-tokens") == ""
+
+    failed = fail_current_action(wc)  # a worker's Run failed meanwhile: the page follows
+    page.click(".tl-row[data-status='failed'] button.retry:enabled", timeout=TIMEOUT_MS)
+    assert note(page, "ok") == "Action 1 retried."
+    page.wait_for_function(
+        "() => document.querySelectorAll('.tl-row').length === 2"
+        " && !document.querySelector('button.retry')",
+        timeout=TIMEOUT_MS,
+    )
+    assert wc.action(failed).status == "superseded"  # type: ignore[arg-type]
+
+    assert page.evaluate("window.loadedOnce") is True
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-steer.png"))
+    assert errors == []
+
+
+def test_a_stale_etag_is_shown_as_changed_meanwhile_and_the_page_reloads(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    page, base, errors = served_page
+    created = httpx.post(base + "/api/work-items", json=LINEAR, timeout=30)
+    item_id = created.json()["id"]
+    # The page hears no changes, so it shows the item as it first read it.
+    page.route("**/api/stream", lambda route: route.abort())
+    page.goto(base + "/")
+    page.evaluate("window.loadedOnce = true")  # gone if the page reloads
+    page.wait_for_selector(f"#item-list li.selected[data-id='{item_id}']", timeout=TIMEOUT_MS)
+    page.wait_for_selector("#cancel:enabled", timeout=TIMEOUT_MS)
+    assert page.text_content("#gauge-requests .gauge-value") == "0 of 200"
+    detail = httpx.get(f"{base}/api/work-items/{item_id}", timeout=10)
+    extended = httpx.post(
+        f"{base}/api/work-items/{item_id}/budget/extend",
+        json={"maxRequests": 7},
+        headers={"If-Match": detail.headers["ETag"]},
+        timeout=10,
+    )
+    assert extended.status_code == 200, extended.text
+    events = wc.event_count()
+
+    page.click("#cancel")
+    assert "changed meanwhile: reloaded" in note(page, "stale")
+    assert wc.event_count() == events  # the stale cancel wrote nothing
+    assert wc.work_item(item_id).status == "ready"  # type: ignore[arg-type]
+    page.wait_for_function(
+        f"() => {REQUESTS_SHOWN} === '0 of 207'",
+        timeout=TIMEOUT_MS,
+    )  # reloaded: the page shows the extension it missed
+
+    page.click("#cancel:enabled", timeout=TIMEOUT_MS)  # now with the ETag it reloaded
+    status_is(page, "cancelled")
+    assert note(page, "ok") == "Cancelled."
+
+    page.click("#extend:enabled", timeout=TIMEOUT_MS)  # nothing to add: the server says so
+    refusal = note(page, "refused")
+    assert refusal.startswith("Refused: InvalidInput: "), refusal
+    assert page.evaluate("window.loadedOnce") is True
+    assert errors == []
