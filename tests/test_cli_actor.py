@@ -22,6 +22,20 @@ def _events(db: str) -> int:
         return wc.event_count()
 
 
+def _extend(db: str, item_id: str, control_version: int, *more: str) -> Result:
+    return _invoke(
+        db,
+        "budget",
+        "extend",
+        item_id,
+        "--expected-version",
+        str(control_version),
+        "--tokens",
+        "5000",
+        *more,
+    )
+
+
 def _audit(db: str, item_id: str) -> list[dict[str, Any]]:
     result = _invoke(db, "audit", item_id, "--json", "--limit", "10000")
     assert result.exit_code == 0, result.output
@@ -35,19 +49,7 @@ def test_extend_and_resume_are_recorded_as_the_named_actor(tmp_path: Path) -> No
     item_id, budget = detail["item"]["id"], detail["budget"]
     before = len(_audit(db, item_id))
 
-    extended = _invoke(
-        db,
-        "budget",
-        "extend",
-        item_id,
-        "--expected-version",
-        str(budget["control_version"]),
-        "--tokens",
-        "5000",
-        "--actor",
-        "user:alice",
-        "--json",
-    )
+    extended = _extend(db, item_id, budget["control_version"], "--actor", "user:alice", "--json")
     assert extended.exit_code == 0, extended.output
     after = json.loads(extended.stdout)
     resumed = _invoke(
@@ -78,18 +80,7 @@ def test_a_bad_actor_is_refused_and_writes_nothing(tmp_path: Path) -> None:
     before = _events(db)
 
     for bad in ("robot:r2", "worker:no-boot", "unknown:legacy", ""):
-        result = _invoke(
-            db,
-            "budget",
-            "extend",
-            item_id,
-            "--expected-version",
-            str(budget["control_version"]),
-            "--tokens",
-            "5000",
-            "--actor",
-            bad,
-        )
+        result = _extend(db, item_id, budget["control_version"], "--actor", bad)
         assert result.exit_code == 2, (bad, result.output)
         lines = result.stderr.strip().splitlines()
         assert len(lines) == 1 and "actor" in lines[0], (bad, result.stderr)
