@@ -12,15 +12,15 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from workcenter.coordinator_rules import DomainRules
 from workcenter.domain import action as act
 from workcenter.domain import conversation as conv
-from workcenter.domain import decisions, lifecycle, planning
+from workcenter.domain import lifecycle, planning
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.domain.goal_progress import GoalProgress
-from workcenter.domain.model import DomainEvent
 from workcenter.domain.unit import Unit
 
 PATCH_KEYS = ("title", "goal", "acceptanceCriteria", "deliveryTarget")
@@ -54,19 +54,12 @@ class Parsed:
     decision: dict[str, Any]
 
 
-class FakeRules:
+class FakeRules(DomainRules):
     """Kinds: answer, create_actions (through planning.plan_actions), request_human,
-    complete (through planning.complete); a contract patch only on a user turn."""
+    complete (through planning.complete); a contract patch only on a user turn.
 
-    # The fence is the domain's own (decisions.py): only parsing and applying are fake.
-
-    def action_fingerprint(
-        self, item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState]
-    ) -> str:
-        return decisions.action_fingerprint(item, actions)
-
-    def conflicts_since(self, item_events: Sequence[DomainEvent]) -> list[str]:
-        return decisions.conflicts_since(item_events)
+    The fence (fingerprint, conflict class) is the domain's own: only the request,
+    parsing, applying and the summary are fake."""
 
     def build_request(
         self,

@@ -34,6 +34,13 @@ LINEAR = {
     "stages": ["triage", "implement", "deliver"],
     "start": True,
 }
+DYNAMIC = {
+    "title": "Fix the failing import",
+    "goal": "The suite passes again",
+    "acceptanceCriteria": ["The suite passes"],
+    "deliveryTarget": "response",
+    "start": True,
+}
 
 
 def client(wc: WorkCenter, policy: Policy | None = None, base_url: str = LOCAL) -> TestClient:

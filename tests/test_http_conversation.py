@@ -13,19 +13,12 @@ from uuid import uuid4
 import pytest
 from conftest import budget_commands
 from fastapi.testclient import TestClient
-from http_client import client
+from http_client import DYNAMIC, client
 from test_http_api import problem, refused
 
 from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
 from workcenter.application import WorkCenter
 
-DYNAMIC = {
-    "title": "Fix the failing import",
-    "goal": "The suite passes again",
-    "acceptanceCriteria": ["The suite passes"],
-    "deliveryTarget": "response",
-    "start": True,
-}
 SECRET = "sk-proj-abcdefghijklmnopqrstuvwxyz0123456789"
 
 

@@ -21,7 +21,7 @@ from typing import Any, cast
 import httpx
 import pytest
 from click.testing import CliRunner
-from http_client import sse_events
+from http_client import DYNAMIC, sse_events
 
 from workcenter.adapters.cli import cli
 from workcenter.adapters.http.coordinator_loop import CoordinatorLoop
@@ -33,13 +33,6 @@ from workcenter.application import WorkCenter
 from workcenter.coordinating import StepResult
 from workcenter.ports import CoordinatorProvider
 
-DYNAMIC = {
-    "title": "Fix the failing import",
-    "goal": "The suite passes again",
-    "acceptanceCriteria": ["The suite passes"],
-    "deliveryTarget": "response",
-    "start": True,
-}
 WAIT = 20.0
 
 

@@ -6,11 +6,13 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import click
 
 from workcenter.adapters.cli_common import (
+    F,
     actor_option,
     command_hint,
     console,
@@ -58,6 +60,18 @@ provider_option = click.option(
 )
 
 
+def lease_option(help_text: str) -> Callable[[F], F]:
+    """``--lease``: the mailbox lease of a Coordinator turn, in seconds."""
+    return click.option(
+        "--lease",
+        "lease_seconds",
+        type=click.FloatRange(min=5, max=86_400),
+        default=60.0,
+        show_default=True,
+        help=help_text,
+    )
+
+
 def step_line(result: StepResult) -> str:
     turn = f" turn {result.turn_id}" if result.turn_id else ""
     error = f": {sanitize_personal(result.error)}" if result.error else ""
@@ -81,14 +95,7 @@ def step_json(result: StepResult) -> dict[str, Any]:
 @click.option(
     "--poll", "poll_seconds", type=click.FloatRange(min=0.01), default=2.0, show_default=True
 )
-@click.option(
-    "--lease",
-    "lease_seconds",
-    type=click.FloatRange(min=5, max=86_400),
-    default=60.0,
-    show_default=True,
-    help="Mailbox lease in seconds (renewed while the model works).",
-)
+@lease_option("Mailbox lease in seconds (renewed while the model works).")
 @click.option("--json", "as_json", is_flag=True, help="Print the steps as JSON.")
 @click.pass_context
 def coordinate(

@@ -6,7 +6,12 @@ from __future__ import annotations
 import click
 
 from workcenter.adapters.cli_common import console, db_option, open_center
-from workcenter.adapters.cli_coordinator import make_provider, provider_option, step_line
+from workcenter.adapters.cli_coordinator import (
+    lease_option,
+    make_provider,
+    provider_option,
+    step_line,
+)
 from workcenter.adapters.terminal import text
 from workcenter.coordinating import StepResult
 
@@ -54,14 +59,7 @@ def _print_error(error: str) -> None:
     help="With --coordinate: seconds between looks for due wakes (a message posted "
     "here is answered at once).",
 )
-@click.option(
-    "--lease",
-    "lease_seconds",
-    type=click.FloatRange(min=5, max=86_400),
-    default=60.0,
-    show_default=True,
-    help="With --coordinate: the mailbox lease in seconds.",
-)
+@lease_option("With --coordinate: the mailbox lease in seconds.")
 @click.pass_context
 def serve(
     ctx: click.Context,
