@@ -20,6 +20,14 @@ B. N run cycles: ``claim_next``, ``renew_lease``, ``finish_run`` completed with 
 C. the browser detail read of each item (``wc.detail``), right after those writes;
 D. bytes on disk after close, WAL checkpointed.
 
+With ``--floor``, each Workcenter repetition also times A's floor: the six event
+rows a create writes, already encoded (taken from a real create), inserted
+through the library's own recorder with Workcenter's SQLite settings, one
+transaction per create, and nothing else: no deciding, validating, encoding,
+hash chain or read model. No create can be faster than that, so
+``1 / reference rate - 1 / floor rate`` is the time a create may spend on all
+of its own work and still match the reference store.
+
 Each figure is the median of the repetitions; the ratio is Workcenter over the
 reference and the spread is the min..max of the per-repetition ratios. Then,
 counted rather than timed: SQL statements and commits per create and per run
@@ -38,13 +46,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from bench_core import file_bytes, fresh_db, log, machine
+from eventsourcing.persistence import StoredEvent
 
+from workcenter import hash_chain
 from workcenter.adapters.sql_counts import per_unit
 from workcenter.application import WorkCenter
 
@@ -188,6 +198,43 @@ def wc_rep(n: int, synchronous: str | None) -> Figures:
     }
 
 
+def create_rows(synchronous: str | None) -> list[StoredEvent]:
+    """The event rows of one real create, as the store wrote them."""
+    with fresh_db("rows") as path:
+        wc = open_store(path, synchronous)
+        create(wc, 0)
+        rows = wc.store.recorder.select_notifications(start=0, limit=100)
+        wc.close()
+    return [StoredEvent(r.originator_id, r.originator_version, r.topic, r.state) for r in rows]
+
+
+def floor_rate(n: int, rows: Sequence[StoredEvent], synchronous: str | None) -> float:
+    """Creates per second when a create only inserts its event rows (see the docstring)."""
+    previous = os.environ.get(hash_chain.HASH_CHAIN_ENV)
+    os.environ[hash_chain.HASH_CHAIN_ENV] = "off"
+    try:
+        with fresh_db("floor") as path:
+            wc = WorkCenter.open(path, sqlite_synchronous=synchronous, inline_projections=False)
+            recorder = wc.store.recorder
+            batches = []
+            for _ in range(n):  # fresh stream ids for each create, the same streams' shape
+                ids = {r.originator_id: uuid4() for r in rows}
+                batches.append(
+                    [
+                        StoredEvent(ids[r.originator_id], r.originator_version, r.topic, r.state)
+                        for r in rows
+                    ]
+                )
+            seconds = timed(lambda: [recorder.insert_events(b) for b in batches] and None)
+            wc.close()
+    finally:
+        if previous is None:
+            os.environ.pop(hash_chain.HASH_CHAIN_ENV, None)
+        else:
+            os.environ[hash_chain.HASH_CHAIN_ENV] = previous
+    return n / seconds
+
+
 def counts(synchronous: str | None) -> dict[str, Any]:
     """SQL statements and commits per create, per run cycle (three commands) and per
     detail read right after a create, counted on the store's own connections."""
@@ -214,15 +261,20 @@ def counts(synchronous: str | None) -> dict[str, Any]:
 # --- the comparison ------------------------------------------------------------------
 
 
-def compare(n: int, reps: int, kit: Path, synchronous: str | None) -> dict[str, Any]:
+def compare(
+    n: int, reps: int, kit: Path, synchronous: str | None, rows: Sequence[StoredEvent] | None
+) -> dict[str, Any]:
     peer: list[Figures] = []
     mine: list[Figures] = []
+    floors: list[float] = []
     for rep in range(reps):
         log(f"N={n} repetition {rep + 1}/{reps}: reference store ...")
         peer.append(peer_rep(kit, n))
         log(f"N={n} repetition {rep + 1}/{reps}: Workcenter ...")
         mine.append(wc_rep(n, synchronous))
-    rows = {}
+        if rows is not None:
+            floors.append(floor_rate(n, rows, synchronous))
+    figures = {}
     for key, _label, goal, higher in GOALS:
         p = statistics.median(r[key] for r in peer)
         w = statistics.median(r[key] for r in mine)
@@ -230,7 +282,7 @@ def compare(n: int, reps: int, kit: Path, synchronous: str | None) -> dict[str, 
         if key == "cycles_per_s" and n == LARGE_N:
             goal = LARGE_CYCLES_GOAL
         ratio = w / p
-        rows[key] = {
+        figures[key] = {
             "reference": round(p, 1),
             "workcenter": round(w, 1),
             "ratio": round(ratio, 2),
@@ -240,7 +292,25 @@ def compare(n: int, reps: int, kit: Path, synchronous: str | None) -> dict[str, 
             "reference_reps": [round(r[key], 1) for r in peer],
             "workcenter_reps": [round(r[key], 1) for r in mine],
         }
-    return {"n": n, "reps": reps, "figures": rows}
+    result: dict[str, Any] = {"n": n, "reps": reps, "figures": figures}
+    if floors:
+        p = statistics.median(r["creates_per_s"] for r in peer)
+        f = statistics.median(floors)
+        w = figures["creates_per_s"]["workcenter"]
+        result["floor"] = {
+            "creates_per_s": round(f, 1),
+            "ratio": round(f / p, 2),
+            "spread": [
+                round(min(x / q["creates_per_s"] for x, q in zip(floors, peer, strict=True)), 2),
+                round(max(x / q["creates_per_s"] for x, q in zip(floors, peer, strict=True)), 2),
+            ],
+            "reps": [round(x, 1) for x in floors],
+            # What a create may spend beyond its rows and still match the reference store,
+            # and what it spends today, in microseconds.
+            "budget_us": round((1 / p - 1 / f) * 1e6, 1),
+            "spent_us": round((1 / w - 1 / f) * 1e6, 1),
+        }
+    return result
 
 
 def render(result: dict[str, Any], out: Callable[[str], None]) -> None:
@@ -263,6 +333,15 @@ def render(result: dict[str, Any], out: Callable[[str], None]) -> None:
                 f"| {label} | {fmt.format(row['reference'])} | {fmt.format(row['workcenter'])}"
                 f" | {row['ratio']:.2f}x | {row['spread'][0]:.2f}..{row['spread'][1]:.2f}"
                 f" | {row['goal']} | {'MET' if row['met'] else 'NOT MET'} |"
+            )
+        floor = run.get("floor")
+        if floor:
+            out(
+                f"A's floor (the create's event rows through the library's recorder, nothing"
+                f" else): {floor['creates_per_s']:,.0f}/s, {floor['ratio']:.2f}x the reference"
+                f" ({floor['spread'][0]:.2f}..{floor['spread'][1]:.2f}); a create may spend"
+                f" {floor['budget_us']:.0f} us beyond its rows to match the reference, and"
+                f" spends {floor['spent_us']:.0f} us"
             )
     c = result["counts"]
     out("")
@@ -292,6 +371,9 @@ def main() -> None:
         choices=("FULL", "NORMAL"),
         help="Workcenter's SQLite synchronous setting (default: the store's default)",
     )
+    parser.add_argument(
+        "--floor", action="store_true", help="also time A's floor (see the docstring)"
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     args = parser.parse_args()
     try:
@@ -303,8 +385,9 @@ def main() -> None:
     result: dict[str, Any] = {"machine": machine(), "synchronous": args.synchronous}
     log("warm-up ...")
     wc_rep(20, args.synchronous)
+    rows = create_rows(args.synchronous) if args.floor else None
     result["runs"] = [
-        compare(int(n), args.reps, kit, args.synchronous) for n in args.sizes.split(",")
+        compare(int(n), args.reps, kit, args.synchronous, rows) for n in args.sizes.split(",")
     ]
     log("counting statements ...")
     result["counts"] = counts(args.synchronous)
