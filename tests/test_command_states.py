@@ -14,6 +14,7 @@ from unittest import mock
 
 import pytest
 from conftest import (
+    BACKENDS,
     BOOT_ID,
     SHM,
     FakeClock,
@@ -33,6 +34,12 @@ from workcenter.domain import action as act
 from workcenter.domain.errors import WorkcenterError
 from workcenter.projections import detail
 from workcenter.projections.detail import Detail
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
 
 # --- the view takes the command's states -----------------------------------------
 
