@@ -76,9 +76,9 @@ def fold(state: S, events: Iterable[DomainEvent], evolve: Callable[[Any, Any], A
 
 
 def _forget_uncommitted(inline: InlineWrite, events: Sequence[DomainEvent]) -> None:
-    """A failed save may have rolled back after the detail view remembered the states
-    of its aggregates at versions that now were never committed; another writer may
-    commit other events at those versions, so the view must not keep them (ADR-0043)."""
+    """A save that failed may have rolled back after the detail view remembered states
+    of versions that were never committed; another writer may commit other events at
+    those versions, so the view forgets the command's aggregates (ADR-0043)."""
     for view in inline.views.values():
         if isinstance(view, DetailView):
             view.forget({event.originator_id for event in events})

@@ -234,6 +234,7 @@ class DetailView(TrackedView):
         the command computed after them (by aggregate id): an aggregate whose state there
         is at its last version in the batch is taken as it is, not folded (ADR-0043)."""
         if not batch or batch[0][0] <= position:
+            # Not the command's alone: the view has seen some of it (never so inline).
             return self.apply_within(c, application_name, batch, position)
         self._apply_batch(c, batch, states)
         self._insert_tracking(c, Tracking(application_name, batch[-1][0]))

@@ -88,7 +88,7 @@ class InlineWrite:
                 missed = [(n.id, self.mapper.to_domain_event(n)) for n in gap]
                 view.apply_within(c, name, [*missed, *batch], position)
             else:
-                # getattr, not a runtime Protocol: that isinstance costs ~10 us a view.
+                # getattr, not a runtime Protocol: that isinstance costs 10-20 us a view.
                 take = getattr(view, "apply_with_states", None) if self.states else None
                 if take is not None:
                     take(c, name, batch, position, self.states)
