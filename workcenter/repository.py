@@ -26,7 +26,7 @@ from workcenter.domain.errors import NotFound, VersionConflict, WorkcenterError
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.unit import Unit
 from workcenter.ports import StreamsAfter, TransactionArguments
-from workcenter.projections.detail import Kind
+from workcenter.projections.detail import DetailView, Kind
 from workcenter.projections.inline import InlineWrite
 from workcenter.read_models import ReadModels
 
@@ -73,6 +73,15 @@ def fold(state: S, events: Iterable[DomainEvent], evolve: Callable[[Any, Any], A
     for event in events:
         state = evolve(state, event)
     return state
+
+
+def _forget_uncommitted(inline: InlineWrite, events: Sequence[DomainEvent]) -> None:
+    """A save that failed may have rolled back after the detail view remembered states
+    of versions that were never committed; another writer may commit other events at
+    those versions, so the view forgets the command's aggregates (ADR-0043)."""
+    for view in inline.views.values():
+        if isinstance(view, DetailView):
+            view.forget({event.originator_id for event in events})
 
 
 class Repository:
@@ -300,12 +309,20 @@ class Repository:
             along.update(self.transaction.snapshots(snapshots))
         inline = None
         if self.read_models.inline:
-            inline = InlineWrite(events, self.read_models.written_by(events), self.store.mapper)
+            # The states go along for the detail view, which takes them instead of
+            # folding the events onto the states before them (ADR-0043).
+            views = self.read_models.written_by(events)
+            inline = InlineWrite(events, views, self.store.mapper, states=states)
             along.update(self.transaction.inline(inline))
-        # The event store's own put, not ``Application.save``: that one only collects the
-        # events again, testing each against the library's runtime protocols (~10 us an
-        # event), and its snapshot and notify hooks do nothing for events alone.
-        self.store.events.put(events, **along)
+        try:
+            # The event store's own put, not ``Application.save``: that one only collects
+            # the events again, testing each against the library's runtime protocols (~10 us
+            # an event), and its snapshot and notify hooks do nothing for events alone.
+            self.store.events.put(events, **along)
+        except BaseException:
+            if inline is not None:
+                _forget_uncommitted(inline, events)
+            raise
         cache = self.store.repository.cache
         if cache is not None:
             # The library caches only aggregates it saves, and it is given events: keep the

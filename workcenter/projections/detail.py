@@ -9,7 +9,8 @@ Whenever events of an item arrive the view rebuilds that item's DTO from the
 states after them (``dv_details``): it folds the batch's events onto the states
 before them, and takes every other state of the item (its Actions, its ledger)
 from the event store, which snapshots and caches them; the view keeps no copy of
-any state (ADR-0020). The DTO's ``now``
+any state (ADR-0020). A command's save hands over the states it computed after
+its own events, and the view takes those instead of folding (ADR-0043). The DTO's ``now``
 is the timestamp of the item's latest event, never the clock, so live and
 rebuilt views are byte-for-byte equal: an item's DTO depends only on its events.
 Within one batch an item's DTO is built once, after its last event there, which
@@ -18,7 +19,7 @@ gives the same bytes however the log is paged.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Protocol
@@ -42,6 +43,11 @@ EVOLVE: dict[Kind, Callable[[Any, Any], AggregateState]] = {
     "item": wi.evolve,
     "action": act.evolve,
     "ledger": rl.evolve,
+}
+STATE_CLASS: dict[Kind, type[AggregateState]] = {
+    "item": wi.WorkItemState,
+    "action": act.ActionState,
+    "ledger": rl.LedgerState,
 }
 CACHE_LIMIT = 20_000
 
@@ -216,22 +222,47 @@ class DetailView(TrackedView):
 
     # --- writing --------------------------------------------------------------
 
-    def _apply_batch(self, c: Any, batch: Batch) -> None:
+    def apply_with_states(
+        self,
+        c: Any,
+        application_name: str,
+        batch: Batch,
+        position: int,
+        states: Mapping[UUID, AggregateState],
+    ) -> int:
+        """``apply_within`` for a batch of exactly a command's own events, given the states
+        the command computed after them (by aggregate id): an aggregate whose state there
+        is at its last version in the batch is taken as it is, not folded (ADR-0043)."""
+        if not batch or batch[0][0] <= position:
+            # Not the command's alone: the view has seen some of it (never so inline).
+            return self.apply_within(c, application_name, batch, position)
+        self._apply_batch(c, batch, states)
+        self._insert_tracking(c, Tracking(application_name, batch[-1][0]))
+        return len(batch)
+
+    def _apply_batch(
+        self, c: Any, batch: Batch, states: Mapping[UUID, AggregateState] | None = None
+    ) -> None:
         # The live view shares the event store's database: its states and versions are
         # read in this transaction, which sees the batch's own events too. A rebuild's
         # shadow is another file, so it reads them from the store.
         events_cursor = c if self.source.holds_events_of(self.datastore) else None
         working: dict[UUID, AggregateState] = {}
         touched: dict[UUID, tuple[int, datetime]] = {}
+        given = _after_batch(batch, states) if states else {}
         for position, event in batch:
             kind = kind_of(event)
             if kind is None:
                 continue
             aggregate_id = event.originator_id
-            before = working.get(aggregate_id)
-            if before is None and event.originator_version > 1:
-                before = self._at(kind, aggregate_id, event.originator_version - 1, events_cursor)
-            after = EVOLVE[kind](before, event)
+            after = given.get(aggregate_id)
+            if after is None or not isinstance(after, STATE_CLASS[kind]):
+                before = working.get(aggregate_id)
+                if before is None and event.originator_version > 1:
+                    before = self._at(
+                        kind, aggregate_id, event.originator_version - 1, events_cursor
+                    )
+                after = EVOLVE[kind](before, event)
             item_id = after.id if kind == "item" else after.work_item_id  # type: ignore[attr-defined]
             working[aggregate_id] = after
             touched[item_id] = (position, event.timestamp)
@@ -245,6 +276,12 @@ class DetailView(TrackedView):
                     " DO UPDATE SET position = excluded.position, dto = excluded.dto",
                     (item_id.hex, position, self.blobs.deflate(dto)),
                 )
+
+    def forget(self, aggregate_ids: Iterable[UUID]) -> None:
+        """Drop the states remembered of these aggregates: those folded or taken in a
+        command's transaction that then rolled back are of versions never committed."""
+        for aggregate_id in aggregate_ids:
+            self._cache.pop(aggregate_id, None)
 
     def _remember(self, state: AggregateState) -> None:
         if len(self._cache) >= CACHE_LIMIT:
@@ -325,6 +362,17 @@ class DetailView(TrackedView):
     def detail_bytes(self, work_item_id: UUID) -> bytes | None:
         rows = self._rows("SELECT dto FROM dv_details WHERE work_item_id = ?", (work_item_id.hex,))
         return self.blobs.inflate(bytes(rows[0][0])) if rows else None
+
+
+def _after_batch(batch: Batch, states: Mapping[UUID, AggregateState]) -> dict[UUID, AggregateState]:
+    """The given states that are of their aggregate's last version in ``batch``: the
+    states after the batch, as a fold of it onto the states before it would give."""
+    last = {event.originator_id: event.originator_version for _, event in batch}
+    return {
+        aggregate_id: state
+        for aggregate_id, version in last.items()
+        if (state := states.get(aggregate_id)) is not None and state.version == version
+    }
 
 
 class Detail(Projection[DetailView]):
