@@ -1,8 +1,8 @@
 """ADR-0043: a command's save hands the detail view the states it computed after its
 own events, and the view takes them instead of folding the events onto the states
-before them. The DTO bytes are the fold's, a gap or a stale state falls back to the
-fold, and a save that rolls back leaves the view nothing of the versions it never
-committed."""
+before them. The DTO bytes are the fold's, a gap the view missed is folded before the
+states are taken, a stale state falls back to the fold, and a save that rolls back
+leaves the view nothing of the versions it never committed."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from test_projections import Scenario, fresh_center, programs
 from workcenter.application import WorkCenter
 from workcenter.domain import action as act
 from workcenter.domain.errors import WorkcenterError
-from workcenter.projections import detail
+from workcenter.projections import detail, inline
 from workcenter.projections.detail import Detail
 
 
@@ -85,21 +85,29 @@ def test_only_states_at_their_aggregates_last_version_in_the_batch_are_taken(
     assert detail._after_batch(batch, stale) == {}
 
 
-def test_a_lagging_view_folds_the_gap_and_the_commands_events(
-    wc: WorkCenter, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+def test_a_lagging_view_folds_the_gap_then_takes_the_commands_states(
+    wc: WorkCenter, clock: FakeClock
 ) -> None:
-    """With a gap before the command's events the batch is not the command's alone: the
-    view folds all of it, as a catch-up does."""
+    """A renewal leaves the view behind, so the finish's batch starts with the renewal
+    the view missed: it is folded, and the finish's own states are taken after it."""
     item = create_dynamic(wc)
     plan(wc, item.id, action_spec(objective="one"))
     claimed = claim(wc, lease_seconds=60)
     wc.renew_lease(claimed)  # leaves the view behind: the next save has a gap first
-    taken: list[int] = []
-    monkeypatch.setattr(wc.details, "apply_with_states", lambda *args: taken.append(1) or 0)
     clock.advance(5)
-    wc.finish_run(claimed, report())
-    monkeypatch.undo()
-    assert taken == []
+    seen: list[tuple[type[Any], set[Any]]] = []
+    after_batch = detail._after_batch
+
+    def recorded(batch: Any, states: Any) -> Any:
+        found = after_batch(batch, states)
+        seen.append((type(batch[0][1]), set(found)))
+        return found
+
+    with mock.patch.object(detail, "_after_batch", recorded):
+        wc.finish_run(claimed, report())
+    [(first, taken)] = seen
+    assert first is act.LeaseRenewed  # the renewal the view missed came first
+    assert {claimed.action_id, item.id} <= taken
     live = wc.details.dump()
     wc.maintenance.rebuild_projection(Detail.name)
     assert wc.details.dump() == live
@@ -125,7 +133,8 @@ def test_a_save_rolled_back_after_the_view_took_its_states_leaves_no_trace_in_th
         def commit_failed(*_: Any) -> None:
             raise RuntimeError("the commit failed")
 
-        monkeypatch.setattr(wc.details, "_insert_tracking", commit_failed)
+        # After the view wrote its rows (and took the states), before the commit.
+        monkeypatch.setattr(inline, "write_positions", commit_failed)
         with pytest.raises(RuntimeError, match="the commit failed"):
             wc.finish_run(claimed, report(summary="the finish that never was"))
         monkeypatch.undo()

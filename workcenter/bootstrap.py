@@ -36,7 +36,12 @@ from workcenter.adapters.persistence import (
     store_env,
 )
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
-from workcenter.adapters.sqlite_settings import SYNCHRONOUS_ENV, validate_synchronous
+from workcenter.adapters.sqlite_settings import (
+    SYNCHRONOUS_ENV,
+    WAL_AUTOCHECKPOINT_ENV,
+    validate_synchronous,
+    validate_wal_autocheckpoint,
+)
 from workcenter.coordinator_rules import DecisionRules, DomainRules
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.model import AggregateState
@@ -187,8 +192,10 @@ def open_store(
     cipher.configured_key()
     if is_postgres_url(db_path):
         return _open_postgres(db_path, sqlite_synchronous, create, build)
-    # A bad synchronous setting is InvalidInput before any file exists.
+    # A bad synchronous or checkpoint setting is InvalidInput before any file exists.
     validate_synchronous(sqlite_synchronous or os.environ.get(SYNCHRONOUS_ENV, "NORMAL"))
+    if os.environ.get(WAL_AUTOCHECKPOINT_ENV):
+        validate_wal_autocheckpoint(os.environ[WAL_AUTOCHECKPOINT_ENV])
     hash_chain.enabled(os.environ.get(hash_chain.HASH_CHAIN_ENV))
     env = sqlite_env(db_path, sqlite_synchronous)
     prepare_store_file(db_path, create=create)

@@ -222,23 +222,18 @@ class DetailView(TrackedView):
 
     # --- writing --------------------------------------------------------------
 
-    def apply_with_states(
-        self,
-        c: Any,
-        application_name: str,
-        batch: Batch,
-        position: int,
-        states: Mapping[UUID, AggregateState],
-    ) -> int:
-        """``apply_within`` for a batch of exactly a command's own events, given the states
-        the command computed after them (by aggregate id): an aggregate whose state there
-        is at its last version in the batch is taken as it is, not folded (ADR-0043)."""
-        if not batch or batch[0][0] <= position:
-            # Not the command's alone: the view has seen some of it (never so inline).
-            return self.apply_within(c, application_name, batch, position)
-        self._apply_batch(c, batch, states)
-        self._insert_tracking(c, Tracking(application_name, batch[-1][0]))
-        return len(batch)
+    def rows_with_states(
+        self, c: Any, batch: Batch, position: int, states: Mapping[UUID, AggregateState]
+    ) -> Batch:
+        """``rows_within`` given the states a command computed after its own events, which
+        end ``batch`` (a gap the view missed may come before them): an aggregate whose
+        state there is at its last version in the batch is taken as it is, not folded
+        (ADR-0043). The command saw every event before its own of the aggregates it
+        changed (else its insert would have conflicted), so such a state is the fold's."""
+        fresh = [entry for entry in batch if entry[0] > position]
+        if fresh:
+            self._apply_batch(c, fresh, states)
+        return fresh
 
     def _apply_batch(
         self, c: Any, batch: Batch, states: Mapping[UUID, AggregateState] | None = None

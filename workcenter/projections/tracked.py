@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from eventsourcing.persistence import Tracking, TrackingRecorder
-from eventsourcing.sqlite import SQLiteTrackingRecorder
+from eventsourcing.persistence import IntegrityError, Tracking, TrackingRecorder
+from eventsourcing.sqlite import SQLiteCursor, SQLiteTrackingRecorder
 
 from workcenter.domain.model import DomainEvent
 from workcenter.projections import sql
@@ -107,12 +107,19 @@ class TrackedView(TrackingRecorder):
     def apply_within(self, c: Any, application_name: str, batch: Batch, position: int) -> int:
         """Apply the events after ``position`` and move the position, in the caller's
         transaction, which holds the view's lock and read ``position`` under it."""
-        fresh = [entry for entry in batch if entry[0] > position]
-        if not fresh:
-            return 0
-        self._apply_batch(c, fresh)
-        self._insert_tracking(c, Tracking(application_name, fresh[-1][0]))
+        fresh = self.rows_within(c, batch, position)
+        if fresh:
+            self._insert_tracking(c, Tracking(application_name, fresh[-1][0]))
         return len(fresh)
+
+    def rows_within(self, c: Any, batch: Batch, position: int) -> Batch:
+        """Apply the events after ``position`` to the rows only, in the caller's transaction
+        (as ``apply_within``); returns them. The caller writes the new position before it
+        commits (``write_positions``), so several views move theirs in one statement."""
+        fresh = [entry for entry in batch if entry[0] > position]
+        if fresh:
+            self._apply_batch(c, fresh)
+        return fresh
 
     def locked_position(self, c: Any, application_name: str) -> int:
         """The position, read after taking the view's write lock, so no other writer can
@@ -162,3 +169,73 @@ def apply_together(views: Mapping[str, TrackedView], batch: Batch) -> int:
         for name, view in views.items():
             applied += view.apply_within(c, name, batch, view.locked_position(c, name))
     return applied
+
+
+# --- several views' positions, one statement each way -----------------------------
+
+
+def sharing_positions(views: Mapping[str, object]) -> Mapping[str, TrackedView] | None:
+    """``views`` if they are TrackedViews of one datastore whose tracking table holds one
+    row per view (the library's default), so one statement can read or write all of
+    their positions; else None."""
+    first = next(iter(views.values()), None)
+    if not isinstance(first, TrackedView) or not first.datastore.single_row_tracking:
+        return None
+    if not all(
+        isinstance(v, TrackedView) and v.datastore is first.datastore for v in views.values()
+    ):
+        return None
+    return views  # type: ignore[return-value]
+
+
+def positions_within(c: Any, datastore: Any, names: Sequence[str]) -> dict[str, int]:
+    """The positions of the views ``names``, read in one statement in the caller's
+    transaction, which holds the event store's write lock (a command's save).
+
+    On SQLite that lock keeps every other writer out. On PostgreSQL it keeps out other
+    commands but not a runner, so each view's own lock is taken first, in the order
+    given (``position_within``)."""
+    if sql.is_postgres(datastore):
+        for name in names:
+            sql.lock_view(c, datastore, name)
+    marks = ", ".join("?" * len(names))
+    c.execute(
+        f"SELECT application_name, notification_id FROM {TRACKING_TABLE}"
+        f" WHERE application_name IN ({marks})",
+        tuple(names),
+    )
+    found = {row[0]: row[1] for row in c.fetchall()}
+    return {name: found.get(name) or 0 for name in names}
+
+
+def write_positions(c: Any, positions: Mapping[str, int]) -> None:
+    """Move several views' positions forward in one statement: the library's single-row
+    upsert (``SQLiteTrackingRecorder``, ``PostgresTrackingRecorder``) for several rows.
+
+    A position is never moved back or to where it is: like the library's, a write that
+    would not move every position forward raises IntegrityError (another writer applied
+    those events), and the caller's transaction rolls back. The rows moved are counted
+    rather than returned: on SQLite a ``RETURNING`` clause made this statement cost
+    several times the CPU (ADR-0042)."""
+    if not positions:
+        return
+    rows = ", ".join(["(?, ?)"] * len(positions))
+    c.execute(
+        f"INSERT INTO {TRACKING_TABLE} VALUES {rows} ON CONFLICT (application_name)"
+        " DO UPDATE SET notification_id = excluded.notification_id"
+        f" WHERE {TRACKING_TABLE}.notification_id < excluded.notification_id",
+        tuple(value for entry in positions.items() for value in entry),
+    )
+    if _rows_changed(c) < len(positions):
+        raise IntegrityError(
+            f"Failed to record tracking for {sorted(positions)}: a position would not move forward"
+        )
+
+
+def _rows_changed(c: Any) -> int:
+    """Rows the last statement inserted or updated, not those its WHERE kept (SQLite's
+    ``changes()``, PostgreSQL's command tag). The library's SQLite cursor does not pass
+    ``rowcount`` on; ``sql.PortableCursor`` does."""
+    if isinstance(c, SQLiteCursor):
+        return int(c.sqlite_cursor.rowcount)
+    return int(c.rowcount)
