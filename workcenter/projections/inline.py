@@ -110,7 +110,7 @@ class InlineWrite:
         take = getattr(view, "rows_with_states", None) if self.states else None
         if take is None:
             return view.rows_within(c, due, position)
-        return take(c, due, position, self.states)  # type: ignore[no-any-return]
+        return take(c, due, position, self.states)
 
     def _due(
         self, c: Any, name: str, position: int, batch: Batch, read_gap: ReadGap
