@@ -12,6 +12,11 @@ side-by-side runs. The work is ``bench_peer.py``'s: a create is a linear item
 with one stage, started; a run cycle is ``claim_next``, ``renew_lease`` and
 ``finish_run`` completed; a detail read is ``wc.detail`` of a finished item.
 
+Two bounds on a create, counted only with ``--only``: ``draft``, the same create
+left unstarted (its item's and ledger's first events, no Action), and ``floor``,
+``bench_peer.py``'s floor (the create's six event rows, already encoded, inserted
+through the library's recorder with nothing else).
+
 Each figure runs the process twice under callgrind, once with no measured
 operation and once with N, after the same warm-up; the difference over N is
 the count per operation, so imports and start-up are out of it.
@@ -34,6 +39,8 @@ WARM = 20
 BACKLOG = 200  # items created, untimed, before the measured run cycles
 FINISHED = 100  # finished items, untimed, whose details the measured reads read
 OPERATIONS = ("create", "cycle", "read")
+# Counted only when asked for (--only): what bounds a create from below.
+BOUNDS = ("draft", "floor")
 
 
 def work(operation: str, n: int) -> None:
@@ -41,6 +48,11 @@ def work(operation: str, n: int) -> None:
     sys.path.insert(0, str(HERE))
     import bench_peer as peer
 
+    if operation == "floor":
+        # bench_peer's floor: a create's event rows alone through the library's recorder.
+        # One store opened in both runs, so the difference is the n inserts.
+        peer.floor_rate(WARM + n, peer.create_rows(None), None)
+        return
     with tempfile.TemporaryDirectory() as directory:
         wc = peer.open_store(os.path.join(directory, "count.db"), None)
         for i in range(WARM):
@@ -49,6 +61,9 @@ def work(operation: str, n: int) -> None:
         if operation == "create":
             for i in range(n):
                 peer.create(wc, i)
+        elif operation == "draft":  # a create left unstarted: its first two events only
+            for i in range(n):
+                peer.create(wc, i, start=False)
         elif operation == "cycle":
             for i in range(BACKLOG):
                 peer.create(wc, i)
@@ -91,7 +106,12 @@ def instructions(operation: str, n: int) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=100, help="operations counted (default 100)")
-    parser.add_argument("--only", choices=OPERATIONS, help="count one operation only")
+    parser.add_argument(
+        "--only",
+        choices=OPERATIONS + BOUNDS,
+        help="count one operation only; draft (a create not started) and floor (bench_peer's"
+        " floor: the create's rows alone) only this way",
+    )
     parser.add_argument("--json", metavar="FILE", help="also write the counts as JSON")
     parser.add_argument("--work", nargs=2, metavar=("OPERATION", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
