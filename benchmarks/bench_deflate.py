@@ -26,14 +26,14 @@ from __future__ import annotations
 import argparse
 import os
 import pickle
-import re
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import zlib
 from collections.abc import Callable
 from pathlib import Path
+
+from bench_instructions import callgrind_total
 
 HERE = Path(__file__).resolve().parent
 LEVELS = {"stdlib": (1, 6, 9), "zlib-ng": (1, 4, 6, 7), "isal": (1, 2, 3)}
@@ -122,20 +122,7 @@ def instructions(args: list[str], vector_memset: bool) -> int:
     env = {**os.environ, "PYTHONHASHSEED": "0"}
     if vector_memset:
         env["GLIBC_TUNABLES"] = VECTOR_MEMSET
-    with tempfile.TemporaryDirectory() as directory:
-        out = Path(directory) / "callgrind.out"
-        valgrind = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
-        subprocess.run(
-            [*valgrind, sys.executable, __file__, "--work", *args],
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=env,
-        )
-        found = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
-        if found is None:
-            raise RuntimeError("callgrind wrote no instruction total")
-        return int(found.group(1))
+    return callgrind_total([__file__, "--work", *args], env)
 
 
 def main() -> None:

@@ -78,29 +78,28 @@ def work(operation: str, n: int) -> None:
         wc.close()
 
 
-def instructions(operation: str, n: int) -> int:
+def callgrind_total(argv: list[str], env: dict[str, str]) -> int:
+    """The instructions callgrind counts for the process ``argv`` (a Python script's
+    arguments after the interpreter), run with ``env``."""
     with tempfile.TemporaryDirectory() as directory:
         out = Path(directory) / "callgrind.out"
         subprocess.run(
-            [
-                "valgrind",
-                "--tool=callgrind",
-                f"--callgrind-out-file={out}",
-                sys.executable,
-                __file__,
-                "--work",
-                operation,
-                str(n),
-            ],
+            ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, *argv],
             check=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
-            env={**os.environ, "PYTHONHASHSEED": "0"},
+            env=env,
         )
         found = re.search(r"^(?:summary|totals): (\d+)", out.read_text(), re.MULTILINE)
         if found is None:
             raise RuntimeError("callgrind wrote no instruction total")
         return int(found.group(1))
+
+
+def instructions(operation: str, n: int) -> int:
+    return callgrind_total(
+        [__file__, "--work", operation, str(n)], {**os.environ, "PYTHONHASHSEED": "0"}
+    )
 
 
 def main() -> None:
