@@ -64,7 +64,14 @@ def status_is(page: Any, status: str) -> None:
 
 
 def note(page: Any, kind: str) -> str:
-    page.wait_for_selector(f"#command-note[data-kind='{kind}']:visible", timeout=TIMEOUT_MS)
+    try:
+        page.wait_for_selector(f"#command-note[data-kind='{kind}']:visible", timeout=TIMEOUT_MS)
+    except Exception:  # Playwright's timeout: say what the page shows instead
+        shown = page.evaluate(
+            "() => { const n = document.getElementById('command-note');"
+            " return {hidden: n.hidden, kind: n.dataset.kind, text: n.textContent}; }"
+        )
+        raise AssertionError(f"no {kind!r} note on the page, which shows {shown}") from None
     return page.text_content("#command-note") or ""
 
 
@@ -100,6 +107,14 @@ def test_cancel_resume_extend_and_retry_from_the_page_without_a_reload(
     assert page.input_value("#extend-tokens") == ""
 
     failed = fail_current_action(wc)  # a worker's Run failed meanwhile: the page follows
+    # The timeline and the detail (with the ETag a command sends) are separate reads: a
+    # refresh between the claim and the failure can show the failed row with the ETag of
+    # the claim, and a click then would rightly be refused as stale. Click once the page
+    # has read the detail after the failure.
+    page.wait_for_function(
+        "() => state.detail && (state.detail.actionCounts || {}).failed === 1",
+        timeout=TIMEOUT_MS,
+    )
     page.click(".tl-row[data-status='failed'] button.retry:enabled", timeout=TIMEOUT_MS)
     assert note(page, "ok") == "Action 1 retried."
     page.wait_for_function(
