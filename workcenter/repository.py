@@ -26,7 +26,7 @@ from workcenter.domain.errors import NotFound, VersionConflict, WorkcenterError
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.unit import Unit
 from workcenter.ports import StreamsAfter, TransactionArguments
-from workcenter.projections.detail import DetailView, Kind
+from workcenter.projections.detail import Kind
 from workcenter.projections.inline import InlineWrite
 from workcenter.read_models import ReadModels
 
@@ -73,15 +73,6 @@ def fold(state: S, events: Iterable[DomainEvent], evolve: Callable[[Any, Any], A
     for event in events:
         state = evolve(state, event)
     return state
-
-
-def _forget_uncommitted(inline: InlineWrite, events: Sequence[DomainEvent]) -> None:
-    """A save that failed may have rolled back after the detail view remembered states
-    of versions that were never committed; another writer may commit other events at
-    those versions, so the view forgets the command's aggregates (ADR-0043)."""
-    for view in inline.views.values():
-        if isinstance(view, DetailView):
-            view.forget({event.originator_id for event in events})
 
 
 class Repository:
@@ -321,7 +312,7 @@ class Repository:
             self.store.events.put(events, **along)
         except BaseException:
             if inline is not None:
-                _forget_uncommitted(inline, events)
+                inline.forget_uncommitted()
             raise
         cache = self.store.repository.cache
         if cache is not None:

@@ -105,6 +105,17 @@ class InlineWrite:
                 moved[name] = fresh[-1][0]
         write_positions(c, moved)
 
+    def forget_uncommitted(self) -> None:
+        """After a failed save: the transaction may have rolled back after a view
+        remembered states of versions never committed, and another writer may commit
+        other events at those versions, so such a view forgets the command's aggregates
+        (ADR-0043)."""
+        aggregate_ids = {event.originator_id for event in self.events}
+        for view in self.views.values():
+            forget = getattr(view, "forget", None)
+            if forget is not None:
+                forget(aggregate_ids)
+
     def _rows(self, c: Any, view: TrackedView, due: Batch, position: int) -> Batch:
         # getattr, not a runtime Protocol: that isinstance costs 10-20 us a view.
         take = getattr(view, "rows_with_states", None) if self.states else None
