@@ -36,7 +36,7 @@ from typing import Any
 
 from workcenter.adapters.sql_counts import create, per_unit, run_cycle
 from workcenter.application import WorkCenter
-from workcenter.hash_chain import HASH_CHAIN_ENV
+from workcenter.service_layer.history.hash_chain import HASH_CHAIN_ENV
 
 COUNTED = 30
 

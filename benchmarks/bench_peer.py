@@ -54,9 +54,9 @@ from uuid import UUID, uuid4
 from bench_core import file_bytes, fresh_db, log, machine
 from eventsourcing.persistence import StoredEvent
 
-from workcenter import hash_chain
 from workcenter.adapters.sql_counts import per_unit
 from workcenter.application import WorkCenter
+from workcenter.service_layer.history import hash_chain
 
 REPO = Path(__file__).resolve().parent.parent
 KIT_ENV = "WORKCENTER_PEER_KIT"

@@ -42,8 +42,8 @@ from uuid import UUID
 
 from bench_peer import PeerKitMissing, create, find_kit, peer_rep, report
 
-from workcenter import claiming
 from workcenter.application import WorkCenter
+from workcenter.service_layer.handlers import claim as claiming
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 LEASE = 30.0

@@ -19,9 +19,9 @@ import postgres
 import pytest
 
 from workcenter.application import Claim, WorkCenter
-from workcenter.budget import BudgetCommands
 from workcenter.domain import action as act
 from workcenter.domain import work_item as wi
+from workcenter.service_layer.handlers.resource_ledger import BudgetCommands
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 CRITERIA: tuple[str, ...] = ("Tests pass", "Docs updated")

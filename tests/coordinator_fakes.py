@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from workcenter.coordinator_rules import DomainRules
 from workcenter.domain import action as act
 from workcenter.domain import conversation as conv
 from workcenter.domain import lifecycle, planning
@@ -22,6 +21,7 @@ from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.unit import Unit
+from workcenter.service_layer.handlers.coordinator_rules import DomainRules
 
 PATCH_KEYS = ("title", "goal", "acceptanceCriteria", "deliveryTarget")
 

@@ -16,11 +16,11 @@ import pytest
 from click.testing import CliRunner
 from conftest import BACKENDS, checks
 
-from workcenter import repository as workcenter_store
 from workcenter.adapters.cipher import KEY_ENV, StoreKeyRefused
 from workcenter.adapters.cli import cli
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput
+from workcenter.service_layer import repository as workcenter_store
 
 TITLE = "Quarterly merger with Initech"
 EVIDENCE = "board minutes page 7 approve"

@@ -27,7 +27,7 @@ from workcenter.adapters.compression import (
 from workcenter.adapters.sqlite_settings import STATEMENT_CACHE
 from workcenter.application import WorkCenter
 from workcenter.domain import work_item as wi
-from workcenter.repository import SNAPSHOT_INTERVAL
+from workcenter.service_layer.repository import SNAPSHOT_INTERVAL
 
 
 def _rows(db_path: Path, sql: str) -> list[tuple[bytes | str, ...]]:

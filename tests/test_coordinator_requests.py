@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from workcenter.application import WorkCenter
-from workcenter.budget import BudgetCommands
 from workcenter.domain import resource_ledger as rl
+from workcenter.service_layer.handlers.resource_ledger import BudgetCommands
 
 REQUEST = {"messages": [{"role": "user", "content": "Decide"}], "max_tokens": 100}  # 117
 

@@ -200,8 +200,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
 
 def _dispatch_only(wc: WorkCenter, claimed: Any) -> None:
     """Prepare and dispatch the turn's first attempt; the caller then 'dies'."""
-    from workcenter.coordinating import _lines, _prompt
     from workcenter.domain import planning
+    from workcenter.service_layer.handlers.coordinator_step import _lines, _prompt
 
     commands = wc._coordinator
     item = wc.work_item(claimed.work_item_id)

@@ -381,8 +381,8 @@ def test_recovery_at_open_ends_an_orphaned_dispatch_as_unknown(
 
 
 def _request(wc: WorkCenter, item_id: Any, claimed: conv.ClaimRef) -> Any:
-    from workcenter.coordinating import _lines, _prompt
     from workcenter.domain import planning
+    from workcenter.service_layer.handlers.coordinator_step import _lines, _prompt
 
     item = wc.work_item(item_id)
     actions = wc.actions(item)

@@ -21,7 +21,7 @@ from workcenter.domain.actor import USER
 from workcenter.domain.coordinator_request import ConversationLine, build_request
 from workcenter.domain.decisions import AUTOMATIC_TURN, USER_TURN, TurnAuthority
 from workcenter.domain.errors import ProviderFailed
-from workcenter.ports import ProviderTurnRequest
+from workcenter.service_layer.ports import ProviderTurnRequest
 
 ANSWER = "3.11 and 3.12"
 

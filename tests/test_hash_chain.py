@@ -22,10 +22,10 @@ import pytest
 from conftest import BOOT_ID, FakeClock, action_spec, claim, create_dynamic, plan, refused, report
 from eventsourcing.persistence import StoredEvent
 
-from workcenter import hash_chain
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput
-from workcenter.hash_chain import Anchor, HistoryConflict, Verdict
+from workcenter.service_layer.history import hash_chain
+from workcenter.service_layer.history.hash_chain import Anchor, HistoryConflict, Verdict
 
 
 class Tamper(ABC):

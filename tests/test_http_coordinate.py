@@ -30,8 +30,8 @@ from workcenter.adapters.http.server import Terminated, serve
 from workcenter.adapters.providers.scripted import Reply
 from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
 from workcenter.application import WorkCenter
-from workcenter.coordinating import StepResult
-from workcenter.ports import CoordinatorProvider
+from workcenter.service_layer.handlers.coordinator_step import StepResult
+from workcenter.service_layer.ports import CoordinatorProvider
 
 WAIT = 20.0
 

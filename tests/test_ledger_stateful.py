@@ -39,10 +39,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from workcenter import repository as workcenter_store
 from workcenter.application import WorkCenter
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain.errors import CommandRefused, VersionConflict
+from workcenter.service_layer import repository as workcenter_store
 
 LIMITS = {
     "max_requests": 6,

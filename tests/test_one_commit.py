@@ -32,7 +32,7 @@ from workcenter.domain.errors import InvalidInput
 from workcenter.projections import inline
 from workcenter.projections.detail import Detail
 from workcenter.projections.inline import InlineWrite
-from workcenter.repository import SNAPSHOT_INTERVAL
+from workcenter.service_layer.repository import SNAPSHOT_INTERVAL
 
 READ_BACK = "SELECT ROWID, * FROM STORED_EVENTS"
 

@@ -31,7 +31,7 @@ from workcenter.domain.errors import (
     TurnFenceLost,
     WorkcenterError,
 )
-from workcenter.ports import ProviderTurnRequest
+from workcenter.service_layer.ports import ProviderTurnRequest
 
 # A stand-in for the decision schema (the decisions module builds the real one).
 SCHEMA: dict[str, Any] = {

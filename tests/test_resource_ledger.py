@@ -31,11 +31,11 @@ from conftest import (
 )
 
 from workcenter.application import Claim, WorkCenter
-from workcenter.budget import BudgetCommands
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import USER
 from workcenter.domain.errors import CommandRefused, InvalidInput, NotFound, VersionConflict
+from workcenter.service_layer.handlers.resource_ledger import BudgetCommands
 
 DECIDE = {"messages": [{"role": "user", "content": "Decide"}], "max_tokens": 100}  # 117
 STOP_WRITES = ["ExecutionStopped", "BudgetStopRecorded", "StatusChanged"]

@@ -43,12 +43,12 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from workcenter import repository as workcenter_store
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain import action as act
 from workcenter.domain import errors
 from workcenter.domain import lifecycle as lc
 from workcenter.domain import work_item as wi
+from workcenter.service_layer import repository as workcenter_store
 
 WORKERS = ("w1", "w2")
 START = datetime(2030, 1, 1, 9, 0, tzinfo=UTC)

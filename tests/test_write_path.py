@@ -21,7 +21,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
-from workcenter import hash_chain
 from workcenter.adapters.cli import cli
 from workcenter.adapters.compression import inflate
 from workcenter.adapters.persistence import ROW_FIELDS, encode_state
@@ -32,6 +31,7 @@ from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.model import DomainEvent, Immutable
+from workcenter.service_layer.history import hash_chain
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 # The digest of the fixed event in test_a_link_s_digest_is_pinned, computed by the code

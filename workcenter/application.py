@@ -18,14 +18,8 @@ from types import EllipsisType
 from typing import Any, Self
 from uuid import UUID
 
-from workcenter import bootstrap
+import workcenter.bootstrap as bootstrap
 from workcenter.bootstrap import EventStore
-from workcenter.budget import BudgetCommands
-from workcenter.changes import ChangeFeed
-from workcenter.claiming import Claim
-from workcenter.coordinating import Coordinator, StepResult
-from workcenter.coordinator_commands import CoordinatorCommands, PostedMessage
-from workcenter.coordinator_rules import DecisionRules
 from workcenter.domain import action as act
 from workcenter.domain import conversation as conv
 from workcenter.domain import resource_ledger as rl
@@ -34,18 +28,19 @@ from workcenter.domain.actor import Actor
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.outcome import RunReport
-from workcenter.history_proof import HistoryProof
-from workcenter.maintenance import Maintenance
-from workcenter.ports import Clock, CoordinatorProvider, SystemClock
 from workcenter.projections.audit import DEFAULT_LIMIT, AuditRow
 from workcenter.projections.detail import Detail, DetailView
 from workcenter.projections.inline import InlineProjections
 from workcenter.projections.work_queue import WorkQueue, WorkQueueView
-from workcenter.reads import Reads
-from workcenter.repository import SNAPSHOT_INTERVAL, WriteContention
-from workcenter.run_commands import RunCommands
-from workcenter.web_reads import WebReads
-from workcenter.work_item_commands import WorkItemCommands
+from workcenter.service_layer.handlers.claim import Claim
+from workcenter.service_layer.handlers.coordinator import PostedMessage
+from workcenter.service_layer.handlers.coordinator_rules import DecisionRules
+from workcenter.service_layer.handlers.coordinator_step import Coordinator, StepResult
+from workcenter.service_layer.maintenance import Maintenance
+from workcenter.service_layer.ports import Clock, CoordinatorProvider, SystemClock
+from workcenter.service_layer.queries.browser import WebReads
+from workcenter.service_layer.queries.changes import ChangeFeed
+from workcenter.service_layer.repository import SNAPSHOT_INTERVAL, WriteContention
 
 __all__ = [
     "SNAPSHOT_INTERVAL",
@@ -72,28 +67,25 @@ class WorkCenter:
         coordinator_rules: DecisionRules | None = None,
     ):
         parts = bootstrap.compose(
-            store, clock=clock, boot_id=boot_id, inline_projections=inline_projections
+            store,
+            clock=clock,
+            boot_id=boot_id,
+            inline_projections=inline_projections,
+            coordinator_rules=coordinator_rules,
         )
         self.store = parts.store
         self.clock = parts.clock
         self.boot_id = parts.boot_id
         self._read_models = parts.read_models
         self._repository = parts.repository
-        self._items = WorkItemCommands(parts.repository, parts.clock)
-        self._runs = RunCommands(parts.repository, parts.read_models, parts.clock, parts.boot_id)
-        self._budget = BudgetCommands(parts.repository, parts.clock)
-        self._reads = Reads(parts.repository, parts.read_models, parts.read_streams)
-        proof = HistoryProof(parts.repository, parts.chain)
-        self._maintenance = Maintenance(proof, parts.read_models)
-        self._coordinator = CoordinatorCommands(
-            parts.repository,
-            parts.read_models,
-            parts.clock,
-            parts.boot_id,
-            coordinator_rules or bootstrap.decision_rules(),
-        )
-        self._web_reads = WebReads(parts.repository, parts.read_models, parts.clock)
-        self._changes = ChangeFeed(parts.repository, parts.read_events_after)
+        self._items = parts.work_items
+        self._runs = parts.runs
+        self._budget = parts.budget
+        self._coordinator = parts.coordinator
+        self._reads = parts.reads
+        self._web_reads = parts.web_reads
+        self._changes = parts.changes
+        self._maintenance = parts.maintenance
 
     @classmethod
     def open(

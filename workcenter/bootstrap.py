@@ -4,7 +4,7 @@ read models and the parts of the service wired together.
 This is the one module of the service layer that names concrete adapters (the
 SQLite and PostgreSQL recorders, the mapper's snapshot classes, the merged stream
 read); every other part is given what it needs through the ports of
-``workcenter.ports``.
+``workcenter.service_layer.ports``.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from uuid import UUID
 from eventsourcing.application import Application
 from eventsourcing.persistence import PersistenceError
 
-from workcenter import hash_chain
 from workcenter.adapters import cipher, event_log
 from workcenter.adapters.one_commit import OneCommitArguments
 from workcenter.adapters.persistence import (
@@ -42,10 +41,8 @@ from workcenter.adapters.sqlite_settings import (
     validate_synchronous,
     validate_wal_autocheckpoint,
 )
-from workcenter.coordinator_rules import DecisionRules, DomainRules
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.model import AggregateState
-from workcenter.ports import ChainReader, Clock, NotificationReader, StreamReader, SystemClock
 from workcenter.projections.detail import (
     Detail,
     DetailView,
@@ -55,8 +52,26 @@ from workcenter.projections.detail import (
 )
 from workcenter.projections.mailbox import Mailbox, MailboxView
 from workcenter.projections.work_queue import WorkQueue, WorkQueueView
-from workcenter.read_models import OnRead, ReadModel, ReadModels
-from workcenter.repository import Repository
+from workcenter.service_layer.handlers.coordinator import CoordinatorCommands
+from workcenter.service_layer.handlers.coordinator_rules import DecisionRules, DomainRules
+from workcenter.service_layer.handlers.resource_ledger import BudgetCommands
+from workcenter.service_layer.handlers.run import RunCommands
+from workcenter.service_layer.handlers.work_item import WorkItemCommands
+from workcenter.service_layer.history import hash_chain
+from workcenter.service_layer.history.proof import HistoryProof
+from workcenter.service_layer.maintenance import Maintenance
+from workcenter.service_layer.ports import (
+    ChainReader,
+    Clock,
+    NotificationReader,
+    StreamReader,
+    SystemClock,
+)
+from workcenter.service_layer.queries.browser import WebReads
+from workcenter.service_layer.queries.changes import ChangeFeed
+from workcenter.service_layer.queries.items import Reads
+from workcenter.service_layer.read_models import OnRead, ReadModel, ReadModels
+from workcenter.service_layer.repository import Repository
 
 __all__ = ["EAGER_VIEWS", "EventStore", "Parts", "StoreUnavailable", "compose", "open_store"]
 
@@ -118,16 +133,22 @@ def read_model_registry(store: Application[UUID], load_state: LoadState) -> list
 
 @dataclass(frozen=True)
 class Parts:
-    """The service's parts, wired: what the facade and the command handlers share."""
+    """The service's parts, wired: the store, the repository and the registry of read
+    models they share, and the handlers the facade delegates to."""
 
     store: EventStore
     clock: Clock
     boot_id: str
     read_models: ReadModels
     repository: Repository
-    read_streams: StreamReader
-    chain: ChainReader
-    read_events_after: NotificationReader
+    work_items: WorkItemCommands
+    runs: RunCommands
+    budget: BudgetCommands
+    coordinator: CoordinatorCommands
+    reads: Reads
+    web_reads: WebReads
+    changes: ChangeFeed
+    maintenance: Maintenance
 
 
 def _one_commit_postgres(store: EventStore) -> bool:
@@ -142,6 +163,7 @@ def compose(
     clock: Clock | None = None,
     boot_id: str | None = None,
     inline_projections: bool | None = None,
+    coordinator_rules: DecisionRules | None = None,
 ) -> Parts:
     if not isinstance(store.recorder, OneCommitSQLiteRecorder) and not _one_commit_postgres(store):
         # Any other recorder would silently drop the views and snapshots of each save.
@@ -160,15 +182,28 @@ def compose(
 
     read_models = ReadModels(store, read_model_registry(store, load_state), inline=inline)
     repository.append(Repository(store, read_models, OneCommitArguments(store), SNAPSHOT_CLASSES))
+    repo = repository[0]
+    clock = clock or SystemClock()
+    boot_id = boot_id or uuid.uuid4().hex
+    chain: ChainReader = store.recorder.chain  # type: ignore[attr-defined]  # both recorders have one
+    read_streams: StreamReader = partial(event_log.streams_in_order, store)
+    read_events_after: NotificationReader = partial(event_log.events_after, store)
     return Parts(
         store=store,
-        clock=clock or SystemClock(),
-        boot_id=boot_id or uuid.uuid4().hex,
+        clock=clock,
+        boot_id=boot_id,
         read_models=read_models,
-        repository=repository[0],
-        read_streams=partial(event_log.streams_in_order, store),
-        chain=store.recorder.chain,  # type: ignore[attr-defined]  # both recorders have one
-        read_events_after=partial(event_log.events_after, store),
+        repository=repo,
+        work_items=WorkItemCommands(repo, clock),
+        runs=RunCommands(repo, read_models, clock, boot_id),
+        budget=BudgetCommands(repo, clock),
+        coordinator=CoordinatorCommands(
+            repo, read_models, clock, boot_id, coordinator_rules or decision_rules()
+        ),
+        reads=Reads(repo, read_models, read_streams),
+        web_reads=WebReads(repo, read_models, clock),
+        changes=ChangeFeed(repo, read_events_after),
+        maintenance=Maintenance(HistoryProof(repo, chain), read_models),
     )
 
 

@@ -33,11 +33,11 @@ from workcenter.adapters.providers.scripted_coordinator import scripted_coordina
 from workcenter.adapters.terminal import safe, text
 from workcenter.adapters.worker import StopSignals, load_executor, run_worker
 from workcenter.application import Claim
-from workcenter.coordinating import StepResult
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import InvalidInput, WorkcenterError
 from workcenter.domain.work_item import WorkItemStatus
 from workcenter.projections.sanitize import sanitize_personal
+from workcenter.service_layer.handlers.coordinator_step import StepResult
 
 
 def _item_table(detail: dict[str, Any]) -> Table:

@@ -27,11 +27,11 @@ from workcenter.adapters.providers.openai_compatible import (
 )
 from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
 from workcenter.adapters.terminal import text
-from workcenter.coordinating import StepResult
 from workcenter.domain import conversation as conv
 from workcenter.domain.errors import InvalidInput
-from workcenter.ports import CoordinatorProvider
 from workcenter.projections.sanitize import sanitize_personal
+from workcenter.service_layer.handlers.coordinator_step import StepResult
+from workcenter.service_layer.ports import CoordinatorProvider
 
 PROVIDER_ENV = "WORKCENTER_PROVIDER"
 PROVIDERS = ("scripted", "openai")

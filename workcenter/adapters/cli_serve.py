@@ -13,7 +13,7 @@ from workcenter.adapters.cli_coordinator import (
     step_line,
 )
 from workcenter.adapters.terminal import text
-from workcenter.coordinating import StepResult
+from workcenter.service_layer.handlers.coordinator_step import StepResult
 
 INSTALL_HINT = "pip install 'workcenter[web]'"
 

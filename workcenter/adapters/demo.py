@@ -33,9 +33,9 @@ from workcenter.adapters.providers.scripted import ScriptedProvider
 from workcenter.adapters.providers.scripted_coordinator import MATRIX_QUESTION, scripted_coordinator
 from workcenter.adapters.worker import WorkerStats, run_one
 from workcenter.application import Claim, WorkCenter
-from workcenter.coordinating import StepResult
 from workcenter.domain import conversation as conv
 from workcenter.domain.errors import ResourceStopError
+from workcenter.service_layer.handlers.coordinator_step import StepResult
 
 # The demo's goal: a failing import in a test suite.
 CRITERIA = (

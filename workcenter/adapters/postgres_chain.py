@@ -16,10 +16,10 @@ from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
 
-from workcenter import hash_chain
-from workcenter.hash_chain import BATCH, Link, Row, Stream
 from workcenter.projections import sql
 from workcenter.projections.sql import PortableCursor
+from workcenter.service_layer.history import hash_chain
+from workcenter.service_layer.history.hash_chain import BATCH, Link, Row, Stream
 
 CHAIN_TABLE = "event_chain"
 

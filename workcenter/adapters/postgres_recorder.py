@@ -20,12 +20,12 @@ from eventsourcing.persistence import InterfaceError, Notification, OperationalE
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.utils import retry
 
-from workcenter import hash_chain
 from workcenter.adapters.postgres_chain import PostgresChainTable
 from workcenter.adapters.recorders import INLINE_WRITE, SNAPSHOTS, SnapshotWrite
 from workcenter.projections import sql
 from workcenter.projections.inline import InlineWrite
 from workcenter.projections.sql import PortableCursor
+from workcenter.service_layer.history import hash_chain
 
 
 class OneCommitPostgresRecorder(PostgresApplicationRecorder):

@@ -23,11 +23,11 @@ from eventsourcing.persistence import ApplicationRecorder
 from eventsourcing.postgres import PostgresFactory
 from eventsourcing.utils import Environment, EnvType, get_topic
 
-from workcenter import hash_chain
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
 from workcenter.domain.errors import InvalidInput
 from workcenter.projections import sql
+from workcenter.service_layer.history import hash_chain
 
 SCHEMA_ENV: Final = "WORKCENTER_SCHEMA"
 DEFAULT_SCHEMA: Final = "workcenter"

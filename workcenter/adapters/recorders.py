@@ -25,9 +25,9 @@ from eventsourcing.sqlite import (
     SQLiteDatastore,
 )
 
-from workcenter import hash_chain
-from workcenter.hash_chain import BATCH, Link, Row, Stream
 from workcenter.projections.inline import InlineWrite
+from workcenter.service_layer.history import hash_chain
+from workcenter.service_layer.history.hash_chain import BATCH, Link, Row, Stream
 
 # The names of the keyword arguments a save passes down to the recorder.
 SNAPSHOTS = "snapshots"

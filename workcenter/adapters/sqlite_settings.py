@@ -24,9 +24,9 @@ from eventsourcing.sqlite import (
 )
 from eventsourcing.utils import Environment, EnvType, get_topic
 
-from workcenter import hash_chain
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.domain.errors import InvalidInput
+from workcenter.service_layer.history import hash_chain
 
 Synchronous = Literal["FULL", "NORMAL"]
 SYNCHRONOUS_VALUES: Final[tuple[Synchronous, ...]] = ("FULL", "NORMAL")

@@ -23,12 +23,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from workcenter.application import Claim, WorkCenter
-from workcenter.coordinating import StepResult
 from workcenter.domain import actor as actors
 from workcenter.domain.errors import CommandRefused, InvalidInput, StaleRun, WorkcenterError
 from workcenter.domain.outcome import RunReport
-from workcenter.ports import CoordinatorProvider
 from workcenter.projections.sanitize import sanitize_personal
+from workcenter.service_layer.handlers.coordinator_step import StepResult
+from workcenter.service_layer.ports import CoordinatorProvider
 
 Executor = Callable[[Claim], RunReport | Mapping[str, Any]]
 LATE_INPUT = "input arrived while the Run was executing; the next Run receives it"

@@ -10,18 +10,27 @@ item's policy (``of(item)``) instead of branching on its mode.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import Literal, Protocol
 
 from workcenter.domain import action as act
+from workcenter.domain import action_generation as generation
 from workcenter.domain import work_item as wi
 from workcenter.domain.unit import Unit
 from workcenter.domain.workflow import Stage, parse_stages
 
-if TYPE_CHECKING:
-    from workcenter.domain.outcome import NormalisedOutcome
-
 StageInput = Sequence[str | Mapping[str, object] | Stage]
 NextGeneration = Literal["guided", "retried"]
+
+
+class NormalisedOutcome(Protocol):
+    """What a mode reads of a Run's checked outcome (``outcome.NormalisedOutcome``),
+    declared here because the outcome's rules ask the mode about stages."""
+
+    @property
+    def outcome(self) -> str: ...
+
+    @property
+    def result(self) -> act.RunResult: ...
 
 
 class ModePolicy(Protocol):
@@ -115,7 +124,7 @@ class Dynamic:
     def resume(self, unit: Unit, cancelled: Sequence[act.ActionState]) -> None:
         for action in cancelled:
             unit.apply_action(
-                act.supersede_cancelled(
+                generation.supersede_cancelled(
                     action, reason="resumed after cancel", at=unit.at, by=unit.by
                 )
             )
@@ -129,7 +138,7 @@ class Dynamic:
         entries: tuple[act.ContextEntry, ...],
     ) -> None:
         unit.apply_action(
-            act.reset(
+            generation.reset(
                 target,
                 reason=reason,
                 add_context=entries,
@@ -205,7 +214,7 @@ class Linear:
             return
         for action in cancelled:
             unit.apply_action(
-                act.reset(
+                generation.reset(
                     action,
                     reason="resumed",
                     add_context=(),
@@ -226,7 +235,9 @@ class Linear:
     ) -> None:
         # Superseded, the old Action can neither block nor be revived.
         unit.apply_action(
-            act.invalidate(target, status="superseded", reason=reason, at=unit.at, by=unit.by)
+            generation.invalidate(
+                target, status="superseded", reason=reason, at=unit.at, by=unit.by
+            )
         )
         replacement = unit.plan_action(
             type=target.type,

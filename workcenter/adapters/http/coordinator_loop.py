@@ -16,9 +16,9 @@ import threading
 from collections.abc import Callable
 
 from workcenter.application import WorkCenter
-from workcenter.coordinating import StepResult
-from workcenter.ports import CoordinatorProvider
 from workcenter.projections.sanitize import sanitize_personal
+from workcenter.service_layer.handlers.coordinator_step import StepResult
+from workcenter.service_layer.ports import CoordinatorProvider
 
 ERROR_LIMIT = 500
 

@@ -27,7 +27,7 @@ from workcenter.domain.errors import (
     WorkcenterError,
 )
 from workcenter.projections.sanitize import sanitize_diagnostic
-from workcenter.repository import WriteContention
+from workcenter.service_layer.repository import WriteContention
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "urn:workcenter:problem:"

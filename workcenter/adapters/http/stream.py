@@ -28,9 +28,9 @@ from starlette.concurrency import run_in_threadpool
 
 from workcenter.adapters.http.deps import Center
 from workcenter.application import WorkCenter
-from workcenter.changes import MAX_BATCH
 from workcenter.domain import inputs
 from workcenter.domain.errors import InvalidInput
+from workcenter.service_layer.queries.changes import MAX_BATCH
 
 router = APIRouter(prefix="/api", tags=["stream"])
 POLL_SECONDS = 0.1

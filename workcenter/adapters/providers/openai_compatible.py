@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 from workcenter.domain.errors import InvalidInput, ProviderFailed, WorkcenterError
-from workcenter.ports import ProviderRequest, ProviderTurnReply
+from workcenter.service_layer.ports import ProviderRequest, ProviderTurnReply
 
 if TYPE_CHECKING:
     import openai

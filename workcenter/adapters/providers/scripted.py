@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workcenter.domain.errors import InvalidInput, ProviderFailed
-from workcenter.ports import ProviderRequest, ProviderTurnReply
+from workcenter.service_layer.ports import ProviderRequest, ProviderTurnReply
 
 
 @dataclass(frozen=True)

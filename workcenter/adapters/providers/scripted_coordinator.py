@@ -36,7 +36,7 @@ from workcenter.domain.coordinator_request import (
 )
 from workcenter.domain.errors import ProviderFailed
 from workcenter.domain.work_item import DELIVERY_TARGETS
-from workcenter.ports import ProviderRequest
+from workcenter.service_layer.ports import ProviderRequest
 
 MATRIX_QUESTION = "Which Python versions must the test matrix cover?"
 # What an automatic turn is woken by (coordinator.md 2.1); anything else is a user's text.

@@ -18,8 +18,8 @@ from workcenter.domain.actor import Actor
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.unit import Unit
-from workcenter.ports import Clock
-from workcenter.repository import Repository
+from workcenter.service_layer.ports import Clock
+from workcenter.service_layer.repository import Repository
 
 
 class WorkItemCommands:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import Protocol
 from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError
@@ -13,9 +13,9 @@ from workcenter.domain import action as act
 from workcenter.domain import actor as actors
 from workcenter.domain import runs
 from workcenter.domain.actor import Actor
-
-if TYPE_CHECKING:
-    from workcenter.run_commands import RunCommands
+from workcenter.projections.work_queue import WorkQueueView
+from workcenter.service_layer.ports import Clock
+from workcenter.service_layer.repository import Repository
 
 CLAIM_PAGE = 16
 
@@ -56,7 +56,18 @@ class Claim:
         return actors.worker(self.worker, self.boot_id)
 
 
-def claim_next(wc: RunCommands, worker: str, lease: timedelta, by: Actor) -> Claim | None:
+class ClaimSource(Protocol):
+    """What a claim needs of the Run handler: the work queue's candidates, the
+    repository that loads and saves them, the clock and this process's boot id."""
+
+    repo: Repository
+    clock: Clock
+    boot_id: str
+
+    def ready_candidates(self, limit: int) -> tuple[WorkQueueView, list[UUID]]: ...
+
+
+def claim_next(wc: ClaimSource, worker: str, lease: timedelta, by: Actor) -> Claim | None:
     """Claim for ``worker`` (already validated) by ``by``; see ``WorkCenter.claim_next``."""
     work_queue, candidates = wc.ready_candidates(CLAIM_PAGE)
     seen: set[UUID] = set()
@@ -75,7 +86,7 @@ def claim_next(wc: RunCommands, worker: str, lease: timedelta, by: Actor) -> Cla
 
 
 def _try_claim(
-    wc: RunCommands, action_id: UUID, worker: str, lease: timedelta, by: Actor
+    wc: ClaimSource, action_id: UUID, worker: str, lease: timedelta, by: Actor
 ) -> Claim | None:
     action, item, ledger = wc.repo.run_states(action_id, with_ledger=True)
     if runs.claimable(item, action) is not None:

@@ -34,9 +34,9 @@ from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.model import DomainEvent
-from workcenter.ports import NotificationReader
 from workcenter.projections.detail import Kind
-from workcenter.repository import Repository
+from workcenter.service_layer.ports import NotificationReader
+from workcenter.service_layer.repository import Repository
 
 MAX_BATCH = 1000
 PAGES_KEPT = 64

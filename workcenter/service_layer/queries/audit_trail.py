@@ -15,10 +15,10 @@ from workcenter.domain import conversation as conv
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import InvalidInput
-from workcenter.ports import StreamReader
 from workcenter.projections import audit
 from workcenter.projections.audit import AuditRow
-from workcenter.repository import Repository
+from workcenter.service_layer.ports import StreamReader
+from workcenter.service_layer.repository import Repository
 
 
 def rows(

@@ -9,8 +9,6 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from workcenter import claiming
-from workcenter.claiming import Claim
 from workcenter.domain import action as act
 from workcenter.domain import action_input, bounds, inputs, runs
 from workcenter.domain import actor as actors
@@ -21,10 +19,12 @@ from workcenter.domain.model import DomainEvent
 from workcenter.domain.outcome import RunReport
 from workcenter.domain.run import parse_progress
 from workcenter.domain.unit import Unit
-from workcenter.ports import Clock
 from workcenter.projections.work_queue import WorkQueue, WorkQueueView
-from workcenter.read_models import ReadModels
-from workcenter.repository import Repository, WriteContention
+from workcenter.service_layer.handlers import claim as claiming
+from workcenter.service_layer.handlers.claim import Claim
+from workcenter.service_layer.ports import Clock
+from workcenter.service_layer.read_models import ReadModels
+from workcenter.service_layer.repository import Repository, WriteContention
 
 RunDecision = Callable[[wi.WorkItemState, act.ActionState, act.RunRef, datetime, Actor], Unit]
 

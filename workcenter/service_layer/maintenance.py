@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from uuid import UUID
 
-from workcenter.hash_chain import Anchor, Verdict
-from workcenter.history_proof import HistoryProof, VerifyProgress
 from workcenter.projections.lifecycle import Progress, ProjectionStatus, RebuildReport
-from workcenter.read_models import ReadModels
+from workcenter.service_layer.history.hash_chain import Anchor, Verdict
+from workcenter.service_layer.history.proof import HistoryProof, VerifyProgress
+from workcenter.service_layer.read_models import ReadModels
 
 
 class Maintenance:

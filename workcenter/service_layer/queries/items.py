@@ -9,20 +9,20 @@ from uuid import UUID
 
 import orjson
 
-from workcenter import audit_trail
 from workcenter.domain import action as act
 from workcenter.domain import bounds, inputs, planning
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import InvalidInput, NotFound
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
-from workcenter.ports import StreamReader
 from workcenter.projections import audit as audit_rows
 from workcenter.projections.audit import DEFAULT_LIMIT, AuditRow
 from workcenter.projections.detail import Detail, DetailView
 from workcenter.projections.work_queue import WorkQueue
-from workcenter.read_models import ReadModels
-from workcenter.repository import Repository
+from workcenter.service_layer.ports import StreamReader
+from workcenter.service_layer.queries import audit_trail
+from workcenter.service_layer.read_models import ReadModels
+from workcenter.service_layer.repository import Repository
 
 
 class Reads:

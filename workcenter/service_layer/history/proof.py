@@ -8,12 +8,13 @@ from collections.abc import Callable
 from contextlib import closing
 from uuid import UUID
 
-from workcenter import audit_trail, hash_chain
 from workcenter.domain import inputs
 from workcenter.domain.errors import InvalidInput
-from workcenter.hash_chain import Anchor, Verdict
-from workcenter.ports import ChainReader
-from workcenter.repository import Repository
+from workcenter.service_layer.history import hash_chain
+from workcenter.service_layer.history.hash_chain import Anchor, Verdict
+from workcenter.service_layer.ports import ChainReader
+from workcenter.service_layer.queries import audit_trail
+from workcenter.service_layer.repository import Repository
 
 # (position reached, the store's last position when the walk began)
 VerifyProgress = Callable[[int, int], None]

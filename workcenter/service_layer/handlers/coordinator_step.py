@@ -20,8 +20,6 @@ from datetime import timedelta
 from typing import Any, Literal
 from uuid import UUID
 
-from workcenter.coordinator_commands import CoordinatorCommands
-from workcenter.coordinator_rules import RequestBody
 from workcenter.domain import bounds, inputs, planning
 from workcenter.domain import conversation as conv
 from workcenter.domain import work_item as wi
@@ -33,7 +31,9 @@ from workcenter.domain.errors import (
     TurnFenceLost,
     WorkcenterError,
 )
-from workcenter.ports import CoordinatorProvider
+from workcenter.service_layer.handlers.coordinator import CoordinatorCommands
+from workcenter.service_layer.handlers.coordinator_rules import RequestBody
+from workcenter.service_layer.ports import CoordinatorProvider
 
 CORRECTION_LIMIT = 2_000
 MAX_STEPS = 10_000  # due wakes one pass takes on

@@ -19,14 +19,14 @@ from workcenter.domain import inputs, planning
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import InvalidInput
-from workcenter.ports import Clock
 from workcenter.projections.conversation_dto import conversation_dto
 from workcenter.projections.dto import execution_control, goal_progress_dto, summary_dto
 from workcenter.projections.execution import data_revision
 from workcenter.projections.timeline import timeline_dto
 from workcenter.projections.work_queue import WorkQueue
-from workcenter.read_models import ReadModels
-from workcenter.repository import Repository
+from workcenter.service_layer.ports import Clock
+from workcenter.service_layer.read_models import ReadModels
+from workcenter.service_layer.repository import Repository
 
 MAX_PAGE = 100
 

@@ -15,8 +15,8 @@ from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import InvalidInput, NotFound
 from workcenter.domain.unit import Unit
-from workcenter.ports import Clock
-from workcenter.repository import Repository
+from workcenter.service_layer.ports import Clock
+from workcenter.service_layer.repository import Repository
 
 
 class BudgetCommands:

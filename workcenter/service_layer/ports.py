@@ -16,8 +16,8 @@ from uuid import UUID
 from eventsourcing.persistence import StoredEvent
 
 from workcenter.domain.model import DomainEvent
-from workcenter.hash_chain import Link, Row
 from workcenter.projections.inline import InlineWrite
+from workcenter.service_layer.history.hash_chain import Link, Row
 
 
 class Clock(Protocol):

@@ -18,7 +18,6 @@ from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
-from workcenter.coordinator_rules import DecisionRules, ParsedReply, RequestBody
 from workcenter.domain import action as act
 from workcenter.domain import actor as actors
 from workcenter.domain import conversation as conv
@@ -35,10 +34,15 @@ from workcenter.domain.errors import (
 )
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.unit import Unit
-from workcenter.ports import Clock
 from workcenter.projections.mailbox import Mailbox, MailboxView
-from workcenter.read_models import ReadModels
-from workcenter.repository import Repository
+from workcenter.service_layer.handlers.coordinator_rules import (
+    DecisionRules,
+    ParsedReply,
+    RequestBody,
+)
+from workcenter.service_layer.ports import Clock
+from workcenter.service_layer.read_models import ReadModels
+from workcenter.service_layer.repository import Repository
 
 
 @dataclass(frozen=True)

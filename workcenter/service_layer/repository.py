@@ -25,10 +25,10 @@ from workcenter.domain import work_item as wi
 from workcenter.domain.errors import NotFound, VersionConflict, WorkcenterError
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.unit import Unit
-from workcenter.ports import StreamsAfter, TransactionArguments
 from workcenter.projections.detail import Kind
 from workcenter.projections.inline import InlineWrite
-from workcenter.read_models import ReadModels
+from workcenter.service_layer.ports import StreamsAfter, TransactionArguments
+from workcenter.service_layer.read_models import ReadModels
 
 SNAPSHOT_INTERVAL = 50
 SAVE_ATTEMPTS = 8
