@@ -3,7 +3,8 @@
 A Run is an entity of its Action. Workers are fenced by the Run's lease epoch
 and boot id; the aggregate version is never used as a fencing token.
 
-Reads top to bottom: state, events, evolve, decisions.
+Reads top to bottom: state, events, evolve, decisions. A new generation and
+invalidation are decided in ``action_generation``, input in ``action_input``.
 """
 
 from __future__ import annotations
@@ -538,81 +539,6 @@ def interrupt(
         retryable=retryable,
         action_status="ready" if retryable else "failed",
         progress=progress,
-    )
-    return emit.events
-
-
-def reset(
-    state: ActionState,
-    *,
-    reason: Literal["guided", "retried", "resumed", "input"],
-    add_context: tuple[ContextEntry, ...],
-    contract_revision: int,
-    at: datetime,
-    by: Actor,
-    keep_inputs: bool = False,
-) -> list[ActionEvent]:
-    """A new generation: earlier Runs stop being current; user input entries are
-    dropped unless ``keep_inputs`` (resume keeps accepted inputs)."""
-    kept = state.context if keep_inputs else tuple(e for e in state.context if e.kind != "input")
-    context = kept + add_context
-    running = state.current_run_id if state.status == "running" else None
-    emit: Emitter[ActionEvent] = Emitter.after(state, at, by)
-    emit(
-        ActionReset,
-        reason=reason,
-        context=context,
-        contract_revision=contract_revision,
-        generation=state.generation + 1,
-        spec_hash=spec_hash(
-            type=state.type,
-            brief=state.brief,
-            workspace_mode=state.workspace_mode,
-            max_attempts=state.max_attempts,
-            context=context,
-            contract_revision=contract_revision,
-        ),
-        lease_epoch=state.lease_epoch + 1 if running else state.lease_epoch,
-        ended_run_id=running,
-    )
-    return emit.events
-
-
-def invalidate(
-    state: ActionState,
-    *,
-    status: Literal["superseded", "cancelled"],
-    reason: str,
-    at: datetime,
-    by: Actor,
-) -> list[ActionEvent]:
-    """Invalidate(X): only open Actions are touched; others yield no event."""
-    if state.status not in OPEN_STATUSES:
-        return []
-    emit: Emitter[ActionEvent] = Emitter.after(state, at, by)
-    emit(
-        ActionInvalidated,
-        status=status,
-        reason=reason,
-        lease_epoch=state.lease_epoch + 1,
-        ended_run_id=state.current_run_id if state.status == "running" else None,
-    )
-    return emit.events
-
-
-def supersede_cancelled(
-    state: ActionState, *, reason: str, at: datetime, by: Actor
-) -> list[ActionEvent]:
-    """Dynamic resume: a cancelled Action becomes superseded history."""
-    if state.status != "cancelled":
-        return []
-    emit: Emitter[ActionEvent] = Emitter.after(state, at, by)
-    emit(
-        ActionInvalidated,
-        status="superseded",
-        reason=reason,
-        lease_epoch=state.lease_epoch + 1,
-        ended_run_id=None,
     )
     return emit.events
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from uuid import UUID
 
 from workcenter.domain import action as act
+from workcenter.domain import action_generation as generation
 from workcenter.domain import inputs, modes
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
@@ -65,7 +66,7 @@ def add_input(
             raise CommandRefused("the Run the input was meant for has ended")
         entries = tuple(act.ContextEntry(kind="input", text=i.text) for i in action.inputs)
         unit.apply_action(
-            act.reset(
+            generation.reset(
                 action,
                 reason="input",
                 add_context=(*entries, act.ContextEntry(kind="input", text=text)),

@@ -16,6 +16,7 @@ from typing import Literal
 from uuid import UUID
 
 from workcenter.domain import action as act
+from workcenter.domain import action_generation as generation
 from workcenter.domain import modes
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
@@ -58,7 +59,7 @@ def stripped(text: object) -> str:
 def invalidate_open(unit: Unit, status: Literal["superseded", "cancelled"], reason: str) -> None:
     for action in list(unit.actions.values()):
         unit.apply_action(
-            act.invalidate(action, status=status, reason=reason, at=unit.at, by=unit.by)
+            generation.invalidate(action, status=status, reason=reason, at=unit.at, by=unit.by)
         )
 
 

@@ -18,6 +18,7 @@ from pydantic import ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from workcenter.domain import action as act
+from workcenter.domain import action_generation as generation
 from workcenter.domain import bounds, inputs, modes
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
@@ -260,7 +261,7 @@ def record_plan(
         )
     for action_id in supersede_action_ids:
         unit.apply_action(
-            act.invalidate(
+            generation.invalidate(
                 unit.action(action_id),
                 status="superseded",
                 reason="replanned",

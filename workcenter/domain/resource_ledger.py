@@ -6,26 +6,32 @@ reserved at a pessimistic estimate before dispatch and settled afterwards;
 nothing is refunded, and a request whose outcome is unknown stays charged.
 Spent budgets stop the item durably; only a user's extend and resume undo that.
 
-Reads top to bottom: values, estimate and usage, state, events, evolve, decisions.
+Reads top to bottom: values, state, events, evolve, decisions. What a request costs
+(its estimate, a provider's usage) is ``usage``.
 """
 
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Annotated, Any, Literal
 from uuid import UUID, uuid5
 
-import orjson
 from pydantic import Field
 
 from workcenter.domain.actor import BUDGET, Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.domain.model import AggregateState, DomainEvent, Emitter, Immutable
 
-UNKNOWN_REQUEST_TOKENS = 16_384
+# What a request costs has its own module; its names stay importable from here, where
+# the ledger's callers have always found them.
+from workcenter.domain.usage import UNKNOWN_REQUEST_TOKENS as UNKNOWN_REQUEST_TOKENS
+from workcenter.domain.usage import Usage as Usage
+from workcenter.domain.usage import estimate_tokens as estimate_tokens
+from workcenter.domain.usage import normalize_usage as normalize_usage
+from workcenter.domain.usage import sum_usage as sum_usage
+
 MAX_SAFE_INTEGER = 2**53 - 1
 LIMIT_NAMES: tuple[str, ...] = (
     "max_requests",
@@ -56,95 +62,11 @@ class Limits(Immutable):
     max_coordinator_failures: _Limit = 3
 
 
-class Usage(Immutable):
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    total_tokens: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            **{name: getattr(self, name) + getattr(other, name) for name in Usage.model_fields}
-        )
-
-
 # A pure function asked at every claim, save and detail build: hashing the name costs
 # more than the cache's lookup.
 @functools.lru_cache(maxsize=65_536)
 def ledger_id_for(work_item_id: UUID) -> UUID:
     return uuid5(work_item_id, "resource-ledger")
-
-
-# --- estimate and usage ----------------------------------------------------------
-
-
-def estimate_tokens(request: Mapping[str, Any]) -> int:
-    """ceil(utf8 bytes of the compact JSON of system, messages, tools / 3) + max output.
-
-    ``{}`` is 16,385: an unknown output budget is charged at 16,384 tokens.
-    """
-    body = {key: request[key] for key in ("system", "messages", "tools") if key in request}
-    try:
-        size = len(orjson.dumps(body))
-    except orjson.JSONEncodeError as error:
-        raise InvalidInput(f"the request is not JSON: {error}") from None
-    out = request.get("max_tokens", request.get("maxTokens"))
-    if isinstance(out, bool) or not isinstance(out, int) or out <= 0:
-        out = UNKNOWN_REQUEST_TOKENS
-    return math.ceil(size / 3) + out
-
-
-def _count(value: Any) -> int:
-    """Only finite numbers above zero count; booleans and strings do not."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return 0
-    if not math.isfinite(value) or value <= 0:
-        return 0
-    return int(value)
-
-
-def _first(payload: Mapping[str, Any], *keys: str) -> Any:
-    for key in keys:
-        if payload.get(key) is not None:
-            return payload[key]
-    return None
-
-
-def normalize_usage(payload: Mapping[str, Any] | None) -> Usage | None:
-    """A provider's usage payload in the five keys; None stays None (no usage is not zero)."""
-    if payload is None:
-        return None
-    input_tokens = _count(_first(payload, "inputTokens", "input_tokens"))
-    output_tokens = _count(_first(payload, "outputTokens", "output_tokens"))
-    cache_read = _count(
-        _first(payload, "cacheReadTokens", "cache_read_tokens", "cache_read_input_tokens")
-    )
-    cache_write = _count(
-        _first(payload, "cacheWriteTokens", "cache_write_tokens", "cache_creation_input_tokens")
-    )
-    total = _count(_first(payload, "totalTokens", "total_tokens"))
-    if not total:
-        total = input_tokens + output_tokens
-        if payload.get("cacheTokensAreIncludedInInput") is not True:
-            total += cache_read + cache_write
-    return Usage(
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        cache_read_tokens=cache_read,
-        cache_write_tokens=cache_write,
-        total_tokens=total,
-    )
-
-
-def sum_usage(events: Iterable[Mapping[str, Any] | None]) -> Usage | None:
-    """A stream's usage: the normalised events summed per key; None if none had usage."""
-    total: Usage | None = None
-    for payload in events:
-        usage = normalize_usage(payload)
-        if usage is not None:
-            total = usage if total is None else total + usage
-    return total
 
 
 # --- state -------------------------------------------------------------------------
