@@ -31,6 +31,7 @@ from workcenter.adapters.demo import ScriptedLlm, run_demo
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
 from workcenter.adapters.terminal import safe, text
+from workcenter.adapters.wording import plain
 from workcenter.adapters.worker import StopSignals, load_executor, run_worker
 from workcenter.application import Claim
 from workcenter.domain.actor import Actor
@@ -72,7 +73,7 @@ def _item_table(detail: dict[str, Any]) -> Table:
 
 def _refusal_line(error: WorkcenterError) -> str:
     # A message may quote the refused input: its control characters print visibly.
-    return safe(f"{type(error).__name__}: {' '.join(str(error).split())}")
+    return safe(f"{type(error).__name__}: {plain(str(error))}")
 
 
 class WorkcenterGroup(click.Group):
