@@ -571,9 +571,10 @@ def _no_executor(claim: Claim) -> dict[str, Any]:
 
 # The operator verbs (audit, progress, projections, rekey), the Coordinator's and serve
 # live in their own modules.
-from workcenter.adapters import cli_operator, cli_serve  # noqa: E402
+from workcenter.adapters import cli_operator, cli_serve, cli_steer  # noqa: E402
 
 for _command in (
+    cli_steer.start,
     cli_operator.audit,
     cli_operator.progress,
     cli_operator.projections,

@@ -1,4 +1,4 @@
-"""POST routes for a user's commands: create an item, cancel, resume, extend its
+"""POST routes for a user's commands: create an item, start, cancel, resume, extend its
 budget, retry or guide an Action.
 
 Every command but create needs ``If-Match``: the item's current ETag (else 412),
@@ -129,6 +129,20 @@ def create_work_item(wc: Center, body: CreateWorkItem) -> JSONBytes:
         limits=body.limits.given() if body.limits is not None else None,
     )
     return _answer(wc, item.id, 201, Location=f"/api/work-items/{item.id}")
+
+
+class Start(Body):
+    pass
+
+
+@router.post(ITEM + "/start")
+def start(wc: Center, item_id: str, expected: Expected, body: Start) -> JSONBytes:
+    """Start a draft: a linear item's first stage becomes ready, a dynamic item waits
+    for its Coordinator to plan."""
+    work_item_id = inputs.aggregate_id(item_id, "WorkItem")
+    expected.check(wc, work_item_id)
+    wc.start(work_item_id, expected_version=expected.item_version)
+    return _answer(wc, work_item_id)
 
 
 @router.post(ITEM + "/cancel")

@@ -30,9 +30,23 @@ const state = {
 
 const $ = (id) => document.getElementById(id);
 
+// Control characters and the invisible marks that reorder text (bidi embeddings,
+// overrides and isolates, LRM and RLM) are shown as escapes, as the terminal shows
+// them: a title "\u202egnp.exe" must not read "exe.png". Newlines and tabs stay.
+const UNSAFE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+function visible(value) {
+  return String(value).replace(UNSAFE, (c) => {
+    const code = c.charCodeAt(0);
+    return code <= 0xff
+      ? "\\x" + code.toString(16).padStart(2, "0")
+      : "\\u" + code.toString(16).padStart(4, "0");
+  });
+}
+
 function el(tag, text, className) {
   const node = document.createElement(tag);
-  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (text !== undefined && text !== null) node.textContent = visible(text);
   if (className) node.className = className;
   return node;
 }
@@ -162,15 +176,15 @@ async function refreshDetail() {
   state.conversationEtag = talk.etag;
   renderConversation(talk.body);
   $("detail").hidden = false;
-  $("item-title").textContent = detail.title;
+  $("item-title").textContent = visible(detail.title);
   const status = $("item-status");
   status.textContent = detail.status;
   status.className = "status " + detail.status;
-  $("item-goal").textContent = detail.goal;
-  $("item-summary").textContent = detail.actionSummary || "";
+  $("item-goal").textContent = visible(detail.goal);
+  $("item-summary").textContent = visible(detail.actionSummary || "");
   const failure = $("item-failure");
   failure.hidden = !detail.failureReason;
-  failure.textContent = detail.failureReason || "";
+  failure.textContent = visible(detail.failureReason || "");
   renderProgress(detail.goalProgress);
   renderBudget(detail.executionControl);
   renderTimeline(timeline);
@@ -316,7 +330,7 @@ function renderMessage(message) {
   if (message.decision) {
     const kind = el("span", message.decision.kind.replace(/_/g, " "), "decision");
     kind.dataset.kind = message.decision.kind;
-    kind.title = message.decision.reason || "";
+    kind.title = visible(message.decision.reason || "");
     head.append(kind);
   }
   item.append(head);
@@ -372,10 +386,11 @@ async function sendMessage(event) {
     $("message-send").disabled = false;
     if (failure instanceof Unauthorized) return;
     error.hidden = false;
-    error.textContent =
+    error.textContent = visible(
       failure instanceof Problem && failure.status === 412
         ? "The item changed since you read it: check what changed, then send again."
-        : String(failure.message || failure);
+        : String(failure.message || failure),
+    );
   } finally {
     // The next read shows the new turn (or what changed) and sets the button again.
     state.detailDirty = true;

@@ -16,7 +16,7 @@ function setControls() {
 
 function showNote(text, kind) {
   const note = $("command-note");
-  note.textContent = text;
+  note.textContent = visible(text);
   note.className = "note " + kind;
   note.dataset.kind = kind;
   note.hidden = false;
