@@ -5,7 +5,6 @@ over title and goal, on the API."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
