@@ -204,39 +204,42 @@ function actionButton(label, className, onclick, title) {
   return button;
 }
 
+// A failed Action is guided as the lifecycle allows: retried with the user's words as
+// its input (guidance proper is for a ready or running Action); a waiting one is
+// answered the same way.
 function actionButtons(action) {
   const buttons = [];
   const where = "Action " + action.sequence + " (" + action.type + ", " + action.status + ")";
+  const open = (kind) => () => openActionForm(action, kind, where);
   if (action.status === "failed") {
-    buttons.push(
-      actionButton("Retry", "retry", () => retryAction(action, ""), "Run this Action again (generation " + action.generation + ")"),
-    );
-  }
-  if (action.status === "waiting") {
-    buttons.push(
-      actionButton("Answer", "answer", () => openActionForm(action, "answer", where), "Answer its question and run it again"),
-    );
-  }
-  if (action.status === "failed" || action.status === "waiting") {
-    buttons.push(
-      actionButton("Guide", "guide", () => openActionForm(action, "guide", where), "Run a new generation of it with your guidance"),
-    );
+    const again = "Run this Action again (generation " + action.generation + ")";
+    buttons.push(actionButton("Retry", "retry", () => retryAction(action, "", "retried"), again));
+    buttons.push(actionButton("Guide", "guide", open("retry"), "Run it again with your guidance"));
+  } else if (action.status === "waiting") {
+    buttons.push(actionButton("Answer", "answer", open("answer"), "Answer its question"));
+  } else if (action.status === "ready" || action.status === "running") {
+    buttons.push(actionButton("Guide", "guide", open("guide"), "A new generation with your guidance"));
   }
   return buttons;
 }
 
-function retryAction(action, answer) {
+function retryAction(action, words, done) {
   const body = { expectedGeneration: action.generation };
-  if (answer) body.answer = answer;
-  const done = answer ? "Action " + action.sequence + " answered." : "Action " + action.sequence + " retried.";
-  return command("/actions/" + encodeURIComponent(action.id) + "/retry", body, done);
+  if (words) body.answer = words;
+  const path = "/actions/" + encodeURIComponent(action.id) + "/retry";
+  return command(path, body, "Action " + action.sequence + " " + done + ".");
 }
+
+const ACTION_FORMS = {
+  answer: { verb: "Answer ", done: "answered" },
+  retry: { verb: "Guide (retry with your words) ", done: "retried with your guidance" },
+  guide: { verb: "Guide ", done: "guided" },
+};
 
 function openActionForm(action, kind, where) {
   state.actionForm = { action, kind };
   const question = actionReason(action);
-  const label =
-    (kind === "answer" ? "Answer " : "Guide ") + where + (question ? ": " + question : "");
+  const label = ACTION_FORMS[kind].verb + where + (question ? ": " + question : "");
   $("action-form-label").textContent = visible(label);
   $("action-form").dataset.kind = kind;
   $("action-form").hidden = false;
@@ -257,12 +260,12 @@ $("action-form").addEventListener("submit", async (event) => {
   if (!open) return;
   const action = open.action;
   const sent =
-    open.kind === "answer"
-      ? await retryAction(action, text)
-      : await command(
+    open.kind === "guide"
+      ? await command(
           "/actions/" + encodeURIComponent(action.id) + "/guide",
           { guidance: text, expectedGeneration: action.generation },
           "Action " + action.sequence + " guided.",
-        );
+        )
+      : await retryAction(action, text, ACTION_FORMS[open.kind].done);
   if (sent) closeActionForm();
 });
