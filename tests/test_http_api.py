@@ -387,7 +387,8 @@ def test_openapi_documents_every_route(api: TestClient) -> None:
         *(item + suffix for suffix in ("/progress", "/budget", "/timeline", "/audit")),
         item + "/conversation",
         item + "/messages",
-        *(item + suffix for suffix in ("/cancel", "/resume", "/budget/extend", "/stream")),
+        *(item + suffix for suffix in ("/start", "/cancel", "/resume", "/budget/extend")),
+        item + "/stream",
         item + "/actions/{action_id}/retry",
         item + "/actions/{action_id}/guide",
     }
