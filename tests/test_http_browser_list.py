@@ -289,3 +289,40 @@ def test_a_missing_or_refused_token_is_said_as_such(wc: WorkCenter, browser: Any
         page.click("#token-form button")
         wait_text(page, "#item-title", "Guarded")
         assert page.is_hidden("#token-form")
+
+
+def test_a_token_stop_says_what_the_refused_request_needed(wc: WorkCenter, browser: Any) -> None:
+    item = wc.create_work_item(
+        title="Small budget",
+        goal="g",
+        mode="linear",
+        stages=["work"],
+        start=True,
+        limits={"max_tokens": 1000},
+    )
+    with served(create_app(wc)) as base:
+        page = browser.new_page(viewport={"width": 1360, "height": 1100})
+        page.goto(base + "/")
+        wait_text(page, "#item-title", "Small budget")
+        denied = wc.reserve_request(
+            item.id, request={"messages": [{"role": "user", "content": "word " * 2000}]}
+        )
+        assert not denied.allowed
+        stop = wc.ledger(item.id).stop_reason
+        assert stop is not None and stop.code == "work_item_tokens_exhausted"
+        asked = int(stop.details["estimated_next_tokens"] or 0)
+        page.wait_for_selector("#budget-stop[data-limit='maxTokens']:visible", timeout=TIMEOUT_MS)
+        said = page.text_content("#budget-stop")
+        assert said == (
+            f"Stopped by the token limit: 0 of 1,000 tokens charged; the refused request"
+            f" needed {asked:,} tokens. Extend tokens by at least {asked - 1000:,}, then Resume."
+        ), said
+        assert page.input_value("#extend-tokens") == str(asked - 1000)
+        page.click("#extend:enabled")
+        assert note(page, "ok") == "Budget extended."
+        page.click("#resume:enabled", timeout=TIMEOUT_MS)
+        assert note(page, "ok") == "Resumed."
+        assert wc.ledger(item.id).stop_reason is None
+        assert wc.reserve_request(
+            item.id, request={"messages": [{"role": "user", "content": "word " * 2000}]}
+        ).allowed
