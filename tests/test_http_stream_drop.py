@@ -1,7 +1,8 @@
 """A change-stream client that goes away abruptly (a reset, not a close) costs the
 server at most one log line, whether it left while idle, in the middle of a burst of
-writes or with a second request pipelined behind its stream; the server then serves
-the next client as before."""
+writes, with a second request pipelined behind its stream, or while the server read
+the backlog it resumed from (the case that flooded the log: ADR-0057); the server then
+serves the next client as before."""
 
 from __future__ import annotations
 
@@ -86,3 +87,24 @@ def test_an_abruptly_closed_stream_client_costs_at_most_one_log_line(
         assert after.status_code == 200 and after.json()["total"] == 150
         lines = list(log.lines)
     assert len(lines) <= 1, lines
+
+
+def test_a_client_reset_while_its_backlog_is_read_costs_at_most_one_line(
+    db_path: Path, log: Recorded
+) -> None:
+    """The case that flooded the log: a client resumes far behind (a page of up to
+    1,000 changes to send) and is gone before the page is written. Written change by
+    change, every write after the fifth to the lost connection logged a line."""
+    with WorkCenter.open(db_path) as wc:
+        burst(wc, 700)
+        with served(create_app(wc)) as base:
+            port = int(base.rsplit(":", 1)[1])
+            log.lines.clear()
+            for delay in range(8):  # the reset lands at different points of the read
+                sock = socket.create_connection(("127.0.0.1", port))
+                sock.sendall(STREAM.replace(b"/api/stream", b"/api/stream?after=0"))
+                time.sleep(0.01 * delay)
+                reset(sock)
+                time.sleep(0.4)
+            lines = list(log.lines)
+    assert len(lines) <= 1, f"{len(lines)} lines, such as {lines[:3]}"
