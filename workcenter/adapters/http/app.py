@@ -45,8 +45,8 @@ def create_app(
         summary="A durable, event-sourced work ledger: its items, progress, budget and audit.",
         description=(
             "Every GET read also answers HEAD, and answers If-None-Match naming its current "
-            "ETag with 304 Not Modified. Commands take JSON bodies that name each field once "
-            "and need If-Match with the item's ETag. Errors are application/problem+json."
+            "ETag with 304 Not Modified. Commands take JSON bodies that name each field once; "
+            "those on an item need If-Match with its ETag. Errors are application/problem+json."
         ),
         lifespan=lifespan,
     )
