@@ -140,6 +140,7 @@ def test_a_user_works_through_500_items_on_the_page(wc: WorkCenter, browser: Any
         # Find an item by search (over the goal too), and choose it.
         page.fill("#search", "HAYSTACK")
         wait_rows(page, store["needle"], 1)
+        wait_text(page, "#item-count", "(1 found)")
         page.click(f"#item-list li[data-id='{store['needle']}']")
         wait_text(page, "#item-title", "Needle item")
 

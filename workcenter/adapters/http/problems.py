@@ -2,9 +2,11 @@
 
 A refusal of the service keeps its class name (``InvalidInput``, ``NotFound``,
 ``VersionConflict``...) as the problem's ``title`` and its ``code`` as the end of the
-``type`` URI; the status says what HTTP makes of it. Messages pass the diagnostic
-sanitiser, since they may quote the input. Anything unexpected is a bare 500 with
-no traceback: the server's log has it.
+``type`` URI; the status says what HTTP makes of it. Messages are in the API's
+words (fields as the API spells them; no validation library's class names, codes,
+links or echoed input: ADR-0057) and pass the diagnostic sanitiser, since they may
+quote the input. Anything unexpected is a bare 500 with no traceback: the server's
+log has it.
 """
 
 from __future__ import annotations

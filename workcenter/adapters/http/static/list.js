@@ -53,9 +53,13 @@ async function refreshList() {
   listing.next = page.next;
   $("item-list").replaceChildren(...page.items.map(itemRow));
   const filtered = listing.search || listing.status;
-  $("item-count").textContent = page.total
-    ? "(" + page.total + (listing.status ? " " + listing.status : "") + ")"
-    : "";
+  // The total counts the status, not the search: a search says what it found so far.
+  const found = page.items.length + (page.next ? "+" : "");
+  $("item-count").textContent = listing.search
+    ? "(" + found + " found)"
+    : page.total
+      ? "(" + page.total + (listing.status ? " " + listing.status : "") + ")"
+      : "";
   $("no-items").textContent = filtered ? "Nothing matches." : "No work items yet.";
   $("no-items").hidden = page.items.length > 0;
   $("newer").disabled = listing.back.length === 0;
