@@ -123,6 +123,7 @@ def test_plain_drops_what_a_library_adds() -> None:
     )
     assert plain(said) == "invalid limits: max_tokens Input should be greater than 0"
     assert plain("see http://x.example/?token=abc now") == "see [link removed] now"
+    assert plain("no server at http://127.0.0.1:9/v1", links=True).endswith("/v1")
 
 
 def test_cli_refusals_name_no_library_class_or_url(db_path: Path, wc: WorkCenter) -> None:

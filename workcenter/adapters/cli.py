@@ -73,7 +73,7 @@ def _item_table(detail: dict[str, Any]) -> Table:
 
 def _refusal_line(error: WorkcenterError) -> str:
     # A message may quote the refused input: its control characters print visibly.
-    return safe(f"{type(error).__name__}: {plain(str(error))}")
+    return safe(f"{type(error).__name__}: {plain(str(error), links=True)}")
 
 
 class WorkcenterGroup(click.Group):

@@ -3,10 +3,10 @@
 A refusal may carry words that are not the project's: a validation library's class
 names ("1 validation error for Limits"), its error codes and echoed input
 (``[type=greater_than, input_value=-5, ...]``) and its documentation links with the
-library's version. ``plain`` removes them, and any URL (a link is never the
-refusal's point, and one quoted from the input may carry a token). ``field_message``
-says what one failed field needs in the same plain words, naming the field as the
-caller spelled it (ADR-0057).
+library's version. ``plain`` removes them and, for a remote client, any URL (a
+link is never the refusal's point there, and one quoted from the input may carry a
+token). ``field_message`` says what one failed field needs in the same plain words,
+naming the field as the caller spelled it (ADR-0057).
 """
 
 from __future__ import annotations
@@ -50,13 +50,16 @@ _BOUNDS: Mapping[str, str] = {
 }
 
 
-def plain(message: str) -> str:
+def plain(message: str, *, links: bool = False) -> str:
     """``message`` without a validation library's class names, codes, echoed input or
-    links, on one line."""
+    documentation links, on one line; any other URL is removed too unless ``links``
+    (a terminal's user may need the server address a refusal names; a remote
+    client of the API is never shown one)."""
     message = _VALIDATION_HEADER.sub("", message)
     message = _FURTHER.sub("", message)
     message = _LIBRARY_DETAIL.sub("", message)
-    message = _URL.sub("[link removed]", message)
+    if not links:
+        message = _URL.sub("[link removed]", message)
     return " ".join(message.split())
 
 
