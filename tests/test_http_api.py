@@ -72,11 +72,11 @@ def test_the_list_pages_summaries_with_goal_progress_and_a_position(
 ) -> None:
     empty = api.get("/api/work-items")
     assert empty.status_code == 200
-    assert empty.json() == {"items": [], "total": 0, "offset": 0, "limit": 50, "position": 0}
+    assert empty.json() == {"items": [], "total": 0, "limit": 50, "next": None, "position": 0}
     first = create(api, title="first")
     create(api, title="second", start=False)
     head = wc.event_count()
-    page = api.get("/api/work-items", params={"limit": 1, "offset": 1})
+    page = api.get("/api/work-items", params={"limit": 1})  # newest first
     assert page.headers["ETag"] == f'"p{head}"'
     body = page.json()
     assert (body["total"], body["position"], len(body["items"])) == (2, head, 1)
@@ -92,7 +92,8 @@ def test_the_list_pages_summaries_with_goal_progress_and_a_position(
 
 
 @pytest.mark.parametrize(
-    "params", [{"status": "bogus"}, {"limit": 0}, {"limit": 101}, {"offset": -1}]
+    "params",
+    [{"status": "bogus"}, {"limit": 0}, {"limit": 101}, {"after": "5"}, {"q": "x" * 201}],
 )
 def test_bad_list_parameters_are_422(api: TestClient, params: dict[str, Any]) -> None:
     problem(api.get("/api/work-items", params=params), 422, "InvalidInput")
@@ -386,7 +387,8 @@ def test_openapi_documents_every_route(api: TestClient) -> None:
         *(item + suffix for suffix in ("/progress", "/budget", "/timeline", "/audit")),
         item + "/conversation",
         item + "/messages",
-        *(item + suffix for suffix in ("/cancel", "/resume", "/budget/extend", "/stream")),
+        *(item + suffix for suffix in ("/start", "/cancel", "/resume", "/budget/extend")),
+        item + "/stream",
         item + "/actions/{action_id}/retry",
         item + "/actions/{action_id}/guide",
     }

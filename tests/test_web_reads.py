@@ -32,18 +32,32 @@ def wc(db_path: Path) -> Iterator[WorkCenter]:
         yield center
 
 
-def test_summaries_page_in_creation_order(wc: WorkCenter) -> None:
+def test_summaries_page_newest_first_by_cursor(wc: WorkCenter) -> None:
     ids = [wc.create_work_item(**LINEAR | {"title": f"t{n}"}).id for n in range(5)]
     wc.start(ids[1])
-    page = wc.web_reads.summaries(None, 2, 2)
-    assert (page.total, page.offset, page.limit) == (5, 2, 2)
-    assert [row["id"] for row in page.items] == [str(i) for i in ids[2:4]]
-    ready = wc.web_reads.summaries("ready", 100, 0)
+    first = wc.web_reads.summaries(None, 2)
+    assert (first.total, first.limit) == (5, 2) and first.next is not None
+    assert [row["id"] for row in first.items] == [str(i) for i in ids[4:2:-1]]
+    second = wc.web_reads.summaries(None, 2, first.next)
+    assert [row["id"] for row in second.items] == [str(i) for i in ids[2:0:-1]]
+    last = wc.web_reads.summaries(None, 2, second.next)
+    assert [row["id"] for row in last.items] == [str(ids[0])] and last.next is None
+    ready = wc.web_reads.summaries("ready", 100)
     assert (ready.total, [row["id"] for row in ready.items]) == (1, [str(ids[1])])
     assert ready.items[0]["goalProgress"]["totalCriteriaCount"] == 1
-    for status, limit, offset in (("bogus", 10, 0), (None, 0, 0), (None, 101, 0), (None, 1, -1)):
+    found = wc.web_reads.summaries(None, 10, search="T3")
+    assert [row["id"] for row in found.items] == [str(ids[3])]
+    for status, limit, after in (
+        ("bogus", 10, None),
+        (None, 0, None),
+        (None, 101, None),
+        (None, 1, "12"),
+        (None, 1, "0x1p+0~zz"),
+    ):
         with refused(wc, InvalidInput):
-            wc.web_reads.summaries(status, limit, offset)
+            wc.web_reads.summaries(status, limit, after)
+    with refused(wc, InvalidInput):
+        wc.web_reads.summaries(None, 10, search="x" * 201)
 
 
 def test_item_reads_name_the_versions_they_show(wc: WorkCenter) -> None:

@@ -31,6 +31,7 @@ from workcenter.adapters.demo import ScriptedLlm, run_demo
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
 from workcenter.adapters.terminal import safe, text
+from workcenter.adapters.wording import plain
 from workcenter.adapters.worker import StopSignals, load_executor, run_worker
 from workcenter.application import Claim
 from workcenter.domain.actor import Actor
@@ -72,7 +73,7 @@ def _item_table(detail: dict[str, Any]) -> Table:
 
 def _refusal_line(error: WorkcenterError) -> str:
     # A message may quote the refused input: its control characters print visibly.
-    return safe(f"{type(error).__name__}: {' '.join(str(error).split())}")
+    return safe(f"{type(error).__name__}: {plain(str(error), links=True)}")
 
 
 class WorkcenterGroup(click.Group):
@@ -570,9 +571,10 @@ def _no_executor(claim: Claim) -> dict[str, Any]:
 
 # The operator verbs (audit, progress, projections, rekey), the Coordinator's and serve
 # live in their own modules.
-from workcenter.adapters import cli_operator, cli_serve  # noqa: E402
+from workcenter.adapters import cli_operator, cli_serve, cli_steer  # noqa: E402
 
 for _command in (
+    cli_steer.start,
     cli_operator.audit,
     cli_operator.progress,
     cli_operator.projections,

@@ -216,6 +216,35 @@ class WorkQueueView(TrackedView):
             for r in rows
         ]
 
+    def newest_work_items(
+        self, status: str | None, limit: int, before: tuple[float, str] | None
+    ) -> list[dict[str, Any]]:
+        """Items newest first (creation time, then id, both descending), those created
+        before ``before`` (a row's creation time and id) only: a page that starts at
+        a row it has seen stays the same page however many items are created since."""
+        sql = "SELECT work_item_id, title, status, mode, created_at, updated_at FROM wq_items"
+        where: list[str] = []
+        params: list[Any] = []
+        if status:
+            where.append("status = ?")
+            params.append(status)
+        if before is not None:
+            where.append("(created_at < ? OR (created_at = ? AND work_item_id < ?))")
+            params.extend([before[0], before[0], before[1]])
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created_at DESC, work_item_id DESC LIMIT ?"
+        return [
+            {
+                "id": UUID(r[0]),
+                "title": self.titles.unseal(r[1]),
+                "status": r[2],
+                "created_at": r[4],
+                "key": r[0],
+            }
+            for r in self._rows(sql, [*params, limit])
+        ]
+
     def count_work_items(self, status: str | None = None) -> int:
         sql = "SELECT COUNT(*) FROM wq_items"
         rows = self._rows(sql + " WHERE status = ?", [status]) if status else self._rows(sql, [])

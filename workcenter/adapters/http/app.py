@@ -14,6 +14,7 @@ from importlib.metadata import version
 from fastapi import FastAPI
 
 from workcenter.adapters.http import commands, conversation, dashboard, problems, reads, stream
+from workcenter.adapters.http.conventions import Conventions
 from workcenter.adapters.http.guard import Guard, Policy
 from workcenter.adapters.http.stream import HeadWatcher
 from workcenter.application import WorkCenter
@@ -42,6 +43,11 @@ def create_app(
         title="Workcenter",
         version=version("workcenter"),
         summary="A durable, event-sourced work ledger: its items, progress, budget and audit.",
+        description=(
+            "Every GET read also answers HEAD, and answers If-None-Match naming its current "
+            "ETag with 304 Not Modified. Commands take JSON bodies that name each field once; "
+            "those on an item need If-Match with its ETag. Errors are application/problem+json."
+        ),
         lifespan=lifespan,
     )
     app.state.center = wc
@@ -51,5 +57,6 @@ def create_app(
     for router in (reads.router, commands.router, conversation.router, stream.router):
         app.include_router(router)
     dashboard.mount(app)
-    app.add_middleware(Guard, policy=policy)
+    app.add_middleware(Conventions)
+    app.add_middleware(Guard, policy=policy)  # added last: it runs first
     return app

@@ -1,4 +1,4 @@
-"""POST routes for a user's commands: create an item, cancel, resume, extend its
+"""POST routes for a user's commands: create an item, start, cancel, resume, extend its
 budget, retry or guide an Action.
 
 Every command but create needs ``If-Match``: the item's current ETag (else 412),
@@ -17,6 +17,7 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from workcenter.adapters.http.conventions import refuse_repeated_keys
 from workcenter.adapters.http.deps import Center
 from workcenter.adapters.http.preconditions import Seen, detail_etag, seen
 from workcenter.adapters.http.problems import UnsupportedMediaType
@@ -25,10 +26,11 @@ from workcenter.application import WorkCenter
 from workcenter.domain import inputs
 
 
-def json_body(request: Request) -> None:
+async def json_body(request: Request) -> None:
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type != "application/json":
         raise UnsupportedMediaType("commands take a JSON body (Content-Type: application/json)")
+    refuse_repeated_keys(await request.body())
 
 
 router = APIRouter(
@@ -42,17 +44,21 @@ Expected = Annotated[Seen, Depends(seen)]
 
 
 class Body(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+    # Fields by the names the API documents only: ``max_tokens`` is an unknown field.
+    model_config = ConfigDict(extra="forbid", strict=True, validate_by_name=False)
+
+
+Limit = Annotated[int, Field(gt=0, le=2**53 - 1)]
 
 
 class Limits(Body):
     """Budget limits (on create) or additions to them (on extend)."""
 
-    max_tokens: int | None = Field(None, alias="maxTokens")
-    max_requests: int | None = Field(None, alias="maxRequests")
-    max_run_requests: int | None = Field(None, alias="maxRunRequests")
-    max_action_attempts: int | None = Field(None, alias="maxActionAttempts")
-    max_coordinator_failures: int | None = Field(None, alias="maxCoordinatorFailures")
+    max_tokens: Limit | None = Field(None, alias="maxTokens")
+    max_requests: Limit | None = Field(None, alias="maxRequests")
+    max_run_requests: Limit | None = Field(None, alias="maxRunRequests")
+    max_action_attempts: Limit | None = Field(None, alias="maxActionAttempts")
+    max_coordinator_failures: Limit | None = Field(None, alias="maxCoordinatorFailures")
 
     def given(self) -> dict[str, int]:
         return {k: v for k, v in self.model_dump().items() if v is not None}
@@ -123,6 +129,20 @@ def create_work_item(wc: Center, body: CreateWorkItem) -> JSONBytes:
         limits=body.limits.given() if body.limits is not None else None,
     )
     return _answer(wc, item.id, 201, Location=f"/api/work-items/{item.id}")
+
+
+class Start(Body):
+    pass
+
+
+@router.post(ITEM + "/start")
+def start(wc: Center, item_id: str, expected: Expected, body: Start) -> JSONBytes:
+    """Start a draft: a linear item's first stage becomes ready, a dynamic item waits
+    for its Coordinator to plan."""
+    work_item_id = inputs.aggregate_id(item_id, "WorkItem")
+    expected.check(wc, work_item_id)
+    wc.start(work_item_id, expected_version=expected.item_version)
+    return _answer(wc, work_item_id)
 
 
 @router.post(ITEM + "/cancel")

@@ -2,14 +2,18 @@
 
 A refusal of the service keeps its class name (``InvalidInput``, ``NotFound``,
 ``VersionConflict``...) as the problem's ``title`` and its ``code`` as the end of the
-``type`` URI; the status says what HTTP makes of it. Messages pass the diagnostic
-sanitiser, since they may quote the input. Anything unexpected is a bare 500 with
-no traceback: the server's log has it.
+``type`` URI; the status says what HTTP makes of it. Messages are in the API's
+words (fields as the API spells them; no validation library's class names, codes,
+links or echoed input: ADR-0057) and pass the diagnostic sanitiser, since they may
+quote the input. Anything unexpected is a bare 500 with no traceback: the server's
+log has it.
 """
 
 from __future__ import annotations
 
 import logging
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -18,6 +22,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.adapters.wording import field_message, plain
 from workcenter.domain.errors import (
     CommandRefused,
     InvalidInput,
@@ -74,6 +79,20 @@ STATUS: tuple[tuple[type[WorkcenterError], int], ...] = (
     (WriteContention, 503),
     (StoreUnavailable, 503),
 )
+# The service names fields as its Python API does; a caller of this API sent them so.
+API_NAMES = {
+    "max_tokens": "maxTokens",
+    "max_requests": "maxRequests",
+    "max_run_requests": "maxRunRequests",
+    "max_action_attempts": "maxActionAttempts",
+    "max_coordinator_failures": "maxCoordinatorFailures",
+    "acceptance_criteria": "acceptanceCriteria",
+    "delivery_target": "deliveryTarget",
+    "expected_generation": "expectedGeneration",
+    "client_message_id": "clientMessageId",
+}
+_PYTHON_NAME = re.compile(r"\b(" + "|".join(API_NAMES) + r")\b")
+_TYPE_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
 HTTP_TITLES = {
     400: ("BadRequest", "bad_request"),
     404: ("NotFound", "not_found"),
@@ -83,12 +102,18 @@ HTTP_TITLES = {
 }
 
 
+def api_words(message: str) -> str:
+    """A refusal's message in the API's words: fields named as the API spells them, and
+    nothing of a validation library (``wording.plain``)."""
+    return _PYTHON_NAME.sub(lambda m: API_NAMES[m.group(0)], plain(message))
+
+
 def problem(status: int, title: str, detail: str, code: str, **extra: Any) -> JSONResponse:
     body = {
         "type": TYPE_PREFIX + code,
         "title": title,
         "status": status,
-        "detail": sanitize_diagnostic(detail, DETAIL_LIMIT),
+        "detail": sanitize_diagnostic(plain(detail), DETAIL_LIMIT),
         **extra,
     }
     return JSONResponse(body, status_code=status, media_type=PROBLEM_JSON)
@@ -105,7 +130,7 @@ def from_error(error: WorkcenterError) -> JSONResponse:
     elif isinstance(error, ResourceStopError):
         extra = {"stopCode": error.code}  # the instance's code is the denial's
     kind = type(error)
-    response = problem(status_of(error), kind.__name__, str(error), kind.code, **extra)
+    response = problem(status_of(error), kind.__name__, api_words(str(error)), kind.code, **extra)
     if isinstance(error, PreconditionFailed) and error.current_etag is not None:
         response.headers["ETag"] = error.current_etag
     return response
@@ -116,14 +141,35 @@ async def _workcenter_error(_: Request, error: Exception) -> JSONResponse:
     return from_error(error)
 
 
+def _where(loc: tuple[Any, ...]) -> list[str]:
+    """A field's place as the API spells it: a union's member names (``str``,
+    ``Stage``) are the models' business, not the caller's."""
+    return [str(part) for part in loc if isinstance(part, int) or _is_field(str(part))]
+
+
+def _is_field(part: str) -> bool:
+    return part not in _TYPE_TAGS and not part[:1].isupper() and "[" not in part
+
+
+def _field_error(error: Mapping[str, Any]) -> dict[str, Any]:
+    kind = str(error.get("type", ""))
+    where = _where(tuple(error.get("loc", ())))
+    if kind == "json_invalid":
+        at = where[1] if len(where) > 1 else "?"
+        return {"loc": ["body"], "msg": f"the body is not valid JSON (at character {at})"}
+    return {"loc": where, "msg": field_message(kind, str(error.get("msg", "")), error.get("ctx"))}
+
+
+def _said(loc: list[str], message: str) -> str:
+    path = loc[1:] if loc[:1] in (["body"], ["query"], ["header"], ["path"]) else loc
+    return f"{'.'.join(path)} {message}" if path else message
+
+
 async def _validation_error(_: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
-    # Where and why only: the offending input is not echoed back.
-    fields = [
-        {"loc": [str(part) for part in e.get("loc", ())], "msg": str(e.get("msg", ""))}
-        for e in error.errors()[:MAX_FIELD_ERRORS]
-    ]
-    detail = "; ".join(f"{'.'.join(f['loc'])}: {f['msg']}" for f in fields)
+    # Where and why only, in the API's words: the offending input is not echoed back.
+    fields = [_field_error(e) for e in error.errors()[:MAX_FIELD_ERRORS]]
+    detail = "; ".join(_said(f["loc"], f["msg"]) for f in fields)
     return problem(422, InvalidInput.__name__, detail, InvalidInput.code, errors=fields)
 
 

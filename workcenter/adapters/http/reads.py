@@ -48,12 +48,17 @@ def list_work_items(
     wc: Center,
     status: Status | None = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[str | None, Query(max_length=64)] = None,
+    q: Annotated[str | None, Query(max_length=200)] = None,
 ) -> JSONBytes:
-    """Summary DTOs in creation order, each with its goal progress counted; ``position``
-    is the event sequence's head read first: stream changes after it to stay current."""
+    """Summary DTOs newest first, each with its goal progress counted; ``status`` keeps
+    one status, ``q`` the items whose title or goal holds it (any case). ``next`` is the
+    cursor of the next (older) page, to send back as ``after``: a page starts after an
+    item, not at a count, so items created meanwhile shift no page but the first.
+    ``total`` counts the items of the status. ``position`` is the event sequence's head
+    read first: stream changes after it to stay current."""
     position = wc.changes.head()
-    page = wc.web_reads.summaries(status, limit, offset)
+    page = wc.web_reads.summaries(status, limit, after, q)
     return _etagged(page.json() | {"position": position}, list_etag(position))
 
 

@@ -90,10 +90,17 @@ class WorkItemCommands:
         if limits is None:
             return None
         inputs.mapping(limits, "limits")
-        try:
-            return rl.Limits(**limits)
-        except (TypeError, ValueError) as error:
-            raise InvalidInput(f"invalid limits: {error}") from None
+        for name, value in limits.items():
+            if name not in rl.LIMIT_NAMES:
+                raise InvalidInput(
+                    f"{name!r} is not a limit; use one of {', '.join(rl.LIMIT_NAMES)}"
+                )
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise InvalidInput(f"limits.{name} must be a positive integer, not {value!r}")
+            if value > rl.MAX_SAFE_INTEGER:
+                raise InvalidInput(f"limits.{name} must be at most {rl.MAX_SAFE_INTEGER}")
+        # Checked above in the caller's words: pydantic's own message names its classes.
+        return rl.Limits(**limits)
 
     def update_contract(
         self,

@@ -11,6 +11,7 @@ older than the versions it names.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -29,22 +30,35 @@ from workcenter.service_layer.read_models import ReadModels
 from workcenter.service_layer.repository import Repository
 
 MAX_PAGE = 100
+MAX_SEARCH = 200
+# Rows read at a time while a search looks for a page of matches.
+SCAN_BATCH = 200
+_CURSOR = re.compile(r"^(-?0x[0-9a-f.]+p[+-]?\d+)~([0-9a-f]{32})$")
 
 
 @dataclass(frozen=True)
 class SummaryPage:
     items: list[dict[str, Any]]
     total: int
-    offset: int
     limit: int
+    next: str | None
 
     def json(self) -> dict[str, Any]:
-        return {
-            "items": self.items,
-            "total": self.total,
-            "offset": self.offset,
-            "limit": self.limit,
-        }
+        return {"items": self.items, "total": self.total, "limit": self.limit, "next": self.next}
+
+
+def _cursor(row: dict[str, Any]) -> str:
+    # The row's creation time, exactly (float.hex), and its id: where the next page starts.
+    return f"{float(row['created_at']).hex()}~{row['key']}"
+
+
+def _before(after: str | None) -> tuple[float, str] | None:
+    if after is None:
+        return None
+    match = _CURSOR.match(after) if isinstance(after, str) else None
+    if match is None:
+        raise InvalidInput("after must be the next cursor a page of this list returned")
+    return float.fromhex(match[1]), match[2]
 
 
 class WebReads:
@@ -58,21 +72,53 @@ class WebReads:
         item = self.repo.work_item(inputs.aggregate_id(work_item_id, "WorkItem"))
         return item.version, self.repo.ledger(item.id).control_version
 
-    def summaries(self, status: str | None, limit: int, offset: int) -> SummaryPage:
-        """Summary DTOs (read-models.md 2.3) in creation order, each with its goal
-        progress counted (``goalProgress``: the criteria met and in all, the delivery)."""
+    def summaries(
+        self,
+        status: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+        search: str | None = None,
+    ) -> SummaryPage:
+        """A page of summary DTOs (read-models.md 2.3), newest first, each with its goal
+        progress counted (``goalProgress``: the criteria met and in all, the delivery).
+
+        ``after`` is the ``next`` cursor of the page before: pages are cut at an item,
+        not at a count, so items created meanwhile shift no page but the first.
+        ``search`` keeps the items whose title or goal holds it (case-insensitively);
+        ``total`` counts the items of the status, searched or not."""
         if status is not None and (not isinstance(status, str) or status not in wi.STATUSES):
             raise InvalidInput(f"status must be one of {', '.join(wi.STATUSES)}, not {status!r}")
         limit = inputs.version(limit, "limit")
-        offset = inputs.version(offset, "offset")
         if not 1 <= limit <= MAX_PAGE:
             raise InvalidInput(f"limit must be from 1 to {MAX_PAGE}, not {limit}")
-        if offset < 0:
-            raise InvalidInput(f"offset must be at least 0, not {offset}")
+        before = _before(after)
+        needle = inputs.text(search, "search", MAX_SEARCH).casefold() if search else ""
         view = self.read_models.fresh(WorkQueue.name)
-        rows = view.work_items(status, limit=limit, offset=offset)
-        total = view.count_work_items(status)
-        return SummaryPage([self._summary(row["id"]) for row in rows], total, offset, limit)
+        found: list[dict[str, Any]] = []
+        batch = SCAN_BATCH if needle else limit + 1
+        while len(found) <= limit:
+            rows = view.newest_work_items(status, batch, before)
+            for row in rows:
+                if not needle or self._matches(row, needle):
+                    found.append(row)
+                    if len(found) > limit:
+                        break
+            if len(rows) < batch:
+                break
+            before = (rows[-1]["created_at"], rows[-1]["key"])
+        more = len(found) > limit
+        found = found[:limit]
+        return SummaryPage(
+            [self._summary(row["id"]) for row in found],
+            view.count_work_items(status),
+            limit,
+            _cursor(found[-1]) if more else None,
+        )
+
+    def _matches(self, row: dict[str, Any], needle: str) -> bool:
+        if needle in row["title"].casefold():
+            return True
+        return needle in self.repo.work_item(row["id"]).goal.casefold()
 
     def _summary(self, work_item_id: UUID) -> dict[str, Any]:
         item = self.repo.work_item(work_item_id)

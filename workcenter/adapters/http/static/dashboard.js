@@ -1,7 +1,7 @@
 // The Workcenter dashboard: reads the API, follows the change stream, shows the
-// items, the selected item's goal progress, budget, conversation with the
-// Coordinator, Actions and Runs, and audit, and posts the user's messages; its
-// steering controls are steering.js's.
+// selected item's goal progress, budget, conversation with the Coordinator, Actions
+// and Runs, and audit, and posts the user's messages; the item list is list.js's, the
+// steering controls steering.js's and the create form create.js's.
 // Every value is set as text (never as markup); no build step, no dependency.
 "use strict";
 
@@ -26,13 +26,30 @@ const state = {
   commanding: false,
   // Kept until a post of this text is answered, so a retry of it writes nothing twice.
   pendingMessage: null,
+  // The stop the extend form was last pre-filled for, and the open guide/answer form.
+  prefilledStop: null,
+  actionForm: null,
 };
 
 const $ = (id) => document.getElementById(id);
 
+// Control characters and the invisible marks that reorder text (bidi embeddings,
+// overrides and isolates, LRM and RLM) are shown as escapes, as the terminal shows
+// them: a title "\u202egnp.exe" must not read "exe.png". Newlines and tabs stay.
+const UNSAFE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+
+function visible(value) {
+  return String(value).replace(UNSAFE, (c) => {
+    const code = c.charCodeAt(0);
+    return code <= 0xff
+      ? "\\x" + code.toString(16).padStart(2, "0")
+      : "\\u" + code.toString(16).padStart(4, "0");
+  });
+}
+
 function el(tag, text, className) {
   const node = document.createElement(tag);
-  if (text !== undefined && text !== null) node.textContent = String(text);
+  if (text !== undefined && text !== null) node.textContent = visible(text);
   if (className) node.className = className;
   return node;
 }
@@ -79,6 +96,10 @@ async function api(path) {
 
 function askForToken() {
   const form = $("token-form");
+  // Said as it is: a token was given and refused, or none was given yet.
+  $("token-note").textContent = state.token
+    ? "The API token was refused: enter it again."
+    : "This server needs its API token.";
   form.hidden = false;
   form.onsubmit = (event) => {
     event.preventDefault();
@@ -87,59 +108,6 @@ function askForToken() {
     form.hidden = true;
     start();
   };
-}
-
-// --- the item list ---------------------------------------------------------------
-
-async function refreshList() {
-  const page = await api("/api/work-items?limit=100");
-  if (state.lastEventId === null) state.lastEventId = page.position;
-  const list = $("item-list");
-  list.replaceChildren();
-  $("item-count").textContent = page.total ? "(" + page.total + ")" : "";
-  $("no-items").hidden = page.items.length > 0;
-  for (const item of page.items) {
-    const row = el("li");
-    row.dataset.id = item.id;
-    if (item.id === state.selected) row.className = "selected";
-    row.append(el("span", item.title, "item-title"));
-    const meta = el("span", null, "item-meta");
-    const progress = item.goalProgress || {};
-    const total = progress.totalCriteriaCount || 0;
-    const done = progress.completedCriteriaCount || 0;
-    meta.append(el("span", item.status, "status " + item.status));
-    meta.append(el("span", done + "/" + total + " criteria"));
-    const mini = el("span", null, "mini");
-    const fill = el("div");
-    fill.style.width = (total ? (100 * done) / total : 0) + "%";
-    mini.append(fill);
-    meta.append(mini);
-    row.append(meta);
-    row.onclick = () => select(item.id, true);
-    list.append(row);
-  }
-  if (!state.chosen && page.items.length) {
-    const newest = page.items[page.items.length - 1].id;
-    if (newest !== state.selected) select(newest, false);
-  }
-}
-
-function select(id, chosen) {
-  if (id !== state.selected) {
-    state.conversationEtag = state.pendingMessage = null;
-    state.itemEtag = state.detail = null;
-    $("message-error").hidden = true;
-    $("command-note").hidden = true;
-    $("message-send").disabled = true; // until this item's conversation is read
-  }
-  state.selected = id;
-  state.chosen = state.chosen || chosen;
-  if (chosen) history.replaceState(null, "", "#" + encodeURIComponent(id));
-  for (const row of $("item-list").children) {
-    row.classList.toggle("selected", row.dataset.id === id);
-  }
-  state.detailDirty = true;
-  schedule();
 }
 
 // --- the selected item -----------------------------------------------------------
@@ -162,15 +130,15 @@ async function refreshDetail() {
   state.conversationEtag = talk.etag;
   renderConversation(talk.body);
   $("detail").hidden = false;
-  $("item-title").textContent = detail.title;
+  $("item-title").textContent = visible(detail.title);
   const status = $("item-status");
   status.textContent = detail.status;
   status.className = "status " + detail.status;
-  $("item-goal").textContent = detail.goal;
-  $("item-summary").textContent = detail.actionSummary || "";
+  $("item-goal").textContent = visible(detail.goal);
+  $("item-summary").textContent = visible(detail.actionSummary || "");
   const failure = $("item-failure");
   failure.hidden = !detail.failureReason;
-  failure.textContent = detail.failureReason || "";
+  failure.textContent = visible(detail.failureReason || "");
   renderProgress(detail.goalProgress);
   renderBudget(detail.executionControl);
   renderTimeline(timeline);
@@ -241,9 +209,9 @@ function renderBudget(control) {
   const limits = control.limits || {};
   gauge("gauge-tokens", usage.chargedTokens || 0, limits.maxTokens || 0);
   gauge("gauge-requests", usage.llmRequestCount || 0, limits.maxRequests || 0);
-  const stop = $("budget-stop");
-  stop.hidden = !control.stopReason;
-  stop.textContent = control.stopReason ? "stopped: " + control.stopReason.code : "";
+  $("coordinator-failures").textContent =
+    (control.coordinatorFailures || 0) + " of " + (limits.maxCoordinatorFailures || 0);
+  renderStop(control);
 }
 
 function renderTimeline(timeline) {
@@ -258,7 +226,7 @@ function renderTimeline(timeline) {
     const label = el("div", null, "tl-label");
     label.append(el("span", action.sequence + " " + action.type + " "));
     label.append(el("span", action.status, "status " + action.status));
-    if (action.status === "failed") label.append(retryButton(action));
+    label.append(...actionButtons(action));
     row.append(label);
     const track = el("div", null, "tl-track");
     for (const run of action.runs) {
@@ -316,7 +284,7 @@ function renderMessage(message) {
   if (message.decision) {
     const kind = el("span", message.decision.kind.replace(/_/g, " "), "decision");
     kind.dataset.kind = message.decision.kind;
-    kind.title = message.decision.reason || "";
+    kind.title = visible(message.decision.reason || "");
     head.append(kind);
   }
   item.append(head);
@@ -372,10 +340,11 @@ async function sendMessage(event) {
     $("message-send").disabled = false;
     if (failure instanceof Unauthorized) return;
     error.hidden = false;
-    error.textContent =
+    error.textContent = visible(
       failure instanceof Problem && failure.status === 412
         ? "The item changed since you read it: check what changed, then send again."
-        : String(failure.message || failure);
+        : String(failure.message || failure),
+    );
   } finally {
     // The next read shows the new turn (or what changed) and sets the button again.
     state.detailDirty = true;

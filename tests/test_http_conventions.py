@@ -1,0 +1,229 @@
+"""HTTP's conventions and errors in the project's words: HEAD on every read,
+If-None-Match answered 304, a JSON key named twice refused (422, nothing written), and
+no error body (of the API or the CLI) naming a validation library's class, its codes,
+a URL or the input it refused."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from fastapi.testclient import TestClient
+from http_client import LINEAR, client
+
+from workcenter.adapters.cli import cli
+from workcenter.adapters.http.conventions import matches
+from workcenter.adapters.wording import plain
+from workcenter.application import WorkCenter
+from workcenter.domain.errors import InvalidInput
+
+SECRET = "sk-live-abcdefghijklmnopqrstuvwxyz0123"
+# What a validation library's own error text carries: its class names, error codes,
+# echoed input and documentation links.
+LIBRARY = re.compile(
+    r"pydantic|validation error|https?://|input_value|input_type|\[type=|"
+    r"\b(Limits|Stage|CreateWorkItem|Body|Retry|Guide|Cancel|PostMessage|str|int)\b"
+)
+
+
+@pytest.fixture
+def wc(db_path: Path) -> Iterator[WorkCenter]:
+    with WorkCenter.open(db_path) as center:
+        yield center
+
+
+@pytest.fixture
+def api(wc: WorkCenter) -> TestClient:
+    return client(wc)
+
+
+def created(api: TestClient, **changes: Any) -> tuple[str, str]:
+    response = api.post("/api/work-items", json=LINEAR | changes)
+    assert response.status_code == 201, response.text
+    return response.json()["id"], response.headers["ETag"]
+
+
+BAD_CREATES: list[dict[str, Any]] = [
+    {"limits": {"maxTokens": "many"}},
+    {"limits": {"maxTokens": -5}},
+    {"limits": {"maxTokens": 0, "maxRequests": 2**60}},
+    {"limits": {"max_tokens": 5}},
+    {"limits": 5},
+    {"limits": {"maxTokens": 1.5}},
+    {"stages": [{"type": 1}]},
+    {"stages": [{"type": "a", "maxAttempts": "x"}]},
+    {"mode": "graph"},
+    {"title": 5},
+    {"title": ""},
+    {"acceptanceCriteria": "one"},
+    {"start": "yes"},
+    {"apiKey": SECRET},
+    {"title": SECRET * 20},
+]
+
+
+@pytest.mark.parametrize("change", BAD_CREATES)
+def test_no_error_body_names_a_library_class_a_url_or_the_input(
+    api: TestClient, wc: WorkCenter, change: dict[str, Any]
+) -> None:
+    before = wc.event_count()
+    response = api.post("/api/work-items", json=LINEAR | change)
+    assert response.status_code == 422, response.text
+    assert wc.event_count() == before
+    body = response.json()
+    assert body["title"] == "InvalidInput"
+    assert not LIBRARY.search(response.text), response.text
+    assert SECRET not in response.text and "many" not in response.text
+    for field in body.get("errors", []):
+        assert field["loc"][0] == "body" and "_" not in "".join(field["loc"][1:2])
+
+
+def test_field_names_are_the_apis(api: TestClient, wc: WorkCenter) -> None:
+    response = api.post("/api/work-items", json=LINEAR | {"limits": {"maxTokens": -5}})
+    assert response.json()["detail"] == "limits.maxTokens must be greater than 0"
+    response = api.post("/api/work-items", json=LINEAR | {"limits": {"max_tokens": 5}})
+    assert response.json()["detail"] == "limits.max_tokens is not a field of this request"
+    item_id, etag = created(api)
+    response = api.post(
+        f"/api/work-items/{item_id}/budget/extend",
+        json={"maxActionAttempts": 2**53 - 1},
+        headers={"If-Match": etag},
+    )
+    assert response.status_code == 422
+    # The service says max_action_attempts; the API's caller sent maxActionAttempts.
+    assert response.json()["detail"] == "maxActionAttempts would exceed 9007199254740991"
+
+
+def test_bad_json_and_bad_queries_say_so_plainly(api: TestClient) -> None:
+    broken = api.post(
+        "/api/work-items", content=b'{"title": ', headers={"Content-Type": "application/json"}
+    )
+    assert broken.json()["detail"] == "the body is not valid JSON (at character 10)"
+    assert api.get("/api/work-items?limit=abc").json()["detail"] == "limit must be an integer"
+    assert not LIBRARY.search(api.get("/api/work-items?limit=0").text)
+
+
+def test_the_python_api_refuses_bad_limits_in_its_own_words(wc: WorkCenter) -> None:
+    with pytest.raises(InvalidInput) as refused:
+        wc.create_work_item(title="t", goal="g", limits={"max_tokens": -5})
+    assert str(refused.value) == "limits.max_tokens must be a positive integer, not -5"
+    with pytest.raises(InvalidInput, match="'tokens' is not a limit"):
+        wc.create_work_item(title="t", goal="g", limits={"tokens": 5})
+
+
+def test_plain_drops_what_a_library_adds() -> None:
+    said = (
+        "invalid limits: 1 validation error for Limits\nmax_tokens\n  Input should be greater"
+        " than 0 [type=greater_than, input_value=-5, input_type=int]\n    For further"
+        " information visit https://errors.pydantic.dev/2.14/v/greater_than"
+    )
+    assert plain(said) == "invalid limits: max_tokens Input should be greater than 0"
+    assert plain("see http://x.example/?token=abc now") == "see [link removed] now"
+    assert plain("no server at http://127.0.0.1:9/v1", links=True).endswith("/v1")
+
+
+def test_cli_refusals_name_no_library_class_or_url(db_path: Path, wc: WorkCenter) -> None:
+    item = wc.create_work_item(**{"title": "t", "goal": "g", "mode": "linear", "stages": ["a"]})
+    runner = CliRunner()
+    for options in (["--tokens", "-5"], ["--tokens", str(2**60)], ["--requests", "0"]):
+        extend = ["--db", str(db_path), "budget", "extend", str(item.id), "--expected-version"]
+        result = runner.invoke(cli, [*extend, "1", *options])
+        assert result.exit_code == 2, result.output
+        assert result.output.startswith("InvalidInput: "), result.output
+        assert not LIBRARY.search(result.output), result.output
+
+
+# --- HEAD and If-None-Match --------------------------------------------------------
+
+READS = ["", "/progress", "/budget", "/timeline", "/audit", "/conversation"]
+
+
+@pytest.mark.parametrize("suffix", READS)
+def test_every_read_answers_head_and_if_none_match(api: TestClient, suffix: str) -> None:
+    item_id, _ = created(api)
+    path = f"/api/work-items/{item_id}{suffix}"
+    full = api.get(path)
+    assert full.status_code == 200 and full.content
+    etag = full.headers["ETag"]
+    head = api.head(path)
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["ETag"] == etag
+    assert head.headers["Content-Length"] == str(len(full.content))
+    same = api.get(path, headers={"If-None-Match": etag})
+    assert same.status_code == 304 and same.content == b""
+    assert same.headers["ETag"] == etag and same.headers["Cache-Control"] == "no-cache"
+    assert api.get(path, headers={"If-None-Match": f'W/{etag}, "x"'}).status_code == 304
+    assert api.head(path, headers={"If-None-Match": etag}).status_code == 304
+    assert api.get(path, headers={"If-None-Match": '"0.0"'}).status_code == 200
+
+
+def test_the_list_answers_304_until_something_is_written(api: TestClient) -> None:
+    first = api.get("/api/work-items")
+    etag = first.headers["ETag"]
+    assert api.get("/api/work-items", headers={"If-None-Match": etag}).status_code == 304
+    assert api.head("/api/work-items").headers["ETag"] == etag
+    created(api)
+    changed = api.get("/api/work-items", headers={"If-None-Match": etag})
+    assert changed.status_code == 200 and changed.headers["ETag"] != etag
+
+
+def test_head_on_a_missing_item_is_404_without_a_body(api: TestClient) -> None:
+    missing = api.head("/api/work-items/00000000-0000-0000-0000-000000000000")
+    assert missing.status_code == 404 and missing.content == b""
+
+
+def test_streams_are_not_reads_and_commands_ignore_if_none_match(
+    api: TestClient, wc: WorkCenter
+) -> None:
+    assert api.head("/api/stream").status_code == 405
+    item_id, etag = created(api)
+    cancelled = api.post(
+        f"/api/work-items/{item_id}/cancel",
+        json={},
+        headers={"If-Match": etag, "If-None-Match": "*"},
+    )
+    assert cancelled.status_code == 200
+
+
+def test_if_none_match_compares_weakly() -> None:
+    assert matches('"1.2"', '"1.2"') and matches('W/"1.2"', '"1.2"') and matches("*", '"p3"')
+    assert matches('"a", "1.2"', '"1.2"') and not matches('"1.20"', '"1.2"')
+
+
+# --- duplicate keys ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"title": "a", "title": "b", "goal": "g"}',
+        b'{"title": "a", "goal": "g", "limits": {"maxTokens": 5, "maxTokens": 900}}',
+    ],
+)
+def test_a_key_named_twice_is_refused_and_writes_nothing(
+    api: TestClient, wc: WorkCenter, body: bytes
+) -> None:
+    before = wc.event_count()
+    response = api.post(
+        "/api/work-items", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 422, response.text
+    assert "twice" in response.json()["detail"]
+    assert wc.event_count() == before
+
+
+def test_a_command_with_a_key_named_twice_is_refused(api: TestClient, wc: WorkCenter) -> None:
+    item_id, etag = created(api)
+    before = wc.event_count()
+    response = api.post(
+        f"/api/work-items/{item_id}/budget/extend",
+        content=b'{"maxTokens": 5, "maxTokens": 5000000}',
+        headers={"Content-Type": "application/json", "If-Match": etag},
+    )
+    assert response.status_code == 422
+    assert response.json()["detail"] == "the body names 'maxTokens' twice: give each field once"
+    assert wc.event_count() == before
