@@ -781,10 +781,16 @@ def test_a_draft_takes_only_an_answer() -> None:
     )
 
 
-def test_a_finished_or_linear_item_takes_no_decision() -> None:
+def test_a_linear_item_takes_an_answer_only_and_a_finished_item_nothing() -> None:
     linear = History(mode="linear")
-    with rejected(linear, DecisionRefused, "only dynamic"):
-        linear.apply(linear.parse(decision("answer")))
+    assert decisions.offered_kinds(USER_TURN, linear.item) == ("answer",)
+    assert decisions.offered_kinds(AUTOMATIC_TURN, linear.item) == ()
+    assert linear.apply(linear.parse(decision("answer"))).events == []  # 4.2
+    planned = decision("create_actions", actions=[brief()])
+    with rejected(linear, DecisionInvalid, "takes no plans"):
+        linear.parse(planned)
+    with rejected(linear, DecisionRefused, "takes no plans"):
+        linear.apply(decisions.CoordinatorReply.model_validate(planned))
     h = History()
     _, run_id = proven(h)
     h.decide(decision("complete", completion=completion(run_id)))
