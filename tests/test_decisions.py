@@ -987,3 +987,17 @@ def test_any_reply_is_parsed_or_invalid_then_applied_or_refused(
     if automatic:
         assert not any(isinstance(e, wi.ContractRefined | wi.TitleChanged) for e in unit.events)
     assert unit.item.status != "done" or reply.decision.kind == "complete"
+
+
+def test_a_brief_may_name_source_actions_of_the_item_and_only_those() -> None:
+    h = History()
+    (source,) = h.plan(brief())
+    linked = decision("create_actions", actions=[brief("review", sourceActionIds=[str(source.id)])])
+    h.decide(linked)
+    built = max(h.actions.values(), key=lambda a: a.sequence)
+    assert built.source_action_ids == (source.id,)
+    stranger = decision("create_actions", actions=[brief("review", sourceActionIds=[str(uuid4())])])
+    with rejected(h, DecisionInvalid, "sourceActionIds"):
+        h.parse(stranger)
+    with rejected(h, DecisionRefused, "sourceActionIds"):
+        h.apply(decisions.CoordinatorReply.model_validate(stranger))
