@@ -1,7 +1,8 @@
 """Dynamic planning and completion through the service layer (coordinator.md 4.3, 4.6).
 
 Only what the code implements; the ADR-0007 gaps (type templates, candidate VPs,
-sourceActionIds, create_vp, operations) are absent and refused as unknown fields.
+create_vp, operations) are absent and refused as unknown fields; sourceActionIds are
+kept as audit links (ADR-0045).
 """
 
 from __future__ import annotations
@@ -574,11 +575,7 @@ def test_plan_actions_keeps_source_action_ids_as_audit_links(wc: WorkCenter) -> 
     _, built = actions_by_sequence(wc, item.id)
     assert built.source_action_ids == (source.id,)  # duplicates dropped
     assert built.status == "ready"
-    planned = next(
-        e
-        for e in wc.history(item.id)
-        if type(e).__name__ == "ActionPlanned" and e.originator_id == built.id
-    )
+    [planned, *_] = wc.action_history(built.id)  # the stored event keeps the links
     assert planned.source_action_ids == (source.id,)  # type: ignore[attr-defined]
 
 

@@ -117,6 +117,10 @@ class ActionBrief(Wire):
         default=DEFAULT_MAX_ATTEMPTS, description="1 to 5"
     )
     goal_refs: GoalRefs | None = None
+    source_action_ids: tuple[UUID, ...] | None = Field(
+        default=None,
+        description="earlier Actions of this item this one builds on (audit links only)",
+    )
     rationale: Annotated[str | None, _cut(bounds.RATIONALE)] = Field(
         default=None, description="why a repeat of earlier work is needed (20+ characters)"
     )

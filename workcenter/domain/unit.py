@@ -168,6 +168,7 @@ class Unit:
         workspace_mode: act.WorkspaceMode = "shared",
         max_attempts: int = act.DEFAULT_MAX_ATTEMPTS,
         context: tuple[act.ContextEntry, ...] = (),
+        source_action_ids: tuple[UUID, ...] = (),
     ) -> act.ActionState:
         events = act.plan(
             work_item_id=self.item.id,
@@ -180,6 +181,7 @@ class Unit:
             context=context,
             at=self.at,
             by=self.by,
+            source_action_ids=source_action_ids,
         )
         self.apply_action(list(events))
         return self.actions[events[0].originator_id]
