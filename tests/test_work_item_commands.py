@@ -29,6 +29,7 @@ from conftest import (
 )
 
 from workcenter.application import WorkCenter
+from workcenter.domain import bounds
 from workcenter.domain.errors import CommandRefused, InvalidInput, NotFound, StaleRun
 
 
@@ -835,3 +836,23 @@ def test_guide_refuses_text_past_its_bound(wc: WorkCenter) -> None:
         wc.guide(
             item.id, item.plan[0].action_id, expected_version=item.version, guidance="g" * 8_001
         )
+
+
+# --- the criteria bound and the goal-progress DTO's cap (read-models.md 2.5) ----------
+
+
+def test_an_item_may_hold_more_criteria_than_the_progress_dto_shows(wc: WorkCenter) -> None:
+    criteria = [f"Criterion {n}" for n in range(bounds.CRITERIA)]
+    item = create_dynamic(wc, criteria=criteria)
+    progress = wc.detail(item.id)["goalProgress"]
+    assert progress["totalCriteriaCount"] == bounds.CRITERIA > 100
+    assert len(progress["criteria"]) == 100  # the DTO's cap applies
+    assert progress["omittedCriteriaCount"] == bounds.CRITERIA - 100
+    assert progress["remainingCriteriaCount"] == bounds.CRITERIA
+    assert [c["criterion"] for c in progress["criteria"]] == criteria[:100]  # contract order
+
+
+def test_one_criterion_past_the_bound_is_refused(wc: WorkCenter) -> None:
+    too_many = [f"Criterion {n}" for n in range(bounds.CRITERIA + 1)]
+    with refused(wc, InvalidInput, f"at most {bounds.CRITERIA}"):
+        create_dynamic(wc, criteria=too_many)
