@@ -171,7 +171,7 @@ def test_a_forged_authority_is_refused_at_apply_and_changes_nothing() -> None:
         ({"acceptanceCriteria": "one criterion"}, "must be a list"),
         ({"acceptanceCriteria": [1, 2]}, "must be a list"),
         ({"deliveryTarget": "email"}, "deliveryTarget must be one of"),
-        ({"acceptanceCriteria": [f"c{i}" for i in range(51)]}, "at most 50"),
+        ({"acceptanceCriteria": [f"c{i}" for i in range(201)]}, "at most 200"),
     ],
 )
 def test_patch_normalisation_errors_are_invalid(patch: dict[str, Any], match: str) -> None:

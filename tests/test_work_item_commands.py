@@ -854,5 +854,5 @@ def test_an_item_may_hold_more_criteria_than_the_progress_dto_shows(wc: WorkCent
 
 def test_one_criterion_past_the_bound_is_refused(wc: WorkCenter) -> None:
     too_many = [f"Criterion {n}" for n in range(bounds.CRITERIA + 1)]
-    with refused(wc, InvalidInput, f"at most {bounds.CRITERIA}"):
+    with refused(wc, InvalidInput, f"more than {bounds.CRITERIA} entries"):
         create_dynamic(wc, criteria=too_many)
