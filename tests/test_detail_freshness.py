@@ -268,5 +268,5 @@ def test_the_detail_keeps_the_last_100_conversation_entries(wc: WorkCenter) -> N
         wc.coordinate_once(provider)
     detail = wc.detail(item.id)
     assert len(detail["messages"]) == 100 and detail["omittedMessageCount"] == 2
-    assert detail["messages"][0]["text"] == "Answer 0"
+    assert detail["messages"][0]["text"] == "Question 1"  # the first turn's two are left out
     assert detail["messages"][-1]["text"] == "Answer 50"
