@@ -58,7 +58,9 @@ def test_create_dynamic_started_runs_with_no_action(wc: WorkCenter) -> None:
     item = create_dynamic(wc, start=True)
     # No Action yet: it is the Coordinator's turn.
     assert (item.status, item.current_action_id, item.plan) == ("running", None, ())
-    assert item_events(wc, item.id) == ["WorkItemCreated", "WorkItemStarted", "StatusChanged"]
+    # Created started (ADR-0046); the Coordinator's turn is a status no event implies.
+    assert item_events(wc, item.id) == ["WorkItemCreated", "StatusChanged"]
+    assert wc.history(item.id)[0].started  # type: ignore[attr-defined]
 
 
 def test_create_linear_started_is_ready_with_first_stage_action(wc: WorkCenter) -> None:
