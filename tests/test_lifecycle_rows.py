@@ -111,6 +111,7 @@ def _as_v1(stored: StoredEvent, drop: str, originator_id: UUID | None = None) ->
     state = orjson.loads(inflate(stored.state))
     state.pop("class_version")
     state.pop(drop)
+    state.pop("started", None)  # WorkItemCreated v3 (ADR-0046): no earlier version had it
     if originator_id is not None:
         state["originator_id"] = str(originator_id)
     return StoredEvent(
@@ -124,7 +125,7 @@ def _as_v1(stored: StoredEvent, drop: str, originator_id: UUID | None = None) ->
 def test_a_v1_work_item_creation_loads_with_the_default_limit_per_stage(wc: WorkCenter) -> None:
     item = create_linear(wc, start=False)
     stored = _stored(wc, item.id, 1)
-    assert orjson.loads(inflate(stored.state))["class_version"] == 2
+    assert orjson.loads(inflate(stored.state))["class_version"] == 3
     old_id = uuid4()
     wc.store.recorder.insert_events([_as_v1(stored, "stage_max_attempts", old_id)])
     event = wc.store.mapper.to_domain_event(_as_v1(stored, "stage_max_attempts"))
