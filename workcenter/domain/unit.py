@@ -176,7 +176,7 @@ class Unit:
             or before is None
             or last.current
             or last.action_id != current_action_id
-            or (by is not None and by != last.actor)
+            or (by or self.by) != last.actor  # the status's actor is the event's
         ):
             return False
         carried = "ready" if isinstance(last, wi.ActionAdded) else last.status
