@@ -14,7 +14,7 @@ with one stage, started; a run cycle is ``claim_next``, ``renew_lease`` and
 
 Two bounds on a create, counted only with ``--only``: ``draft``, the same create
 left unstarted (its item's and ledger's first events, no Action), and ``floor``,
-``bench_peer.py``'s floor (the create's six event rows, already encoded, inserted
+``bench_peer.py``'s floor (the create's event rows, already encoded, inserted
 through the library's recorder with nothing else).
 
 Each figure runs the process twice under callgrind, once with no measured

@@ -20,10 +20,10 @@ B. N run cycles: ``claim_next``, ``renew_lease``, ``finish_run`` completed with 
 C. the browser detail read of each item (``wc.detail``), right after those writes;
 D. bytes on disk after close, WAL checkpointed.
 
-With ``--floor``, each Workcenter repetition also times A's floor: the six event
-rows a create writes, already encoded (taken from a real create), inserted
-through the library's own recorder with Workcenter's SQLite settings, one
-transaction per create, and nothing else: no deciding, validating, encoding,
+With ``--floor``, each Workcenter repetition also times A's floor: the event
+rows a create writes (four since ADR-0046), already encoded (taken from a real
+create), inserted through the library's own recorder with Workcenter's SQLite
+settings, one transaction per create, and nothing else: no deciding, validating, encoding,
 hash chain or read model. No create can be faster than that, so
 ``1 / reference rate - 1 / floor rate`` is the time a create may spend on all
 of its own work and still match the reference store.

@@ -67,6 +67,7 @@ class FakeRules(DomainRules):
         actions: Mapping[UUID, act.ActionState],
         progress: GoalProgress,
         messages: Sequence[conv.Message],
+        turn: conv.Turn,
         prompt: str,
         correction: str | None,
     ) -> Body:

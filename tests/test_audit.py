@@ -89,7 +89,8 @@ def test_causes_worker_coordinator_operator_and_user(wc: WorkCenter, clock: Fake
     for row in rows:
         by_type.setdefault(row.type, []).append(row)
 
-    assert {r.actor for r in by_type["WorkItemCreated"] + by_type["WorkItemStarted"]} == {"user"}
+    assert {r.actor for r in by_type["WorkItemCreated"]} == {"user"}
+    assert by_type["WorkItemCreated"][0].payload["started"] is True  # no WorkItemStarted
     assert {r.actor for r in by_type["ActionPlanned"] + by_type["ActionAdded"]} == {"coordinator"}
     assert {r.actor for r in by_type["WorkItemCompleted"]} == {"coordinator"}
     for name in ("RunClaimed", "LeaseRenewed", "RunFinished"):

@@ -15,7 +15,7 @@ from test_providers import Stub, provider
 
 from workcenter.application import WorkCenter
 from workcenter.domain.coordinator_request import CORRECTION_HEADING
-from workcenter.domain.decisions import reply_schema
+from workcenter.domain.decisions import AUTOMATIC_TURN, reply_schema
 
 PLAN = json.dumps(decision("create_actions", actions=[brief()]))
 stub = test_providers.stub  # the stub server fixture
@@ -35,7 +35,10 @@ def test_a_valid_structured_decision_applies_and_its_usage_settles(
     assert (result.status, result.attempts) == ("decided", 1), result.error
     assert len(wc.work_item(item.id).plan) == 1
     [sent] = stub.bodies
-    assert sent["response_format"]["json_schema"]["schema"] == reply_schema()
+    # the start woke an automatic turn: it is offered only the kinds it may take
+    assert sent["response_format"]["json_schema"]["schema"] == reply_schema(
+        AUTOMATIC_TURN.allowed_kinds
+    )
     [reservation] = _reservations(wc, item.id)
     assert (reservation.kind, reservation.status, reservation.charged_tokens) == (
         "coordinator",

@@ -213,6 +213,7 @@ def _dispatch_only(wc: WorkCenter, claimed: Any) -> None:
         actions,
         planning.progress(item, actions),
         _lines(state),
+        state.turns[claimed.turn_id],
         _prompt(state.turns[claimed.turn_id]),
         None,
     )

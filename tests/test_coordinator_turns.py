@@ -393,6 +393,7 @@ def _request(wc: WorkCenter, item_id: Any, claimed: conv.ClaimRef) -> Any:
         actions,
         planning.progress(item, actions),
         _lines(state),
+        state.turns[claimed.turn_id],
         _prompt(state.turns[claimed.turn_id]),
         None,
     )

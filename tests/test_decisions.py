@@ -171,7 +171,7 @@ def test_a_forged_authority_is_refused_at_apply_and_changes_nothing() -> None:
         ({"acceptanceCriteria": "one criterion"}, "must be a list"),
         ({"acceptanceCriteria": [1, 2]}, "must be a list"),
         ({"deliveryTarget": "email"}, "deliveryTarget must be one of"),
-        ({"acceptanceCriteria": [f"c{i}" for i in range(51)]}, "at most 50"),
+        ({"acceptanceCriteria": [f"c{i}" for i in range(201)]}, "at most 200"),
     ],
 )
 def test_patch_normalisation_errors_are_invalid(patch: dict[str, Any], match: str) -> None:
@@ -781,10 +781,16 @@ def test_a_draft_takes_only_an_answer() -> None:
     )
 
 
-def test_a_finished_or_linear_item_takes_no_decision() -> None:
+def test_a_linear_item_takes_an_answer_only_and_a_finished_item_nothing() -> None:
     linear = History(mode="linear")
-    with rejected(linear, DecisionRefused, "only dynamic"):
-        linear.apply(linear.parse(decision("answer")))
+    assert decisions.offered_kinds(USER_TURN, linear.item) == ("answer",)
+    assert decisions.offered_kinds(AUTOMATIC_TURN, linear.item) == ()
+    assert linear.apply(linear.parse(decision("answer"))).events == []  # 4.2
+    planned = decision("create_actions", actions=[brief()])
+    with rejected(linear, DecisionInvalid, "takes no plans"):
+        linear.parse(planned)
+    with rejected(linear, DecisionRefused, "takes no plans"):
+        linear.apply(decisions.CoordinatorReply.model_validate(planned))
     h = History()
     _, run_id = proven(h)
     h.decide(decision("complete", completion=completion(run_id)))
@@ -981,3 +987,17 @@ def test_any_reply_is_parsed_or_invalid_then_applied_or_refused(
     if automatic:
         assert not any(isinstance(e, wi.ContractRefined | wi.TitleChanged) for e in unit.events)
     assert unit.item.status != "done" or reply.decision.kind == "complete"
+
+
+def test_a_brief_may_name_source_actions_of_the_item_and_only_those() -> None:
+    h = History()
+    (source,) = h.plan(brief())
+    linked = decision("create_actions", actions=[brief("review", sourceActionIds=[str(source.id)])])
+    h.decide(linked)
+    built = max(h.actions.values(), key=lambda a: a.sequence)
+    assert built.source_action_ids == (source.id,)
+    stranger = decision("create_actions", actions=[brief("review", sourceActionIds=[str(uuid4())])])
+    with rejected(h, DecisionInvalid, "sourceActionIds"):
+        h.parse(stranger)
+    with rejected(h, DecisionRefused, "sourceActionIds"):
+        h.apply(decisions.CoordinatorReply.model_validate(stranger))

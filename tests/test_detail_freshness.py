@@ -219,3 +219,54 @@ def test_a_save_folds_the_detail_states_with_its_own_cursor_never_a_second_conne
     live = wc.detail(item.id)
     wc.maintenance.rebuild_projection(Detail.name)
     assert wc.detail(item.id) == live
+
+
+# --- the Coordinator conversation in the detail (read-models.md 2.4) ----------------------
+
+
+def answer(text: str) -> str:
+    return orjson.dumps({"reply": text, "decision": {"kind": "answer", "reason": "asked"}}).decode()
+
+
+def test_the_detail_holds_the_conversation_and_each_turn_refreshes_it(wc: WorkCenter) -> None:
+    from workcenter.adapters.providers.scripted import ScriptedProvider
+
+    item = create_linear(wc)
+    assert wc.detail(item.id)["messages"] == []
+    posted = wc.post_user_message(item.id, "Is it going well? token=SECRETVALUE42")
+    assert detail_position(wc) == wc.event_count()  # the turn's begin stored the DTO
+    user, thinking = wc.details.detail(item.id)["messages"]  # type: ignore[index]
+    assert (user["role"], user["status"], user["turnId"]) == (
+        "user",
+        "completed",
+        str(posted.turn_id),
+    )
+    assert "SECRETVALUE42" not in user["text"] and user["text"].startswith("Is it going well?")
+    assert (thinking["role"], thinking["status"]) == ("assistant", "thinking")
+    wc.coordinate_once(ScriptedProvider([answer("Yes, the stage is ready")]))
+    messages = wc.detail(item.id)["messages"]
+    reply = messages[-1]
+    assert (reply["status"], reply["text"]) == ("completed", "Yes, the stage is ready")
+    assert reply["decision"]["kind"] == "answer" and reply["id"] == thinking["id"]
+    assert reply["createdAt"] <= reply["updatedAt"]
+    conversation = wc.conversation(item.id)
+    assert conversation is not None
+    assert [m["id"] for m in messages] == [str(m.id) for m in conversation.messages]
+    live = wc.details.dump()
+    wc.maintenance.rebuild_projection(Detail.name)
+    assert wc.details.dump() == live
+
+
+def test_the_detail_keeps_the_last_100_conversation_entries(wc: WorkCenter) -> None:
+    from workcenter.adapters.providers.scripted import ScriptedProvider
+
+    item = create_linear(wc)
+    provider = ScriptedProvider([])
+    for n in range(51):
+        wc.post_user_message(item.id, f"Question {n}")
+        provider.then(answer(f"Answer {n}"))
+        wc.coordinate_once(provider)
+    detail = wc.detail(item.id)
+    assert len(detail["messages"]) == 100 and detail["omittedMessageCount"] == 2
+    assert detail["messages"][0]["text"] == "Question 1"  # the first turn's two are left out
+    assert detail["messages"][-1]["text"] == "Answer 50"

@@ -111,6 +111,7 @@ def _as_v1(stored: StoredEvent, drop: str, originator_id: UUID | None = None) ->
     state = orjson.loads(inflate(stored.state))
     state.pop("class_version")
     state.pop(drop)
+    state.pop("started", None)  # WorkItemCreated v3 (ADR-0046): no earlier version had it
     if originator_id is not None:
         state["originator_id"] = str(originator_id)
     return StoredEvent(
@@ -124,7 +125,7 @@ def _as_v1(stored: StoredEvent, drop: str, originator_id: UUID | None = None) ->
 def test_a_v1_work_item_creation_loads_with_the_default_limit_per_stage(wc: WorkCenter) -> None:
     item = create_linear(wc, start=False)
     stored = _stored(wc, item.id, 1)
-    assert orjson.loads(inflate(stored.state))["class_version"] == 2
+    assert orjson.loads(inflate(stored.state))["class_version"] == 3
     old_id = uuid4()
     wc.store.recorder.insert_events([_as_v1(stored, "stage_max_attempts", old_id)])
     event = wc.store.mapper.to_domain_event(_as_v1(stored, "stage_max_attempts"))
@@ -228,6 +229,55 @@ def test_malformed_progress_is_refused_and_the_run_stays_live(
     claimed = claim(wc)
     with refused(wc, InvalidInput):
         wc.interrupt(claimed, reason="stop", progress=progress)
+    assert run_of(wc, claimed).status == "running"
+
+
+def tool_events(count: int) -> list[dict[str, Any]]:
+    return [{"tool": "bash", "isError": n % 5 == 4, "summary": f"step {n}"} for n in range(count)]
+
+
+def test_interrupt_keeps_the_checkpoint_of_the_last_16_tool_events(wc: WorkCenter) -> None:
+    item = plan(wc, create_dynamic(wc).id)
+    claimed = claim(wc)
+    progress = {"summary": "half done", "checkpoint": tool_events(20)}
+    wc.interrupt(claimed, reason="shutting down", progress=progress)
+    run = run_of(wc, claimed)
+    assert run.progress is not None
+    kept = run.progress.checkpoint
+    assert [e.summary for e in kept] == [f"step {n}" for n in range(4, 20)]  # the last 16
+    assert [e.is_error for e in kept][:2] == [True, False] and kept[0].tool == "bash"
+    [row] = wc.audit(item.id, type="RunInterrupted")  # shown with the rest of the progress
+    checkpoint = row.payload["progress"]["checkpoint"]
+    assert len(checkpoint) == 16 and checkpoint[-1]["summary"] == "step 19"
+
+
+def test_progress_without_a_checkpoint_is_stored_as_before(wc: WorkCenter) -> None:
+    item = plan(wc, create_dynamic(wc).id)
+    wc.interrupt(claim(wc), reason="stop", progress=PROGRESS)
+    [row] = wc.audit(item.id, type="RunInterrupted")
+    assert "checkpoint" not in row.payload["progress"]
+
+
+@pytest.mark.parametrize(
+    "checkpoint",
+    [
+        "bash",
+        {"tool": "bash"},
+        ["bash"],
+        [{"isError": True}],
+        [{"tool": "  "}],
+        [{"tool": 3}],
+        [{"tool": "t" * 129}],
+        [{"tool": "bash", "isError": "yes"}],
+        [{"tool": "bash", "summary": "s" * 501}],
+        [{"tool": "bash", "output": "x"}],
+    ],
+)
+def test_a_malformed_checkpoint_is_refused(wc: WorkCenter, checkpoint: Any) -> None:
+    plan(wc, create_dynamic(wc).id)
+    claimed = claim(wc)
+    with refused(wc, InvalidInput):
+        wc.interrupt(claimed, reason="stop", progress={"checkpoint": checkpoint})
     assert run_of(wc, claimed).status == "running"
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import postgres
 import pytest
-from conftest import create_dynamic, plan
+from conftest import action_spec, create_dynamic, plan
 
 from workcenter.adapters.persistence import store_env
 from workcenter.adapters.postgres_settings import PostgresTarget
@@ -86,9 +86,11 @@ def test_inline_views_commit_with_the_events_on_postgresql(
     pg_store: EventStore, wc: WorkCenter
 ) -> None:
     item = create_dynamic(wc)
-    plan(wc, item.id)
+    # Two Actions: five item events (since ADR-0046 one Action's status is carried).
+    plan(wc, item.id, action_spec(objective="First"), action_spec(objective="Second"))
     events = wc.history(item.id)
     first, gap, last = events[:2], events[2:4], events[4:]
+    assert last
     view = {"per_stream": EventsPerStream()}
 
     pg_store.save(*first, inline_write=InlineWrite(first, view, pg_store.mapper))

@@ -1,7 +1,8 @@
 """Dynamic planning and completion through the service layer (coordinator.md 4.3, 4.6).
 
 Only what the code implements; the ADR-0007 gaps (type templates, candidate VPs,
-sourceActionIds, create_vp, operations) are absent and refused as unknown fields.
+create_vp, operations) are absent and refused as unknown fields; sourceActionIds are
+kept as audit links (ADR-0045).
 """
 
 from __future__ import annotations
@@ -556,3 +557,34 @@ def test_complete_closing_a_failed_action_keeps_its_contradiction(
     )
     with refused(wc, CommandRefused, "Criteria are not met"):
         _complete(wc, item.id, payload)
+
+
+# --- 4.3 sourceActionIds: audit links, never scheduling -----------------------------------
+
+
+def test_plan_actions_keeps_source_action_ids_as_audit_links(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    plan(wc, item.id)
+    [source] = actions_by_sequence(wc, item.id)
+    assert source.status == "ready"  # unfinished: a source never gates scheduling
+    _plan(
+        wc,
+        item.id,
+        [action_spec(objective="Build on it", sourceActionIds=[str(source.id), str(source.id)])],
+    )
+    _, built = actions_by_sequence(wc, item.id)
+    assert built.source_action_ids == (source.id,)  # duplicates dropped
+    assert built.status == "ready"
+    [planned, *_] = wc.action_history(built.id)  # the stored event keeps the links
+    assert planned.source_action_ids == (source.id,)  # type: ignore[attr-defined]
+
+
+def test_plan_actions_refuses_source_action_ids_that_are_not_actions_of_the_item(
+    wc: WorkCenter,
+) -> None:
+    item, other = create_dynamic(wc), create_dynamic(wc, title="Other")
+    plan(wc, other.id)
+    [foreign] = actions_by_sequence(wc, other.id)
+    for ids in ([str(uuid.uuid4())], [str(foreign.id)], [str(item.id)]):
+        with refused(wc, InvalidInput, "sourceActionIds"):
+            _plan(wc, item.id, [action_spec(sourceActionIds=ids)])

@@ -230,7 +230,9 @@ def test_the_random_scenario_wrote_thousands_of_events() -> None:
     """Runs after the property above (file order): the examples together are substantial."""
     if not EVENT_COUNTS:
         pytest.skip("run together with the rebuild property")
-    assert sum(EVENT_COUNTS) >= 2000, EVENT_COUNTS
+    # 2,000 before a create and a claim wrote fewer events (ADR-0046): the same programs
+    # now write about a fifth fewer.
+    assert sum(EVENT_COUNTS) >= 1600, EVENT_COUNTS
     print(f"{len(EVENT_COUNTS)} examples, {sum(EVENT_COUNTS)} events")
 
 

@@ -113,3 +113,17 @@ def test_a_refused_first_reply_makes_the_second_attempt_ask_the_human(
         assert reply.decision is not None and reply.decision.kind == "request_human"
         assert "My previous reply was refused" in (reply.decision.question or "")
         assert wc.work_item(item.id).status == "waiting" and not wc.work_item(item.id).plan
+
+
+def test_on_a_linear_item_it_answers_since_that_is_all_it_may_do(wc: WorkCenter) -> None:
+    from conftest import create_linear
+
+    item = create_linear(wc)
+    wc.post_user_message(item.id, "What is the plan?")
+    [step] = wc.coordinate_once(scripted.scripted_coordinator())
+    assert step.status == "decided", step.error
+    state = wc.conversation(item.id)
+    assert state is not None
+    reply = state.messages[-1]
+    assert reply.decision is not None and reply.decision.kind == "answer"
+    assert wc.ledger(item.id).coordinator_failures == 0

@@ -29,6 +29,7 @@ from conftest import (
 )
 
 from workcenter.application import WorkCenter
+from workcenter.domain import bounds
 from workcenter.domain.errors import CommandRefused, InvalidInput, NotFound, StaleRun
 
 
@@ -57,7 +58,9 @@ def test_create_dynamic_started_runs_with_no_action(wc: WorkCenter) -> None:
     item = create_dynamic(wc, start=True)
     # No Action yet: it is the Coordinator's turn.
     assert (item.status, item.current_action_id, item.plan) == ("running", None, ())
-    assert item_events(wc, item.id) == ["WorkItemCreated", "WorkItemStarted", "StatusChanged"]
+    # Created started (ADR-0046); the Coordinator's turn is a status no event implies.
+    assert item_events(wc, item.id) == ["WorkItemCreated", "StatusChanged"]
+    assert wc.history(item.id)[0].started  # type: ignore[attr-defined]
 
 
 def test_create_linear_started_is_ready_with_first_stage_action(wc: WorkCenter) -> None:
@@ -835,3 +838,23 @@ def test_guide_refuses_text_past_its_bound(wc: WorkCenter) -> None:
         wc.guide(
             item.id, item.plan[0].action_id, expected_version=item.version, guidance="g" * 8_001
         )
+
+
+# --- the criteria bound and the goal-progress DTO's cap (read-models.md 2.5) ----------
+
+
+def test_an_item_may_hold_more_criteria_than_the_progress_dto_shows(wc: WorkCenter) -> None:
+    criteria = [f"Criterion {n}" for n in range(bounds.CRITERIA)]
+    item = create_dynamic(wc, criteria=criteria)
+    progress = wc.detail(item.id)["goalProgress"]
+    assert progress["totalCriteriaCount"] == bounds.CRITERIA > 100
+    assert len(progress["criteria"]) == 100  # the DTO's cap applies
+    assert progress["omittedCriteriaCount"] == bounds.CRITERIA - 100
+    assert progress["remainingCriteriaCount"] == bounds.CRITERIA
+    assert [c["criterion"] for c in progress["criteria"]] == criteria[:100]  # contract order
+
+
+def test_one_criterion_past_the_bound_is_refused(wc: WorkCenter) -> None:
+    too_many = [f"Criterion {n}" for n in range(bounds.CRITERIA + 1)]
+    with refused(wc, InvalidInput, f"more than {bounds.CRITERIA} entries"):
+        create_dynamic(wc, criteria=too_many)

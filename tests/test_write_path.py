@@ -82,6 +82,7 @@ def events(draw: st.DrawFn) -> DomainEvent:
             delivery_target=draw(st.none() | st.just("response")),
             stages=("implement",),
             stage_max_attempts=(2,),
+            started=draw(st.booleans()),
         )
     if kind == "renewed":
         return act.LeaseRenewed(

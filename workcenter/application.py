@@ -428,8 +428,9 @@ class WorkCenter:
         progress: act.RunProgress | Mapping[str, Any] | None = None,
         actor: Actor | str | None = None,
     ) -> act.ActionState:
-        """Give the Run up gracefully; ``progress`` ({summary, response, stats}) is its
-        final response and execution stats, recorded as the lease is released. By the
+        """Give the Run up gracefully; ``progress`` ({summary, response, stats,
+        checkpoint}) is its final response, execution stats and last 16 tool events,
+        recorded as the lease is released. By the
         claim's worker unless ``actor`` says otherwise."""
         return self._runs.interrupt(claim, reason, progress, actor)
 

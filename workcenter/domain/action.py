@@ -14,6 +14,8 @@ from datetime import datetime, timedelta
 from typing import Any, ClassVar, Literal
 from uuid import UUID, uuid5
 
+from pydantic import Field
+
 # The Action's spec and the Run entity live in their own modules; their names
 # stay importable from here, where the rest of the code has always found them.
 from workcenter.domain.action_spec import Brief as Brief
@@ -65,6 +67,7 @@ class ActionState(AggregateState):
     updated_at: datetime
     # Input sent while a Run of this generation was running; dropped with the generation.
     inputs: tuple[QueuedInput, ...] = ()
+    source_action_ids: tuple[UUID, ...] = ()
 
     @property
     def current_run(self) -> Run | None:
@@ -116,6 +119,10 @@ class ActionPlanned(ActionEvent):
     contract_revision: int
     context: tuple[ContextEntry, ...]
     spec_hash: str
+    # Earlier Actions of the item this one builds on (coordinator.md 4.3): audit links,
+    # never scheduling, and no part of the spec. Absent when empty, so events without
+    # links serialise exactly as they did before the field existed.
+    source_action_ids: tuple[UUID, ...] = Field(default=(), exclude_if=lambda ids: not ids)
 
 
 class RunClaimed(ActionEvent):
@@ -272,6 +279,7 @@ def evolve(state: ActionState | None, event: ActionEvent) -> ActionState:
             close_reason=None,
             runs=(),
             updated_at=event.timestamp,
+            source_action_ids=event.source_action_ids,
         )
     changes: dict[str, object] = {
         "version": event.originator_version,
@@ -415,6 +423,7 @@ def plan(
     context: tuple[ContextEntry, ...],
     at: datetime,
     by: Actor,
+    source_action_ids: tuple[UUID, ...] = (),
 ) -> list[ActionEvent]:
     emit: Emitter[ActionEvent] = Emitter(action_id_for(work_item_id, sequence), 0, at, by)
     emit(
@@ -435,6 +444,7 @@ def plan(
             context=context,
             contract_revision=contract_revision,
         ),
+        source_action_ids=source_action_ids,
     )
     return emit.events
 

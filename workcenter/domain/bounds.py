@@ -13,7 +13,9 @@ from __future__ import annotations
 TITLE = 200
 GOAL = 8_000
 CRITERION = 1_000
-CRITERIA = 50
+# Past the goal-progress DTO's cap of 100 criteria (read-models.md 2.5), so that cap
+# applies and omittedCriteriaCount counts what it left out (ADR-0045).
+CRITERIA = 200
 STAGE = 64
 STAGES = 16
 

@@ -23,7 +23,7 @@ import orjson
 
 from workcenter.domain import action as act
 from workcenter.domain import work_item as wi
-from workcenter.domain.decision_models import reply_schema
+from workcenter.domain.decision_models import DECISION_KINDS, reply_schema
 from workcenter.domain.errors import SnapshotTooLarge
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import Immutable
@@ -35,6 +35,7 @@ MAX_LINES = 20
 SNAPSHOT_HEADING = "WorkItem snapshot (JSON):"
 PROMPT_HEADING = "This turn:"
 CORRECTION_HEADING = "Correction of your previous reply:"
+KINDS_HEADING = "Decision kinds possible in this turn:"
 PROMPT_LIMIT = 8_000
 CORRECTION_LIMIT = 2_000
 # Per-field bounds inside the snapshot (characters).
@@ -293,12 +294,18 @@ def build_request(
     lines: Sequence[ConversationLine],
     prompt: str,
     correction: str | None,
+    *,
+    kinds: tuple[str, ...] = DECISION_KINDS,
 ) -> CoordinatorRequestBody:
     """The request of one provider turn: the fixed instructions, then the snapshot under
     a fixed heading, the turn's input (the latest user text, or the automatic trigger as
-    JSON) and, on a second attempt, the correction. Raises ``SnapshotTooLarge``."""
+    JSON), the decision kinds the turn may take when they are fewer than all (the reply
+    schema offers only those) and, on a second attempt, the correction. Raises
+    ``SnapshotTooLarge``."""
     snapshot = canonical_json(build_snapshot(item, actions, progress, lines)).decode()
     parts = [f"{SNAPSHOT_HEADING}\n{snapshot}", f"{PROMPT_HEADING}\n{prompt[:PROMPT_LIMIT]}"]
+    if kinds != DECISION_KINDS:
+        parts.append(f"{KINDS_HEADING} {', '.join(kinds)}")
     if correction:
         parts.append(f"{CORRECTION_HEADING}\n{correction[:CORRECTION_LIMIT]}")
     return CoordinatorRequestBody(
@@ -306,5 +313,5 @@ def build_request(
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": "\n\n".join(parts)},
         ),
-        reply_schema=reply_schema(),
+        reply_schema=reply_schema(kinds),
     )

@@ -117,6 +117,10 @@ class ActionBrief(Wire):
         default=DEFAULT_MAX_ATTEMPTS, description="1 to 5"
     )
     goal_refs: GoalRefs | None = None
+    source_action_ids: tuple[UUID, ...] | None = Field(
+        default=None,
+        description="earlier Actions of this item this one builds on (audit links only)",
+    )
     rationale: Annotated[str | None, _cut(bounds.RATIONALE)] = Field(
         default=None, description="why a repeat of earlier work is needed (20+ characters)"
     )
@@ -254,9 +258,16 @@ def _schema() -> dict[str, Any]:
     return result
 
 
-def reply_schema() -> dict[str, Any]:
+def reply_schema(kinds: tuple[str, ...] = DECISION_KINDS) -> dict[str, Any]:
     """The JSON schema of ``{reply, decision}``, camelCase, usable as an OpenAI
     ``response_format={"type": "json_schema", "json_schema": {"name": ..., "schema":
     reply_schema(), "strict": True}}``: every object closed, every key required and the
-    optional ones nullable. A fresh copy each call."""
-    return copy.deepcopy(_schema())
+    optional ones nullable. ``kinds`` narrows the decision kinds offered to the ones the
+    turn may take, so a model is never offered a kind it would be refused. A fresh copy
+    each call."""
+    unknown = [k for k in kinds if k not in DECISION_KINDS]
+    if not kinds or unknown:
+        raise ValueError(f"kinds must be a non-empty subset of {DECISION_KINDS}; got {kinds}")
+    schema = copy.deepcopy(_schema())
+    schema["$defs"]["Decision"]["properties"]["kind"]["enum"] = list(kinds)
+    return schema

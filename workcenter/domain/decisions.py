@@ -138,6 +138,7 @@ def parse_reply(
     reply = _validated(_json_object(text))
     decision = reply.decision
     check_authority(decision, authority, "parse")
+    _check_offered(decision, authority, item, "parse")
     patch = normalise_patch(decision.contract_patch, "parse")
     if decision.kind not in PATCH_KINDS and decision.contract_patch is not None:
         decision = decision.model_copy(update={"contract_patch": None})
@@ -165,15 +166,31 @@ def parse_reply(
 # --- apply ---------------------------------------------------------------------------
 
 
+def offered_kinds(authority: TurnAuthority, item: wi.WorkItemState) -> tuple[str, ...]:
+    """The decision kinds a turn may take on ``item``: its authority's (1.2), narrowed to
+    ``answer`` on an item that takes no plans (linear) or has not started (a draft).
+    An answer changes only the conversation, so any item may take one (4.2). Empty when
+    nothing may be decided: such a turn fails before any request is sent."""
+    if modes.of(item).takes_plans and item.status != "draft":
+        return authority.allowed_kinds
+    return tuple(k for k in authority.allowed_kinds if k == "answer")
+
+
+def _check_offered(
+    decision: Decision, authority: TurnAuthority, item: wi.WorkItemState, stage: Stage
+) -> None:
+    if decision.kind in authority.allowed_kinds and decision.kind not in offered_kinds(
+        authority, item
+    ):
+        why = "is a draft" if item.status == "draft" else "takes no plans"
+        refuse(stage, f"this WorkItem {why}; only an answer is possible")
+
+
 def _refuse_unless_decidable(
     decision: Decision, item: wi.WorkItemState, ledger: rl.LedgerState
 ) -> None:
-    if not modes.of(item).takes_plans:
-        refuse("apply", "only dynamic WorkItems take Coordinator decisions")
     if item.status in wi.TERMINAL:
         refuse("apply", f"WorkItem is {item.status}")
-    if item.status == "draft" and decision.kind != "answer":
-        refuse("apply", "WorkItem is a draft; only an answer is possible until it starts")
     stop = ledger.stop_reason.code if ledger.stop_reason is not None else item.stopped
     if stop:
         refuse("apply", f"WorkItem is stopped by its budget ({stop})")
@@ -196,6 +213,7 @@ def apply_decision(
     """
     decision = reply.decision
     check_authority(decision, authority, "apply")
+    _check_offered(decision, authority, item, "apply")
     _refuse_unless_decidable(decision, item, ledger)
     patch: Patch | None = normalise_patch(decision.contract_patch, "apply")
     check_patch_kind(decision, patch)
@@ -278,6 +296,7 @@ __all__ = [
     "action_fingerprint",
     "apply_decision",
     "conflicts_since",
+    "offered_kinds",
     "parse_reply",
     "reply_schema",
 ]

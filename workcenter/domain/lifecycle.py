@@ -91,18 +91,21 @@ def create(
             stage_max_attempts=tuple(s.max_attempts for s in workflow),
             at=at,
             by=by,
+            started=start,
         ),
         at,
         by=by,
     )
     unit.apply_ledger(rl.open_ledger(work_item_id, at, limits, by=by))
     if start:
-        _start(unit)
+        _start(unit, recorded=True)
     return unit
 
 
-def _start(unit: Unit) -> None:
-    unit.item_event(wi.WorkItemStarted)
+def _start(unit: Unit, *, recorded: bool = False) -> None:
+    """Start the item; ``recorded`` when its creation already says it started (ADR-0046)."""
+    if not recorded:
+        unit.item_event(wi.WorkItemStarted)
     policy = modes.of(unit.item)
     policy.begin(unit)
     item = unit.item

@@ -56,6 +56,7 @@ class ActionSpec(_Input):
     expected_outcome: _Brief
     workspace_mode: Annotated[str, Field(max_length=bounds.ACTION_TYPE)] = "shared"
     max_attempts: int = act.DEFAULT_MAX_ATTEMPTS
+    source_action_ids: _Ids = ()
 
 
 class CloseAction(_Input):
@@ -125,6 +126,7 @@ class PreparedAction(Immutable):
     brief: act.Brief
     workspace_mode: act.WorkspaceMode
     max_attempts: int
+    source_action_ids: tuple[UUID, ...] = ()
 
 
 def _brief(spec: ActionSpec, rationale: str = "") -> act.Brief:
@@ -154,7 +156,19 @@ def prepare(spec: ActionSpec, rationale: str = "") -> PreparedAction:
         brief=_brief(spec, rationale),
         workspace_mode=mode,
         max_attempts=min(5, max(1, spec.max_attempts)),
+        source_action_ids=tuple(dict.fromkeys(spec.source_action_ids)),
     )
+
+
+def check_sources(item: wi.WorkItemState, prepared: PreparedAction) -> None:
+    """sourceActionIds must name Actions of this item (coordinator.md 4.3); they are
+    audit links only, so a source's status does not matter and nothing waits on it."""
+    known = {entry.action_id for entry in item.plan}
+    strangers = [str(i) for i in prepared.source_action_ids if i not in known]
+    if strangers:
+        raise InvalidInput(
+            f"sourceActionIds must name Actions of this WorkItem; unknown: {', '.join(strangers)}"
+        )
 
 
 def check_closures(closes: Sequence[CloseAction], actions: Mapping[UUID, act.ActionState]) -> None:
@@ -275,6 +289,7 @@ def record_plan(
             brief=p.brief,
             workspace_mode=p.workspace_mode,
             max_attempts=p.max_attempts,
+            source_action_ids=p.source_action_ids,
         )
         for p in prepared
     ]
@@ -307,6 +322,7 @@ def plan_actions(
     new: list[PreparedAction] = []
     for spec in plan.actions:
         prepared = prepare(spec)
+        check_sources(item, prepared)
         refuse_mutating_without_target(item, prepared.workspace_mode)
         key = (prepared.type, prepared.brief.objective)
         if key in live and (plan.goal_refs is None or len(plan.rationale.strip()) < RATIONALE_MIN):

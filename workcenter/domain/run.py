@@ -12,6 +12,8 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID, uuid5
 
+from pydantic import Field
+
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.evidence import AcceptanceCheck, EvidenceItem
 from workcenter.domain.inputs import encodable
@@ -32,6 +34,11 @@ ReviewDecision = Literal["approved", "changes_requested"]
 RESPONSE_LIMIT = 65_536
 SUMMARY_LIMIT = 8_000
 INPUT_LIMIT = 8_000
+CHECKPOINT_EVENTS = 16
+TOOL_NAME_LIMIT = 128
+TOOL_SUMMARY_LIMIT = 500
+# A worker may send its whole tool log; longer than this is refused, not kept.
+CHECKPOINT_INPUT_LIMIT = 1_000
 # JSON numbers a browser reads exactly.
 COUNTER_LIMIT = 2**53 - 1
 DEFERRED_REASON = "resource_deferred/workspace_busy"
@@ -65,12 +72,23 @@ class RunCounters(Immutable):
     total_tokens: int = 0
 
 
+class ToolEvent(Immutable):
+    """One tool call of a Run's checkpoint: which tool, whether it failed, a short note."""
+
+    tool: str
+    is_error: bool = False
+    summary: str = ""
+
+
 class RunProgress(Immutable):
-    """What a Run had done when its worker stopped it gracefully (interrupt)."""
+    """What a Run had done when its worker stopped it gracefully (interrupt), with its
+    checkpoint: the last ``CHECKPOINT_EVENTS`` tool events (lifecycle.md 1.3). Absent
+    when empty, so progress without one is stored exactly as before it existed."""
 
     summary: str = ""
     response: str = ""
     counters: RunCounters = RunCounters()
+    checkpoint: tuple[ToolEvent, ...] = Field(default=(), exclude_if=lambda events: not events)
 
 
 class QueuedInput(Immutable):
@@ -131,18 +149,20 @@ _COUNTER_KEYS: Mapping[str, str] = {
 }
 
 
-def _text(raw: Mapping[str, Any], key: str, limit: int) -> str:
+def _text(raw: Mapping[str, Any], key: str, limit: int, where: str = "progress") -> str:
     value = raw.get(key, "")
+    name = f"{where}.{key}"
     if not isinstance(value, str):
-        raise InvalidInput(f"progress.{key} must be a string")
-    encodable(value, f"progress.{key}")
+        raise InvalidInput(f"{name} must be a string")
+    encodable(value, name)
     if len(value) > limit:
-        raise InvalidInput(f"progress.{key} is {len(value)} characters; at most {limit}")
+        raise InvalidInput(f"{name} is {len(value)} characters; at most {limit}")
     return value.strip() if key == "summary" else value
 
 
 def parse_progress(raw: object) -> RunProgress | None:
-    """A worker's final progress: ``{summary?, response?, stats?: {executionStats keys}}``.
+    """A worker's final progress: ``{summary?, response?, stats?: {executionStats keys},
+    checkpoint?: [{tool, isError?, summary?}]}``.
 
     Malformed progress is refused (nothing is written), never cut or guessed.
     """
@@ -152,7 +172,7 @@ def parse_progress(raw: object) -> RunProgress | None:
         return raw
     if not isinstance(raw, Mapping):
         raise InvalidInput("progress must be an object")
-    unknown = sorted(str(k) for k in raw if k not in ("summary", "response", "stats"))
+    unknown = sorted(str(k) for k in raw if k not in ("summary", "response", "stats", "checkpoint"))
     if unknown:
         raise InvalidInput(f"progress has unknown fields: {', '.join(unknown)}")
     stats = raw.get("stats", {})
@@ -170,7 +190,34 @@ def parse_progress(raw: object) -> RunProgress | None:
         summary=_text(raw, "summary", SUMMARY_LIMIT),
         response=_text(raw, "response", RESPONSE_LIMIT),
         counters=RunCounters(**counters),
+        checkpoint=_checkpoint(raw.get("checkpoint", [])),
     )
+
+
+def _checkpoint(raw: object) -> tuple[ToolEvent, ...]:
+    """``[{tool, isError?, summary?}]``, oldest first; the last ``CHECKPOINT_EVENTS`` are
+    kept. Any malformed event refuses the whole progress, kept or not."""
+    if not isinstance(raw, list | tuple):
+        raise InvalidInput("progress.checkpoint must be a list of tool events")
+    if len(raw) > CHECKPOINT_INPUT_LIMIT:
+        raise InvalidInput(f"progress.checkpoint holds more than {CHECKPOINT_INPUT_LIMIT} events")
+    events = []
+    for n, event in enumerate(raw):
+        where = f"progress.checkpoint[{n}]"
+        if not isinstance(event, Mapping):
+            raise InvalidInput(f"{where} must be an object")
+        unknown = sorted(str(k) for k in event if k not in ("tool", "isError", "summary"))
+        if unknown:
+            raise InvalidInput(f"{where} has unknown fields: {', '.join(unknown)}")
+        tool = _text(event, "tool", TOOL_NAME_LIMIT, where).strip()
+        if not tool:
+            raise InvalidInput(f"{where}.tool is required")
+        is_error = event.get("isError", False)
+        if not isinstance(is_error, bool):
+            raise InvalidInput(f"{where}.isError must be true or false")
+        summary = _text(event, "summary", TOOL_SUMMARY_LIMIT, where)
+        events.append(ToolEvent(tool=tool, is_error=is_error, summary=summary))
+    return tuple(events[-CHECKPOINT_EVENTS:])
 
 
 def counters_view(run: Run) -> dict[str, int]:

@@ -57,6 +57,9 @@ class Unit:
         self.actions: dict[UUID, act.ActionState] = dict(actions)
         self.ledger = ledger
         self.events: list[DomainEvent] = []
+        # The item before its latest event, while that event is the last one here: a
+        # status that follows from it is merged into it (``set_status``).
+        self._item_before_last: wi.WorkItemState | None = None
         self.wakes: list[Wake] = []
         self.retire_turns = False
         self.talk: turns.Decider | None = None
@@ -112,6 +115,7 @@ class Unit:
         self.apply_item(emit(event_class, **fields))
 
     def apply_item(self, event: wi.WorkItemEvent) -> None:
+        self._item_before_last = self.item
         self.item = wi.evolve(self.item, event)
         self.events.append(event)
 
@@ -123,10 +127,16 @@ class Unit:
             self.events.append(event)
             if before is None:
                 self.item_event(
-                    wi.ActionAdded, action_id=after.id, sequence=after.sequence, type=after.type
+                    wi.ActionAdded,
+                    action_id=after.id,
+                    sequence=after.sequence,
+                    type=after.type,
+                    current=False,
                 )
             elif after.status != before.status:
-                self.item_event(wi.ActionStatusRecorded, action_id=after.id, status=after.status)
+                self.item_event(
+                    wi.ActionStatusRecorded, action_id=after.id, status=after.status, current=False
+                )
 
     def apply_ledger(self, events: list[rl.LedgerEvent] | tuple[rl.LedgerEvent, ...]) -> None:
         """Ledger events; a stop or resume is mirrored onto the WorkItem in the same write."""
@@ -148,10 +158,34 @@ class Unit:
     ) -> None:
         if self.item.stopped and status not in wi.TERMINAL:
             status = "needs_attention"  # while stopped an item only needs attention
-        if (self.item.status, self.item.current_action_id) != (status, current_action_id):
+        if (self.item.status, self.item.current_action_id) == (status, current_action_id):
+            return
+        if not self._carried(status, current_action_id, by):
             self.item_event(
                 wi.StatusChanged, by, status=status, current_action_id=current_action_id
             )
+
+    def _carried(self, status: str, current_action_id: UUID | None, by: Actor | None) -> bool:
+        """Merge the change into the event just recorded when it follows from it: the Action
+        that was just added (ready) or whose status was just recorded (ready or running)
+        becomes current with that status. An event, not a status, is the fact (ADR-0046)."""
+        last = self.events[-1] if self.events else None
+        before = self._item_before_last
+        if (
+            not isinstance(last, wi.ActionAdded | wi.ActionStatusRecorded)
+            or before is None
+            or last.current
+            or last.action_id != current_action_id
+            or (by or self.by) != last.actor  # the status's actor is the event's
+        ):
+            return False
+        carried = "ready" if isinstance(last, wi.ActionAdded) else last.status
+        if carried != status or status not in wi.CARRIED_STATUSES:
+            return False
+        merged = last.model_copy(update={"current": True})
+        self.events[-1] = merged
+        self.item = wi.evolve(before, merged)
+        return True
 
     def derive_status(self) -> None:
         """Dynamic items derive their status from their Actions after every change."""
@@ -168,6 +202,7 @@ class Unit:
         workspace_mode: act.WorkspaceMode = "shared",
         max_attempts: int = act.DEFAULT_MAX_ATTEMPTS,
         context: tuple[act.ContextEntry, ...] = (),
+        source_action_ids: tuple[UUID, ...] = (),
     ) -> act.ActionState:
         events = act.plan(
             work_item_id=self.item.id,
@@ -180,6 +215,7 @@ class Unit:
             context=context,
             at=self.at,
             by=self.by,
+            source_action_ids=source_action_ids,
         )
         self.apply_action(list(events))
         return self.actions[events[0].originator_id]

@@ -119,9 +119,11 @@ class WorkItemEvent(DomainEvent):
 
 
 class WorkItemCreated(WorkItemEvent):
-    """v2 adds each linear stage's attempt limit (ADR-0015); v1 stages all had 2."""
+    """v2 adds each linear stage's attempt limit (ADR-0015); v1 stages all had 2.
+    v3 records whether the item was started as it was created (ADR-0046): such a create
+    writes no ``WorkItemStarted``; before v3 it did, so a v2 event was not started."""
 
-    class_version: ClassVar[int] = 2
+    class_version: ClassVar[int] = 3
 
     mode: Mode
     title: str
@@ -130,10 +132,15 @@ class WorkItemCreated(WorkItemEvent):
     delivery_target: DeliveryTarget | None
     stages: tuple[str, ...]
     stage_max_attempts: tuple[int, ...]
+    started: bool
 
     @staticmethod
     def upcast_v1_v2(state: dict[str, Any]) -> None:
         state["stage_max_attempts"] = [2] * len(state["stages"])
+
+    @staticmethod
+    def upcast_v2_v3(state: dict[str, Any]) -> None:
+        state["started"] = False
 
 
 class TitleChanged(WorkItemEvent):
@@ -163,16 +170,40 @@ class WorkItemResumed(WorkItemEvent):
 
 
 class ActionAdded(WorkItemEvent):
+    """v2: ``current`` says the item took the added Action as its current one and became
+    ready, a status that follows from this event and needs no ``StatusChanged`` of its
+    own (ADR-0046). Before v2 a ``StatusChanged`` always said so."""
+
+    class_version: ClassVar[int] = 2
+
     action_id: UUID
     sequence: int
     type: str
+    current: bool
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state["current"] = False
 
 
 class ActionStatusRecorded(WorkItemEvent):
-    """Mirrors an Action's status change, saved in the same write as the Action's event."""
+    """Mirrors an Action's status change, saved in the same write as the Action's event.
+    v2: ``current`` says the item took that Action as its current one with the same
+    status (ready or running), with no ``StatusChanged`` of its own (ADR-0046)."""
+
+    class_version: ClassVar[int] = 2
 
     action_id: UUID
     status: str
+    current: bool
+
+    @staticmethod
+    def upcast_v1_v2(state: dict[str, Any]) -> None:
+        state["current"] = False
+
+
+# The item statuses an Action's own status can carry over to its item (``current``).
+CARRIED_STATUSES: frozenset[str] = frozenset({"ready", "running"})
 
 
 class StatusChanged(WorkItemEvent):
@@ -242,6 +273,8 @@ def evolve(state: WorkItemState | None, event: WorkItemEvent) -> WorkItemState:
                 action_id=event.action_id, sequence=event.sequence, type=event.type, status="ready"
             )
             changes["plan"] = (*state.plan, entry)
+            if event.current:
+                changes |= {"status": "ready", "current_action_id": event.action_id}
         case ActionStatusRecorded():
             changes["plan"] = tuple(
                 e.model_copy(update={"status": event.status})
@@ -249,6 +282,8 @@ def evolve(state: WorkItemState | None, event: WorkItemEvent) -> WorkItemState:
                 else e
                 for e in state.plan
             )
+            if event.current:
+                changes |= {"status": event.status, "current_action_id": event.action_id}
         case StatusChanged():
             changes |= {"status": event.status, "current_action_id": event.current_action_id}
         case BudgetStopRecorded():
@@ -343,6 +378,7 @@ def create(
     stage_max_attempts: tuple[int, ...],
     at: datetime,
     by: Actor,
+    started: bool = False,
 ) -> list[WorkItemEvent]:
     emit: Emitter[WorkItemEvent] = Emitter(work_item_id, 0, at, by)
     emit(
@@ -354,6 +390,7 @@ def create(
         delivery_target=contract.delivery_target,
         stages=stages,
         stage_max_attempts=stage_max_attempts,
+        started=started,
     )
     return emit.events
 

@@ -31,6 +31,7 @@ from eventsourcing.persistence import StoredEvent, Tracking
 from eventsourcing.projection import Projection
 
 from workcenter.domain import action as act
+from workcenter.domain import conversation as conv
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.model import AggregateState, DomainEvent
@@ -38,38 +39,63 @@ from workcenter.projections import sql
 from workcenter.projections.dto import detail_json
 from workcenter.projections.tracked import Batch, TrackedView
 
-Kind = Literal["item", "action", "ledger"]
+Kind = Literal["item", "action", "ledger", "conversation"]
 EVOLVE: dict[Kind, Callable[[Any, Any], AggregateState]] = {
     "item": wi.evolve,
     "action": act.evolve,
     "ledger": rl.evolve,
+    "conversation": conv.evolve,
 }
 STATE_CLASS: dict[Kind, type[AggregateState]] = {
     "item": wi.WorkItemState,
     "action": act.ActionState,
     "ledger": rl.LedgerState,
+    "conversation": conv.ConversationState,
 }
+# The conversation events that change what the detail shows of it (its messages and
+# the coordinator revision). Mailbox claims, leases and provider turns change neither,
+# so the view passes over them (read-models.md 2.4, ADR-0045).
+MESSAGE_EVENTS: tuple[type[conv.ConversationEvent], ...] = (
+    conv.CoordinatorTurnBegun,
+    conv.CoordinatorSpeakerAssigned,
+    conv.CoordinatorTurnDecided,
+    conv.CoordinatorTurnFailed,
+    conv.CoordinatorTurnInterrupted,
+    conv.CoordinatorTurnRetired,
+)
 CACHE_LIMIT = 20_000
 
 
+def stream_kind(event: DomainEvent) -> Kind | None:
+    """The kind of the stream an event belongs to."""
+    if isinstance(event, conv.ConversationEvent):
+        return "conversation"
+    return kind_of(event)
+
+
 def kind_of(event: DomainEvent) -> Kind | None:
+    """The kind of state an event changes for the view; None for events it passes over."""
     if isinstance(event, wi.WorkItemEvent):
         return "item"
     if isinstance(event, act.ActionEvent):
         return "action"
     if isinstance(event, rl.LedgerEvent):
         return "ledger"
+    if isinstance(event, MESSAGE_EVENTS):
+        return "conversation"
     return None
 
 
 def refreshes_detail(events: Iterable[DomainEvent]) -> bool:
     """Whether a save of ``events`` brings the view up to date at once: one that changes
-    a WorkItem or an Action does, except a lease renewal. A ledger-only save (an LLM
+    a WorkItem, an Action or the conversation's messages does, except a lease renewal.
+    A ledger-only save (an LLM
     request reserved or settled, many per Run) or a renewal (a heartbeat, many per Run)
     leaves it behind; the next such save or read catches up, building the item's DTO
     once for all those events instead of once each (ADR-0019, ADR-0037)."""
     return any(
-        kind_of(event) in ("item", "action") and not isinstance(event, act.LeaseRenewed)
+        kind_of(event) in ("item", "action", "conversation")
+        and not isinstance(event, act.LeaseRenewed)
         for event in events
     )
 
@@ -79,9 +105,10 @@ def build_detail(
     actions: dict[UUID, act.ActionState],
     ledger: rl.LedgerState | None,
     at: datetime,
+    conversation: conv.ConversationState | None = None,
 ) -> bytes:
     """The serialised detail DTO of folded states, as of the item's event at ``at``."""
-    return detail_json(item, actions, ledger, now=at)
+    return detail_json(item, actions, ledger, now=at, conversation=conversation)
 
 
 class StateSource(Protocol):
@@ -168,7 +195,7 @@ class EventStoreStates:
         evolve = EVOLVE[kind]
         for row in c.fetchall():
             event = self._decode(aggregate_id, row)
-            if kind_of(event) != kind:
+            if stream_kind(event) != kind:
                 return None  # a stream of another aggregate type
             state = evolve(state, event)
         return state if state is not None and state.version == version else None
@@ -253,6 +280,8 @@ class DetailView(TrackedView):
             after = given.get(aggregate_id)
             if after is None or not isinstance(after, STATE_CLASS[kind]):
                 before = working.get(aggregate_id)
+                if before is not None and before.version != event.originator_version - 1:
+                    before = None  # the view passed over events between (MESSAGE_EVENTS)
                 if before is None and event.originator_version > 1:
                     before = self._at(
                         kind, aggregate_id, event.originator_version - 1, events_cursor
@@ -322,10 +351,12 @@ class DetailView(TrackedView):
             return None
         wanted: dict[UUID, Kind] = {e.action_id: "action" for e in item.plan}
         wanted[rl.ledger_id_for(item_id)] = "ledger"
+        wanted[conv.conversation_id_for(item_id)] = "conversation"
         states = self._newest(wanted, working, c)
         actions = {k: s for k, s in states.items() if isinstance(s, act.ActionState)}
         ledger = next((s for s in states.values() if isinstance(s, rl.LedgerState)), None)
-        return build_detail(item, actions, ledger, at)
+        talk = next((s for s in states.values() if isinstance(s, conv.ConversationState)), None)
+        return build_detail(item, actions, ledger, at, talk)
 
     def reset(self, application_name: str) -> None:
         self._cache.clear()

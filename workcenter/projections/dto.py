@@ -12,11 +12,12 @@ browser only through sanitisers (c) and (d) (ADR-0009), other text a Run or the
 Coordinator wrote through (b), and the user's title, goal and criteria through
 ``sanitize_personal`` (no credential, no home directory; ADR-0013).
 
-The Coordinator conversation does not exist yet: ``messages``, ``turns``,
-``attachments`` and ``live_message`` are optional inputs, bounded here already.
-A message is a mapping with the keys of coordinator.md 1.1 (snake_case or
-camelCase): id, turn_id, role, status, text, speaker {id, name}, decision
-{kind, reason, affected_action_ids, question}, error, created_at, updated_at.
+The stored detail takes ``messages`` from the item's Coordinator conversation;
+``turns``, ``attachments`` and ``live_message`` have no source yet and are optional
+inputs, bounded here already. A message is a mapping with the keys of
+coordinator.md 1.1 (snake_case or camelCase): id, turn_id, role, status, text,
+speaker {id, name}, decision {kind, reason, affected_action_ids, question}, error,
+created_at, updated_at.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from uuid import UUID
 import orjson
 
 from workcenter.domain.action import ActionState, Run
+from workcenter.domain.conversation import ConversationState
 from workcenter.domain.goal_progress import GoalProgress, current_run, derive_goal_progress
 from workcenter.domain.resource_ledger import LedgerState
 from workcenter.domain.work_item import DELIVERY_TARGETS, FinalResult, WorkItemState
@@ -84,6 +86,7 @@ from workcenter.projections.views import (
     attachment_view,
     body_fields,
     canonical_result,
+    conversation_entries,
     latest_finished_run,
     message_window,
     text_of,
@@ -484,20 +487,26 @@ def detail_dto(
 
 
 def detail_json(
-    item: WorkItemState, actions: Actions, ledger: LedgerState | None, *, now: datetime
+    item: WorkItemState,
+    actions: Actions,
+    ledger: LedgerState | None,
+    *,
+    now: datetime,
+    conversation: ConversationState | None = None,
 ) -> bytes:
-    """``orjson.dumps(detail_dto(item, actions, ledger, now=now))``, serialised once when
-    it fits the budget (the budget measures the same bytes; ADR-0037)."""
+    """``orjson.dumps(detail_dto(...))`` of the states and the item's conversation (its
+    messages and coordinator revision), serialised once when it fits the budget (the
+    budget measures the same bytes; ADR-0037)."""
     dto = _detail(
         item,
         ItemActions.of(item, actions),
         ledger,
         now=now,
-        messages=(),
+        messages=conversation_entries(conversation),
         turns=(),
         attachments=[],
         live_message=None,
-        coordinator_revision=0,
+        coordinator_revision=conversation.coordinator_revision if conversation else 0,
         run_stats=None,
     )
     data = orjson.dumps(dto)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from workcenter.domain import conversation as conv
 from workcenter.domain.action import ActionState, Brief, Run
 from workcenter.domain.evidence import EvidenceItem
 from workcenter.domain.goal_progress import current_run
@@ -30,6 +31,7 @@ from workcenter.projections.sanitize import (
     sanitize_diagnostic,
     sanitize_diagnostic_paths,
     sanitize_failure,
+    sanitize_personal,
     sanitize_waiting_reason,
     truncate_chars,
     truncate_utf8,
@@ -302,8 +304,10 @@ def canonical_result(action: ActionState, revision: int) -> dict[str, Any]:
 def message_view(message: Message) -> dict[str, Any]:
     role = message.get("role") if message.get("role") in _MESSAGE_ROLES else "assistant"
     text = truncate_chars(text_of(message.get("text")), MESSAGE_CHARS)
-    if role != "user":  # the user's own words are shown as written
-        text = truncate_chars(sanitize_diagnostic_paths(text, 4 * MESSAGE_CHARS), MESSAGE_CHARS)
+    # The user's own words as elsewhere (no credential, no home directory; ADR-0013),
+    # the Coordinator's through (b).
+    sanitise = sanitize_personal if role == "user" else sanitize_diagnostic_paths
+    text = truncate_chars(sanitise(text, 4 * MESSAGE_CHARS), MESSAGE_CHARS)
     status = message.get("status")
     entry: dict[str, Any] = {
         "id": bounded_id(message.get("id")),
@@ -334,6 +338,37 @@ def message_view(message: Message) -> dict[str, Any]:
         "createdAt": epoch_ms(get_key(message, "created_at", "createdAt")),
         "updatedAt": epoch_ms(get_key(message, "updated_at", "updatedAt")),
     }
+
+
+def conversation_entries(state: conv.ConversationState | None) -> list[Message]:
+    """The conversation's messages, oldest first, with the keys of coordinator.md 1.1:
+    the Coordinator entries ``message_view`` shows in the detail (read-models.md 2.4)."""
+    if state is None:
+        return []
+    return [_entry(m) for m in state.messages]
+
+
+def _entry(message: conv.Message) -> Message:
+    entry: dict[str, Any] = {
+        "id": str(message.id),
+        "turn_id": str(message.turn_id),
+        "role": message.role,
+        "status": message.status,
+        "text": message.text,
+        "error": message.error,
+        "created_at": message.created_at,
+        "updated_at": message.finished_at or message.created_at,
+    }
+    if message.speaker is not None:
+        entry["speaker"] = {"id": message.speaker.id, "name": message.speaker.name}
+    if (decision := message.decision) is not None:
+        entry["decision"] = {
+            "kind": decision.kind,
+            "reason": decision.reason,
+            "affected_action_ids": [str(i) for i in decision.affected_action_ids],
+            "question": decision.question,
+        }
+    return entry
 
 
 def message_window(entries: Iterable[Any], limit: int) -> tuple[list[dict[str, Any]], int]:

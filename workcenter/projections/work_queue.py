@@ -30,7 +30,8 @@ READY = (
 )
 
 
-# The status an item's row takes after an event of these classes (StatusChanged says its own).
+# The status an item's row takes after an event of these classes (StatusChanged says its
+# own, and so do ActionAdded and ActionStatusRecorded that make their Action current).
 ITEM_STATUS_AFTER: dict[type[wi.WorkItemEvent], str] = {
     wi.WorkItemCancelled: "cancelled",
     wi.WorkItemCompleted: "done",
@@ -161,11 +162,17 @@ class WorkQueueView(TrackedView):
             )
         # Not ``getattr(event, "status", None)`` on every event: a pydantic model's missing
         # attribute costs a raised and caught error, about 5 us (ADR-0038).
-        status = (
-            event.status
-            if isinstance(event, wi.StatusChanged)
-            else ITEM_STATUS_AFTER.get(type(event))
-        )
+        if isinstance(event, wi.StatusChanged):
+            status: str | None = event.status
+        elif isinstance(event, wi.ActionAdded | wi.ActionStatusRecorded):
+            # The Action became current and its status the item's (ADR-0046).
+            status = (
+                ("ready" if isinstance(event, wi.ActionAdded) else event.status)
+                if (event.current)
+                else None
+            )
+        else:
+            status = ITEM_STATUS_AFTER.get(type(event))
         if status is not None:
             c.execute("UPDATE wq_items SET status = ? WHERE work_item_id = ?", (status, iid))
 

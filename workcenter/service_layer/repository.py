@@ -108,6 +108,7 @@ class Repository:
             "item": self.project_work_item,
             "action": self.project_action,
             "ledger": self.project_ledger,
+            "conversation": self.project_conversation,
         }
         recorder = store.recorder
         self.streams_after = recorder if isinstance(recorder, StreamsAfter) else None
@@ -194,6 +195,10 @@ class Repository:
             return self._load_state(aggregate_id, version, self.project_work_item, wi.WorkItemState)
         if kind == "action":
             return self._load_state(aggregate_id, version, self.project_action, act.ActionState)
+        if kind == "conversation":
+            return self._load_state(
+                aggregate_id, version, self.project_conversation, conv.ConversationState
+            )
         return self._load_state(aggregate_id, version, self.project_ledger, rl.LedgerState)
 
     def conversation_owner(self, conversation_id: UUID) -> UUID | None:

@@ -31,6 +31,7 @@ from typing import Any
 from workcenter.adapters.providers.scripted import Reply, ScriptedProvider
 from workcenter.domain.coordinator_request import (
     CORRECTION_HEADING,
+    KINDS_HEADING,
     PROMPT_HEADING,
     SNAPSHOT_HEADING,
 )
@@ -111,6 +112,7 @@ class Turn:
     prompt: str
     trigger: Mapping[str, Any] | None
     correction: str | None = None
+    kinds: tuple[str, ...] | None = None  # None: every kind
 
     @property
     def automatic(self) -> bool:
@@ -162,11 +164,16 @@ def read_request(messages: Sequence[Mapping[str, str]]) -> Turn:
     prompt, heading, correction = tail.rpartition(f"\n\n{CORRECTION_HEADING}\n")
     if not heading:
         prompt, correction = tail, ""
+    # Fewer kinds than all are named after the input.
+    given, heading, kinds = prompt.rpartition(f"\n\n{KINDS_HEADING} ")
+    if heading:
+        prompt = given
     return Turn(
         snapshot=snapshot,
         prompt=prompt,
         trigger=_trigger(prompt),
         correction=correction.strip() or None,
+        kinds=tuple(k.strip() for k in kinds.split(",")) if heading else None,
     )
 
 
@@ -202,6 +209,14 @@ def scripted_coordinator() -> ScriptedProvider:
 
 def decide(turn: Turn) -> dict[str, Any]:
     """``{reply, decision}`` for one turn, in the order a careful Coordinator weighs it."""
+    if turn.kinds == ("answer",):
+        # A linear item or a draft: the Coordinator can only talk (coordinator.md 4.2).
+        return _reply(
+            "I can only answer here: this WorkItem takes no plan from me until it is a "
+            "started dynamic item.",
+            "answer",
+            "this turn may only answer",
+        )
     if turn.correction is not None:
         return _ask_after_correction(turn.correction)
     if not turn.criteria:

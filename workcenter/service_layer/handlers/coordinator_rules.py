@@ -21,6 +21,7 @@ from workcenter.domain import coordinator_request, decisions
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
+from workcenter.domain.errors import CommandRefused
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.unit import Unit
@@ -62,9 +63,13 @@ class DecisionRules(Protocol):
         actions: Mapping[UUID, act.ActionState],
         progress: GoalProgress,
         messages: Sequence[conv.Message],
+        turn: conv.Turn,
         prompt: str,
         correction: str | None,
-    ) -> RequestBody: ...
+    ) -> RequestBody:
+        """Raises ``CommandRefused`` when the turn may take no decision on the item, so
+        it fails before any request is paid for."""
+        ...
 
     def parse_reply(
         self,
@@ -115,9 +120,13 @@ class DomainRules:
         actions: Mapping[UUID, act.ActionState],
         progress: GoalProgress,
         messages: Sequence[conv.Message],
+        turn: conv.Turn,
         prompt: str,
         correction: str | None,
     ) -> RequestBody:
+        kinds = decisions.offered_kinds(_authority(turn), item)
+        if not kinds:
+            raise CommandRefused("this turn may take no decision on this WorkItem")
         lines = [
             coordinator_request.ConversationLine(
                 role=m.role,
@@ -127,7 +136,9 @@ class DomainRules:
             )
             for m in messages
         ]
-        return coordinator_request.build_request(item, actions, progress, lines, prompt, correction)
+        return coordinator_request.build_request(
+            item, actions, progress, lines, prompt, correction, kinds=kinds
+        )
 
     def parse_reply(
         self,

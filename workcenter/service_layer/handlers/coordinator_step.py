@@ -159,6 +159,7 @@ class Coordinator:
                 actions,
                 planning.progress(item, actions),
                 _lines(conversation),
+                turn,
                 _prompt(turn),
                 state.correction,
             )
