@@ -453,14 +453,12 @@ class WorkCenter:
     ) -> act.ActionState:
         return self._runs.consume_input(claim, input_ids, actor)
 
-    def recover(self, *, worker: str | None = None, actor: Actor | str | None = None) -> list[UUID]:
-        """End every Run whose lease expired or whose owner restarted (a new boot id).
-
-        With ``worker``, only that worker's Runs are judged by boot id; without
-        it, every Run from another boot is dead (one process owns all workers).
-        Recovery is the operator's unless ``actor`` says otherwise.
+    def recover(self, *, actor: Actor | str | None = None) -> list[UUID]:
+        """End every Run whose lease expired (ADR-0048): a live Run of any process, of
+        any worker name or boot id, is never ended here. Recovery is the operator's
+        unless ``actor`` says otherwise.
         """
-        return self._runs.recover(worker, actor)
+        return self._runs.recover(actor)
 
     # --- budget commands ------------------------------------------------------
 
