@@ -471,13 +471,16 @@ class WorkCenter:
         run_id: UUID | None = None,
         request_id: str | None = None,
         actor: Actor | str | None = None,
+        run: Claim | act.RunRef | None = None,
     ) -> rl.Admission:
         """Admit one LLM request before it is sent, at its estimated cost.
 
         A denial is returned (and a stopping denial saved); the caller must not
         send the request. Only a stop writes the WorkItem too. Requests are by the
         user (the embedding caller) unless ``actor`` names the worker or Coordinator
-        that makes them; Coordinator requests default to it.
+        that makes them; Coordinator requests default to it. A Run's request given
+        its ``run`` (the Claim) is admitted only while the Run is live, as
+        ``finish_run`` is (``StaleRun`` otherwise, nothing written; ADR-0050).
         """
         return self._budget.reserve_request(
             work_item_id,
@@ -486,6 +489,7 @@ class WorkCenter:
             run_id=run_id,
             request_id=request_id,
             actor=actor,
+            run=run,
         )
 
     def settle_request(
