@@ -1,4 +1,4 @@
-"""Issue 24, ADR-0050: a Run's model request is admitted only while the Run is live,
+"""Issue 24, ADR-0049: a Run's model request is admitted only while the Run is live,
 the fence of ``finish_run``: a Run whose lease was lost and whose Action was claimed
 again, or whose lease ran out, cannot reserve, and nothing is written."""
 

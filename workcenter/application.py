@@ -480,7 +480,7 @@ class WorkCenter:
         user (the embedding caller) unless ``actor`` names the worker or Coordinator
         that makes them; Coordinator requests default to it. A Run's request given
         its ``run`` (the Claim) is admitted only while the Run is live, as
-        ``finish_run`` is (``StaleRun`` otherwise, nothing written; ADR-0050).
+        ``finish_run`` is (``StaleRun`` otherwise, nothing written; ADR-0049).
         """
         return self._budget.reserve_request(
             work_item_id,

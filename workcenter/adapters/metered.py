@@ -10,7 +10,7 @@ Wrap a call ``provider(request) -> response`` or a stream
 2. reserves the request (kind ``action``, the Run's id, estimated from the
    request) and raises ``ResourceStopError`` on a denial, before the provider is
    called at all; given the Run's claim (``for_claim``), only while the Run is
-   live (``StaleRun`` otherwise, ADR-0050). A reservation that keeps losing the
+   live (``StaleRun`` otherwise, ADR-0049). A reservation that keeps losing the
    race for a busy ledger (``WriteContention``) is tried again after a jittered
    pause, a few rounds, rather than failing the Run's attempt (ADR-0049);
 3. sends it, and in a ``finally`` settles it: complete only if the call returned

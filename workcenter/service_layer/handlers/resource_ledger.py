@@ -91,7 +91,7 @@ class BudgetCommands:
         return self._admit(work_item_id, reserve, by)
 
     def _fence(self, work_item_id: UUID, ref: act.RunRef, at: datetime) -> None:
-        """``StaleRun`` unless the Run is live (LRF+, ADR-0050): it is read in the
+        """``StaleRun`` unless the Run is live (LRF+, ADR-0049): it is read in the
         reservation's attempt, so a claim that took the Action over before this
         decision is seen. The Action is not written, so a claim committed between
         this read and the ledger's save lets that one request through, as a
