@@ -530,8 +530,7 @@ def rekey(ctx: click.Context, target: str, as_json: bool) -> None:
     else:
         sealed = "encrypted with the new key" if done.encrypted else "without encryption"
         console.print(
-            f"copied {done.events} events to {target}, {sealed}, up to position"
-            f" {done.position}",
+            f"copied {done.events} events to {target}, {sealed}, up to position {done.position}",
             highlight=False,
         )
     if not done.complete:

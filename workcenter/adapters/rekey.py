@@ -81,9 +81,7 @@ def rekey(source: str, target: str, *, progress: Callable[[int], None] | None = 
         finally:
             new.close()
         after = old.store.recorder.max_notification_id() or 0
-    return Rekeyed(
-        events=copied, encrypted=new_key is not None, position=head, source_head=after
-    )
+    return Rekeyed(events=copied, encrypted=new_key is not None, position=head, source_head=after)
 
 
 def _copy(
