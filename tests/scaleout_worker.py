@@ -78,7 +78,7 @@ def main(store: str, name: str, log_path: str, lease: float, work: float, stop: 
             try:
                 if time.monotonic() - recovered_at > RECOVER_EVERY:
                     recovered_at = time.monotonic()
-                    for run_id in wc.recover(worker=name):
+                    for run_id in wc.recover():
                         record("recovered", str(run_id))
                 claim = wc.claim_next(name, lease_seconds=lease)
             except WorkcenterError:  # contention: try again

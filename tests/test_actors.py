@@ -336,6 +336,7 @@ def test_the_worker_loop_records_its_own_recovery_as_its_worker(
 ) -> None:
     item = plan(wc, create_dynamic(wc).id, action_spec(maxAttempts=3))
     claimed = claim(wc)  # boot-1, which then dies
+    clock.advance(61)  # its lease runs out
     with WorkCenter.open(db_path, clock=clock, boot_id="boot-2") as restarted:
         run_worker(restarted, lambda _: report(), worker=WORKER, max_runs=0)
         row = restarted.audit(item.id, run_id=claimed.run_id, type="RunInterrupted")[0]

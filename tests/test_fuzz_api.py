@@ -228,7 +228,7 @@ def _commands(world: World, data: st.DataObject) -> dict[str, Callable[[], Any]]
             d(st.one_of(st.lists(ids, max_size=3), odd)),
             actor=d(actor_args),
         ),
-        "recover": lambda: wc.recover(worker=d(st.one_of(st.none(), texts)), actor=d(actor_args)),
+        "recover": lambda: wc.recover(actor=d(actor_args)),
         "extend_budget": lambda: wc.extend_budget(
             d(ids),
             expected_version=d(version),

@@ -845,15 +845,23 @@ def test_recover_expired_lease(wc: WorkCenter, clock: FakeClock) -> None:
     assert wc.recover() == []
 
 
-def test_recover_after_restart_with_a_new_boot_id(
+def test_recover_never_ends_a_live_run_of_another_boot_or_the_same_name(
     wc: WorkCenter, location: str, clock: FakeClock
 ) -> None:
+    """ADR-0048: a process starting with a new boot id, under the same worker name or
+    another, recovers nothing while the lease holds; once it has run out, the Run is
+    recovered and claimed again under a new epoch, and the old claim is fenced."""
     item = create_linear(wc)
     claimed = claim(wc)
     restarted = WorkCenter.open(location, clock=clock, boot_id="boot-2")
     try:
-        assert restarted.recover(worker="w-other") == []  # another worker's live Run
-        assert restarted.recover(worker=WORKER) == [claimed.run_id]
+        count = restarted.event_count()
+        assert restarted.recover() == []
+        assert restarted.claim_next(WORKER) is None  # the same name claims nothing either
+        assert restarted.event_count() == count
+        assert wc.renew_lease(claimed)  # the first process still holds its Run
+        clock.advance(60)
+        assert restarted.recover() == [claimed.run_id]
         assert restarted.work_item(item.id).status == "ready"
         again = restarted.claim_next(WORKER)
         assert again is not None
@@ -861,18 +869,6 @@ def test_recover_after_restart_with_a_new_boot_id(
     finally:
         restarted.close()
     _assert_fenced(wc, claimed)
-
-
-def test_recover_without_worker_treats_every_other_boot_as_dead(
-    wc: WorkCenter, location: str, clock: FakeClock
-) -> None:
-    create_linear(wc)
-    claimed = claim(wc)
-    restarted = WorkCenter.open(location, clock=clock, boot_id="boot-2")
-    try:
-        assert restarted.recover() == [claimed.run_id]
-    finally:
-        restarted.close()
 
 
 def test_recover_deliver_fails_it(wc: WorkCenter, clock: FakeClock) -> None:

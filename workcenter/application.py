@@ -454,14 +454,12 @@ class WorkCenter:
     ) -> act.ActionState:
         return self._runs.consume_input(claim, input_ids, actor)
 
-    def recover(self, *, worker: str | None = None, actor: Actor | str | None = None) -> list[UUID]:
-        """End every Run whose lease expired or whose owner restarted (a new boot id).
-
-        With ``worker``, only that worker's Runs are judged by boot id; without
-        it, every Run from another boot is dead (one process owns all workers).
-        Recovery is the operator's unless ``actor`` says otherwise.
+    def recover(self, *, actor: Actor | str | None = None) -> list[UUID]:
+        """End every Run whose lease expired (ADR-0048): a live Run of any process, of
+        any worker name or boot id, is never ended here. Recovery is the operator's
+        unless ``actor`` says otherwise.
         """
-        return self._runs.recover(worker, actor)
+        return self._runs.recover(actor)
 
     # --- budget commands ------------------------------------------------------
 
@@ -474,13 +472,16 @@ class WorkCenter:
         run_id: UUID | None = None,
         request_id: str | None = None,
         actor: Actor | str | None = None,
+        run: Claim | act.RunRef | None = None,
     ) -> rl.Admission:
         """Admit one LLM request before it is sent, at its estimated cost.
 
         A denial is returned (and a stopping denial saved); the caller must not
         send the request. Only a stop writes the WorkItem too. Requests are by the
         user (the embedding caller) unless ``actor`` names the worker or Coordinator
-        that makes them; Coordinator requests default to it.
+        that makes them; Coordinator requests default to it. A Run's request given
+        its ``run`` (the Claim) is admitted only while the Run is live, as
+        ``finish_run`` is (``StaleRun`` otherwise, nothing written; ADR-0049).
         """
         return self._budget.reserve_request(
             work_item_id,
@@ -489,6 +490,7 @@ class WorkCenter:
             run_id=run_id,
             request_id=request_id,
             actor=actor,
+            run=run,
         )
 
     def settle_request(

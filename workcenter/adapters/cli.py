@@ -32,7 +32,7 @@ from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
 from workcenter.adapters.terminal import safe, text
 from workcenter.adapters.wording import plain
-from workcenter.adapters.worker import StopSignals, load_executor, run_worker
+from workcenter.adapters.worker import StopSignals, default_name, load_executor, run_worker
 from workcenter.application import Claim
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import InvalidInput, WorkcenterError
@@ -483,7 +483,11 @@ def _say_what_next(status: str, mode: str, actions: list[dict[str, Any]]) -> Non
 @cli.command()
 @db_option
 @click.option("--executor", "executor_spec", default=None, help="module:callable")
-@click.option("--name", default="worker-1", show_default=True, help="Worker name.")
+@click.option(
+    "--name",
+    default=None,
+    help="Worker name (default: worker-HOST-PID, unique to this process).",
+)
 @click.option(
     "--lease",
     "lease_seconds",
@@ -505,7 +509,7 @@ def _say_what_next(status: str, mode: str, actions: list[dict[str, Any]]) -> Non
 def worker(
     ctx: click.Context,
     executor_spec: str | None,
-    name: str,
+    name: str | None,
     lease_seconds: float,
     poll_seconds: float,
     max_runs: int | None,
@@ -546,7 +550,7 @@ def worker(
         stats = run_worker(
             wc,
             executor,
-            worker=name,
+            worker=name or default_name(),
             lease_seconds=lease_seconds,
             poll_seconds=poll_seconds,
             max_runs=max_runs,

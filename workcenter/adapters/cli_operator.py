@@ -527,6 +527,20 @@ def rekey(ctx: click.Context, target: str, as_json: bool) -> None:
     done = copy_store(ctx.ensure_object(dict).get("db") or resolve_db_path(None), target)
     if as_json:
         emit_json(done.json())
-        return
-    sealed = "encrypted with the new key" if done.encrypted else "without encryption"
-    console.print(f"copied {done.events} events to {target}, {sealed}", highlight=False)
+    else:
+        sealed = "encrypted with the new key" if done.encrypted else "without encryption"
+        console.print(
+            f"copied {done.events} events to {target}, {sealed}, up to position {done.position}",
+            highlight=False,
+        )
+    if not done.complete:
+        # A consistent copy, but not of the store as the writers left it (ADR-0050).
+        click.echo(
+            f"incomplete: writers added {done.source_head - done.position} events to the"
+            f" store while it was copied (positions {done.position + 1} to"
+            f" {done.source_head}); the copy holds the store as it was at position"
+            f" {done.position}. Stop every writer and the runner, then copy again into"
+            " a new, empty store.",
+            err=True,
+        )
+        ctx.exit(1)

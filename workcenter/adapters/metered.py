@@ -9,7 +9,10 @@ Wrap a call ``provider(request) -> response`` or a stream
    that one is somehow still open, e.g. a stream abandoned without being closed;
 2. reserves the request (kind ``action``, the Run's id, estimated from the
    request) and raises ``ResourceStopError`` on a denial, before the provider is
-   called at all;
+   called at all; given the Run's claim (``for_claim``), only while the Run is
+   live (``StaleRun`` otherwise, ADR-0049). A reservation that keeps losing the
+   race for a busy ledger (``WriteContention``) is tried again after a jittered
+   pause, a few rounds, rather than failing the Run's attempt (ADR-0049);
 3. sends it, and in a ``finally`` settles it: complete only if the call returned
    or the stream was read to its end; usage None when the provider gave none
    (the request then stays charged at its estimate).
@@ -25,17 +28,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
-from workcenter.application import Claim, WorkCenter
+from workcenter.application import Claim, WorkCenter, WriteContention
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import ResourceStopError, WorkcenterError
+from workcenter.domain.run import RunRef
+from workcenter.service_layer import backoff
 
 Request = Mapping[str, Any]
 Provider = Callable[[Request], Any]
 StreamProvider = Callable[[Request], Iterable[Any]]
+# Rounds of a reservation or settlement that lost every save of one command to other
+# writers; the pauses between rounds continue the command's own growing backoff.
+RESERVE_ROUNDS = 6
+T = TypeVar("T")
 
 
 def usage_of(payload: Any) -> Mapping[str, Any] | None:
@@ -65,6 +74,17 @@ class _Pending:
         return rl.sum_usage(self.payloads)
 
 
+def _through_contention(command: Callable[[], T]) -> T:
+    """``command``, tried again after a jittered pause while it loses every save to other
+    writers (``WriteContention``), up to ``RESERVE_ROUNDS`` times (ADR-0049)."""
+    for round_ in range(RESERVE_ROUNDS - 1):
+        try:
+            return command()
+        except WriteContention:
+            backoff.pause(7 + round_)
+    return command()
+
+
 class MeteredProvider:
     """Admits, sends and settles each LLM request of one Run."""
 
@@ -77,10 +97,12 @@ class MeteredProvider:
         provider: Provider | None = None,
         provider_stream: StreamProvider | None = None,
         actor: Actor | None = None,
+        run: RunRef | None = None,
     ) -> None:
         self.wc = wc
         self.work_item_id = work_item_id
         self.run_id = run_id
+        self.run = run  # the fence of every reservation; None: the Run is not checked
         self.actor = actor  # who makes the requests (the Run's worker); None: the default
         self.provider = provider
         self.provider_stream = provider_stream
@@ -102,6 +124,7 @@ class MeteredProvider:
             provider=provider,
             provider_stream=provider_stream,
             actor=claim.actor,
+            run=claim.ref,
         )
 
     def __call__(self, request: Request) -> Any:
@@ -155,28 +178,37 @@ class MeteredProvider:
 
     def _admit(self, request: Request) -> _Pending:
         self.settle_pending()
-        admission = self.wc.reserve_request(
-            self.work_item_id,
-            request=request,
-            kind="action",
-            run_id=self.run_id,
-            actor=self.actor,
-        )
+        admission = self._reserve(request)
         if not admission.allowed:
             raise ResourceStopError(admission.code or "request_denied")
         self._pending = _Pending(admission.request_id)
         return self._pending
 
+    def _reserve(self, request: Request) -> rl.Admission:
+        return _through_contention(lambda: self._reserve_once(request))
+
+    def _reserve_once(self, request: Request) -> rl.Admission:
+        return self.wc.reserve_request(
+            self.work_item_id,
+            request=request,
+            kind="action",
+            run_id=None if self.run else self.run_id,
+            run=self.run,
+            actor=self.actor,
+        )
+
     def _settle(self, pending: _Pending, *, complete: bool) -> bool:
         if self._pending is not pending:
             return False  # settled already, before a later request
         try:
-            settled = self.wc.settle_request(
-                self.work_item_id,
-                pending.request_id,
-                usage=pending.usage(),
-                complete=complete,
-                actor=self.actor,
+            settled = _through_contention(
+                lambda: self.wc.settle_request(
+                    self.work_item_id,
+                    pending.request_id,
+                    usage=pending.usage(),
+                    complete=complete,
+                    actor=self.actor,
+                )
             )
         except WorkcenterError:
             return False  # stays pending: charged at its estimate, settled before the next request

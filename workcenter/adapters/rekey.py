@@ -7,7 +7,13 @@ copy reads the old store's event log in order with the old key (from
 ``$WORKCENTER_CIPHER_KEY``), writes each event to an empty new store with the
 new key (``$WORKCENTER_NEW_CIPHER_KEY``; empty to store without encryption), a
 page per commit in the same order, and rebuilds the new store's read models.
-Writers must be stopped while it runs; then they are pointed at the new store.
+
+Writers must be stopped while it runs; then they are pointed at the new store. If
+they are not, the copy is still consistent (ADR-0050): it holds the events up to
+the source's head as it was when the copy began, and every command commits its
+events as one run of consecutive positions, in order, so that head ends no
+command half way. What was written after it is not copied, and ``Rekeyed`` says
+so (``complete`` false, with both positions): the CLI then exits 1.
 """
 
 from __future__ import annotations
@@ -30,9 +36,16 @@ PAGE: Final = 500
 class Rekeyed:
     events: int
     encrypted: bool
+    position: int  # the source's head when the copy began: the copy holds all up to it
+    source_head: int  # the source's head when the copy ended
+
+    @property
+    def complete(self) -> bool:
+        """Whether nothing was written to the source while it was copied."""
+        return self.source_head == self.position
 
     def json(self) -> dict[str, Any]:
-        return asdict(self)
+        return asdict(self) | {"complete": self.complete}
 
 
 @contextmanager
@@ -62,18 +75,25 @@ def rekey(source: str, target: str, *, progress: Callable[[int], None] | None = 
         try:
             if new.event_count():
                 raise InvalidInput(f"the new store at {target} is not empty")
-            copied = _copy(old, new, progress)
+            head = old.store.recorder.max_notification_id() or 0
+            copied = _copy(old, new, head, progress)
             new.maintenance.rebuild_projection()
         finally:
             new.close()
-    return Rekeyed(events=copied, encrypted=new_key is not None)
+        after = old.store.recorder.max_notification_id() or 0
+    return Rekeyed(events=copied, encrypted=new_key is not None, position=head, source_head=after)
 
 
-def _copy(old: WorkCenter, new: WorkCenter, progress: Callable[[int], None] | None) -> int:
+def _copy(
+    old: WorkCenter, new: WorkCenter, head: int, progress: Callable[[int], None] | None
+) -> int:
+    """Every event up to position ``head`` (inclusive), in order."""
     source, target = old.store, new.store
     position = copied = 0
-    while page := source.recorder.select_notifications(
-        start=position, limit=PAGE, inclusive_of_start=False
+    while position < head and (
+        page := source.recorder.select_notifications(
+            start=position, limit=PAGE, stop=head, inclusive_of_start=False
+        )
     ):
         events = [source.mapper.to_domain_event(n) for n in page]
         target.recorder.insert_events([target.mapper.to_stored_event(e) for e in events])

@@ -15,7 +15,9 @@ Coordinator steps (user messages and automatic wakes) before it claims a Run.
 from __future__ import annotations
 
 import importlib
+import os
 import signal
+import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
@@ -32,6 +34,12 @@ from workcenter.service_layer.ports import CoordinatorProvider
 
 Executor = Callable[[Claim], RunReport | Mapping[str, Any]]
 LATE_INPUT = "input arrived while the Run was executing; the next Run receives it"
+
+
+def default_name() -> str:
+    """A worker name no other live process has (ADR-0048): the host and the process id.
+    The Runs record the boot id beside it, which tells restarts on one host apart."""
+    return f"worker-{socket.gethostname()[:100]}-{os.getpid()}"
 
 
 def load_executor(spec: str) -> Executor:
@@ -275,10 +283,11 @@ def run_worker(
     them)."""
     stats = WorkerStats()
     stop = signals.event if signals else (stop or threading.Event())
-    # The loop recovers dead Runs itself, so the recovery is recorded as this worker's.
+    # The loop recovers dead Runs (expired leases only, ADR-0048) itself, so the
+    # recovery is recorded as this worker's.
     by = actors.worker(worker, wc.boot_id)
     if runs:
-        wc.recover(worker=worker, actor=by)
+        wc.recover(actor=by)
     if coordinator is not None:
         wc.recover_coordinator(at_open=True)
     while not stop.is_set() and (max_runs is None or stats.claimed < max_runs):
@@ -302,7 +311,7 @@ def run_worker(
                 break
             stop.wait(poll_seconds)
             if runs:
-                wc.recover(worker=worker, actor=by)
+                wc.recover(actor=by)
     return stats
 
 

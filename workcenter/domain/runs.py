@@ -213,16 +213,11 @@ def recover(
     return unit
 
 
-def is_dead(run: act.Run, *, boot_id: str, worker: str | None, at: datetime) -> bool:
-    """A recovery candidate: its lease expired, or its owner restarted with a new boot id.
+def is_dead(run: act.Run, *, at: datetime) -> bool:
+    """A recovery candidate: a running Run whose lease expired (ADR-0048).
 
-    With ``worker`` given, only that worker's own Runs are judged by boot id, so
-    one worker restarting never interrupts another's live Runs.
+    Neither its worker's name nor its boot id is evidence that its process is gone:
+    two live processes may share a name, and any process may hold Runs of any boot.
+    Only an unrenewed lease proves the owner stopped working on it.
     """
-    if run.status != "running":
-        return False
-    if run.expires_at <= at:
-        return True
-    if worker is not None and run.worker != worker:
-        return False
-    return run.owner_boot_id != boot_id
+    return run.status == "running" and run.expires_at <= at

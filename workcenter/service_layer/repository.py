@@ -27,6 +27,7 @@ from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.unit import Unit
 from workcenter.projections.detail import Kind
 from workcenter.projections.inline import InlineWrite
+from workcenter.service_layer import backoff
 from workcenter.service_layer.ports import StreamsAfter, TransactionArguments
 from workcenter.service_layer.read_models import ReadModels
 
@@ -351,8 +352,11 @@ class Repository:
         ]
 
     def execute(self, decide: Callable[[], Unit]) -> Unit:
-        """Decide and save; on a lost race reload and decide again (the checks run again too)."""
-        for _ in range(SAVE_ATTEMPTS):
+        """Decide and save; on a lost race back off, reload and decide again (the checks
+        run again too)."""
+        for attempt in range(SAVE_ATTEMPTS):
+            if attempt:
+                backoff.pause(attempt - 1)
             unit = decide()
             try:
                 self.save(unit)
@@ -366,7 +370,9 @@ class Repository:
     ) -> act.ActionState | None:
         """A command on the Action alone: load, decide, save; retried on a lost race.
         None if it kept losing."""
-        for _ in range(SAVE_ATTEMPTS):
+        for attempt in range(SAVE_ATTEMPTS):
+            if attempt:
+                backoff.pause(attempt - 1)
             action = self.action(action_id)
             events = decide(action)
             after = fold(action, events, act.evolve)

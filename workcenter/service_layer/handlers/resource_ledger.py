@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from workcenter.domain import action as act
 from workcenter.domain import actor as actors
 from workcenter.domain import bounds, inputs
 from workcenter.domain import resource_ledger as rl
@@ -15,6 +16,8 @@ from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import InvalidInput, NotFound
 from workcenter.domain.unit import Unit
+from workcenter.service_layer.handlers.claim import Claim
+from workcenter.service_layer.handlers.run import run_ref
 from workcenter.service_layer.ports import Clock
 from workcenter.service_layer.repository import Repository
 
@@ -47,24 +50,34 @@ class BudgetCommands:
         run_id: UUID | None = None,
         request_id: str | None = None,
         actor: Actor | str | None = None,
+        run: Claim | act.RunRef | None = None,
     ) -> rl.Admission:
         """Admit one LLM request before it is sent, at its estimated cost.
 
         A denial is returned (and a stopping denial saved); the caller must not
-        send the request. Only a stop writes the WorkItem too.
+        send the request. Only a stop writes the WorkItem too. With ``run`` (a
+        Claim or its RunRef) the request is the Run's, and only a live Run may
+        make it: the fence of ``finish_run`` (``StaleRun``, nothing written).
         """
         if kind not in ("action", "coordinator"):
             raise InvalidInput(f"kind must be action or coordinator, not {kind!r}")
         run_id = inputs.optional_id(run_id, "Run")
+        ref = None if run is None else run_ref(run)
+        if ref is not None:
+            if kind != "action" or run_id not in (None, ref.run_id):
+                raise InvalidInput("a Run's request is of kind action, with that Run's id")
+            run_id = ref.run_id
         if request_id is not None:
             request_id = inputs.text(request_id, "request_id", bounds.REQUEST_ID)
         default = actors.COORDINATOR if kind == "coordinator" else actors.USER
         by = actors.resolve(actor, default)
         request_id = request_id or uuid.uuid4().hex
         estimate = _estimate(request)
-        return self._admit(
-            work_item_id,
-            lambda ledger, active, at: rl.reserve(
+
+        def reserve(ledger: rl.LedgerState, active: bool, at: datetime) -> rl.Admission:
+            if ref is not None and active:  # an ended item's denial writes nothing
+                self._fence(work_item_id, ref, at)
+            return rl.reserve(
                 ledger,
                 request_id=request_id,
                 kind=kind,
@@ -73,9 +86,20 @@ class BudgetCommands:
                 item_active=active,
                 at=at,
                 by=by,
-            ),
-            by,
-        )
+            )
+
+        return self._admit(work_item_id, reserve, by)
+
+    def _fence(self, work_item_id: UUID, ref: act.RunRef, at: datetime) -> None:
+        """``StaleRun`` unless the Run is live (LRF+, ADR-0049): it is read in the
+        reservation's attempt, so a claim that took the Action over before this
+        decision is seen. The Action is not written, so a claim committed between
+        this read and the ledger's save lets that one request through, as a
+        finish racing a claim cannot: the next request is refused."""
+        action = self.repo.action(ref.action_id)
+        if action.work_item_id != work_item_id:
+            raise InvalidInput(f"Run {ref.run_id} is not a Run of WorkItem {work_item_id}")
+        act.live_run(action, ref, at=at)
 
     def settle_request(
         self,

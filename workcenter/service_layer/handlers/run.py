@@ -199,20 +199,23 @@ class RunCommands:
             raise WriteContention("the Action kept changing; try again")
         return after
 
-    def recover(self, worker: str | None, actor: Actor | str | None) -> list[UUID]:
+    def recover(self, actor: Actor | str | None) -> list[UUID]:
         """End every dead Run (see ``WorkCenter.recover``); the operator's by default."""
         repo = self.repo
-        if worker is not None:
-            worker = inputs.text(worker, "worker", bounds.WORKER, required=True)
         by = actors.resolve(actor, actors.OPERATOR)
         recovered: list[UUID] = []
-        for action_id, run_id, *_ in self.work_queue().live_runs():
+        now = self.clock.now().timestamp()
+        for action_id, run_id, _worker, _boot, expires_at in self.work_queue().live_runs():
+            if expires_at > now:
+                # The queue is at the head, renewals included, and sorted by expiry:
+                # no Run from here on has run out its lease.
+                break
 
             def attempt(action_id: UUID = action_id, run_id: UUID = run_id) -> Unit:
                 action = repo.action(action_id)
                 run = action.run(run_id)
                 at = self.clock.now()
-                if run is None or not runs.is_dead(run, boot_id=self.boot_id, worker=worker, at=at):
+                if run is None or not runs.is_dead(run, at=at):
                     return Unit(repo.work_item(action.work_item_id), {}, at, by=by)
                 return runs.recover(
                     repo.work_item(action.work_item_id), action, run_id=run_id, at=at, by=by
