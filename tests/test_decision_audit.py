@@ -122,7 +122,8 @@ def test_every_kind_is_recorded_and_replays_the_same(wc: WorkCenter, clock: Fake
     replayed = wc.maintenance.replay_decisions(item_id)
     assert replayed.same, [r.differences for _, r in replayed.differing]
     assert {r.recorded for _, r in replayed.results} == ALL_VERDICTS
-    assert len(replayed.results) == sum(len([a for a in t["attempts"] if a["verdict"] in ALL_VERDICTS]) for t in turns)  # fmt: skip
+    judged = [a for t in turns for a in t["attempts"] if a["verdict"] in ALL_VERDICTS]
+    assert len(replayed.results) == len(judged)
 
 
 def test_provenance_masks_secrets(wc: WorkCenter) -> None:
@@ -251,11 +252,14 @@ def test_an_untouched_bundle_verifies_without_the_store(
     elsewhere.mkdir()
     (elsewhere / "item.jsonl").write_bytes(bundle.read_bytes())
     # A fresh process in a fresh directory: nothing of the store is at hand.
+    command = "from workcenter.adapters.cli import main; main()"
     verified = subprocess.run(
-        [sys.executable, "-c", "from workcenter.adapters.cli import main; main()", "audit", "verify", "--bundle",
-         "item.jsonl", "--json"],
-        cwd=elsewhere, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [sys.executable, "-c", command, "audit", "verify", "--bundle", "item.jsonl", "--json"],
+        cwd=elsewhere,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert verified.returncode == 0, verified.stdout + verified.stderr
     data = json.loads(verified.stdout)
     assert data["ok"] and data["links"]["events"] == events
