@@ -259,12 +259,44 @@ def _compare_events(
             f"the decision's effects today are {[type(e).__name__ for e in today]}, "
             f"recorded {names}"
         ]
+    if _same_json(today, recorded, known, mapping):
+        return []
     differences: list[str] = []
     for number, (mine, theirs) in enumerate(zip(today, recorded, strict=True), 1):
         differences += _diff(
             _dump(mine), _dump(theirs), known, mapping, f"effect {number} ({type(mine).__name__})"
         )
     return differences
+
+
+def _same_json(
+    today: Sequence[DomainEvent],
+    recorded: Sequence[DomainEvent],
+    known: set[str],
+    mapping: dict[str, str],
+) -> bool:
+    """The fast path: the events' JSON equal once each new stream of today's is named
+    as the recorded one at the same place (the mapping is kept when they are)."""
+    streams: dict[str, str] = {}
+    for mine, theirs in zip(today, recorded, strict=True):
+        new, old = str(mine.originator_id), str(theirs.originator_id)
+        if new != old and new not in known and old not in known:
+            if streams.setdefault(new, old) != old:
+                return False
+    if len(set(streams.values())) != len(streams):
+        return False
+    for mine, theirs in zip(today, recorded, strict=True):
+        text = _json(mine)
+        for new, old in streams.items():
+            text = text.replace(new, old)
+        if text != _json(theirs):
+            return False
+    mapping.update(streams)
+    return True
+
+
+def _json(event: DomainEvent) -> str:
+    return type(event).__pydantic_serializer__.to_json(event).decode()
 
 
 def _dump(event: DomainEvent) -> dict[str, Any]:
