@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import postgres
 import pytest
 from click.testing import CliRunner
 from conftest import BOOT_ID, CRITERIA, FakeClock, action_spec, claim, create_dynamic, report
@@ -311,3 +312,15 @@ def test_a_bundle_with_an_event_removed_or_rehashed_fails(
     not_json.write_bytes(b"\n".join([lines[0], b"{oops"]))
     with pytest.raises(audit_bundle.bundle.BundleInvalid, match="line 2"):
         audit_bundle.verify(not_json)
+
+
+def test_on_postgresql_the_replay_and_the_bundle_hold_too(clock: FakeClock, tmp_path: Path) -> None:
+    with postgres.fresh_schema("wcaudit") as url, WorkCenter.open(url, clock=clock) as wc:
+        item_id = every_kind(wc, clock)
+        replayed = wc.maintenance.replay_decisions()
+        assert replayed.same and {r.recorded for _, r in replayed.results} == ALL_VERDICTS
+        bundle = tmp_path / "item.jsonl"
+        audit_bundle.export(wc, item_id, bundle)
+    verdict = audit_bundle.verify(bundle)
+    assert verdict.ok, verdict.json()
+    assert verdict.replay is not None and len(verdict.replay.results) == len(replayed.results)

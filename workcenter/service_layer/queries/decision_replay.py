@@ -280,9 +280,9 @@ def _same_json(
     streams: dict[str, str] = {}
     for mine, theirs in zip(today, recorded, strict=True):
         new, old = str(mine.originator_id), str(theirs.originator_id)
-        if new != old and new not in known and old not in known:
-            if streams.setdefault(new, old) != old:
-                return False
+        fresh = new != old and new not in known and old not in known
+        if fresh and streams.setdefault(new, old) != old:
+            return False
     if len(set(streams.values())) != len(streams):
         return False
     for mine, theirs in zip(today, recorded, strict=True):
