@@ -324,3 +324,18 @@ def test_on_postgresql_the_replay_and_the_bundle_hold_too(clock: FakeClock, tmp_
     verdict = audit_bundle.verify(bundle)
     assert verdict.ok, verdict.json()
     assert verdict.replay is not None and len(verdict.replay.results) == len(replayed.results)
+
+
+def test_the_api_serves_each_turns_provenance(wc: WorkCenter, clock: FakeClock) -> None:
+    from http_client import client
+
+    item_id = every_kind(wc, clock)
+    api = client(wc)
+    body = api.get(f"/api/work-items/{item_id}/decisions").json()
+    assert [t["verdict"]["kind"] for t in body["turns"]] == [
+        t["verdict"]["kind"] for t in wc.maintenance.decisions(item_id)
+    ]
+    fenced = next(t for t in body["turns"] if t["verdict"]["kind"] == "fenced")
+    one = api.get(f"/api/work-items/{item_id}/decisions", params={"turn": fenced["turn_id"]})
+    assert one.json()["turns"] == [fenced]
+    assert api.get(f"/api/work-items/{UUID(int=7)}/decisions").status_code == 404
