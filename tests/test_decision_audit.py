@@ -28,7 +28,7 @@ from workcenter.application import WorkCenter
 from workcenter.domain import action as act
 from workcenter.domain import conversation as conv
 from workcenter.domain import work_item as wi
-from workcenter.domain.errors import DecisionInvalid
+from workcenter.domain.errors import DecisionInvalid, NotFound
 from workcenter.service_layer.handlers.coordinator_rules import DomainRules, ParsedReply
 
 ALL_VERDICTS = {"applied", "refused_parse", "refused_apply", "fenced"}
@@ -339,3 +339,14 @@ def test_the_api_serves_each_turns_provenance(wc: WorkCenter, clock: FakeClock) 
     one = api.get(f"/api/work-items/{item_id}/decisions", params={"turn": fenced["turn_id"]})
     assert one.json()["turns"] == [fenced]
     assert api.get(f"/api/work-items/{UUID(int=7)}/decisions").status_code == 404
+
+
+def test_an_export_of_no_item_writes_nothing(wc: WorkCenter, tmp_path: Path) -> None:
+    target = tmp_path / "none.jsonl"
+    with pytest.raises(NotFound):
+        audit_bundle.export(wc, UUID(int=7), target)
+    assert list(tmp_path.iterdir()) == []
+    result = CliRunner().invoke(
+        cli, ["audit", "verify", "--bundle", str(tmp_path / "missing.jsonl")]
+    )
+    assert result.exit_code == 2 and "InvalidInput" in result.output

@@ -38,8 +38,9 @@ def export(wc: WorkCenter, work_item_id: UUID, to: str | os.PathLike[str]) -> in
                 count += 1
         partial.replace(target)
     except OSError as error:
-        partial.unlink(missing_ok=True)
         raise InvalidInput(f"cannot write the bundle to {target}: {error.strerror}") from None
+    finally:
+        partial.unlink(missing_ok=True)  # gone once renamed; a failed export leaves nothing
     return count
 
 
