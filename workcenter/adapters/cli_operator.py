@@ -50,7 +50,9 @@ class AuditGroup(click.Group):
 @click.group(cls=AuditGroup)
 def audit() -> None:
     """The audit: `audit ID [options]` prints a WorkItem's trail (see `audit trail -h`);
-    `audit verify` and `audit anchor` prove the history has not been changed."""
+    `audit verify` and `audit anchor` prove the history has not been changed;
+    `audit decisions` explains and replays the Coordinator's decisions, and
+    `audit export` writes a bundle that `audit verify --bundle` checks offline."""
 
 
 SUMMARY_CHARS = 200
