@@ -29,6 +29,7 @@ from workcenter.domain import action as act
 from workcenter.domain import conversation as conv
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import DecisionInvalid, NotFound
+from workcenter.service_layer.handlers.coordinator import response_hash
 from workcenter.service_layer.handlers.coordinator_rules import DomainRules, ParsedReply
 
 ALL_VERDICTS = {"applied", "refused_parse", "refused_apply", "fenced"}
@@ -168,8 +169,9 @@ def test_a_tightened_rule_makes_an_accepted_decision_differ_naming_the_rule(
     assert "one-action-per-plan" in replayed.differences[0]
 
 
-def _edit_reply(db: Path, old: str, new: str) -> None:
-    """Change a stored reply's text by SQL, as someone with the file could."""
+def _edit_reply(db: Path, old: str, new: str, *, rehash: bool = False) -> None:
+    """Change a stored reply's text by SQL, as someone with the file could (and, with
+    ``rehash``, its response hash to match)."""
     with sqlite3.connect(db) as c:
         for rowid, topic, state in c.execute("SELECT rowid, topic, state FROM stored_events"):
             if not topic.endswith("ProviderTurnResponded"):
@@ -179,6 +181,8 @@ def _edit_reply(db: Path, old: str, new: str) -> None:
                 continue
             edited = json.loads(data)
             edited["response"] = edited["response"].replace(old, new)
+            if rehash:
+                edited["response_hash"] = response_hash(edited["response"])
             c.execute(
                 "UPDATE stored_events SET state = ? WHERE rowid = ?",
                 (zlib.compress(json.dumps(edited).encode()), rowid),
@@ -209,6 +213,20 @@ def test_a_reply_edited_by_sql_differs_and_breaks_the_chain(
     )
     assert result.exit_code == 1, result.output
     assert json.loads(result.output)["differs"] == 1
+
+
+def test_a_reply_edited_with_its_hash_is_blamed_on_the_broken_chain(
+    db_path: Path, clock: FakeClock
+) -> None:
+    with WorkCenter.open(db_path, clock=clock) as wc:
+        item = create_dynamic(wc)
+        drain(wc, create_actions(action_spec(objective="Find the cause")))
+    _edit_reply(db_path, "Find the cause", "Delete the repository", rehash=True)
+    with WorkCenter.open(db_path, clock=clock) as wc:
+        [(_, differs)] = wc.maintenance.replay_decisions(item.id).differing
+    assert differs.cause == "history"
+    assert not any("response hash" in d for d in differs.differences)
+    assert "the hash chain breaks at position" in differs.differences[-1]
 
 
 def test_the_cli_prints_provenance_and_replays(db_path: Path, clock: FakeClock) -> None:

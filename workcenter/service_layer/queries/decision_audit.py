@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from uuid import UUID
 
@@ -101,11 +101,31 @@ class DecisionAudit:
         events = 0
         for done, item_id in enumerate(ids, 1):
             report = replay_events(item_id, self.events(item_id), rules)
-            results += report.results
+            results += self._blamed(item_id, report.results)
             events += report.events
             if progress is not None:
                 progress(done, len(ids))
         return ReplayReport(len(ids), events, results)
+
+    def _blamed(
+        self, work_item_id: UUID, results: list[tuple[UUID, Replayed]]
+    ) -> list[tuple[UUID, Replayed]]:
+        """A turn that differs after the item's hash chain breaks (at or before the write
+        of its verdict) differs because the history was altered: it says where."""
+        if all(r.same for _, r in results):
+            return results
+        streams = audit_trail.streams(self.repo.work_item(work_item_id))
+        with closing(self.chain.walk(streams)) as rows:
+            broken = hash_chain.verify(rows, whole_store=False, scope=work_item_id).broken
+        if broken is None:
+            return results
+        where = f"the hash chain breaks at position {broken.position} ({broken.kind})"
+        return [
+            (i, r)
+            if r.same or r.position < broken.position
+            else (i, replace(r, differences=(*r.differences, where), cause="history"))
+            for i, r in results
+        ]
 
     def _every_item(self) -> list[UUID]:
         queue = self.read_models.fresh(WorkQueue.name)
