@@ -1,7 +1,10 @@
 """The replay check under random interleavings (ADR-0061): the Coordinator machine of
 test_coordinator_stateful, with guided Actions, fenced turns and refusals at apply
-added, replays every stored decision the same after every step; across the run,
-every decision kind and every refusal kind is judged."""
+added, replays every stored decision the same after every step. Each example
+begins with every decision and refusal kind but completion, then takes random
+steps (user messages, automatic wakes, Run outcomes, provider failures, abandoned
+turns, restarts), and ends by proving the criterion and completing; the test
+checks that the run judged every kind."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from conftest import report
 from coordinator_fakes import answer_text, decision
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import invariant, rule, run_state_machine_as_test
+from hypothesis.stateful import initialize, invariant, rule, run_state_machine_as_test
 from test_coordinator_stateful import CoordinatorMachine
 
 from workcenter.adapters.providers.scripted import ScriptedProvider, Step
@@ -68,6 +71,28 @@ class ReplayMachine(CoordinatorMachine):
     @rule(reply=replies)
     def coordinator_step(self, reply: str) -> None:
         super().coordinator_step(reply)
+
+    @initialize()
+    def every_kind_once(self) -> None:
+        """Each kind once before the random steps: planned, fenced, guided, answered,
+        refused at parse and at apply, a question with a contract patch."""
+        self.coordinator_step("plan")
+        for reply in ("guide", "answer", "invalid", "unproven"):
+            self.user_message(reply)
+        self.a_run_finishes_while_it_thinks()
+        self.user_message("patch")
+
+    def teardown(self) -> None:
+        """Prove the criterion and complete, then replay once more."""
+        try:
+            for reply in ("plan", "complete"):
+                running = self.wc.claim_next("w")
+                if running is not None:
+                    self.wc.finish_run(running, report(criteria=["It works"]))
+                self.user_message(reply)
+            self.every_decision_replays_the_same()
+        finally:
+            super().teardown()
 
     @rule()
     def a_run_finishes_while_it_thinks(self) -> None:
