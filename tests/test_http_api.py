@@ -386,6 +386,7 @@ def test_openapi_documents_every_route(api: TestClient) -> None:
         item,
         *(item + suffix for suffix in ("/progress", "/budget", "/timeline", "/audit")),
         item + "/conversation",
+        item + "/decisions",
         item + "/messages",
         *(item + suffix for suffix in ("/start", "/cancel", "/resume", "/budget/extend")),
         item + "/stream",

@@ -185,6 +185,11 @@ def test_a_message_posted_on_the_page_gets_the_coordinators_reply_without_a_relo
     reply = "#conversation li.msg.assistant[data-status='completed']"
     page.wait_for_selector(reply + " .decision[data-kind='create_actions']", timeout=TIMEOUT_MS)
     assert "planned" in (page.text_content(reply + " .msg-text") or "")
+    # Its verdict, and a link to its decision's provenance (ADR-0061).
+    page.wait_for_selector(reply + " .verdict.applied", timeout=TIMEOUT_MS)
+    link = page.get_attribute(reply + " a.provenance", "href") or ""
+    assert "/decisions?turn=" in link
+    assert httpx.get(base + link, timeout=30).json()["turns"][0]["verdict"]["kind"] == "applied"
     page.wait_for_function(
         "() => document.querySelectorAll('.tl-row').length === 1", timeout=TIMEOUT_MS
     )

@@ -69,6 +69,7 @@ from workcenter.service_layer.ports import (
 )
 from workcenter.service_layer.queries.browser import WebReads
 from workcenter.service_layer.queries.changes import ChangeFeed
+from workcenter.service_layer.queries.decision_audit import DecisionAudit
 from workcenter.service_layer.queries.items import Reads
 from workcenter.service_layer.read_models import OnRead, ReadModel, ReadModels
 from workcenter.service_layer.repository import Repository
@@ -188,6 +189,7 @@ def compose(
     chain: ChainReader = store.recorder.chain  # type: ignore[attr-defined]  # both recorders have one
     read_streams: StreamReader = partial(event_log.streams_in_order, store)
     read_events_after: NotificationReader = partial(event_log.events_after, store)
+    rules = coordinator_rules or decision_rules()
     return Parts(
         store=store,
         clock=clock,
@@ -197,13 +199,22 @@ def compose(
         work_items=WorkItemCommands(repo, clock),
         runs=RunCommands(repo, read_models, clock, boot_id),
         budget=BudgetCommands(repo, clock),
-        coordinator=CoordinatorCommands(
-            repo, read_models, clock, boot_id, coordinator_rules or decision_rules()
-        ),
+        coordinator=CoordinatorCommands(repo, read_models, clock, boot_id, rules),
         reads=Reads(repo, read_models, read_streams),
         web_reads=WebReads(repo, read_models, clock),
         changes=ChangeFeed(repo, read_events_after),
-        maintenance=Maintenance(HistoryProof(repo, chain), read_models),
+        maintenance=Maintenance(
+            HistoryProof(repo, chain),
+            read_models,
+            DecisionAudit(
+                repo,
+                read_models,
+                read_streams,
+                chain,
+                rules,
+                sealed=store.mapper.cipher is not None,
+            ),
+        ),
     )
 
 

@@ -575,7 +575,10 @@ def _no_executor(claim: Claim) -> dict[str, Any]:
 
 # The operator verbs (audit, progress, projections, rekey), the Coordinator's and serve
 # live in their own modules.
-from workcenter.adapters import cli_operator, cli_serve, cli_steer  # noqa: E402
+from workcenter.adapters import cli_decisions, cli_operator, cli_serve, cli_steer  # noqa: E402
+
+cli_operator.audit.add_command(cli_decisions.decisions)
+cli_operator.audit.add_command(cli_decisions.export)
 
 for _command in (
     cli_steer.start,

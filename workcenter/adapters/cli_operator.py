@@ -13,7 +13,7 @@ import orjson
 from rich.table import Table
 from rich.text import Text
 
-from workcenter.adapters import presenters
+from workcenter.adapters import audit_bundle, presenters
 from workcenter.adapters.cli_common import (
     console,
     db_option,
@@ -50,7 +50,9 @@ class AuditGroup(click.Group):
 @click.group(cls=AuditGroup)
 def audit() -> None:
     """The audit: `audit ID [options]` prints a WorkItem's trail (see `audit trail -h`);
-    `audit verify` and `audit anchor` prove the history has not been changed."""
+    `audit verify` and `audit anchor` prove the history has not been changed;
+    `audit decisions` explains and replays the Coordinator's decisions, and
+    `audit export` writes a bundle that `audit verify --bundle` checks offline."""
 
 
 SUMMARY_CHARS = 200
@@ -200,13 +202,24 @@ HISTORY_BROKEN = 1  # exit status of a verify that found a broken link (2 is a r
     metavar="DIGEST@POSITION",
     help="An anchor from `audit anchor`: also prove nothing up to it changed or was cut.",
 )
+@click.option(
+    "--bundle",
+    default=None,
+    type=click.Path(dir_okay=False),
+    help="Check an audit bundle from `audit export` instead, without the store.",
+)
 @click.pass_context
 def audit_verify(
-    ctx: click.Context, item_id: str | None, as_json: bool, anchor: str | None
+    ctx: click.Context, item_id: str | None, as_json: bool, anchor: str | None, bundle: str | None
 ) -> None:
     """Walk the hash chain over every event (or over one WorkItem's streams) and report
-    the first broken link; exit status 1 when the history was changed."""
+    the first broken link; exit status 1 when the history was changed. With --bundle,
+    check the bundle's links and anchor and replay its decisions, with no store."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    if bundle is not None:
+        _verify_bundle(ctx, bundle, item_id, anchor, as_json)
+        return
 
     with open_center(ctx, inline_projections=False) as wc:
         scope = work_item_id(wc, item_id) if item_id is not None else None
@@ -231,6 +244,29 @@ def audit_verify(
         emit_json(verdict.json())
     else:
         _print_verdict(verdict.json())
+    if not verdict.ok:
+        ctx.exit(HISTORY_BROKEN)
+
+
+def _verify_bundle(
+    ctx: click.Context, path: str, item_id: str | None, anchor: str | None, as_json: bool
+) -> None:
+    if item_id is not None or anchor is not None:
+        raise click.UsageError("--bundle takes no ID and no --anchor: the bundle holds both")
+    verdict = audit_bundle.verify(path)
+    if as_json:
+        emit_json(verdict.json())
+    else:
+        _print_verdict(verdict.links.json())
+        if verdict.replay is not None:
+            replay = verdict.replay
+            shown = f"{len(replay.results)} decisions replayed: {len(replay.differing)} differ"
+            console.print(text(shown, "green" if replay.same else "red"), highlight=False)
+            for _, replayed in replay.differing:
+                for difference in replayed.differences:
+                    console.print(text(f"      {difference[:300]}"), highlight=False)
+        if verdict.note:
+            console.print(text(verdict.note, "red"), highlight=False)
     if not verdict.ok:
         ctx.exit(HISTORY_BROKEN)
 

@@ -108,6 +108,12 @@ def _json_object(text: str) -> dict[str, Any]:
     raise DecisionInvalid("the reply holds no JSON object")
 
 
+def reply_object(text: str) -> dict[str, Any]:
+    """The JSON object a reply holds, found as ``parse_reply`` finds it (for reading
+    a stored reply back); ``DecisionInvalid`` when it holds none."""
+    return _json_object(text)
+
+
 def _validated(raw: dict[str, Any]) -> CoordinatorReply:
     try:
         inputs.payload(raw, "the reply")
@@ -298,5 +304,6 @@ __all__ = [
     "conflicts_since",
     "offered_kinds",
     "parse_reply",
+    "reply_object",
     "reply_schema",
 ]

@@ -8,18 +8,29 @@ exposes them as one part, ``WorkCenter.maintenance`` (ADR-0039).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import Any
 from uuid import UUID
 
 from workcenter.projections.lifecycle import Progress, ProjectionStatus, RebuildReport
+from workcenter.service_layer.handlers.coordinator_rules import DecisionRules
 from workcenter.service_layer.history.hash_chain import Anchor, Verdict
 from workcenter.service_layer.history.proof import HistoryProof, VerifyProgress
+from workcenter.service_layer.queries.decision_audit import (
+    DecisionAudit,
+    ReplayProgress,
+    ReplayReport,
+)
 from workcenter.service_layer.read_models import ReadModels
 
 
 class Maintenance:
-    def __init__(self, proof: HistoryProof, read_models: ReadModels) -> None:
+    def __init__(
+        self, proof: HistoryProof, read_models: ReadModels, decisions: DecisionAudit
+    ) -> None:
         self._proof = proof
         self._read_models = read_models
+        self._decisions = decisions
 
     def verify_history(
         self,
@@ -36,6 +47,28 @@ class Maintenance:
     def history_anchor(self) -> Anchor | None:
         """The chain's head digest and position, to keep outside the store."""
         return self._proof.anchor()
+
+    def decisions(self, work_item_id: UUID) -> list[dict[str, Any]]:
+        """Each Coordinator turn of the item, in order: its wake, the versions its request
+        was built from, its attempts and their cost, the reply's decision, the verdict
+        and the events it caused (ADR-0061), masked like the audit."""
+        return self._decisions.decisions(work_item_id)
+
+    def replay_decisions(
+        self,
+        work_item_id: UUID | None = None,
+        *,
+        rules: DecisionRules | None = None,
+        progress: ReplayProgress | None = None,
+    ) -> ReplayReport:
+        """Judge every stored reply of the item (or of every item) again with today's
+        rules (or ``rules``) on the state rebuilt from the history, writing nothing, and
+        compare with the recorded verdict and effects (ADR-0061)."""
+        return self._decisions.replay(work_item_id, rules, progress)
+
+    def export_bundle(self, work_item_id: UUID) -> Iterator[bytes]:
+        """The item's audit bundle (ADR-0060), line by line."""
+        return self._decisions.bundle_lines(work_item_id)
 
     def projection_status(self) -> list[ProjectionStatus]:
         """Each registered read model's position, the head of the event sequence, the lag."""

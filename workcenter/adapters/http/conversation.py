@@ -47,6 +47,17 @@ def conversation(wc: Center, item_id: str) -> JSONBytes:
     return JSONBytes(body, headers={"ETag": etag, "Cache-Control": "no-cache"})
 
 
+@router.get(ITEM + "/decisions")
+def decisions(wc: Center, item_id: str, turn: str | None = None) -> JSONBytes:
+    """Each Coordinator turn's provenance (ADR-0061): its wake, the versions its request
+    was built from, its attempts and their cost, the decision, the verdict and the
+    events it caused, masked as the audit is; ``turn`` keeps that turn only."""
+    turns = wc.maintenance.decisions(inputs.aggregate_id(item_id, "WorkItem"))
+    if turn is not None:
+        turns = [t for t in turns if t["turn_id"] == turn]
+    return JSONBytes({"workItemId": item_id, "turns": turns})
+
+
 def _posted_before(wc: WorkCenter, work_item_id: UUID, client_message_id: str | None) -> bool:
     if client_message_id is None:
         return False

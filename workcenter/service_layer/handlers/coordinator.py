@@ -26,7 +26,6 @@ from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import (
-    CommandRefused,
     NotFound,
     ResourceStopError,
     TurnFenceLost,
@@ -40,6 +39,7 @@ from workcenter.service_layer.handlers.coordinator_rules import (
     ParsedReply,
     RequestBody,
 )
+from workcenter.service_layer.handlers.decision_verdict import check_before_apply
 from workcenter.service_layer.ports import Clock
 from workcenter.service_layer.read_models import ReadModels
 from workcenter.service_layer.repository import Repository
@@ -405,11 +405,9 @@ class CoordinatorCommands:
             conversation = self.repo.conversation(claim.work_item_id)
             turn = self._active_turn(conversation, claim)
             ledger = self.repo.ledger(item.id)
-            if ledger.stop_reason is not None:
-                raise ResourceStopError(ledger.stop_reason.code)
-            wi.refuse_if_terminal(item, "apply a decision to")
             actions = self.repo.actions(item)
-            self.check_fence(turn, item, actions)
+            since = self.repo.events(item.id, after=turn.item_version)
+            check_before_apply(self.rules, turn, item, actions, ledger, since)
             unit = self.rules.apply_decision(
                 reply, turn, item, actions, ledger, at=self.clock.now(), by=turn_actor(turn)
             )
@@ -421,19 +419,6 @@ class CoordinatorCommands:
             return unit
 
         return self.repo.execute(attempt)
-
-    def check_fence(
-        self, turn: conv.Turn, item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState]
-    ) -> None:
-        """Refuse a decision if its conflict class moved since the turn began (5.3)."""
-        clashing = self.rules.conflicts_since(self.repo.events(item.id, after=turn.item_version))
-        if self.rules.action_fingerprint(item, actions) != turn.fingerprint:
-            clashing.append("Actions changed")
-        if clashing:
-            raise CommandRefused(
-                f"the WorkItem changed while the Coordinator was thinking ({', '.join(clashing)});"
-                " resend your message"
-            )
 
     def fail_turn(
         self, claim: conv.ClaimRef, error: str, *, interrupted: bool = False, retry: bool = True

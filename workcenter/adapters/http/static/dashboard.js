@@ -116,11 +116,12 @@ async function refreshDetail() {
   const id = state.selected;
   if (!id) return;
   const base = "/api/work-items/" + encodeURIComponent(id);
-  const [shown, timeline, audit, talk] = await Promise.all([
+  const [shown, timeline, audit, talk, decided] = await Promise.all([
     read(base),
     api(base + "/timeline"),
     api(base + "/audit?limit=100"),
     read(base + "/conversation"),
+    api(base + "/decisions"),
   ]);
   if (id !== state.selected) return;
   const detail = shown.body;
@@ -128,7 +129,7 @@ async function refreshDetail() {
   state.detail = detail;
   setControls();
   state.conversationEtag = talk.etag;
-  renderConversation(talk.body);
+  renderConversation(talk.body, decided, base);
   $("detail").hidden = false;
   $("item-title").textContent = visible(detail.title);
   const status = $("item-status");
@@ -271,7 +272,21 @@ function speaker(message) {
   return (message.speaker || "Coordinator") + (message.automatic ? " (on its own)" : "");
 }
 
-function renderMessage(message) {
+// A Coordinator reply's verdict, and a link to its decision's provenance (ADR-0061).
+function verdict(turn, base) {
+  const request = turn.request || {};
+  const charged = turn.attempts.reduce((sum, a) => sum + a.charged, 0);
+  const span = el("span", turn.verdict.kind.replace(/_/g, " "), "verdict " + turn.verdict.kind);
+  span.title = "saw item v" + request.item_version + ", ledger v" + request.ledger_version +
+    "; " + turn.attempts.length + " attempt(s), " + charged + " tokens charged" +
+    (turn.verdict.reason ? "; " + turn.verdict.reason : "");
+  const link = el("a", "provenance", "provenance");
+  link.href = base + "/decisions?turn=" + encodeURIComponent(turn.turn_id);
+  link.target = "_blank";
+  return [span, link];
+}
+
+function renderMessage(message, turns, base) {
   const item = el("li", null, "msg " + message.role + " " + message.status);
   item.dataset.role = message.role;
   item.dataset.status = message.status;
@@ -287,6 +302,8 @@ function renderMessage(message) {
     kind.title = visible(message.decision.reason || "");
     head.append(kind);
   }
+  const turn = message.role === "assistant" && turns ? turns.get(message.turnId) : null;
+  if (turn && turn.verdict.kind !== "thinking") head.append(...verdict(turn, base));
   item.append(head);
   const words = message.status === "thinking" ? "thinking…" : message.text;
   if (words) item.append(el("div", words, "msg-text"));
@@ -297,10 +314,11 @@ function renderMessage(message) {
   return item;
 }
 
-function renderConversation(talk) {
+function renderConversation(talk, decided, base) {
   const list = $("conversation");
   const atBottom = list.scrollTop + list.clientHeight >= list.scrollHeight - 4;
-  list.replaceChildren(...talk.messages.map(renderMessage));
+  const turns = new Map((decided ? decided.turns : []).map((t) => [t.turn_id, t]));
+  list.replaceChildren(...talk.messages.map((m) => renderMessage(m, turns, base)));
   if (atBottom) list.scrollTop = list.scrollHeight;
   $("no-messages").hidden = talk.messages.length > 0;
   const notes = [];
