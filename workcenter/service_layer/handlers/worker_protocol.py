@@ -245,14 +245,15 @@ class WorkerProtocol:
         normalised = None if usage is None else rl.normalize_usage(inputs.mapping(usage, "usage"))
         action = self.repo.action(ref.action_id)
         run = _owned(action, ref)
-        known = self._reservation(action.work_item_id, run.id, request_id)
-        if known.status != "reserved":
+        known = self.repo.ledger(action.work_item_id).reservations.get(request_id)
+        if known is not None and known.run_id == run.id and known.status != "reserved":
             reported = complete and normalised is not None and normalised.total_tokens > 0
             same_usage = normalised is None or known.usage == normalised
             if known.status != ("reported" if reported else "unknown") or not same_usage:
                 raise CommandRefused(f"request {request_id} was already settled otherwise")
             return Settled(request_id, known.status, known.charged_tokens, replayed=True)
         act.live_run(action, ref, at=self.clock.now())
+        self._reservation(action.work_item_id, run.id, request_id)  # NotFound
         self.budget.settle_request(
             action.work_item_id,
             request_id,
