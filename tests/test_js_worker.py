@@ -131,6 +131,7 @@ def test_a_killed_javascript_worker_is_fenced_off_and_its_run_recovered(
     worker = node(server, "--lease", "2", "--work-ms", "60000")
     assert worker.stdout is not None
     claimed = lines_until(worker.stdout, "claimed", 30)
+    assert claimed["workItemId"] == item["id"]
     lines_until(worker.stdout, "renewed", 10)  # it renews while it works
     worker.kill()  # no goodbye: the lease is all that ends its Run
     worker.wait()
