@@ -18,6 +18,8 @@ from http_client import LINEAR, client, served
 
 from workcenter.adapters.http.app import create_app
 from workcenter.application import WorkCenter
+from workcenter.domain import action as act
+from workcenter.domain.errors import WorkcenterError
 
 PROBLEM = "application/problem+json"
 VERBS = (
@@ -360,3 +362,49 @@ def test_a_python_worker_drives_the_protocol_end_to_end_through_httpx(db_path: A
         assert detail["status"] == "done"
         ledger = wc.ledger(UUID(item["id"]))  # each Run's request settled at its usage
         assert (ledger.request_count, ledger.charged_tokens) == (3, 3 * 52)
+
+
+# --- the service part under bad arguments -------------------------------------------
+
+JUNK: tuple[Any, ...] = (None, "", "x" * 300, -1, 1e309, [], {}, object(), b"\xff")
+
+
+@pytest.mark.parametrize("junk", JUNK, ids=repr)
+def test_the_service_part_refuses_junk_with_a_typed_error_and_writes_nothing(
+    api: TestClient, wc: WorkCenter, junk: Any
+) -> None:
+    create(api)
+    claimed = claim(api)
+    fence = claimed["fence"]
+    ref = act.RunRef(
+        action_id=UUID(fence["actionId"]),
+        run_id=UUID(fence["runId"]),
+        boot_id=fence["bootId"],
+        lease_epoch=fence["leaseEpoch"],
+    )
+    protocol = wc.worker_protocol
+    calls: list[Callable[[], object]] = [
+        lambda: protocol.claim(junk, "boot", 60),
+        lambda: protocol.claim("w", junk, 60),
+        lambda: protocol.claim("w", "boot", junk),
+        lambda: protocol.renew(junk, 60),
+        lambda: protocol.renew(ref, junk),
+        lambda: protocol.finish(junk, report(claimed)),
+        lambda: protocol.finish(ref, junk),
+        lambda: protocol.interrupt(ref, junk, None),
+        lambda: protocol.interrupt(ref, "", junk),
+        lambda: protocol.consume_input(ref, junk),
+        lambda: protocol.reserve(junk, "r", REQUEST),
+        lambda: protocol.reserve(ref, junk, REQUEST),
+        lambda: protocol.reserve(ref, "r", junk),
+        lambda: protocol.settle(junk, "r", USAGE, True),
+        lambda: protocol.settle(ref, junk, USAGE, True),
+        lambda: protocol.settle(ref, "r", junk, True),
+        lambda: protocol.settle(ref, "r", USAGE, junk),
+    ]
+    for call in calls:
+        before = wc.event_count()
+        try:
+            call()
+        except WorkcenterError:
+            assert wc.event_count() == before, "a refused call wrote events"

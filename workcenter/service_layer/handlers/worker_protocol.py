@@ -31,7 +31,7 @@ from workcenter.projections.work_queue import WorkQueueView
 from workcenter.service_layer.handlers import claim as claiming
 from workcenter.service_layer.handlers.claim import Claim
 from workcenter.service_layer.handlers.resource_ledger import BudgetCommands
-from workcenter.service_layer.handlers.run import RunCommands
+from workcenter.service_layer.handlers.run import RunCommands, run_ref
 from workcenter.service_layer.ports import Clock
 from workcenter.service_layer.repository import Repository
 
@@ -146,6 +146,7 @@ class WorkerProtocol:
 
     def renew(self, ref: act.RunRef, lease_seconds: float) -> act.ActionState:
         """Extend the lease; StaleRun (nothing written) when the Run is no longer live."""
+        ref = run_ref(ref)
         if not self.runs.renew_lease(ref, lease_seconds, None):
             raise StaleRun()
         return self.repo.action(ref.action_id)
@@ -209,6 +210,7 @@ class WorkerProtocol:
 
         The fence is checked on the Action just before the ledger's write, which is a
         write of the ledger alone: a claim landing between the two is not seen."""
+        ref = run_ref(ref)
         request_id = inputs.text(request_id, "requestId", bounds.REQUEST_ID, required=True)
         estimate = rl.estimate_tokens(inputs.mapping(request, "request"))
         action = self.repo.action(ref.action_id)
@@ -240,6 +242,7 @@ class WorkerProtocol:
     ) -> Settled:
         """Settle a reservation of the live Run. The same settlement again answers the
         first and writes nothing; a different one for a settled request is refused."""
+        ref = run_ref(ref)
         request_id = inputs.text(request_id, "requestId", bounds.REQUEST_ID, required=True)
         complete = inputs.flag(complete, "complete")
         normalised = None if usage is None else rl.normalize_usage(inputs.mapping(usage, "usage"))
