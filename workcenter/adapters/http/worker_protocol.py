@@ -194,7 +194,8 @@ async def claim(wc: Center, heads: Heads, request: Request, body: ClaimBody) -> 
     deadline = loop.time() + body.wait_seconds
     recovered_at = float("-inf")
     while not heads.closed and not await request.is_disconnected():
-        head = await run_in_threadpool(wc.changes.head)
+        # Read before the claim, so that work arriving after it wakes the wait.
+        head = await run_in_threadpool(wc.changes.head) if body.wait_seconds else 0
         claimed = await run_in_threadpool(protocol.claim, body.worker, boot, body.lease_seconds)
         if claimed is not None:
             return _claimed(claimed)
