@@ -26,8 +26,8 @@ from starlette.concurrency import run_in_threadpool
 from workcenter.adapters.http.commands import json_body
 from workcenter.adapters.http.deps import Center
 from workcenter.adapters.http.stream import HeadWatcher, watcher
+from workcenter.application import Claim
 from workcenter.domain import action as act
-from workcenter.service_layer.handlers.claim import Claim
 from workcenter.service_layer.handlers.worker_protocol import Admitted, Finished, Settled
 
 MAX_WAIT_SECONDS = 30.0
@@ -66,7 +66,7 @@ def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     }
 
 
-COMMON = (401, 403, 404, 409, 413, 415, 422, 503)
+COMMON = (401, 403, 404, 409, 413, 415, 421, 422, 503)
 router = APIRouter(
     prefix="/api/worker",
     tags=["worker"],
@@ -352,7 +352,7 @@ class PendingBody(Body):
 
 class ConsumeBody(Body):
     fence: Fence
-    input_ids: list[Id] = Field(max_length=1000)
+    input_ids: list[Id] = Field(max_length=256)
 
 
 class Pending(Model):
