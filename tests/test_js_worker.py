@@ -12,6 +12,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,33 +54,36 @@ def server(db_path: Path) -> Iterator[str]:
     """``workcenter serve`` on a free loopback port, as an operator starts it."""
     port = free_port()
     command = [str(Path(sys.executable).with_name("workcenter")), "--db", str(db_path), "serve"]
-    process = subprocess.Popen(
-        [*command, "--create", "--port", str(port), "--log-level", "warning"],
-        env=environment(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
+    # The log goes to a file, read only if serve fails: a pipe nobody reads could fill.
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(
+            [*command, "--create", "--port", str(port), "--log-level", "warning"],
+            env=environment(),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(url + "/api/work-items", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                log.seek(0)
+                raise RuntimeError(f"serve did not start: {log.read()!r}")
+            time.sleep(0.1)
         try:
-            if httpx.get(url + "/api/work-items", timeout=1).status_code == 200:
-                break
-        except httpx.TransportError:
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError(f"serve did not start: {process.stderr.read()!r}")  # type: ignore[union-attr]
-        time.sleep(0.1)
-    try:
-        yield url
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            yield url
+        finally:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
 
 def node(url: str, *args: str) -> subprocess.Popen[str]:
