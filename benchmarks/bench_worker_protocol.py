@@ -5,8 +5,10 @@ Run from the repository root::
     .venv/bin/python benchmarks/bench_worker_protocol.py                 # 1, 8, 32 workers
     .venv/bin/python benchmarks/bench_worker_protocol.py --quick         # fewer Actions
     .venv/bin/python benchmarks/bench_worker_protocol.py --json out.json
+    .venv/bin/python benchmarks/bench_worker_protocol.py --backends sqlite,postgres
 
-For each worker count and repetition, on a fresh SQLite store each time:
+For each backend, worker count and repetition, on a fresh store each time (a
+SQLite file, or a PostgreSQL schema of ``--postgres``, dropped afterwards):
 
 - **in-process**: ``N`` threads of this process share one ``WorkCenter`` and run
   cycles of ``claim_next``, ``renew_lease`` and ``finish_run`` (the echo report);
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -36,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,9 +51,10 @@ from workcenter.application import WorkCenter
 CLI = "from workcenter.adapters.cli import main; main()"
 PER_ITEM = 8
 VERBS = ("claim", "renew", "finish")
+MAX_FAILURES = 20  # per worker thread; a failed cycle's Run stays claimed until its lease lapses
 
 
-def plan(db: Path, actions: int) -> None:
+def plan(db: str, actions: int) -> None:
     with WorkCenter.open(db) as wc:
         for n in range(max(1, actions // PER_ITEM)):
             item = wc.create_work_item(
@@ -99,13 +104,18 @@ class Drain:
 
     def run(self, workers: int, cycle: Callable[[], bool]) -> float:
         def loop() -> None:
-            try:
-                while cycle():
+            failures = 0
+            while failures < MAX_FAILURES:
+                try:
+                    if not cycle():
+                        return
+                except Exception as error:  # a benchmark reports and goes on
+                    failures += 1
                     with self.lock:
-                        self.finished += 1
-            except Exception as error:  # a benchmark reports, it does not stop
+                        self.errors.append(f"{type(error).__name__}: {error}")
+                    continue
                 with self.lock:
-                    self.errors.append(f"{type(error).__name__}: {error}")
+                    self.finished += 1
 
         threads = [threading.Thread(target=loop) for _ in range(workers)]
         began = time.perf_counter()
@@ -116,7 +126,7 @@ class Drain:
         return time.perf_counter() - began
 
 
-def in_process(db: Path, workers: int) -> tuple[Drain, float]:
+def in_process(db: str, workers: int) -> tuple[Drain, float]:
     drain = Drain()
     with WorkCenter.open(db) as wc:
         names = iter(range(10_000))
@@ -142,11 +152,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def over_http(db: Path, workers: int) -> tuple[Drain, float]:
+def over_http(db: str, workers: int) -> tuple[Drain, float]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.endswith("_TOKEN")}
     env.pop("WORKCENTER_TOKEN_FILE", None)
-    command = [sys.executable, "-c", CLI, "--db", str(db), "serve", "--port", str(port)]
+    command = [sys.executable, "-c", CLI, "--db", db, "serve", "--port", str(port)]
     server = subprocess.Popen(
         [*command, "--log-level", "warning"], env=env, stdout=subprocess.DEVNULL
     )
@@ -206,17 +216,36 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def measure(kind: str, workers: int, actions: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as directory:
-        db = Path(directory) / "bench.db"
+def fresh_store(backend: str, postgres: str) -> tuple[str, Callable[[], None]]:
+    if backend == "sqlite":
+        directory = tempfile.mkdtemp(prefix="wc-remote-bench-")
+        return str(Path(directory) / "bench.db"), lambda: shutil.rmtree(directory, True)
+    schema = f"bench_{uuid.uuid4().hex[:10]}"
+
+    def drop() -> None:
+        import psycopg
+
+        with psycopg.connect(postgres, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+    return f"{postgres}?schema={schema}", drop
+
+
+def measure(kind: str, workers: int, actions: int, backend: str, postgres: str) -> dict[str, Any]:
+    db, cleanup = fresh_store(backend, postgres)
+    try:
         plan(db, actions)
         drain, seconds = (in_process if kind == "in-process" else over_http)(db, workers)
+    finally:
+        cleanup()
     return {
+        "backend": backend,
         "kind": kind,
         "workers": workers,
         "finished": drain.finished,
         "seconds": seconds,
         "cycles_per_second": drain.finished / seconds,
+        "error_count": len(drain.errors),
         "errors": drain.errors[:5],
         "latency_ms": {
             verb: {
@@ -228,6 +257,35 @@ def measure(kind: str, workers: int, actions: int) -> dict[str, Any]:
     }
 
 
+def line(result: dict[str, Any]) -> str:
+    return (
+        f"{result['backend']:>8} {result['kind']:>10} {result['workers']:>2} workers: "
+        f"{result['cycles_per_second']:7.1f} cycles/s "
+        f"({result['finished']} in {result['seconds']:.2f} s) "
+        + " ".join(
+            f"{verb} p50 {lat['p50']:.1f} p95 {lat['p95']:.1f} ms"
+            for verb, lat in result["latency_ms"].items()
+        )
+        + (f" errors {result['error_count']}: {result['errors'][:2]}" if result["errors"] else "")
+    )
+
+
+def summary(runs: list[dict[str, Any]], backend: str, workers: int) -> str:
+    rates = {
+        kind: [
+            r["cycles_per_second"] for r in runs if r["workers"] == workers and r["kind"] == kind
+        ]
+        for kind in ("in-process", "http")
+    }
+    ratios = [h / i for h, i in zip(rates["http"], rates["in-process"], strict=True)]
+    return (
+        f"{backend:>8} {workers:>2} workers: http / in-process = "
+        f"{statistics.median(ratios):.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f}; "
+        f"in-process median {statistics.median(rates['in-process']):.1f}, "
+        f"http median {statistics.median(rates['http']):.1f} cycles/s)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", default="1,8,32")
@@ -235,43 +293,25 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="48 Actions, 1 repetition")
     parser.add_argument("--json", default=None, help="write the figures to this file")
+    parser.add_argument("--backends", default="sqlite", help="sqlite, postgres or both")
+    parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/test")
     args = parser.parse_args()
     actions, reps = (48, 1) if args.quick else (args.actions, args.reps)
     runs: list[dict[str, Any]] = []
-    for workers in (int(n) for n in args.workers.split(",")):
-        for rep in range(reps):
-            # Alternate the order, so neither kind always runs on a warmer machine.
-            kinds = ("in-process", "http") if rep % 2 == 0 else ("http", "in-process")
-            for kind in kinds:
-                result = measure(kind, workers, actions)
-                runs.append(result)
-                print(
-                    f"{kind:>10} {workers:>2} workers: {result['cycles_per_second']:7.1f} "
-                    f"cycles/s ({result['finished']} in {result['seconds']:.2f} s) "
-                    + " ".join(
-                        f"{verb} p50 {lat['p50']:.1f} p95 {lat['p95']:.1f} ms"
-                        for verb, lat in result["latency_ms"].items()
-                    )
-                    + (f" errors {result['errors']}" if result["errors"] else ""),
-                    flush=True,
-                )
+    backends = args.backends.split(",")
+    for backend in backends:
+        for workers in (int(n) for n in args.workers.split(",")):
+            for rep in range(reps):
+                # Alternate the order, so neither kind always runs on a warmer machine.
+                kinds = ("in-process", "http") if rep % 2 == 0 else ("http", "in-process")
+                for kind in kinds:
+                    result = measure(kind, workers, actions, backend, args.postgres)
+                    runs.append(result)
+                    print(line(result), flush=True)
     print()
-    for workers in sorted({r["workers"] for r in runs}):
-        rates = {
-            kind: [
-                r["cycles_per_second"]
-                for r in runs
-                if r["workers"] == workers and r["kind"] == kind
-            ]
-            for kind in ("in-process", "http")
-        }
-        ratios = [h / i for h, i in zip(rates["http"], rates["in-process"], strict=True)]
-        print(
-            f"{workers:>2} workers: http / in-process = {statistics.median(ratios):.2f}x "
-            f"(min {min(ratios):.2f}, max {max(ratios):.2f}; "
-            f"in-process median {statistics.median(rates['in-process']):.1f}, "
-            f"http median {statistics.median(rates['http']):.1f} cycles/s)"
-        )
+    for backend in backends:
+        for workers in sorted({r["workers"] for r in runs}):
+            print(summary([r for r in runs if r["backend"] == backend], backend, workers))
     if args.json:
         Path(args.json).write_text(json.dumps(runs, indent=2))
 
