@@ -207,9 +207,15 @@ process.on("SIGINT", () => shutdown(130));
 
 let runs = 0;
 say("started", { url: base });
-while (runs < maxRuns) {
-  const ran = await runOne();
-  if (ran) runs++;
-  else if (options["exit-when-idle"]) break;
+try {
+  while (runs < maxRuns) {
+    const ran = await runOne();
+    if (ran) runs++;
+    else if (options["exit-when-idle"]) break;
+  }
+} catch (error) {
+  // A refused claim (a bad option, a wrong token) or a server out of reach.
+  say("failed", { error: String(error.message ?? error) });
+  process.exit(1);
 }
 say("stopped", { runs });
