@@ -4,6 +4,7 @@ tokens from the environment or a file, never shown."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -174,3 +175,17 @@ def test_another_host_needs_some_token(monkeypatch: pytest.MonkeyPatch) -> None:
         Policy.for_host("0.0.0.0")
     monkeypatch.setenv("WORKCENTER_USER_TOKEN", USER)
     assert Policy.for_host("0.0.0.0").scoped == (("user", USER),)
+
+
+def test_no_token_reaches_a_log(
+    api: TestClient, wc: WorkCenter, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    create(api)
+    claim(api)
+    api.get("/api/work-items", headers=bearer(WORKER))  # 403
+    api.get("/api/work-items", headers=bearer("a-guess-at-a-token-0000"))  # 401
+    api.post("/api/worker/claim", json={"worker": "w"}, headers=bearer(USER))  # 403
+    assert caplog.records, "nothing was logged: the test would prove nothing"
+    for token in (WORKER, USER, OPERATOR, API, "a-guess-at-a-token-0000"):
+        assert token not in caplog.text
