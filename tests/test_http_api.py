@@ -392,6 +392,13 @@ def test_openapi_documents_every_route(api: TestClient) -> None:
         item + "/stream",
         item + "/actions/{action_id}/retry",
         item + "/actions/{action_id}/guide",
+        *(
+            "/api/worker/" + verb
+            for verb in ("claim", "renew", "finish", "interrupt", "defer", "input")
+        ),
+        "/api/worker/input/consume",
+        "/api/worker/requests/reserve",
+        "/api/worker/requests/settle",
     }
 
 

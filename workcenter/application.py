@@ -36,6 +36,7 @@ from workcenter.service_layer.handlers.claim import Claim
 from workcenter.service_layer.handlers.coordinator import PostedMessage
 from workcenter.service_layer.handlers.coordinator_rules import DecisionRules
 from workcenter.service_layer.handlers.coordinator_step import Coordinator, StepResult
+from workcenter.service_layer.handlers.worker_protocol import WorkerProtocol
 from workcenter.service_layer.maintenance import Maintenance
 from workcenter.service_layer.ports import Clock, CoordinatorProvider, SystemClock
 from workcenter.service_layer.queries.browser import WebReads
@@ -86,6 +87,7 @@ class WorkCenter:
         self._web_reads = parts.web_reads
         self._changes = parts.changes
         self._maintenance = parts.maintenance
+        self._worker_protocol = parts.worker_protocol
 
     @classmethod
     def open(
@@ -162,6 +164,12 @@ class WorkCenter:
         """The operator's verbs over the whole store: verify the history, take its
         anchor, the read models' status and rebuild."""
         return self._maintenance
+
+    @property
+    def worker_protocol(self) -> WorkerProtocol:
+        """A remote worker's verbs: claims under its own boot id, Run commands and model
+        requests by fence, a repeated finish or settlement recognised (ADR-0063)."""
+        return self._worker_protocol
 
     @property
     def changes(self) -> ChangeFeed:

@@ -57,6 +57,7 @@ from workcenter.service_layer.handlers.coordinator_rules import DecisionRules, D
 from workcenter.service_layer.handlers.resource_ledger import BudgetCommands
 from workcenter.service_layer.handlers.run import RunCommands
 from workcenter.service_layer.handlers.work_item import WorkItemCommands
+from workcenter.service_layer.handlers.worker_protocol import WorkerProtocol
 from workcenter.service_layer.history import hash_chain
 from workcenter.service_layer.history.proof import HistoryProof
 from workcenter.service_layer.maintenance import Maintenance
@@ -150,6 +151,7 @@ class Parts:
     web_reads: WebReads
     changes: ChangeFeed
     maintenance: Maintenance
+    worker_protocol: WorkerProtocol
 
 
 def _one_commit_postgres(store: EventStore) -> bool:
@@ -186,6 +188,8 @@ def compose(
     repo = repository[0]
     clock = clock or SystemClock()
     boot_id = boot_id or uuid.uuid4().hex
+    run_commands = RunCommands(repo, read_models, clock, boot_id)
+    budget = BudgetCommands(repo, clock)
     chain: ChainReader = store.recorder.chain  # type: ignore[attr-defined]  # both recorders have one
     read_streams: StreamReader = partial(event_log.streams_in_order, store)
     read_events_after: NotificationReader = partial(event_log.events_after, store)
@@ -197,8 +201,8 @@ def compose(
         read_models=read_models,
         repository=repo,
         work_items=WorkItemCommands(repo, clock),
-        runs=RunCommands(repo, read_models, clock, boot_id),
-        budget=BudgetCommands(repo, clock),
+        runs=run_commands,
+        budget=budget,
         coordinator=CoordinatorCommands(repo, read_models, clock, boot_id, rules),
         reads=Reads(repo, read_models, read_streams),
         web_reads=WebReads(repo, read_models, clock),
@@ -215,6 +219,7 @@ def compose(
                 sealed=store.mapper.cipher is not None,
             ),
         ),
+        worker_protocol=WorkerProtocol(run_commands, budget),
     )
 
 

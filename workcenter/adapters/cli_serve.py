@@ -75,8 +75,10 @@ def serve(
     """Serve the HTTP API and the live dashboard at http://HOST:PORT/.
 
     Bound to a loopback address (the default) it serves this machine only. Any other
-    --host needs WORKCENTER_API_TOKEN (16 characters or more): every request must then
-    carry it as `Authorization: Bearer <token>`.
+    --host needs WORKCENTER_API_TOKEN (16 characters or more), or scoped tokens
+    (WORKCENTER_WORKER_TOKEN, WORKCENTER_USER_TOKEN, WORKCENTER_OPERATOR_TOKEN,
+    WORKCENTER_TOKEN_FILE): every request must then carry one as
+    `Authorization: Bearer <token>`. Workers in any language use /api/worker/.
 
     With --coordinate the Coordinator runs beside the server, as `workcenter coordinate`
     would: a message posted in the dashboard is answered without another process.

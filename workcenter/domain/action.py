@@ -159,6 +159,8 @@ class RunFinished(ActionEvent):
     outcome: Literal["completed", "waiting", "retryable", "failed"]
     result: RunResult
     action_status: ActionStatus
+    # The digest of the report as sent (None before ADR-0063): a retried finish is known by it.
+    report_digest: str | None = None
 
 
 class RunInterrupted(ActionEvent):
@@ -518,6 +520,7 @@ def finish(
     result: RunResult,
     at: datetime,
     by: Actor,
+    report_digest: str | None = None,
 ) -> list[ActionEvent]:
     action_status: ActionStatus
     if outcome == "retryable":
@@ -525,7 +528,14 @@ def finish(
     else:
         action_status = outcome
     emit: Emitter[ActionEvent] = Emitter.after(state, at, by)
-    emit(RunFinished, run_id=run.id, outcome=outcome, result=result, action_status=action_status)
+    emit(
+        RunFinished,
+        run_id=run.id,
+        outcome=outcome,
+        result=result,
+        action_status=action_status,
+        report_digest=report_digest,
+    )
     return emit.events
 
 

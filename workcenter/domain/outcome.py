@@ -8,8 +8,10 @@ a failure rather than lost.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any, Literal
 
+import orjson
 from pydantic import ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
@@ -80,6 +82,17 @@ class NormalisedOutcome(Immutable):
     outcome: Outcome
     result: act.RunResult
     contract_patch: ContractPatch | None
+    # The report as sent, so that the same finish sent again is recognised (ADR-0063).
+    digest: str | None = None
+
+
+def report_digest(report: RunReport) -> str:
+    """SHA-256 of the report's fields as JSON with sorted keys: equal for the same
+    report however its keys were ordered or spelled (camelCase or snake_case)."""
+    fields = orjson.dumps(
+        report.model_dump(mode="json"), option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS
+    )
+    return hashlib.sha256(fields).hexdigest()
 
 
 def _patch(raw: Any) -> ContractPatch | None:
@@ -124,6 +137,7 @@ def normalise(
     payload: RunReport | dict[str, Any], *, item: wi.WorkItemState, action: act.ActionState
 ) -> NormalisedOutcome:
     report = RunReport.parse(payload)
+    digest = report_digest(report)
     if report.outcome not in OUTCOMES:
         raise InvalidInput(f"outcome must be one of {', '.join(OUTCOMES)}, not {report.outcome!r}")
     waiting_reason = report.waiting_reason.strip()[:TEXT_LIMIT]
@@ -154,6 +168,7 @@ def normalise(
             outcome="failed",
             result=result.model_copy(update={"error": reason, "failure_kind": "invalid_outcome"}),
             contract_patch=None,
+            digest=digest,
         )
 
     if patch is not None and not modes.of(item).takes_contract_patches:
@@ -161,7 +176,7 @@ def normalise(
     if patch is not None and action.type != "triage":
         return failed("Only a triage Action may patch the contract")
     if outcome != "completed":
-        return NormalisedOutcome(outcome=outcome, result=result, contract_patch=None)
+        return NormalisedOutcome(outcome=outcome, result=result, contract_patch=None, digest=digest)
     if action.type == "review" and decision is None:
         return failed("A completed review must decide approved or changes_requested")
     if not result.evidence:
@@ -177,4 +192,6 @@ def normalise(
         check.status != "passed" for check in result.checks
     ):
         return failed("The final gate needs every acceptance check passed")
-    return NormalisedOutcome(outcome="completed", result=result, contract_patch=patch)
+    return NormalisedOutcome(
+        outcome="completed", result=result, contract_patch=patch, digest=digest
+    )

@@ -135,7 +135,15 @@ def finish(
     if normalised.contract_patch is not None:
         _apply_patch(unit, normalised)
     unit.apply_action(
-        act.finish(action, run, outcome=normalised.outcome, result=normalised.result, at=at, by=by)
+        act.finish(
+            action,
+            run,
+            outcome=normalised.outcome,
+            result=normalised.result,
+            at=at,
+            by=by,
+            report_digest=normalised.digest,
+        )
     )
     modes.of(item).after_finish(unit, unit.action(action.id), normalised)
     return unit

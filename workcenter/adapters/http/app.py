@@ -13,7 +13,15 @@ from importlib.metadata import version
 
 from fastapi import FastAPI
 
-from workcenter.adapters.http import commands, conversation, dashboard, problems, reads, stream
+from workcenter.adapters.http import (
+    commands,
+    conversation,
+    dashboard,
+    problems,
+    reads,
+    stream,
+    worker_protocol,
+)
 from workcenter.adapters.http.conventions import Conventions
 from workcenter.adapters.http.guard import Guard, Policy
 from workcenter.adapters.http.stream import HeadWatcher
@@ -54,7 +62,8 @@ def create_app(
     app.state.head_watcher = heads
     app.state.message_posted = on_message or (lambda: None)
     problems.install(app)
-    for router in (reads.router, commands.router, conversation.router, stream.router):
+    routers = (reads, commands, conversation, stream, worker_protocol)
+    for router in (module.router for module in routers):
         app.include_router(router)
     dashboard.mount(app)
     app.add_middleware(Conventions)

@@ -8,6 +8,13 @@ characters), and then every request but the dashboard's static files needs
 ``Authorization: Bearer <token>``, compared in constant time. A request body is
 read whole, up to ``max_body_bytes``, before the application sees it: a longer one
 is answered 413 without being read further.
+
+Scoped tokens (ADR-0064) narrow what a token may do: a worker's only runs Actions
+(``/api/worker/``), a user's steers and reads items, an operator's does what a
+user's does and reads raw audit. They come from ``WORKCENTER_WORKER_TOKEN``,
+``WORKCENTER_USER_TOKEN``, ``WORKCENTER_OPERATOR_TOKEN`` and the file named by
+``WORKCENTER_TOKEN_FILE`` (one ``SCOPE TOKEN`` per line); ``WORKCENTER_API_TOKEN``
+keeps every scope. A token is never logged nor shown in a policy's repr.
 """
 
 from __future__ import annotations
@@ -16,8 +23,9 @@ import hashlib
 import hmac
 import ipaddress
 import os
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -25,6 +33,21 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from workcenter.domain.errors import WorkcenterError
 
 TOKEN_ENV = "WORKCENTER_API_TOKEN"
+TOKEN_FILE_ENV = "WORKCENTER_TOKEN_FILE"
+SCOPE_ENVS = {
+    "worker": "WORKCENTER_WORKER_TOKEN",
+    "user": "WORKCENTER_USER_TOKEN",
+    "operator": "WORKCENTER_OPERATOR_TOKEN",
+}
+# What a token of each kind may do; the API token (ADR-0031) may do everything.
+GRANTS: Mapping[str, frozenset[str]] = {
+    "worker": frozenset({"worker"}),
+    "user": frozenset({"user"}),
+    "operator": frozenset({"user", "operator"}),
+    "api": frozenset({"worker", "user", "operator"}),
+}
+WORKER_PATH = "/api/worker"
+DOCUMENT_PATHS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})
 MIN_TOKEN_CHARS = 16
 MAX_BODY_BYTES = 1024 * 1024
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -52,28 +75,67 @@ def is_loopback(host: str) -> bool:
 @dataclass(frozen=True)
 class Policy:
     host: str
-    token: str | None
+    token: str | None = field(repr=False)
     max_body_bytes: int = MAX_BODY_BYTES
+    # (scope, token) pairs besides the API token.
+    scoped: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @classmethod
     def for_host(
-        cls, host: str, token: str | None = None, max_body_bytes: int = MAX_BODY_BYTES
+        cls,
+        host: str,
+        token: str | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        scoped: Iterable[tuple[str, str]] | None = None,
     ) -> Policy:
-        """The policy of a server bound to ``host``; the token defaults to the
+        """The policy of a server bound to ``host``; the tokens default to the
         environment's. ``UnsafeServer`` when another host has no usable token."""
         token = token if token is not None else os.environ.get(TOKEN_ENV) or None
         if token is not None and len(token.strip()) < MIN_TOKEN_CHARS:
             raise UnsafeServer(f"{TOKEN_ENV} must have at least {MIN_TOKEN_CHARS} characters")
-        if not is_loopback(host) and token is None:
+        pairs = tuple(scoped if scoped is not None else scoped_tokens(os.environ))
+        for scope, value in pairs:
+            if scope not in SCOPE_ENVS:
+                raise UnsafeServer(f"unknown token scope {scope!r}: worker, user or operator")
+            if len(value.strip()) < MIN_TOKEN_CHARS:
+                raise UnsafeServer(
+                    f"a {scope} token must have at least {MIN_TOKEN_CHARS} characters"
+                )
+        if not is_loopback(host) and token is None and not pairs:
             raise UnsafeServer(
-                f"serving on {host} (not a loopback address) needs {TOKEN_ENV} set: every "
-                "request must then carry it as a bearer token"
+                f"serving on {host} (not a loopback address) needs {TOKEN_ENV} (or scoped "
+                "tokens) set: every request must then carry one as a bearer token"
             )
-        return cls(host=host, token=token, max_body_bytes=max_body_bytes)
+        return cls(host=host, token=token, max_body_bytes=max_body_bytes, scoped=pairs)
 
     @property
     def loopback(self) -> bool:
         return is_loopback(self.host)
+
+
+def scoped_tokens(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+    """The scoped tokens the operator configured: one per scope from the environment,
+    any number from the token file (``SCOPE TOKEN`` lines; blank and ``#`` lines are
+    skipped). A file that cannot be read or parsed is ``UnsafeServer``, naming the
+    line but never its token."""
+    pairs = [(scope, environ[name]) for scope, name in SCOPE_ENVS.items() if environ.get(name)]
+    path = environ.get(TOKEN_FILE_ENV)
+    if not path:
+        return pairs
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UnsafeServer(
+            f"{TOKEN_FILE_ENV}: cannot read {path}: {type(error).__name__}"
+        ) from None
+    for number, line in enumerate(lines, 1):
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        if len(words) != 2:
+            raise UnsafeServer(f"{path} line {number}: expected SCOPE TOKEN")
+        pairs.append((words[0], words[1]))
+    return pairs
 
 
 def _digest(value: str | bytes) -> bytes:
@@ -117,17 +179,25 @@ class Guard:
     def __init__(self, app: ASGIApp, policy: Policy) -> None:
         self.app = app
         self.policy = policy
-        self._token_digest = _digest(policy.token) if policy.token is not None else None
+        grants = [(_digest(value), GRANTS[scope]) for scope, value in policy.scoped]
+        if policy.token is not None:
+            grants.append((_digest(policy.token), GRANTS["api"]))
+        self._grants = tuple(grants)
 
-    def _authenticated(self, scope: Scope) -> bool:
-        if self._token_digest is None:
-            return False
+    def _scopes(self, scope: Scope) -> frozenset[str]:
+        """The scopes of the presented token (none for none or an unknown one)."""
         given = _header(scope, b"authorization") or b""
         scheme, _, credential = given.partition(b" ")
         if scheme.lower() != b"bearer":
             credential = b""
-        # Digests have one length, so the comparison time says nothing of the token's.
-        return hmac.compare_digest(_digest(credential.strip()), self._token_digest)
+        presented = _digest(credential.strip())
+        granted: frozenset[str] = frozenset()
+        # Digests have one length, so the comparison time says nothing of a token's; every
+        # token is compared, so neither does which one matched.
+        for digest, scopes in self._grants:
+            if hmac.compare_digest(presented, digest):
+                granted |= scopes
+        return granted
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -146,18 +216,25 @@ class Guard:
                 return
         path: str = scope.get("path", "")
         public = path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIX)
-        authenticated = self._authenticated(scope)
-        scope.setdefault("state", {})[AUTHENTICATED] = authenticated
-        if self._token_digest is not None and not public and not authenticated:
-            await _refuse(
-                send,
-                401,
-                "Unauthorized",
-                "unauthorized",
-                "a bearer token is required (Authorization: Bearer <WORKCENTER_API_TOKEN>)",
-                WWW_Authenticate='Bearer realm="workcenter"',
-            )
-            return
+        granted = self._scopes(scope) if self._grants else frozenset()
+        # Raw audit is the operator's (a token presented); a loopback server without
+        # tokens serves one user with every other scope.
+        scope.setdefault("state", {})[AUTHENTICATED] = "operator" in granted
+        if self._grants and not public:
+            if not granted:
+                await _refuse(
+                    send,
+                    401,
+                    "Unauthorized",
+                    "unauthorized",
+                    "a bearer token is required (Authorization: Bearer <token>)",
+                    WWW_Authenticate='Bearer realm="workcenter"',
+                )
+                return
+            needed = _scope_of(path)
+            if needed is not None and needed not in granted:
+                await _refuse(send, 403, "Forbidden", "forbidden", _FORBIDDEN[needed])
+                return
         declared = _header(scope, b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_body):
             await self._too_large(send)
@@ -188,6 +265,19 @@ class Guard:
             f"request bodies are limited to {self.max_body} bytes",
             Connection="close",
         )
+
+
+_FORBIDDEN = {
+    "worker": "the worker protocol needs a worker token",
+    "user": "a worker token may only run Actions (the worker protocol under /api/worker/)",
+}
+
+
+def _scope_of(path: str) -> str | None:
+    """The scope a path needs; None for the API's document, which any token may read."""
+    if path == WORKER_PATH or path.startswith(WORKER_PATH + "/"):
+        return "worker"
+    return None if path in DOCUMENT_PATHS else "user"
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:

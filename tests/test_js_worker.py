@@ -1,0 +1,169 @@
+"""The reference JavaScript worker (examples/worker.mjs) against a live
+``workcenter serve``: it runs a linear item to ``done`` through the worker protocol,
+and, killed mid-Run, its Run is recovered once the lease lapses and its late finish
+is refused with nothing written (ADR-0065)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+from uuid import UUID
+
+import httpx
+import pytest
+from http_client import LINEAR
+
+from workcenter.application import WorkCenter
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = ROOT / "examples" / "worker.mjs"
+NODE = shutil.which("node")
+pytestmark = pytest.mark.skipif(NODE is None, reason="Node 20 is not installed")
+TOKEN_ENVS = (
+    "WORKCENTER_API_TOKEN",
+    "WORKCENTER_TOKEN_FILE",
+    "WORKCENTER_WORKER_TOKEN",
+    "WORKCENTER_USER_TOKEN",
+    "WORKCENTER_OPERATOR_TOKEN",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in TOKEN_ENVS}
+
+
+@pytest.fixture
+def server(db_path: Path) -> Iterator[str]:
+    """``workcenter serve`` on a free loopback port, as an operator starts it."""
+    port = free_port()
+    command = [str(Path(sys.executable).with_name("workcenter")), "--db", str(db_path), "serve"]
+    # The log goes to a file, read only if serve fails: a pipe nobody reads could fill.
+    with tempfile.TemporaryFile() as log:
+        process = subprocess.Popen(
+            [*command, "--create", "--port", str(port), "--log-level", "warning"],
+            env=environment(),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(url + "/api/work-items", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                log.seek(0)
+                raise RuntimeError(f"serve did not start: {log.read()!r}")
+            time.sleep(0.1)
+        try:
+            yield url
+        finally:
+            process.send_signal(signal.SIGINT)
+            try:
+                process.wait(20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def node(url: str, *args: str) -> subprocess.Popen[str]:
+    assert NODE is not None
+    return subprocess.Popen(
+        [NODE, str(WORKER), "--url", url, "--name", "js", *args],
+        env=environment(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def lines_until(stream: IO[str], event: str, timeout: float) -> dict[str, Any]:
+    """The worker's JSON lines, read until the first ``event`` (its line returned)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = stream.readline()
+        if not line:
+            break
+        record: dict[str, Any] = json.loads(line)
+        if record["event"] == event:
+            return record
+    raise AssertionError(f"the worker never said {event!r}")
+
+
+def test_the_javascript_worker_runs_an_item_to_done(server: str, db_path: Path) -> None:
+    item = httpx.post(server + "/api/work-items", json=LINEAR).json()
+    worker = node(server, "--exit-when-idle", "--wait", "1", "--lease", "5")
+    out, err = worker.communicate(timeout=120)
+    assert worker.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    finished = [e for e in events if e["event"] == "finished"]
+    assert [e["outcome"] for e in finished] == ["completed"] * 3
+    detail = httpx.get(f"{server}/api/work-items/{item['id']}").json()
+    assert detail["status"] == "done"
+    with WorkCenter.open(db_path, create=False) as wc:
+        ledger = wc.ledger(UUID(item["id"]))
+        assert ledger.request_count == 3
+        assert all(r.status == "reported" for r in ledger.reservations.values())
+        claims = wc.audit(UUID(item["id"]), type="RunClaimed")
+        assert {r.actor_id for r in claims} == {f"js@{events[0]['bootId']}"}
+
+
+def test_a_killed_javascript_worker_is_fenced_off_and_its_run_recovered(
+    server: str, db_path: Path
+) -> None:
+    item = httpx.post(server + "/api/work-items", json=LINEAR).json()
+    worker = node(server, "--lease", "2", "--work-ms", "60000")
+    assert worker.stdout is not None
+    claimed = lines_until(worker.stdout, "claimed", 30)
+    assert claimed["workItemId"] == item["id"]
+    lines_until(worker.stdout, "renewed", 10)  # it renews while it works
+    worker.kill()  # no goodbye: the lease is all that ends its Run
+    worker.wait()
+    fence = claimed["fence"]
+    time.sleep(2.5)  # the lease lapses
+    # The next idle claim recovers the Run and claims its Action again.
+    again = httpx.post(
+        server + "/api/worker/claim",
+        json={"worker": "py", "bootId": "py-1", "waitSeconds": 5},
+        timeout=30,
+    )
+    assert again.status_code == 200, again.text
+    assert again.json()["fence"]["actionId"] == fence["actionId"]
+    assert again.json()["fence"]["leaseEpoch"] == fence["leaseEpoch"] + 1
+    with WorkCenter.open(db_path, create=False) as wc:
+        run = wc.action(UUID(fence["actionId"])).run(UUID(fence["runId"]))
+        assert run is not None and run.status == "interrupted"
+        assert run.end_reason is not None and "lease" in run.end_reason
+        before = wc.event_count()
+        report = {
+            "outcome": "completed",
+            "evidence": ["late"],
+            "acceptanceChecks": [
+                {"criterion": c, "status": "passed"} for c in LINEAR["acceptanceCriteria"]
+            ],
+        }
+        late = httpx.post(server + "/api/worker/finish", json={"fence": fence, "report": report})
+        assert late.status_code == 409 and late.json()["title"] == "StaleRun"
+        assert wc.event_count() == before, "the late finish wrote events"
+        live = wc.action(UUID(fence["actionId"]))
+        assert live.status == "running" and isinstance(live.current_run_id, UUID)

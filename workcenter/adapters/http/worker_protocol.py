@@ -1,0 +1,440 @@
+"""The worker protocol (ADR-0063): a worker in any language claims, renews, reports
+and meters Runs over HTTP, under ``/api/worker/``.
+
+Every verb is a POST with a strict JSON body (unknown fields are 422). A claim
+answers the Run's fence (action id, run id, the worker's boot id, lease epoch);
+every later verb sends it back as ``fence``, and a fence that is not the Run's live
+one is ``409 StaleRun`` with nothing written. A claim waits up to ``waitSeconds``
+for work (a long poll woken by new events, and at least every second, when it also
+ends Runs whose lease expired); 204 when none came. A finish, a reservation or a
+settlement sent again answers the first result with ``replayed: true`` and writes
+nothing. The routes call the facade's ``worker_protocol`` part only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Annotated, Any, Literal
+from uuid import UUID
+
+from fastapi import APIRouter, Depends, Request, Response
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+from starlette.concurrency import run_in_threadpool
+
+from workcenter.adapters.http.commands import json_body
+from workcenter.adapters.http.deps import Center
+from workcenter.adapters.http.stream import HeadWatcher, watcher
+from workcenter.application import Claim
+from workcenter.domain import action as act
+from workcenter.service_layer.handlers.worker_protocol import Admitted, Finished, Settled
+
+MAX_WAIT_SECONDS = 30.0
+# A long poll looks again at least this often: an expired lease writes no event.
+RECHECK_SECONDS = 1.0
+Id = Annotated[UUID, Field(strict=False)]  # a JSON string, parsed
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+
+
+class Body(Model):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", strict=True
+    )
+
+
+class Problem(Model):
+    """An RFC 9457 problem document; ``title`` is the typed error's name."""
+
+    type: str
+    title: str
+    status: int
+    detail: str
+
+
+def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    schema = Problem.model_json_schema(by_alias=True)
+    return {
+        status: {
+            "description": "A problem document",
+            "content": {"application/problem+json": {"schema": schema}},
+        }
+        for status in statuses
+    }
+
+
+COMMON = (401, 403, 404, 409, 413, 415, 421, 422, 503)
+router = APIRouter(
+    prefix="/api/worker",
+    tags=["worker"],
+    dependencies=[Depends(json_body)],
+    responses=_problems(*COMMON),
+)
+Heads = Annotated[HeadWatcher, Depends(watcher)]
+
+
+# --- the fence ------------------------------------------------------------------------
+
+
+class Fence(Body):
+    """What a claim returned and every later verb of its Run sends back."""
+
+    action_id: Id
+    run_id: Id
+    boot_id: str = Field(max_length=64)
+    lease_epoch: int = Field(ge=1)
+
+    def ref(self) -> act.RunRef:
+        return act.RunRef(
+            action_id=self.action_id,
+            run_id=self.run_id,
+            boot_id=self.boot_id,
+            lease_epoch=self.lease_epoch,
+        )
+
+
+class FenceOut(Model):
+    action_id: UUID
+    run_id: UUID
+    boot_id: str
+    lease_epoch: int
+
+
+def _fence(claim: Claim) -> FenceOut:
+    return FenceOut(
+        action_id=claim.action_id,
+        run_id=claim.run_id,
+        boot_id=claim.boot_id,
+        lease_epoch=claim.lease_epoch,
+    )
+
+
+# --- claim ----------------------------------------------------------------------------
+
+
+class ClaimBody(Body):
+    worker: str = Field(min_length=1, max_length=200)
+    boot_id: str | None = Field(None, description="Your process's id; default: the server's.")
+    lease_seconds: float = Field(60.0, ge=1, le=86_400)
+    wait_seconds: float = Field(0.0, ge=0, le=MAX_WAIT_SECONDS)
+
+
+class InputOut(Model):
+    id: UUID
+    text: str
+
+
+class ContextOut(Model):
+    kind: str
+    text: str
+    action_type: str | None
+    run_id: UUID | None
+
+
+class BriefOut(Model):
+    objective: str
+    approach: str
+    expected_outcome: str
+
+
+class Claimed(Model):
+    """A claimed Run: its fence and what the worker needs to execute it."""
+
+    fence: FenceOut
+    work_item_id: UUID
+    worker: str
+    expires_at: datetime
+    action_type: str
+    brief: BriefOut
+    context: list[ContextOut]
+    goal: str
+    acceptance_criteria: list[str]
+    delivery_target: str | None
+    attempt: int
+    inputs: list[InputOut]
+
+
+def _claimed(claim: Claim) -> Claimed:
+    return Claimed(
+        fence=_fence(claim),
+        work_item_id=claim.work_item_id,
+        worker=claim.worker,
+        expires_at=claim.expires_at,
+        action_type=claim.action_type,
+        brief=BriefOut(
+            objective=claim.brief.objective,
+            approach=claim.brief.approach,
+            expected_outcome=claim.brief.expected_outcome,
+        ),
+        context=[
+            ContextOut(kind=c.kind, text=c.text, action_type=c.action_type, run_id=c.run_id)
+            for c in claim.context
+        ],
+        goal=claim.goal,
+        acceptance_criteria=list(claim.acceptance_criteria),
+        delivery_target=claim.delivery_target,
+        attempt=claim.attempt,
+        inputs=[InputOut(id=i.id, text=i.text) for i in claim.inputs],
+    )
+
+
+@router.post(
+    "/claim",
+    response_model=Claimed,
+    responses={204: {"description": "Nothing to claim within waitSeconds"}},
+)
+async def claim(wc: Center, heads: Heads, request: Request, body: ClaimBody) -> Any:
+    """Claim the oldest claimable Action, waiting up to ``waitSeconds`` for one."""
+    protocol = wc.worker_protocol
+    boot = body.boot_id if body.boot_id is not None else wc.boot_id
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + body.wait_seconds
+    recovered_at = float("-inf")
+    while not heads.closed and not await request.is_disconnected():
+        # Read before the claim, so that work arriving after it wakes the wait.
+        head = await run_in_threadpool(wc.changes.head) if body.wait_seconds else 0
+        claimed = await run_in_threadpool(protocol.claim, body.worker, boot, body.lease_seconds)
+        if claimed is not None:
+            return _claimed(claimed)
+        if loop.time() - recovered_at >= RECHECK_SECONDS:
+            recovered_at = loop.time()
+            if await run_in_threadpool(protocol.recover_expired):
+                continue  # an expired Run's Action may be claimable again
+        left = deadline - loop.time()
+        if left <= 0:
+            break
+        await heads.wait_past(head, min(left, RECHECK_SECONDS))
+    return Response(status_code=204)
+
+
+# --- Run commands ---------------------------------------------------------------------
+
+
+class RenewBody(Body):
+    fence: Fence
+    lease_seconds: float = Field(60.0, ge=1, le=86_400)
+
+
+class Renewed(Model):
+    fence: FenceOut
+    expires_at: datetime
+
+
+@router.post("/renew", response_model=Renewed)
+def renew(wc: Center, body: RenewBody) -> Renewed:
+    """Extend the lease by ``leaseSeconds`` from now; 409 StaleRun: stop working on it."""
+    ref = body.fence.ref()
+    action = wc.worker_protocol.renew(ref, body.lease_seconds)
+    run = action.run(ref.run_id)
+    assert run is not None
+    return Renewed(fence=_fence_of(ref), expires_at=run.expires_at)
+
+
+def _fence_of(ref: act.RunRef) -> FenceOut:
+    return FenceOut(
+        action_id=ref.action_id,
+        run_id=ref.run_id,
+        boot_id=ref.boot_id,
+        lease_epoch=ref.lease_epoch,
+    )
+
+
+class Check(Body):
+    criterion: str
+    status: Literal["passed", "failed", "deferred", "not_applicable"]
+    evidence: str = ""
+
+
+class Report(Body):
+    """A Run's report (lifecycle.md 3.4); the service normalises and bounds it."""
+
+    outcome: Literal["completed", "waiting", "retryable", "failed"]
+    summary: str = ""
+    response: str = ""
+    evidence: list[str | dict[str, Any]] = Field(default_factory=list)
+    outputs: list[str | dict[str, Any]] = Field(default_factory=list)
+    acceptance_checks: list[Check] = Field(default_factory=list)
+    waiting_reason: str = ""
+    error: str = ""
+    failure_kind: str = ""
+    failure_code: str = ""
+    review_decision: Literal["approved", "changes_requested"] | None = None
+    contract_patch: dict[str, Any] | None = None
+
+
+class FinishBody(Body):
+    fence: Fence
+    report: Report
+
+
+class FinishedOut(Model):
+    """How the finish ended the Run; ``replayed``: this finish was recorded before."""
+
+    work_item_id: UUID
+    action_id: UUID
+    run_id: UUID
+    outcome: str
+    action_status: str
+    replayed: bool
+
+
+def _finished(done: Finished) -> FinishedOut:
+    return FinishedOut(
+        work_item_id=done.work_item_id,
+        action_id=done.action_id,
+        run_id=done.run_id,
+        outcome=done.outcome,
+        action_status=done.action_status,
+        replayed=done.replayed,
+    )
+
+
+@router.post("/finish", response_model=FinishedOut)
+def finish(wc: Center, body: FinishBody) -> FinishedOut:
+    """Record the Run's outcome. The same finish again answers the first (``replayed``)
+    and writes nothing; another report for a finished Run is 409."""
+    report = body.report.model_dump(by_alias=True, exclude_unset=True)
+    return _finished(wc.worker_protocol.finish(body.fence.ref(), report))
+
+
+class InterruptBody(Body):
+    fence: Fence
+    reason: str = ""
+    progress: dict[str, Any] | None = Field(
+        None, description="The final {summary, response, stats} of the Run"
+    )
+
+
+class DeferBody(Body):
+    fence: Fence
+
+
+class RunEnded(Model):
+    work_item_id: UUID
+    action_id: UUID
+    run_id: UUID
+    run_status: str
+    action_status: str
+
+
+def _ended(action: act.ActionState, ref: act.RunRef) -> RunEnded:
+    run = action.run(ref.run_id)
+    assert run is not None
+    return RunEnded(
+        work_item_id=action.work_item_id,
+        action_id=action.id,
+        run_id=run.id,
+        run_status=run.status,
+        action_status=action.status,
+    )
+
+
+@router.post("/interrupt", response_model=RunEnded)
+def interrupt(wc: Center, body: InterruptBody) -> RunEnded:
+    """Give the Run up gracefully, recording its final progress."""
+    ref = body.fence.ref()
+    return _ended(wc.worker_protocol.interrupt(ref, body.reason, body.progress), ref)
+
+
+@router.post("/defer", response_model=RunEnded)
+def defer(wc: Center, body: DeferBody) -> RunEnded:
+    """The workspace is busy: the Run ends deferred and its attempt is given back."""
+    ref = body.fence.ref()
+    return _ended(wc.worker_protocol.defer(ref), ref)
+
+
+class PendingBody(Body):
+    fence: Fence
+
+
+class ConsumeBody(Body):
+    fence: Fence
+    input_ids: list[Id] = Field(max_length=256)
+
+
+class Pending(Model):
+    inputs: list[InputOut]
+
+
+@router.post("/input", response_model=Pending)
+def pending_input(wc: Center, body: PendingBody) -> Pending:
+    """Input queued for the live Run and not consumed yet (a read, fenced like a write)."""
+    queued = wc.worker_protocol.pending_input(body.fence.ref())
+    return Pending(inputs=[InputOut(id=i.id, text=i.text) for i in queued])
+
+
+@router.post("/input/consume", response_model=Pending)
+def consume_input(wc: Center, body: ConsumeBody) -> Pending:
+    """Record that the Run took the named input into its work; answers what is left."""
+    action = wc.worker_protocol.consume_input(body.fence.ref(), body.input_ids)
+    return Pending(inputs=[InputOut(id=i.id, text=i.text) for i in action.unconsumed_inputs])
+
+
+# --- the ledger -----------------------------------------------------------------------
+
+
+class ReserveBody(Body):
+    fence: Fence
+    request_id: str = Field(min_length=1, max_length=200)
+    request: dict[str, Any] = Field(description="The model request, as it will be sent")
+
+
+class Admission(Model):
+    """``allowed`` false: do not send the request (``code`` says why; ``stops``: the
+    item was stopped by its budget)."""
+
+    request_id: str
+    allowed: bool
+    code: str | None
+    stops: bool
+    replayed: bool
+
+
+def _admission(answer: Admitted) -> Admission:
+    return Admission(
+        request_id=answer.request_id,
+        allowed=answer.allowed,
+        code=answer.code,
+        stops=answer.stops,
+        replayed=answer.replayed,
+    )
+
+
+@router.post("/requests/reserve", response_model=Admission)
+def reserve(wc: Center, body: ReserveBody) -> Admission:
+    """Admit one model request of the Run before it is sent, at its estimated cost."""
+    return _admission(wc.worker_protocol.reserve(body.fence.ref(), body.request_id, body.request))
+
+
+class SettleBody(Body):
+    fence: Fence
+    request_id: str = Field(min_length=1, max_length=200)
+    usage: dict[str, Any] | None = Field(None, description="The usage the provider reported")
+    complete: bool = True
+
+
+class Settlement(Model):
+    request_id: str
+    status: str
+    charged_tokens: int
+    replayed: bool
+
+
+def _settlement(settled: Settled) -> Settlement:
+    return Settlement(
+        request_id=settled.request_id,
+        status=settled.status,
+        charged_tokens=settled.charged_tokens,
+        replayed=settled.replayed,
+    )
+
+
+@router.post("/requests/settle", response_model=Settlement)
+def settle(wc: Center, body: SettleBody) -> Settlement:
+    """Record what the request cost (``complete`` false: it did not end normally)."""
+    return _settlement(
+        wc.worker_protocol.settle(body.fence.ref(), body.request_id, body.usage, body.complete)
+    )

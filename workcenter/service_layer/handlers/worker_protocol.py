@@ -1,0 +1,271 @@
+"""A remote worker's side of the Run commands (ADR-0063): what the HTTP worker
+protocol asks of the service, beside the Python ``WorkCenter`` verbs it builds on.
+
+Three things differ from an in-process worker. A remote worker's claim is owned by
+the boot id the worker names (its own process, not the server's), so the audit
+says which process ran a Run and a server restart fences nobody. Every Run
+command names its Run by the fence the claim returned (``act.RunRef``), and the
+model requests it reserves and settles are fenced the same way. And a network
+retries: a finish or a settlement that arrives a second time is recognised by
+what it repeats (the fence and a digest of the report; the fence, the request id
+and the usage) and answered with the first result, writing nothing.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+from workcenter.domain import action as act
+from workcenter.domain import actor as actors
+from workcenter.domain import bounds, inputs, runs
+from workcenter.domain import resource_ledger as rl
+from workcenter.domain.errors import CommandRefused, InvalidInput, NotFound, StaleRun
+from workcenter.domain.outcome import RunReport, report_digest
+from workcenter.domain.unit import Unit
+from workcenter.projections.work_queue import WorkQueueView
+from workcenter.service_layer.handlers import claim as claiming
+from workcenter.service_layer.handlers.claim import Claim
+from workcenter.service_layer.handlers.resource_ledger import BudgetCommands
+from workcenter.service_layer.handlers.run import RunCommands, run_ref
+from workcenter.service_layer.ports import Clock
+from workcenter.service_layer.repository import Repository
+
+_BOOT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a Run's finish ended it; ``replayed`` when this was the same finish again."""
+
+    work_item_id: UUID
+    action_id: UUID
+    run_id: UUID
+    outcome: str
+    action_status: str
+    replayed: bool
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """The ledger's answer to a Run's model request; ``replayed`` for a repeated one."""
+
+    request_id: str
+    allowed: bool
+    code: str | None
+    stops: bool
+    replayed: bool
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A reservation as its settlement left it; ``replayed`` for a repeated settlement."""
+
+    request_id: str
+    status: str
+    charged_tokens: int
+    replayed: bool
+
+
+class _OwnBoot:
+    """The Run handler as a claim sees it, but claiming under a remote worker's boot id."""
+
+    def __init__(self, runs: RunCommands, boot_id: str) -> None:
+        self.runs = runs
+        self.repo: Repository = runs.repo
+        self.clock: Clock = runs.clock
+        self.boot_id = boot_id
+
+    def ready_candidates(self, limit: int) -> tuple[WorkQueueView, list[UUID]]:
+        return self.runs.ready_candidates(limit)
+
+
+def boot_id(value: object) -> str:
+    """A remote worker's boot id: 1 to 64 letters, digits, dots, dashes or underscores."""
+    if not isinstance(value, str) or not _BOOT_ID.match(value):
+        raise InvalidInput("bootId must be 1 to 64 letters, digits, '.', '-' or '_'")
+    return value
+
+
+def _owned(action: act.ActionState, ref: act.RunRef) -> act.Run:
+    """The Run this fence was issued for (live or not); StaleRun for a foreign fence."""
+    run = action.run(ref.run_id)
+    if run is None or run.owner_boot_id != ref.boot_id or run.lease_epoch != ref.lease_epoch:
+        raise StaleRun()
+    return run
+
+
+class WorkerProtocol:
+    """Claims under a worker's own boot id, Run commands by fence, retries recognised."""
+
+    def __init__(self, runs: RunCommands, budget: BudgetCommands) -> None:
+        self.runs = runs
+        self.budget = budget
+        self.repo = runs.repo
+        self.clock = runs.clock
+
+    # --- claims -------------------------------------------------------------------
+
+    def claim(self, worker: str, boot: str, lease_seconds: float) -> Claim | None:
+        """Claim the oldest claimable Action for ``worker`` of process ``boot``, or None."""
+        worker = inputs.text(worker, "worker", bounds.WORKER, required=True)
+        boot = boot_id(boot)
+        lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))
+        return claiming.claim_next(
+            _OwnBoot(self.runs, boot), worker, lease, actors.worker(worker, boot)
+        )
+
+    def recover_expired(self) -> list[UUID]:
+        """End the Runs whose lease has expired, whoever owns them: a remote worker that
+        stopped renewing is gone. A live lease is never judged by its boot id here."""
+        repo = self.repo
+        now = self.clock.now().timestamp()
+        recovered: list[UUID] = []
+        for action_id, run_id, _, _, expires_at in self.runs.work_queue().live_runs():
+            if expires_at > now:
+                break  # ordered by expiry
+
+            def attempt(action_id: UUID = action_id, run_id: UUID = run_id) -> Unit:
+                action = repo.action(action_id)
+                run = action.run(run_id)
+                at = self.clock.now()
+                item = repo.work_item(action.work_item_id)
+                if run is None or run.status != "running" or run.expires_at > at:
+                    return Unit(item, {}, at, by=actors.OPERATOR)
+                return runs.recover(item, action, run_id=run_id, at=at, by=actors.OPERATOR)
+
+            if repo.execute(attempt).events:
+                recovered.append(run_id)
+        return recovered
+
+    # --- Run commands -------------------------------------------------------------
+
+    def renew(self, ref: act.RunRef, lease_seconds: float) -> act.ActionState:
+        """Extend the lease; StaleRun (nothing written) when the Run is no longer live."""
+        ref = run_ref(ref)
+        if not self.runs.renew_lease(ref, lease_seconds, None):
+            raise StaleRun()
+        return self.repo.action(ref.action_id)
+
+    def finish(self, ref: act.RunRef, report: Mapping[str, Any]) -> Finished:
+        """Finish the Run; the same finish again (same fence, same report) answers what
+        the first recorded and writes nothing, another report for it is refused."""
+        try:
+            action = self.runs.finish_run(ref, report, None)
+        except StaleRun:
+            first = self._first_finish(ref, report)
+            if first is None:
+                raise
+            return first
+        run = action.run(ref.run_id)
+        assert run is not None
+        return Finished(
+            action.work_item_id, action.id, run.id, run.status, action.status, replayed=False
+        )
+
+    def _first_finish(self, ref: act.RunRef, report: Mapping[str, Any]) -> Finished | None:
+        action = self.repo.action(ref.action_id)
+        run = _owned(action, ref)
+        for event in self.repo.events(action.id):
+            if isinstance(event, act.RunFinished) and event.run_id == run.id:
+                if event.report_digest is None:
+                    return None  # finished before digests were recorded: unknowable
+                if event.report_digest != report_digest(RunReport.parse(dict(report))):
+                    raise CommandRefused(
+                        f"Run {run.id} was already finished ({event.outcome}) with another report"
+                    )
+                return Finished(
+                    action.work_item_id,
+                    action.id,
+                    run.id,
+                    event.outcome,
+                    event.action_status,
+                    replayed=True,
+                )
+        return None
+
+    def interrupt(
+        self, ref: act.RunRef, reason: str, progress: Mapping[str, Any] | None
+    ) -> act.ActionState:
+        return self.runs.interrupt(ref, reason, progress, None)
+
+    def defer(self, ref: act.RunRef) -> act.ActionState:
+        return self.runs.defer(ref, None)
+
+    def pending_input(self, ref: act.RunRef) -> tuple[act.QueuedInput, ...]:
+        return self.runs.pending_input(ref)
+
+    def consume_input(self, ref: act.RunRef, input_ids: Sequence[UUID]) -> act.ActionState:
+        return self.runs.consume_input(ref, input_ids, None)
+
+    # --- the ledger ---------------------------------------------------------------
+
+    def reserve(self, ref: act.RunRef, request_id: str, request: Mapping[str, Any]) -> Admitted:
+        """Admit one model request of the live Run. The same request id again for this
+        Run answers the first admission and writes nothing. The ledger's write checks
+        the live-Run fence itself (``reserve_request(run=...)``)."""
+        ref = run_ref(ref)
+        request_id = inputs.text(request_id, "requestId", bounds.REQUEST_ID, required=True)
+        estimate = rl.estimate_tokens(inputs.mapping(request, "request"))
+        action = self.repo.action(ref.action_id)
+        run = _owned(action, ref)
+        known = self.repo.ledger(action.work_item_id).reservations.get(request_id)
+        if known is not None:
+            if known.run_id != run.id or known.estimated_tokens != estimate:
+                raise CommandRefused(f"request {request_id} was reserved for another request")
+            return Admitted(request_id, True, None, False, replayed=True)
+        admission = self.budget.reserve_request(
+            action.work_item_id,
+            request=request,
+            kind="action",
+            request_id=request_id,
+            actor=actors.worker(run.worker, run.owner_boot_id),
+            run=ref,
+        )
+        return Admitted(
+            request_id, admission.allowed, admission.code, admission.stops, replayed=False
+        )
+
+    def settle(
+        self,
+        ref: act.RunRef,
+        request_id: str,
+        usage: Mapping[str, Any] | None,
+        complete: bool,
+    ) -> Settled:
+        """Settle a reservation of the live Run. The same settlement again answers the
+        first and writes nothing; a different one for a settled request is refused."""
+        ref = run_ref(ref)
+        request_id = inputs.text(request_id, "requestId", bounds.REQUEST_ID, required=True)
+        complete = inputs.flag(complete, "complete")
+        normalised = None if usage is None else rl.normalize_usage(inputs.mapping(usage, "usage"))
+        action = self.repo.action(ref.action_id)
+        run = _owned(action, ref)
+        known = self.repo.ledger(action.work_item_id).reservations.get(request_id)
+        if known is not None and known.run_id == run.id and known.status != "reserved":
+            reported = complete and normalised is not None and normalised.total_tokens > 0
+            same_usage = normalised is None or known.usage == normalised
+            if known.status != ("reported" if reported else "unknown") or not same_usage:
+                raise CommandRefused(f"request {request_id} was already settled otherwise")
+            return Settled(request_id, known.status, known.charged_tokens, replayed=True)
+        act.live_run(action, ref, at=self.clock.now())
+        self._reservation(action.work_item_id, run.id, request_id)  # NotFound
+        self.budget.settle_request(
+            action.work_item_id,
+            request_id,
+            usage=normalised,
+            complete=complete,
+            actor=actors.worker(run.worker, run.owner_boot_id),
+        )
+        settled = self._reservation(action.work_item_id, run.id, request_id)
+        return Settled(request_id, settled.status, settled.charged_tokens, replayed=False)
+
+    def _reservation(self, work_item_id: UUID, run_id: UUID, request_id: str) -> rl.Reservation:
+        known = self.repo.ledger(work_item_id).reservations.get(request_id)
+        if known is None or known.run_id != run_id:
+            raise NotFound(f"Reservation of Run {run_id}", request_id)
+        return known
