@@ -84,10 +84,17 @@ class WorkCenter:
         self._budget = parts.budget
         self._coordinator = parts.coordinator
         self._reads = parts.reads
-        self._web_reads = parts.web_reads
-        self._changes = parts.changes
-        self._maintenance = parts.maintenance
-        self._worker_protocol = parts.worker_protocol
+        # The parts a caller reaches as a whole rather than verb by verb:
+        # a browser's reads beside the detail DTO (summaries, progress, budget, timeline);
+        self.web_reads: WebReads = parts.web_reads
+        # the event sequence as a change feed (positions, types, owners; no payloads);
+        self.changes: ChangeFeed = parts.changes
+        # the operator's verbs over the whole store (verify the history, take its
+        # anchor, replay the decisions, the read models' status and rebuild);
+        self.maintenance: Maintenance = parts.maintenance
+        # a remote worker's verbs: claims under its own boot id, Run commands and model
+        # requests by fence, a repeated finish or settlement recognised (ADR-0063).
+        self.worker_protocol: WorkerProtocol = parts.worker_protocol
 
     @classmethod
     def open(
@@ -153,28 +160,6 @@ class WorkCenter:
     @property
     def details(self) -> DetailView:
         return self._read_models.view(Detail.name)
-
-    @property
-    def web_reads(self) -> WebReads:
-        """A browser's reads beside the detail DTO: summaries, progress, budget, timeline."""
-        return self._web_reads
-
-    @property
-    def maintenance(self) -> Maintenance:
-        """The operator's verbs over the whole store: verify the history, take its
-        anchor, the read models' status and rebuild."""
-        return self._maintenance
-
-    @property
-    def worker_protocol(self) -> WorkerProtocol:
-        """A remote worker's verbs: claims under its own boot id, Run commands and model
-        requests by fence, a repeated finish or settlement recognised (ADR-0063)."""
-        return self._worker_protocol
-
-    @property
-    def changes(self) -> ChangeFeed:
-        """The event sequence as a change feed (positions, types, owners; no payloads)."""
-        return self._changes
 
     # --- loading --------------------------------------------------------------
 

@@ -15,9 +15,8 @@ from uuid import UUID
 import click
 from eventsourcing.persistence import PersistenceError
 from rich.table import Table
-from rich.text import Text
 
-from workcenter.adapters import cli_coordinator, presenters
+from workcenter.adapters import cli_coordinator, cli_tables, presenters
 from workcenter.adapters.cli_common import (
     actor_option,
     command_hint,
@@ -39,36 +38,6 @@ from workcenter.domain.errors import InvalidInput, WorkcenterError
 from workcenter.domain.work_item import WorkItemStatus
 from workcenter.projections.sanitize import sanitize_personal
 from workcenter.service_layer.handlers.coordinator_step import StepResult
-
-
-def _item_table(detail: dict[str, Any]) -> Table:
-    item, progress = detail["item"], detail["goal_progress"]
-    table = Table(title=text(sanitize_personal(item["title"])), show_lines=False)
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    table.add_row("id", text(item["id"]))
-    table.add_row("status", text(item["status"]))
-    table.add_row("mode", text(item["mode"]))
-    table.add_row("version", str(item["version"]))
-    table.add_row("contract revision", str(item["contract_revision"]))
-    table.add_row("delivery", text(f"{item['delivery_target']} ({progress['delivery']['status']})"))
-    for row in progress["criteria"]:
-        style = {"passed": "green", "failed": "red"}.get(row["status"], "")
-        table.add_row(
-            "criterion",
-            Text.assemble(
-                text(row["status"], style), "  ", text(sanitize_personal(row["criterion"]))
-            ),
-        )
-    for action in detail["actions"]:
-        table.add_row(
-            f"action {action['sequence']}",
-            text(
-                f"{action['type']}: {action['status']} (generation {action['generation']}, "
-                f"{len(action['runs'])} runs)"
-            ),
-        )
-    return table
 
 
 def _refusal_line(error: WorkcenterError) -> str:
@@ -174,7 +143,7 @@ def demo(ctx: click.Context, as_json: bool, max_tokens: int | None) -> None:
             }
         )
         return
-    console.print(_item_table(detail))
+    console.print(cli_tables.item_table(detail))
     console.print(f"budget: {_budget_line(budget)}", soft_wrap=True)
 
 
@@ -223,7 +192,7 @@ def show(ctx: click.Context, item_id: str, as_json: bool, state: bool) -> None:
     if as_json:
         _emit_json(detail if state else dto)
     else:
-        console.print(_item_table(detail))
+        console.print(cli_tables.item_table(detail))
         _say_what_next(detail["item"]["status"], detail["item"]["mode"], detail["actions"])
 
 
@@ -272,68 +241,6 @@ def history(ctx: click.Context, item_id: str, at_version: int | None, as_json: b
         _emit_json(state)
 
 
-def _budget_table(budget: dict[str, Any]) -> Table:
-    usage, limits = budget["usage"], budget["limits"]
-    stop = budget["stop_reason"]
-    table = Table(title=text(f"Budget of {budget['work_item_id']}  [{budget['status']}]"))
-    table.add_column("field", style="bold")
-    table.add_column("value")
-    table.add_row(
-        "stop",
-        Text.assemble(
-            text(stop["code"], "red"), text(f" at {stop['at']} {json.dumps(stop['details'])}")
-        )
-        if stop
-        else "none",
-    )
-    table.add_row(
-        "requests",
-        f"{usage['requests']} / {limits['max_requests']} (reported {usage['reported_requests']}, "
-        f"in flight {usage['in_flight_requests']}, unknown {usage['unknown_requests']})",
-    )
-    table.add_row(
-        "charged tokens",
-        f"{usage['charged_tokens']} / {limits['max_tokens']} "
-        f"(of which reserved {usage['reserved_tokens']})",
-    )
-    table.add_row(
-        "reported usage",
-        ", ".join(
-            f"{key.removesuffix('_tokens')} {usage[key]}"
-            for key in (
-                "input_tokens",
-                "output_tokens",
-                "cache_read_tokens",
-                "cache_write_tokens",
-                "total_tokens",
-            )
-        ),
-    )
-    for part, totals in budget["breakdown"].items():
-        table.add_row(
-            part, f"{totals['requests']} requests, {totals['charged_tokens']} tokens charged"
-        )
-    table.add_row("max run requests", str(limits["max_run_requests"]))
-    table.add_row(
-        "coordinator failures",
-        f"{budget['coordinator_failures']} / {limits['max_coordinator_failures']}",
-    )
-    for row in budget["action_attempts"]:
-        table.add_row(
-            f"action {row['sequence']}",
-            text(
-                f"{row['type']}: {row['attempts']} attempts of {row['effective_max_attempts']} "
-                f"(planned {row['original_max_attempts']}, cap {limits['max_action_attempts']})"
-            ),
-        )
-    table.add_row(
-        "versions",
-        f"item {budget['item_version']}, ledger {budget['ledger_version']}, "
-        f"control {budget['control_version']}",
-    )
-    return table
-
-
 @cli.group()
 def budget() -> None:
     """Show or extend a WorkItem's execution budget (its ResourceLedger)."""
@@ -351,7 +258,7 @@ def budget_show(ctx: click.Context, item_id: str, as_json: bool) -> None:
     if as_json:
         _emit_json(snapshot)
     else:
-        console.print(_budget_table(snapshot))
+        console.print(cli_tables.budget_table(snapshot))
 
 
 @budget.command(name="extend")
