@@ -4,10 +4,12 @@ the twin of ``sql_counts`` (which counts SQLite's statements), for issue 18's
 
 A round trip is one wait on the connection in which the client, having sent
 something, waits for the server's reply: psycopg runs every exchange with the
-server as a generator that yields ``Wait.R`` when it must wait to read. One
+server as a generator, which yields ``Wait.R`` when it must wait to read. One
 statement outside a pipeline, a ``BEGIN`` or a ``COMMIT`` sent on its own, a
-pipeline's sync and a fetch that flushes a pipeline are each one round trip;
-statements queued in a pipeline and sent with the next sync are not. The
+pipeline's sync (also the one that ends it) and a fetch that flushes a
+pipeline are each one round trip, even when the reply was in before the client
+asked (a pipeline may read while it sends); statements queued in a pipeline
+and sent with the next sync are not. The
 count is taken on every connection the store's pool hands out meanwhile, so
 reads (loads, the work queue) are counted with the write.
 
@@ -45,9 +47,16 @@ class RoundTrips:
         self.by_label[self.label] += 1
 
 
+# psycopg's pipeline exchanges that wait for the server's answers.
+_PIPELINE_WAITS = frozenset({"_sync_gen", "_exit_gen", "_fetch_gen"})
+
+
 def _counting(gen: Generator[Any, Any, Any], counts: RoundTrips) -> Generator[Any, Any, Any]:
-    """``gen`` as it is, counting one round trip if it ever waits to read."""
-    waited = False
+    """``gen`` as it is, counting one round trip if it is a pipeline's wait for answers
+    or if it ever waits to read."""
+    waited = getattr(gen, "__name__", "") in _PIPELINE_WAITS
+    if waited:
+        counts.see()
     value: Any = None
     try:
         while True:
