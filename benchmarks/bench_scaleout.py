@@ -67,6 +67,7 @@ def worker(store: str, name: str, ready: str, go: str, out: str, mode: str) -> N
     with WorkCenter.open(
         store, boot_id=f"{name}-{os.getpid()}", inline_projections=inline, create=False
     ) as wc:
+        holds = _collect_lock_holds(wc)
         Path(ready).touch()
         while not os.path.exists(go):
             time.sleep(0.001)
@@ -76,7 +77,17 @@ def worker(store: str, name: str, ready: str, go: str, out: str, mode: str) -> N
                 raise RuntimeError("renewal refused")
             wc.finish_run(claim, report(claim.action_id))
             cycles += 1
-    Path(out).write_text(json.dumps({"cycles": cycles, "tried": tried[0]}))
+    Path(out).write_text(json.dumps({"cycles": cycles, "tried": tried[0], "holds": holds}))
+
+
+def _collect_lock_holds(wc: WorkCenter) -> list[Any]:
+    """The PostgreSQL recorder's per-write lock holds (ADR-0052), collected from here on;
+    none on SQLite."""
+    recorder = wc.store.recorder
+    if not hasattr(recorder, "lock_holds"):
+        return []
+    recorder.lock_holds = []
+    return recorder.lock_holds  # type: ignore[no-any-return]
 
 
 def skip_locked_claim_next(wc: Any, worker: str, lease: Any, by: Any) -> Any:
@@ -145,7 +156,13 @@ def drain(store: str, workers: int, mode: str) -> dict[str, float]:
         seconds = time.perf_counter() - started
         results = [json.loads((d / f"w{k}.json").read_text()) for k in range(workers)]
     cycles = sum(r["cycles"] for r in results)
-    return {"seconds": seconds, "cycles": cycles, "tried": sum(r["tried"] for r in results)}
+    holds = [hold[0] for r in results for hold in r.get("holds", ())]
+    return {
+        "seconds": seconds,
+        "cycles": cycles,
+        "tried": sum(r["tried"] for r in results),
+        "holds": holds,
+    }
 
 
 class Stores:
@@ -188,10 +205,13 @@ def measure(stores: Stores, backend: str, workers: int, n: int, mode: str) -> di
         cleanup()
     if result["cycles"] != n:
         raise RuntimeError(f"{result['cycles']} cycles for {n} items")
-    return {
-        "cycles_per_s": n / result["seconds"],
-        "tried_per_cycle": result["tried"] / n,
-    }
+    measured = {"cycles_per_s": n / result["seconds"], "tried_per_cycle": result["tried"] / n}
+    if result["holds"]:
+        # The table lock's hold per write, from the reply that granted it to the commit's.
+        holds = sorted(result["holds"])
+        measured["hold_median_ms"] = statistics.median(holds) * 1000
+        measured["hold_p95_ms"] = holds[int(0.95 * (len(holds) - 1))] * 1000
+    return measured
 
 
 def median(runs: list[dict[str, float]], key: str) -> float:
@@ -233,6 +253,9 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
             "tried_per_cycle": median(rep_runs, "tried_per_cycle"),
             "reps": [r["cycles_per_s"] for r in rep_runs],
         }
+        if "hold_median_ms" in rep_runs[0]:
+            rows[key]["hold_median_ms"] = median(rep_runs, "hold_median_ms")
+            rows[key]["hold_p95_ms"] = median(rep_runs, "hold_p95_ms")
     return {"n": args.n, "reps": args.reps, "rows": rows}
 
 
@@ -256,7 +279,14 @@ def render(result: dict[str, Any]) -> None:
         shown = f"{spread[0]:.2f}..{spread[1]:.2f}" if spread else ""
         ratio = f"{row['ratio']:.2f}" if "ratio" in row else ""
         tried = f"{row['tried_per_cycle']:.2f}" if "tried_per_cycle" in row else ""
-        print(f"{key:24} {row['cycles_per_s']:>10.1f} {ratio:>7} {shown:>13} {tried:>12}")
+        hold = ""
+        if "hold_median_ms" in row:
+            ceiling = 1000 / row["hold_median_ms"]
+            hold = (
+                f"  lock hold {row['hold_median_ms']:.2f} ms median,"
+                f" {row['hold_p95_ms']:.2f} ms p95 (ceiling {ceiling:,.0f} writes/s)"
+            )
+        print(f"{key:24} {row['cycles_per_s']:>10.1f} {ratio:>7} {shown:>13} {tried:>12}{hold}")
 
 
 def main() -> None:
