@@ -129,9 +129,14 @@ def lock_view(c: Any, datastore: Any, name: str) -> None:
     SQLite has one writer at a time, and a no-op write takes that lock. On
     PostgreSQL the event recorder's table lock serialises inline writers only, so
     runners, readers catching up and inline writers meet at a lock of the view's
-    own (an advisory lock, released when the transaction ends)."""
+    own (an advisory lock, released when the transaction ends). Advisory locks are
+    the database's, not the schema's: the key names the schema, so stores sharing
+    one database do not wait for each other's views (ADR-0052)."""
     if is_postgres(datastore):
-        c.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (f"workcenter:{name}",))
+        c.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(?))",
+            (f"workcenter:{datastore.schema}:{name}",),
+        )
     else:
         c.execute(
             "UPDATE tracking SET notification_id = notification_id WHERE application_name = ?",
