@@ -15,6 +15,11 @@ clock runs from the barrier to the last process's exit, so process start-up is n
 counted. Cycles/s is N over that time. PostgreSQL is ``--postgres URL`` (default the
 local test server, a fresh schema per repetition, dropped after). Writers keep the
 read models inline, as the reference store keeps its rows (the default deployment).
+PostgreSQL runs twice per worker count: with the durable default, and with
+``WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT=off`` (``-commit-off``, ADR-0053); each
+PostgreSQL row shows the table lock's hold per write (median and p95 over every
+write of the run, from the reply that granted the lock to the commit's reply) and
+the ceiling it implies, 1 / median (ADR-0052).
 
 ``--claims`` compares, on PostgreSQL with 4 workers and the views kept asynchronously
 (the scale-out mode), the optimistic claim (read the oldest ready Actions from the
@@ -47,6 +52,7 @@ from workcenter.service_layer.handlers import claim as claiming
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 LEASE = 30.0
+COMMIT_OFF = {"WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT": "off"}
 
 
 # --- one worker process ------------------------------------------------------------
@@ -122,11 +128,14 @@ def seed(store: str, n: int) -> None:
             create(wc, i)
 
 
-def drain(store: str, workers: int, mode: str) -> dict[str, float]:
+def drain(
+    store: str, workers: int, mode: str, extra_env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Seconds for ``workers`` processes to run every cycle, and claims tried per cycle."""
     with tempfile.TemporaryDirectory(prefix="wc-scaleout-") as directory:
         d = Path(directory)
         env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        env |= extra_env or {}
         procs = [
             subprocess.Popen(
                 [
@@ -196,11 +205,18 @@ def _drop(url: str, schema: str) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-def measure(stores: Stores, backend: str, workers: int, n: int, mode: str) -> dict[str, float]:
+def measure(
+    stores: Stores,
+    backend: str,
+    workers: int,
+    n: int,
+    mode: str,
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, float]:
     store, cleanup = stores.fresh(backend)
     try:
         seed(store, n)
-        result = drain(store, workers, mode)
+        result = drain(store, workers, mode, extra_env)
     finally:
         cleanup()
     if result["cycles"] != n:
@@ -229,6 +245,11 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
                 runs.setdefault(f"{backend}-{k}", []).append(
                     measure(stores, backend, k, args.n, "inline")
                 )
+        for k in counts:
+            # ADR-0053's weaker setting, reported beside the durable default.
+            runs.setdefault(f"postgresql-{k}-commit-off", []).append(
+                measure(stores, "postgresql", k, args.n, "inline", COMMIT_OFF)
+            )
         print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr)
     reference = median(runs["reference"], "cycles_per_s")
     rows: dict[str, Any] = {

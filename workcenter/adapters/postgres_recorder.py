@@ -42,6 +42,10 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
     # to the commit's reply, seconds from the write's start to that reply), for
     # benchmarks (ADR-0052); None, the default, collects nothing.
     lock_holds: list[tuple[float, float]] | None = None
+    # Off only by the operator's choice (ADR-0053): the commit then returns before its
+    # WAL is flushed, so a server crash may lose the last commands' writes (all of each,
+    # never part of one).
+    synchronous_commit = True
 
     def __init__(self, datastore: Any, **kwargs: Any) -> None:
         super().__init__(datastore, **kwargs)
@@ -91,6 +95,8 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                 with conn.pipeline() as pipeline:
                     insert = conn.cursor()
                     insert.execute("BEGIN")
+                    if not self.synchronous_commit:
+                        insert.execute("SET LOCAL synchronous_commit = off")
                     self._insert_events(insert, stored_events, **kwargs)
                     self._insert_stored_events(insert, stored_events, **kwargs)  # lock, notify
                     head, digests = PortableCursor(conn.cursor()), PortableCursor(conn.cursor())
