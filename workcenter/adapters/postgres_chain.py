@@ -117,7 +117,9 @@ class PostgresChainTable:
 
     def take_reads(self, head: Any, digests: Any, streams: Mapping[Stream, int]) -> ChainReads:
         row = head.fetchone()
-        found = {UUID(r[0]): bytes(r[1]) for r in digests.fetchall()} if streams else {}
+        found: dict[Stream, bytes] = {}
+        if streams:
+            found = {UUID(r[0]): bytes(r[1]) for r in digests.fetchall()}
         if row is None:
             return ChainReads(None, False, found)
         return ChainReads(Link(row[0], row[1], bytes(row[2])), bool(row[3]), found)
