@@ -93,9 +93,15 @@ def is_postgres(datastore: Any) -> bool:
 
 @contextmanager
 def transaction(datastore: Any, *, commit: bool) -> Iterator[Any]:
-    """The datastore's transaction, with a cursor that runs the views' SQL text."""
+    """The datastore's transaction, with a cursor that runs the views' SQL text.
+
+    On PostgreSQL a read transaction (``commit=False``) that ends without an error
+    ends in a ``COMMIT``: psycopg answers a ``ROLLBACK`` by forgetting every statement
+    it prepared on the connection (a ``DEALLOCATE ALL`` round trip next time, and
+    each prepared again), and a transaction that only read ends alike either way.
+    Every caller of ``commit=False`` only reads (ADR-0051)."""
     if is_postgres(datastore):
-        with datastore.transaction(commit=commit) as raw:
+        with datastore.transaction(commit=True) as raw:
             yield PortableCursor(raw)
     else:
         with datastore.transaction(commit=commit) as c:
