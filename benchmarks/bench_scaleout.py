@@ -15,6 +15,11 @@ clock runs from the barrier to the last process's exit, so process start-up is n
 counted. Cycles/s is N over that time. PostgreSQL is ``--postgres URL`` (default the
 local test server, a fresh schema per repetition, dropped after). Writers keep the
 read models inline, as the reference store keeps its rows (the default deployment).
+PostgreSQL runs twice per worker count: with the durable default, and with
+``WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT=off`` (``-commit-off``, ADR-0053); each
+PostgreSQL row shows the table lock's hold per write (median and p95 over every
+write of the run, from the reply that granted the lock to the commit's reply) and
+the ceiling it implies, 1 / median (ADR-0052).
 
 ``--claims`` compares, on PostgreSQL with 4 workers and the views kept asynchronously
 (the scale-out mode), the optimistic claim (read the oldest ready Actions from the
@@ -47,6 +52,7 @@ from workcenter.service_layer.handlers import claim as claiming
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 LEASE = 30.0
+COMMIT_OFF = {"WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT": "off"}
 
 
 # --- one worker process ------------------------------------------------------------
@@ -67,6 +73,7 @@ def worker(store: str, name: str, ready: str, go: str, out: str, mode: str) -> N
     with WorkCenter.open(
         store, boot_id=f"{name}-{os.getpid()}", inline_projections=inline, create=False
     ) as wc:
+        holds = _collect_lock_holds(wc)
         Path(ready).touch()
         while not os.path.exists(go):
             time.sleep(0.001)
@@ -76,7 +83,17 @@ def worker(store: str, name: str, ready: str, go: str, out: str, mode: str) -> N
                 raise RuntimeError("renewal refused")
             wc.finish_run(claim, report(claim.action_id))
             cycles += 1
-    Path(out).write_text(json.dumps({"cycles": cycles, "tried": tried[0]}))
+    Path(out).write_text(json.dumps({"cycles": cycles, "tried": tried[0], "holds": holds}))
+
+
+def _collect_lock_holds(wc: WorkCenter) -> list[Any]:
+    """The PostgreSQL recorder's per-write lock holds (ADR-0052), collected from here on;
+    none on SQLite."""
+    recorder = wc.store.recorder
+    if not hasattr(recorder, "lock_holds"):
+        return []
+    recorder.lock_holds = []
+    return recorder.lock_holds  # type: ignore[no-any-return]
 
 
 def skip_locked_claim_next(wc: Any, worker: str, lease: Any, by: Any) -> Any:
@@ -111,11 +128,14 @@ def seed(store: str, n: int) -> None:
             create(wc, i)
 
 
-def drain(store: str, workers: int, mode: str) -> dict[str, float]:
+def drain(
+    store: str, workers: int, mode: str, extra_env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Seconds for ``workers`` processes to run every cycle, and claims tried per cycle."""
     with tempfile.TemporaryDirectory(prefix="wc-scaleout-") as directory:
         d = Path(directory)
         env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        env |= extra_env or {}
         procs = [
             subprocess.Popen(
                 [
@@ -145,7 +165,13 @@ def drain(store: str, workers: int, mode: str) -> dict[str, float]:
         seconds = time.perf_counter() - started
         results = [json.loads((d / f"w{k}.json").read_text()) for k in range(workers)]
     cycles = sum(r["cycles"] for r in results)
-    return {"seconds": seconds, "cycles": cycles, "tried": sum(r["tried"] for r in results)}
+    holds = [hold[0] for r in results for hold in r.get("holds", ())]
+    return {
+        "seconds": seconds,
+        "cycles": cycles,
+        "tried": sum(r["tried"] for r in results),
+        "holds": holds,
+    }
 
 
 class Stores:
@@ -179,19 +205,29 @@ def _drop(url: str, schema: str) -> None:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
-def measure(stores: Stores, backend: str, workers: int, n: int, mode: str) -> dict[str, float]:
+def measure(
+    stores: Stores,
+    backend: str,
+    workers: int,
+    n: int,
+    mode: str,
+    extra_env: dict[str, str] | None = None,
+) -> dict[str, float]:
     store, cleanup = stores.fresh(backend)
     try:
         seed(store, n)
-        result = drain(store, workers, mode)
+        result = drain(store, workers, mode, extra_env)
     finally:
         cleanup()
     if result["cycles"] != n:
         raise RuntimeError(f"{result['cycles']} cycles for {n} items")
-    return {
-        "cycles_per_s": n / result["seconds"],
-        "tried_per_cycle": result["tried"] / n,
-    }
+    measured = {"cycles_per_s": n / result["seconds"], "tried_per_cycle": result["tried"] / n}
+    if result["holds"]:
+        # The table lock's hold per write, from the reply that granted it to the commit's.
+        holds = sorted(result["holds"])
+        measured["hold_median_ms"] = statistics.median(holds) * 1000
+        measured["hold_p95_ms"] = holds[int(0.95 * (len(holds) - 1))] * 1000
+    return measured
 
 
 def median(runs: list[dict[str, float]], key: str) -> float:
@@ -209,6 +245,11 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
                 runs.setdefault(f"{backend}-{k}", []).append(
                     measure(stores, backend, k, args.n, "inline")
                 )
+        for k in counts:
+            # ADR-0053's weaker setting, reported beside the durable default.
+            runs.setdefault(f"postgresql-{k}-commit-off", []).append(
+                measure(stores, "postgresql", k, args.n, "inline", COMMIT_OFF)
+            )
         print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr)
     reference = median(runs["reference"], "cycles_per_s")
     rows: dict[str, Any] = {
@@ -233,6 +274,9 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
             "tried_per_cycle": median(rep_runs, "tried_per_cycle"),
             "reps": [r["cycles_per_s"] for r in rep_runs],
         }
+        if "hold_median_ms" in rep_runs[0]:
+            rows[key]["hold_median_ms"] = median(rep_runs, "hold_median_ms")
+            rows[key]["hold_p95_ms"] = median(rep_runs, "hold_p95_ms")
     return {"n": args.n, "reps": args.reps, "rows": rows}
 
 
@@ -256,7 +300,14 @@ def render(result: dict[str, Any]) -> None:
         shown = f"{spread[0]:.2f}..{spread[1]:.2f}" if spread else ""
         ratio = f"{row['ratio']:.2f}" if "ratio" in row else ""
         tried = f"{row['tried_per_cycle']:.2f}" if "tried_per_cycle" in row else ""
-        print(f"{key:24} {row['cycles_per_s']:>10.1f} {ratio:>7} {shown:>13} {tried:>12}")
+        hold = ""
+        if "hold_median_ms" in row:
+            ceiling = 1000 / row["hold_median_ms"]
+            hold = (
+                f"  lock hold {row['hold_median_ms']:.2f} ms median,"
+                f" {row['hold_p95_ms']:.2f} ms p95 (ceiling {ceiling:,.0f} writes/s)"
+            )
+        print(f"{key:24} {row['cycles_per_s']:>10.1f} {ratio:>7} {shown:>13} {tried:>12}{hold}")
 
 
 def main() -> None:

@@ -19,7 +19,7 @@ from eventsourcing.persistence import StoredEvent
 from workcenter.projections import sql
 from workcenter.projections.sql import PortableCursor
 from workcenter.service_layer.history import hash_chain
-from workcenter.service_layer.history.hash_chain import BATCH, Link, Row, Stream
+from workcenter.service_layer.history.hash_chain import BATCH, ChainReads, Link, Row, Stream
 
 CHAIN_TABLE = "event_chain"
 
@@ -93,6 +93,36 @@ class PostgresChainTable:
             if row is not None:
                 found[stream] = bytes(row[0])
         return found
+
+    # --- the reads a write sends with its insert (ADR-0051) --------------------
+
+    def send_reads(self, head: Any, digests: Any, streams: Mapping[Stream, int]) -> None:
+        """Send, on two raw cursors of a pipelined transaction holding the table lock, the
+        reads of ``ChainReads``; ``take_reads`` takes their answers after the sync."""
+        head.execute(
+            f"SELECT c.position, c.previous, c.digest, EXISTS (SELECT 1 FROM {self.events} e"
+            " WHERE e.notification_id = c.position)"
+            f" FROM {self.name} c ORDER BY c.position DESC LIMIT 1",
+            prepare=True,
+        )
+        if streams:
+            # One statement for every stream: (id, version) pairs unnested from two arrays.
+            digests.execute(
+                f"SELECT e.originator_id::text, c.digest FROM {self.events} e"
+                f" JOIN {self.name} c ON c.position = e.notification_id"
+                " JOIN unnest(%s::uuid[], %s::bigint[]) AS w(id, version)"
+                " ON e.originator_id = w.id AND e.originator_version = w.version",
+                ([str(s) for s in streams], list(streams.values())),
+            )
+
+    def take_reads(self, head: Any, digests: Any, streams: Mapping[Stream, int]) -> ChainReads:
+        row = head.fetchone()
+        found: dict[Stream, bytes] = {}
+        if streams:
+            found = {UUID(r[0]): bytes(r[1]) for r in digests.fetchall()}
+        if row is None:
+            return ChainReads(None, False, found)
+        return ChainReads(Link(row[0], row[1], bytes(row[2])), bool(row[3]), found)
 
     def insert(self, c: Any, links: Sequence[Link]) -> None:
         raw = c.raw if isinstance(c, PortableCursor) else c

@@ -12,17 +12,21 @@ connection and before the one commit, does the rest of the command's writing.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 from uuid import UUID
 
+import psycopg
 from eventsourcing.persistence import InterfaceError, Notification, OperationalError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.utils import retry
+from psycopg.pq import TransactionStatus
 
 from workcenter.adapters.postgres_chain import PostgresChainTable
 from workcenter.adapters.recorders import INLINE_WRITE, SNAPSHOTS, SnapshotWrite
-from workcenter.projections import sql
+from workcenter.projections import sql, tracked
 from workcenter.projections.inline import InlineWrite
 from workcenter.projections.sql import PortableCursor
 from workcenter.service_layer.history import hash_chain
@@ -34,6 +38,14 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
 
     # Set by the factory from the store's settings (ADR-0028), as on SQLite.
     chained = True
+    # A list to collect, per write, (seconds from the reply that granted the table lock
+    # to the commit's reply, seconds from the write's start to that reply), for
+    # benchmarks (ADR-0052); None, the default, collects nothing.
+    lock_holds: list[tuple[float, float]] | None = None
+    # Off only by the operator's choice (ADR-0053): the commit then returns before its
+    # WAL is flushed, so a server crash may lose the last commands' writes (all of each,
+    # never part of one).
+    synchronous_commit = True
 
     def __init__(self, datastore: Any, **kwargs: Any) -> None:
         super().__init__(datastore, **kwargs)
@@ -58,27 +70,65 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
     def insert_events(
         self, stored_events: Sequence[StoredEvent], **kwargs: Any
     ) -> Sequence[int] | None:
+        """The command's write in two round trips, in psycopg's pipeline mode (ADR-0051):
+
+        1. ``BEGIN``, the library's lock, notify and insert, and every read the rest
+           needs (the chain's head and the digests its links follow, the views'
+           locks and positions), then one sync;
+        2. the chain's links, the snapshots and the views' rows and positions,
+           computed from those answers, and the ``COMMIT`` (a view that must read, as
+           a lagging one reading its gap, adds a round trip).
+
+        A statement that fails (the optimistic insert's unique violation) raises at
+        the first sync, and nothing after it runs; any exception leaves both blocks
+        and the transaction rolls back."""
         if not stored_events:
             return []
-        with (
-            self.datastore.get_connection() as conn,
-            conn.transaction(),
-            conn.cursor() as curs,
-        ):
-            self._insert_events(curs, stored_events, **kwargs)
-            self._insert_stored_events(curs, stored_events, **kwargs)  # lock, notify, insert
-            notification_ids = self._fetch_ids_after_insert_events(curs, stored_events, **kwargs)
-            assert notification_ids is not None
-            if self.chained and notification_ids:
-                # After the library's table lock: no other writer can chain in between.
-                hash_chain.append_links(
-                    self.chain, PortableCursor(curs), notification_ids, stored_events
-                )
-            self._insert_along(PortableCursor(curs), notification_ids, **kwargs)
-            return notification_ids
+        inline: InlineWrite | None = kwargs.get(INLINE_WRITE)
+        names = inline.tracked_names() if inline is not None else None
+        streams = hash_chain.predecessors(stored_events) if self.chained else {}
+        with self.datastore.get_connection() as conn:
+            started = time.perf_counter()
+            try:
+                # BEGIN and COMMIT as statements: psycopg's transaction() block inside a
+                # pipeline syncs on entering and leaving, a round trip each.
+                with conn.pipeline() as pipeline:
+                    insert = conn.cursor()
+                    insert.execute("BEGIN")
+                    if not self.synchronous_commit:
+                        insert.execute("SET LOCAL synchronous_commit = off")
+                    self._insert_events(insert, stored_events, **kwargs)
+                    self._insert_stored_events(insert, stored_events, **kwargs)  # lock, notify
+                    head, digests = PortableCursor(conn.cursor()), PortableCursor(conn.cursor())
+                    if self.chained:
+                        self.chain.send_reads(head, digests, streams)
+                    views = PortableCursor(conn.cursor())
+                    if names:
+                        tracked.send_positions(views, self.datastore, names)
+                    pipeline.sync()
+                    locked = time.perf_counter()
+                    ids = self._fetch_ids_after_insert_events(insert, stored_events)
+                    assert ids is not None
+                    if self.chained:
+                        reads = self.chain.take_reads(head, digests, streams)
+                        hash_chain.append_links(self.chain, head, ids, stored_events, reads)
+                    positions = tracked.take_positions(views, names) if names else None
+                    self._insert_along(views, ids, positions, **kwargs)
+                    insert.execute("COMMIT")
+                # Leaving the pipeline synced it: the commit's answer is in.
+            except BaseException:
+                _roll_back(conn)
+                raise
+            if self.lock_holds is not None:
+                self.lock_holds.append((time.perf_counter() - locked, locked - started))
+            return ids
 
     def _insert_along(
-        self, c: PortableCursor, notification_ids: Sequence[int], **kwargs: Any
+        self,
+        c: PortableCursor,
+        notification_ids: Sequence[int],
+        positions: Mapping[str, int] | None,
+        **kwargs: Any,
     ) -> None:
         """What the SQLite twin does after ``super()._insert_events``: the snapshots due,
         then the inline read models, with the transaction's cursor."""
@@ -87,7 +137,38 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
             snapshots.recorder._insert_stored_events(c.raw, snapshots.stored)  # type: ignore[attr-defined]
         inline: InlineWrite | None = kwargs.get(INLINE_WRITE)
         if inline is not None and notification_ids:
-            inline.apply(c, notification_ids, self._read_gap)
+            inline.apply(c, notification_ids, self._read_gap, positions)
+
+    @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
+    def select_streams_after(
+        self, after: Sequence[tuple[UUID, int]]
+    ) -> list[Sequence[StoredEvent]]:
+        """The events of each stream after its version, in one statement (one round trip,
+        one snapshot): the SQLite twin's port (``StreamsAfter``), so a command's cached
+        aggregates are brought up to date together (ADR-0051). The streams are distinct, as
+        the repository asks for them."""
+        found: dict[UUID, list[StoredEvent]] = {stream_id: [] for stream_id, _ in after}
+        with self.datastore.get_connection() as conn, conn.cursor() as curs:
+            curs.execute(
+                "SELECT e.originator_id, e.originator_version, e.topic, e.state"
+                f' FROM "{self.datastore.schema}".{self.events_table_name} e'
+                " JOIN unnest(%s::uuid[], %s::bigint[]) AS w(id, version)"
+                " ON e.originator_id = w.id AND e.originator_version > w.version"
+                " ORDER BY e.originator_id, e.originator_version",
+                ([stream_id for stream_id, _ in after], [version for _, version in after]),
+                prepare=True,
+            )
+            for row in curs.fetchall():
+                stream_id = row["originator_id"]
+                found[stream_id].append(
+                    StoredEvent(
+                        originator_id=stream_id,
+                        originator_version=row["originator_version"],
+                        topic=row["topic"],
+                        state=bytes(row["state"]),
+                    )
+                )
+        return [found[stream_id] for stream_id, _ in after]
 
     def _read_gap(
         self, c: PortableCursor, after: int, before: int, limit: int
@@ -109,3 +190,13 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
             )
             for row in c.fetchall()
         ]
+
+
+def _roll_back(conn: Any) -> None:
+    """End the transaction a failed write left open (a failed statement, or an exception
+    before the COMMIT was sent). On a broken connection there is nothing to end: the
+    server rolled back, and the pool discards the connection."""
+    if conn.closed or conn.info.transaction_status == TransactionStatus.IDLE:
+        return
+    with contextlib.suppress(psycopg.Error):
+        conn.execute("ROLLBACK")

@@ -30,6 +30,9 @@ from workcenter.projections import sql
 from workcenter.service_layer.history import hash_chain
 
 SCHEMA_ENV: Final = "WORKCENTER_SCHEMA"
+# PostgreSQL's synchronous_commit for a command's write: "on" (the default, durable at
+# the commit's reply) or "off" (ADR-0053).
+SYNCHRONOUS_COMMIT_ENV: Final = "WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT"
 DEFAULT_SCHEMA: Final = "workcenter"
 # The library names the event tables after the application ("WorkCenter").
 EVENTS_TABLE: Final = "workcenter_events"
@@ -125,11 +128,21 @@ class WorkcenterPostgresFactory(PostgresFactory):
     def application_recorder(self) -> ApplicationRecorder:
         recorder = super().application_recorder()
         if isinstance(recorder, OneCommitPostgresRecorder):
+            recorder.synchronous_commit = synchronous_commit(os.environ.get(SYNCHRONOUS_COMMIT_ENV))
             recorder.chained = hash_chain.enabled(self.env.get(hash_chain.HASH_CHAIN_KEY))
             if recorder.chained:
                 # A store written before the chain (or with it off) is chained on open.
                 recorder.chain_unchained()
         return recorder
+
+
+def synchronous_commit(value: str | None) -> bool:
+    """The synchronous-commit setting: on unless "off" (ADR-0053); anything else but "on"
+    is InvalidInput."""
+    text = (value or "on").strip().lower()
+    if text not in ("on", "off"):
+        raise InvalidInput(f"${SYNCHRONOUS_COMMIT_ENV} must be on or off, not {value!r}")
+    return text == "on"
 
 
 FACTORY_TOPIC: Final = get_topic(WorkcenterPostgresFactory)

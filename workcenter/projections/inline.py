@@ -84,8 +84,19 @@ class InlineWrite:
     # ``rows_with_states`` (the detail view, ADR-0043).
     states: Mapping[UUID, AggregateState] | None = None
 
-    def apply(self, c: Any, notification_ids: Sequence[int], read_gap: ReadGap) -> None:
-        """Called by the recorder after inserting ``events`` as ``notification_ids``."""
+    def apply(
+        self,
+        c: Any,
+        notification_ids: Sequence[int],
+        read_gap: ReadGap,
+        positions: Mapping[str, int] | None = None,
+    ) -> None:
+        """Called by the recorder after inserting ``events`` as ``notification_ids``.
+
+        ``positions``, when given, are the tracked views' positions the recorder read
+        ahead with ``send_positions`` in this transaction, under the views' locks (a
+        pipelined PostgreSQL write, ADR-0051): the positions are not read again, and
+        their write is not counted back (``write_positions``)."""
         batch = list(zip(notification_ids, self.events, strict=True))
         tracked = sharing_positions(self.views)
         if tracked is None:
@@ -95,15 +106,23 @@ class InlineWrite:
                 if due:
                     view.apply_within(c, name, due, position)
             return
-        datastore = next(iter(tracked.values())).datastore
-        positions = positions_within(c, datastore, list(tracked))
+        read_ahead = positions is not None
+        if positions is None:
+            datastore = next(iter(tracked.values())).datastore
+            positions = positions_within(c, datastore, list(tracked))
         moved: dict[str, int] = {}
         for name, tracked_view in tracked.items():
             due = self._due(c, name, positions[name], batch, read_gap)
             fresh = self._rows(c, tracked_view, due, positions[name]) if due else ()
             if fresh:
                 moved[name] = fresh[-1][0]
-        write_positions(c, moved)
+        write_positions(c, moved, counted=not read_ahead)
+
+    def tracked_names(self) -> list[str] | None:
+        """The names of the views whose positions one statement reads (``sharing_positions``),
+        in the order their locks are taken; None if the views do not share one table."""
+        tracked = sharing_positions(self.views)
+        return None if tracked is None else list(tracked)
 
     def forget_uncommitted(self) -> None:
         """After a failed save: the transaction may have rolled back after a view

@@ -93,9 +93,15 @@ def is_postgres(datastore: Any) -> bool:
 
 @contextmanager
 def transaction(datastore: Any, *, commit: bool) -> Iterator[Any]:
-    """The datastore's transaction, with a cursor that runs the views' SQL text."""
+    """The datastore's transaction, with a cursor that runs the views' SQL text.
+
+    On PostgreSQL a read transaction (``commit=False``) that ends without an error
+    ends in a ``COMMIT``: psycopg answers a ``ROLLBACK`` by forgetting every statement
+    it prepared on the connection (a ``DEALLOCATE ALL`` round trip next time, and
+    each prepared again), and a transaction that only read ends alike either way.
+    Every caller of ``commit=False`` only reads (ADR-0051)."""
     if is_postgres(datastore):
-        with datastore.transaction(commit=commit) as raw:
+        with datastore.transaction(commit=True) as raw:
             yield PortableCursor(raw)
     else:
         with datastore.transaction(commit=commit) as c:
@@ -129,9 +135,14 @@ def lock_view(c: Any, datastore: Any, name: str) -> None:
     SQLite has one writer at a time, and a no-op write takes that lock. On
     PostgreSQL the event recorder's table lock serialises inline writers only, so
     runners, readers catching up and inline writers meet at a lock of the view's
-    own (an advisory lock, released when the transaction ends)."""
+    own (an advisory lock, released when the transaction ends). Advisory locks are
+    the database's, not the schema's: the key names the schema, so stores sharing
+    one database do not wait for each other's views (ADR-0052)."""
     if is_postgres(datastore):
-        c.execute("SELECT pg_advisory_xact_lock(hashtext(?))", (f"workcenter:{name}",))
+        c.execute(
+            "SELECT pg_advisory_xact_lock(hashtext(?))",
+            (f"workcenter:{datastore.schema}:{name}",),
+        )
     else:
         c.execute(
             "UPDATE tracking SET notification_id = notification_id WHERE application_name = ?",

@@ -195,6 +195,13 @@ def positions_within(c: Any, datastore: Any, names: Sequence[str]) -> dict[str, 
     On SQLite that lock keeps every other writer out. On PostgreSQL it keeps out other
     commands but not a runner, so each view's own lock is taken first, in the order
     given (``position_within``)."""
+    send_positions(c, datastore, names)
+    return take_positions(c, names)
+
+
+def send_positions(c: Any, datastore: Any, names: Sequence[str]) -> None:
+    """The statements of ``positions_within``, sent (a pipeline sends them with the
+    statements before them, ADR-0051); ``take_positions`` reads their answer."""
     if sql.is_postgres(datastore):
         for name in names:
             sql.lock_view(c, datastore, name)
@@ -204,11 +211,14 @@ def positions_within(c: Any, datastore: Any, names: Sequence[str]) -> dict[str, 
         f" WHERE application_name IN ({marks})",
         tuple(names),
     )
+
+
+def take_positions(c: Any, names: Sequence[str]) -> dict[str, int]:
     found = {row[0]: row[1] for row in c.fetchall()}
     return {name: found.get(name) or 0 for name in names}
 
 
-def write_positions(c: Any, positions: Mapping[str, int]) -> None:
+def write_positions(c: Any, positions: Mapping[str, int], *, counted: bool = True) -> None:
     """Move several views' positions forward in one statement: the library's single-row
     upsert (``SQLiteTrackingRecorder``, ``PostgresTrackingRecorder``) for several rows.
 
@@ -226,7 +236,7 @@ def write_positions(c: Any, positions: Mapping[str, int]) -> None:
         f" WHERE {TRACKING_TABLE}.notification_id < excluded.notification_id",
         tuple(value for entry in positions.items() for value in entry),
     )
-    if _rows_changed(c) < len(positions):
+    if counted and _rows_changed(c) < len(positions):
         raise IntegrityError(
             f"Failed to record tracking for {sorted(positions)}: a position would not move forward"
         )

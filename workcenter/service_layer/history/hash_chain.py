@@ -177,10 +177,11 @@ def _stream(event: StoredEvent) -> Stream:
     return event.originator_id
 
 
-def _predecessors(events: Sequence[tuple[int, StoredEvent]]) -> dict[Stream, int]:
-    """The version before each stream's first event here, for streams that have one."""
+def predecessors(stored: Sequence[StoredEvent]) -> dict[Stream, int]:
+    """The version before each stream's first event here, for streams that have one:
+    what a write's links need of the chain besides its head (known before the write)."""
     wanted: dict[Stream, int] = {}
-    for _, event in events:
+    for event in stored:
         stream = _stream(event)
         if stream not in wanted:
             wanted[stream] = event.originator_version - 1
@@ -190,29 +191,53 @@ def _predecessors(events: Sequence[tuple[int, StoredEvent]]) -> dict[Stream, int
 def _chain(
     table: ChainTable, c: Any, head: Link | None, events: Sequence[tuple[int, StoredEvent]]
 ) -> Link | None:
-    links = extend(head, events, table.stream_digests(c, _predecessors(events)))
+    wanted = predecessors([event for _, event in events])
+    links = extend(head, events, table.stream_digests(c, wanted))
     table.insert(c, links)
     return links[-1] if links else head
 
 
+@dataclass(frozen=True)
+class ChainReads:
+    """What a write reads of the chain, read ahead in the write's transaction after its
+    lock (PostgreSQL sends these reads with the insert, in one round trip, ADR-0051):
+    the head, whether the head's event is still stored, and the digests of
+    ``predecessors`` of the write's events."""
+
+    head: Link | None
+    head_stored: bool
+    stream_digests: Mapping[Stream, bytes]
+
+
 def append_links(
-    table: ChainTable, c: Any, positions: Sequence[int], stored: Sequence[StoredEvent]
+    table: ChainTable,
+    c: Any,
+    positions: Sequence[int],
+    stored: Sequence[StoredEvent],
+    reads: ChainReads | None = None,
 ) -> None:
     """The write hook: chain a command's events, just inserted at ``positions`` in the
     transaction of cursor ``c``, which must hold the store's write lock (SQLite's
     ``BEGIN`` plus the insert; PostgreSQL's ``LOCK TABLE ... IN EXCLUSIVE MODE``), so
     that no other writer can chain in between. Events before them left unchained
-    (written with the chain off) are chained first."""
+    (written with the chain off) are chained first. ``reads``, when given, were read
+    in the same transaction under the same lock, and spare the table's reads."""
     if not positions:
         return
     first = positions[0]
-    head = table.head(c)
-    if head is not None and table.tail_cut(c, head, first):
-        raise HistoryConflict(
-            f"the event chained at position {head.position}, the hash chain's head, is gone "
-            f"(this write starts at position {first}): events were deleted from the end of "
-            "the history after they were chained; run `workcenter audit verify`"
-        )
+    head = table.head(c) if reads is None else reads.head
+    if head is not None:
+        if reads is None:
+            cut = table.tail_cut(c, head, first)
+        else:
+            cut = head.position >= first or not reads.head_stored
+        if cut:
+            raise HistoryConflict(
+                f"the event chained at position {head.position}, the hash chain's head, is "
+                f"gone (this write starts at position {first}): events were deleted from the "
+                "end of the history after they were chained; run `workcenter audit verify`"
+            )
+    gap_chained = False
     while True:  # usually no query: the head is the event before this write's first
         if head is not None and head.position == first - 1:
             break
@@ -220,7 +245,14 @@ def append_links(
         if not gap:
             break  # ids a rolled-back PostgreSQL insert burnt: nothing to chain
         head = _chain(table, c, head, gap)
-    _chain(table, c, head, list(zip(positions, stored, strict=True)))
+        gap_chained = True
+    events = list(zip(positions, stored, strict=True))
+    if reads is None or gap_chained:
+        # The digests read ahead predate the gap's links: read them again.
+        _chain(table, c, head, events)
+        return
+    links = extend(head, events, reads.stream_digests)
+    table.insert(c, links)
 
 
 def chain_unchained(table: ChainTable, transaction: Callable[[], Any]) -> int:

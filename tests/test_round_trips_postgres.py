@@ -1,0 +1,112 @@
+"""Round trips per command kind on PostgreSQL, counted on the connection (ADR-0051).
+
+Each command kind has a ceiling: the count measured when its write went to the
+server in two round trips (the pipelined insert with every read the write needs,
+then its rows and the commit) and a cached aggregate's load in one. A change that
+sends a command back above its ceiling fails here. Before ADR-0051 the counts
+were create 18, claim 30, renew 16, reserve 16, settle 16, finish 25.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import postgres
+import psycopg
+import pytest
+from conftest import create_dynamic
+from eventsourcing.persistence import IntegrityError
+
+from workcenter.adapters import round_trips
+from workcenter.adapters.postgres_settings import SYNCHRONOUS_COMMIT_ENV
+from workcenter.application import WorkCenter
+from workcenter.domain.errors import InvalidInput
+
+CEILINGS = {"create": 2, "claim": 9, "renew": 3, "reserve": 4, "settle": 4, "finish": 4}
+
+
+@pytest.fixture
+def backend() -> str:
+    postgres.require_server()
+    return "postgresql"
+
+
+def test_each_command_kind_stays_within_its_round_trips(wc: WorkCenter) -> None:
+    counts = round_trips.per_command(wc, rounds=3)
+    assert set(counts) == set(CEILINGS)
+    over = {kind: count for kind, count in counts.items() if count > CEILINGS[kind]}
+    assert not over, f"round trips above the ceiling: {over} (ceilings {CEILINGS})"
+    # The write itself: two round trips, however many statements it sends.
+    assert counts["create"] == 2
+
+
+def test_the_counter_counts_exchanges_not_statements(wc: WorkCenter) -> None:
+    """One statement alone is one round trip; three in a pipeline with one sync are one."""
+    datastore = wc.store.factory.datastore  # type: ignore[attr-defined]
+    with round_trips.traced(datastore) as counts, datastore.get_connection() as conn:
+        conn.execute("SELECT 1")
+        assert counts.trips == 1
+        with conn.pipeline() as pipeline:
+            for _ in range(3):
+                conn.execute("SELECT 1")
+            pipeline.sync()
+        assert counts.trips == 3  # the sync, and the sync that ends the pipeline
+        conn.execute("SELECT 1")
+        assert counts.trips == 4
+
+
+def test_a_refused_pipelined_write_writes_nothing_and_leaves_the_connection_usable(
+    wc: WorkCenter,
+) -> None:
+    item = create_dynamic(wc)
+    head = wc.store.recorder.max_notification_id()
+    stale = wc._repository.events(item.id)[-1:]  # type: ignore[attr-defined]
+    # The same version again: the optimistic insert's unique violation, at the first sync.
+    for _ in range(3):  # more than once: each pooled connection is left usable
+        with pytest.raises(IntegrityError):
+            wc.store.events.put(stale)
+    assert wc.store.recorder.max_notification_id() == head
+    create_dynamic(wc)
+    assert wc.store.recorder.max_notification_id() > head
+    assert wc.maintenance.verify_history().ok
+
+
+def test_lock_holds_are_collected_only_when_asked(wc: WorkCenter) -> None:
+    recorder = wc.store.recorder
+    assert recorder.lock_holds is None  # type: ignore[attr-defined]
+    recorder.lock_holds = []  # type: ignore[attr-defined]
+    create_dynamic(wc)
+    holds = recorder.lock_holds  # type: ignore[attr-defined]
+    assert len(holds) == 1
+    held, before = holds[0]
+    assert 0 < held < 10 and 0 < before < 10
+
+
+def test_synchronous_commit_is_on_unless_turned_off(
+    location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(SYNCHRONOUS_COMMIT_ENV, "sometimes")
+    with pytest.raises(InvalidInput, match="on or off"):
+        WorkCenter.open(location)
+    monkeypatch.setenv(SYNCHRONOUS_COMMIT_ENV, "OFF")
+    with WorkCenter.open(location) as wc:
+        assert wc.store.recorder.synchronous_commit is False  # type: ignore[attr-defined]
+        sent: list[str] = []
+        execute = psycopg.Cursor.execute
+
+        def recording(self: Any, *args: Any, **kwargs: Any) -> Any:
+            sent.append(str(args[0] if args else kwargs["query"]))
+            return execute(self, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Cursor, "execute", recording)
+        create_dynamic(wc)
+        monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+        begins = [i for i, statement in enumerate(sent) if statement == "BEGIN"]
+        assert begins
+        assert all(sent[i + 1] == "SET LOCAL synchronous_commit = off" for i in begins)
+        # Still two round trips: the setting goes with the first exchange.
+        assert round_trips.per_command(wc, rounds=1)["create"] == 2
+        assert wc.maintenance.verify_history().ok
+    monkeypatch.delenv(SYNCHRONOUS_COMMIT_ENV)
+    with WorkCenter.open(location) as wc:
+        assert wc.store.recorder.synchronous_commit is True  # type: ignore[attr-defined]
