@@ -39,7 +39,7 @@ from workcenter.domain.errors import WorkcenterError
 ITEMS = 60
 CRITERION = "It is done"
 WORKERS = 4
-WORKER = Path(__file__).with_name("restart_worker.py")
+WORKER = Path(__file__).with_name("loop_worker.py")
 POOL = {"POSTGRES_POOL_SIZE": "2", "POSTGRES_MAX_OVERFLOW": "2"}
 LOST_LINE = "lost the connection to the database"
 
@@ -87,7 +87,7 @@ def test_four_workers_survive_a_postgresql_restart(server: PrivateServer, tmp_pa
     env = os.environ | POOL
     workers = [
         subprocess.Popen(
-            [sys.executable, str(WORKER), server.url, f"w{k}", str(log), "0.05"],
+            [sys.executable, str(WORKER), server.url, f"w{k}", str(log), "0.05", "3"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=open(tmp_path / f"w{k}.err", "wb"),  # noqa: SIM115

@@ -76,12 +76,14 @@ def watch_connections(datastore: Any) -> None:
         except (OperationalError, InterfaceError) as error:
             if isinstance(error, StoreDisconnected) or not disconnected(error):
                 raise
+            # psycopg's messages run over several lines: the log line is one.
+            reason = " ".join(str(error).split())
             if not outage[0]:
                 outage[0] = True
-                log.warning("lost the connection to the database (%s); reconnecting", error)
+                log.warning("lost the connection to the database (%s); reconnecting", reason)
             # An outage breaks every pooled connection: test them all now.
             datastore.pool.check()
-            raise StoreDisconnected(f"lost the connection to the database: {error}") from error
+            raise StoreDisconnected(f"lost the connection to the database: {reason}") from error
         if outage[0]:
             outage[0] = False
             log.info("reconnected to the database")

@@ -1,9 +1,10 @@
-"""One worker process of the restart test (``test_restart.py``), run as a script.
+"""One worker process of the restart and 16-worker tests (``test_restart.py``,
+``test_scaleout_16.py``), run as a script.
 
 It runs the library's worker loop (``run_worker``) with an executor that works for
-a moment and completes, until SIGTERM. Every claim and finish it saw accepted is
-appended to its log, one JSON line each; the loop's own log lines (one per lost
-database) go to stderr.
+a moment and completes, until SIGTERM. Every claim (with its Action and the
+candidates it tried) and finish it saw accepted is appended to its log, one JSON
+line each; the store's own log lines (one per lost database) go to stderr.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from workcenter.adapters.worker import StopSignals, run_worker
 from workcenter.application import Claim, WorkCenter
 
 
-def main(store: str, name: str, log_path: str, work: float) -> None:
+def main(store: str, name: str, log_path: str, work: float, lease: float) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(name)s %(levelname)s %(message)s")
 
     def execute(claim: Claim) -> dict[str, Any]:
@@ -41,13 +42,15 @@ def main(store: str, name: str, log_path: str, work: float) -> None:
     ):
 
         def record(event: str, claim: Claim, detail: str) -> None:
+            if event == "claimed":
+                detail = f"{claim.action_id} {claim.candidates_tried}"
             log.write(json.dumps([name, event, str(claim.run_id), detail]) + "\n")
 
         stats = run_worker(
             wc,
             execute,
             worker=name,
-            lease_seconds=3.0,
+            lease_seconds=lease,
             poll_seconds=0.2,
             signals=signals,
             on_event=record,
@@ -56,4 +59,4 @@ def main(store: str, name: str, log_path: str, work: float) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]))
+    main(sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]))
