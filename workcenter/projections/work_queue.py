@@ -190,7 +190,10 @@ class WorkQueueView(TrackedView):
 
     @contextmanager
     def claim_candidates(
-        self, page: int, current: Callable[[Any], bool] | None = None
+        self,
+        page: int,
+        current: Callable[[Any], bool] | None = None,
+        catch_up: Callable[[], None] | None = None,
     ) -> Iterator[Iterator[UUID] | None]:
         """The claimable Actions, oldest first, for one claim to try in turn; None when
         ``current`` (given a cursor) says the view is behind the head.
@@ -198,23 +201,27 @@ class WorkQueueView(TrackedView):
         On PostgreSQL each candidate is held for the claim (a transaction-scoped advisory
         lock) and one that another claim holds is passed over, so concurrent claims take
         different Actions instead of racing for the oldest (ADR-0054). The hold is a hint
-        only: the claim's optimistic save stays the fence. On SQLite (one writer) the
-        candidates are the pages of the queue, as before."""
+        only: the claim's optimistic save stays the fence. A candidate the claim found
+        stale means the view is behind (kept by a runner, it lags the claims other
+        workers committed): ``catch_up`` brings it to the head before the next one.
+        On SQLite (one writer) the candidates are the pages of the queue, as before."""
         postgres = sql.is_postgres(self.datastore)
         with sql.transaction(self.datastore, commit=False) as c:
             if current is not None and not current(c):
                 yield None
                 return
             if postgres:
-                yield self._reserved(c, page)
+                yield self._reserved(c, page, catch_up)
                 return
             c.execute(READY, (page, 0))
             first = [UUID(row[0]) for row in c.fetchall()]
         yield self._paged(first, page)
 
-    def _reserved(self, c: Any, page: int) -> Iterator[UUID]:
+    def _reserved(self, c: Any, page: int, catch_up: Callable[[], None] | None) -> Iterator[UUID]:
         tried: list[str] = []
         while True:
+            if tried and catch_up is not None:
+                catch_up()  # the last candidate was stale
             c.execute(RESERVE, (tried, page, CLAIM_LOCKS))
             row = c.fetchone()
             if row is None:

@@ -77,6 +77,10 @@ class RunCommands:
         database can (ADR-0054). When the view is at the head (the common case) its
         position and the first candidate are read in one transaction; else it is caught
         up first, as ``work_queue`` does."""
+
+        def catch_up() -> None:
+            self.read_models.catch_up([WorkQueue.name])
+
         if self.read_models.catches_up_on_read(WorkQueue.name):
             view: WorkQueueView = self.read_models.view(WorkQueue.name)
             head = self.read_models.head
@@ -84,11 +88,11 @@ class RunCommands:
             def current(c: Any) -> bool:
                 return (view.tracking._max_tracking_id(WorkQueue.name, c) or 0) >= head(c)
 
-            with view.claim_candidates(page, current) as candidates:
+            with view.claim_candidates(page, current, catch_up) as candidates:
                 if candidates is not None:
                     yield candidates
                     return
-        with self.work_queue().claim_candidates(page) as candidates:
+        with self.work_queue().claim_candidates(page, catch_up=catch_up) as candidates:
             assert candidates is not None  # no ``current`` check was asked for
             yield candidates
 
