@@ -98,7 +98,7 @@ def worker(store: str, name: str, ready: str, go: str, out: str, mode: str, wait
     Path(out).write_text(json.dumps({"cycles": cycles, "tried": tried}))
 
 
-def unheld(view: Any, c: Any, page: int) -> Any:
+def unheld(view: Any, c: Any, page: int, catch_up: Any) -> Any:
     """The claim before ADR-0054 on PostgreSQL: the queue's pages, oldest first, unheld."""
     c.execute(work_queue.READY, (page, 0))
     return view._paged([UUID(row[0]) for row in c.fetchall()], page)
