@@ -18,6 +18,7 @@ wait without end.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Final
@@ -28,6 +29,7 @@ from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.projections import sql
 
 log = logging.getLogger("workcenter.store")
+QUIET: Final = 30.0
 # Client-side failures have no SQLSTATE; class 08 is "connection exception"; 57P01 to
 # 57P03 are the server shutting down, crashing or not yet accepting connections.
 DISCONNECTED_STATES: Final = ("57P01", "57P02", "57P03")
@@ -65,8 +67,10 @@ def watch_connections(datastore: Any) -> None:
     (the library builds the datastore itself, so it cannot be a subclass)."""
     sql.connection_params(datastore).update(KEEPALIVES)
     original: Callable[[], AbstractContextManager[Any]] = datastore.get_connection
-    # Whether the last use of a connection failed: an outage is logged once, when it begins.
-    outage = [False]
+    # When the last outage was logged: failures within QUIET seconds of it are the same
+    # outage (a connection checked out when the server went away fails later, after
+    # others already worked again), so an outage is one line.
+    logged = [-QUIET]
 
     @contextmanager
     def get_connection() -> Iterator[Any]:
@@ -78,14 +82,11 @@ def watch_connections(datastore: Any) -> None:
                 raise
             # psycopg's messages run over several lines: the log line is one.
             reason = " ".join(str(error).split())
-            if not outage[0]:
-                outage[0] = True
+            if time.monotonic() - logged[0] > QUIET:
                 log.warning("lost the connection to the database (%s); reconnecting", reason)
+            logged[0] = time.monotonic()
             # An outage breaks every pooled connection: test them all now.
             datastore.pool.check()
             raise StoreDisconnected(f"lost the connection to the database: {reason}") from error
-        if outage[0]:
-            outage[0] = False
-            log.info("reconnected to the database")
 
     datastore.get_connection = get_connection
