@@ -1,38 +1,49 @@
-"""Run cycles per second with 1, 2 and 4 worker processes, on PostgreSQL and on SQLite,
-and the reference store's single process, in one invocation (issue 10).
+"""Run cycles per second with 1, 4 and 16 worker processes, on PostgreSQL and on SQLite,
+each Action's executor waiting W ms, and the reference store's single process, in one
+invocation (issues 10 and 18).
 
 Run from the repository root (the reference kit set up once, see bench_peer.py)::
 
-    .venv/bin/python benchmarks/bench_scaleout.py                 # N = 500, 3 repetitions
+    .venv/bin/python benchmarks/bench_scaleout.py                    # about 10 minutes
+    .venv/bin/python benchmarks/bench_scaleout.py --n 100 --n-wait 32 --reps 2 --wait-ms 0,100
     .venv/bin/python benchmarks/bench_scaleout.py --json out.json
-    .venv/bin/python benchmarks/bench_scaleout.py --claims        # ADR-0034's comparison
+    .venv/bin/python benchmarks/bench_scaleout.py --claims           # ADR-0054's comparison
 
 The work is bench_peer's B: N WorkItems, each a linear item with one stage and its
-Action claimable; then K worker processes (``--workers 1,2,4``) run cycles
-(``claim_next``, ``renew_lease``, ``finish_run`` completed, which makes the item
-done) until none is left. The processes open the store and wait at a barrier; the
-clock runs from the barrier to the last process's exit, so process start-up is not
-counted. Cycles/s is N over that time. PostgreSQL is ``--postgres URL`` (default the
-local test server, a fresh schema per repetition, dropped after). Writers keep the
-read models inline, as the reference store keeps its rows (the default deployment).
-PostgreSQL runs twice per worker count: with the durable default, and with
-``WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT=off`` (``-commit-off``, ADR-0053); each
-PostgreSQL row shows the table lock's hold per write (median and p95 over every
-write of the run, from the reply that granted the lock to the commit's reply) and
-the ceiling it implies, 1 / median (ADR-0052).
+Action claimable; then K worker processes (``--workers 1,4,16``) run cycles
+(``claim_next``, ``renew_lease``, the executor's wait of W ms, a stand-in for model
+and tool latency, then ``finish_run`` completed, which makes the item done) until
+none is left. The processes open the store and wait at a barrier; the clock runs from
+the barrier to the last process's exit, so process start-up is not counted.
+Cycles/s is N over that time. N is ``--n`` at W = 0 and ``--n-wait`` when W > 0 (a
+waiting cycle is long: one worker at W = 500 runs two a second). PostgreSQL is
+``--postgres URL`` (default the local test server, a fresh schema per repetition,
+dropped after). Writers keep the read models inline, as the reference store keeps
+its rows (the default deployment). Each worker process keeps a pool of two
+connections (``POSTGRES_POOL_SIZE=2``): sixteen workers of the library's default
+five would hold 80 of the server's 100.
+PostgreSQL also runs at W = 0 with ``WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT=off``
+(``-commit-off``, ADR-0053) beside the durable default; each PostgreSQL row shows the
+table lock's hold per write (median and p95 over every write of the run, from the
+reply that granted the lock to the commit's reply) and the ceiling it implies,
+1 / median (ADR-0052).
 
-``--claims`` compares, on PostgreSQL with 4 workers and the views kept asynchronously
-(the scale-out mode), the optimistic claim (read the oldest ready Actions from the
-work queue, decide on the aggregates, save; a lost race is a version conflict and
-the next candidate is tried) against one that takes each candidate's work-queue row
-with ``SELECT ... FOR UPDATE SKIP LOCKED`` and holds it while claiming, so two workers
-never try the same Action. It reports cycles/s and the wasted attempts per claim
-(candidates tried and not won).
+Every figure carries the candidates a claim tried (``Claim.candidates_tried``,
+counted, not timed): 1.0 means no claim lost a race to another worker.
+
+``--claims`` compares, on PostgreSQL with ``--workers`` processes (default 16) and the
+views kept asynchronously (the scale-out mode), three claims: ``held`` (today: each
+candidate held by a transaction-scoped advisory lock, others' passed over,
+ADR-0054), ``unheld`` (the claim before it: every worker starts at the oldest
+ready Action, a lost race is a version conflict and the next candidate is tried)
+and ``skip_locked`` (each candidate's work-queue row taken by
+``SELECT ... FOR UPDATE SKIP LOCKED`` and held while claiming, ADR-0034).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -48,28 +59,33 @@ from uuid import UUID
 from bench_peer import PeerKitMissing, create, find_kit, peer_rep, report
 
 from workcenter.application import WorkCenter
+from workcenter.projections import work_queue
 from workcenter.service_layer.handlers import claim as claiming
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 LEASE = 30.0
 COMMIT_OFF = {"WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT": "off"}
+WORKER_ENV = {"POSTGRES_POOL_SIZE": "2", "POSTGRES_MAX_OVERFLOW": "2"}
+# (label, workers, W ms, the worker count it is compared with, at least this ratio)
+GOALS = [
+    ("PostgreSQL, 4 workers >= 1.3x 1 worker at W = 0", 4, 0, 1, 1.3),
+    ("PostgreSQL, 16 workers >= 8x 1 worker at W = 100", 16, 100, 1, 8.0),
+    ("PostgreSQL, 16 workers >= 12x 1 worker at W = 500", 16, 500, 1, 12.0),
+]
+TRIED_GOAL = 1.5  # candidates tried per claim with 16 workers, at most
 
 
 # --- one worker process ------------------------------------------------------------
 
 
-def worker(store: str, name: str, ready: str, go: str, out: str, mode: str) -> None:
+def worker(store: str, name: str, ready: str, go: str, out: str, mode: str, wait: str) -> None:
     inline = mode == "inline"
-    tried = [0]
-    try_claim = claiming._try_claim
-
-    def counted(*args: Any) -> Any:
-        tried[0] += 1
-        return try_claim(*args)
-
-    claiming._try_claim = counted  # type: ignore[assignment]
     if mode == "skip_locked":
         claiming.claim_next = skip_locked_claim_next  # type: ignore[assignment]
+    if mode == "unheld":
+        work_queue.WorkQueueView._reserved = unheld  # type: ignore[method-assign]
+    seconds = float(wait) / 1000
+    tried = 0
     with WorkCenter.open(
         store, boot_id=f"{name}-{os.getpid()}", inline_projections=inline, create=False
     ) as wc:
@@ -79,11 +95,14 @@ def worker(store: str, name: str, ready: str, go: str, out: str, mode: str) -> N
             time.sleep(0.001)
         cycles = 0
         while (claim := wc.claim_next(name, lease_seconds=LEASE)) is not None:
+            tried += claim.candidates_tried
             if not wc.renew_lease(claim, lease_seconds=LEASE):
                 raise RuntimeError("renewal refused")
+            if seconds:
+                time.sleep(seconds)
             wc.finish_run(claim, report(claim.action_id))
             cycles += 1
-    Path(out).write_text(json.dumps({"cycles": cycles, "tried": tried[0], "holds": holds}))
+    Path(out).write_text(json.dumps({"cycles": cycles, "tried": tried, "holds": holds}))
 
 
 def _collect_lock_holds(wc: WorkCenter) -> list[Any]:
@@ -96,15 +115,21 @@ def _collect_lock_holds(wc: WorkCenter) -> list[Any]:
     return recorder.lock_holds  # type: ignore[no-any-return]
 
 
+def unheld(view: Any, c: Any, page: int, catch_up: Any) -> Any:
+    """The claim before ADR-0054 on PostgreSQL: the queue's pages, oldest first, unheld."""
+    c.execute(work_queue.READY, (page, 0))
+    return view._paged([UUID(row[0]) for row in c.fetchall()], page)
+
+
 def skip_locked_claim_next(wc: Any, worker: str, lease: Any, by: Any) -> Any:
     """The claim with each candidate row taken by ``FOR UPDATE SKIP LOCKED`` and held
     until the claim is saved (only with the views kept by a runner: an inline view
     would wait for the row its own command holds)."""
     from workcenter.projections.sql import transaction
 
-    work_queue = wc.work_queue()
-    for _ in range(claiming.CLAIM_PAGE):
-        with transaction(work_queue.datastore, commit=False) as c:
+    queue = wc.work_queue()
+    for tried in range(1, claiming.CLAIM_PAGE + 1):
+        with transaction(queue.datastore, commit=False) as c:
             c.execute(
                 "SELECT action_id FROM wq_actions WHERE status = 'ready' AND held = 0"
                 " ORDER BY ready_since, sequence LIMIT 1 FOR UPDATE SKIP LOCKED"
@@ -114,7 +139,7 @@ def skip_locked_claim_next(wc: Any, worker: str, lease: Any, by: Any) -> Any:
                 return None
             claim = claiming._try_claim(wc, UUID(row[0]), worker, lease, by)
             if claim is not None:
-                return claim
+                return dataclasses.replace(claim, candidates_tried=tried)
         wc.work_queue()  # the row was stale: catch the view up before the next
     return None
 
@@ -129,12 +154,12 @@ def seed(store: str, n: int) -> None:
 
 
 def drain(
-    store: str, workers: int, mode: str, extra_env: dict[str, str] | None = None
+    store: str, workers: int, mode: str, wait_ms: int, extra_env: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """Seconds for ``workers`` processes to run every cycle, and claims tried per cycle."""
     with tempfile.TemporaryDirectory(prefix="wc-scaleout-") as directory:
         d = Path(directory)
-        env = os.environ | {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        env = os.environ | WORKER_ENV | {"PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
         env |= extra_env or {}
         procs = [
             subprocess.Popen(
@@ -148,6 +173,7 @@ def drain(
                     str(d / "go"),
                     str(d / f"w{k}.json"),
                     mode,
+                    str(wait_ms),
                 ],
                 env=env,
             )
@@ -211,12 +237,13 @@ def measure(
     workers: int,
     n: int,
     mode: str,
+    wait_ms: int = 0,
     extra_env: dict[str, str] | None = None,
 ) -> dict[str, float]:
     store, cleanup = stores.fresh(backend)
     try:
         seed(store, n)
-        result = drain(store, workers, mode, extra_env)
+        result = drain(store, workers, mode, wait_ms, extra_env)
     finally:
         cleanup()
     if result["cycles"] != n:
@@ -237,18 +264,21 @@ def median(runs: list[dict[str, float]], key: str) -> float:
 def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
     kit = find_kit(args.peer_kit)
     counts = [int(k) for k in args.workers.split(",")]
+    waits = [int(w) for w in args.wait_ms.split(",")]
     runs: dict[str, list[dict[str, float]]] = {}
     for rep in range(args.reps):
         runs.setdefault("reference", []).append(peer_rep(kit, args.n))
-        for backend in ("postgresql", "sqlite"):
-            for k in counts:
-                runs.setdefault(f"{backend}-{k}", []).append(
-                    measure(stores, backend, k, args.n, "inline")
-                )
+        for wait in waits:
+            n = args.n if wait == 0 else args.n_wait
+            for backend in ("postgresql", "sqlite"):
+                for k in counts:
+                    runs.setdefault(key(backend, k, wait), []).append(
+                        measure(stores, backend, k, n, "inline", wait)
+                    )
         for k in counts:
-            # ADR-0053's weaker setting, reported beside the durable default.
-            runs.setdefault(f"postgresql-{k}-commit-off", []).append(
-                measure(stores, "postgresql", k, args.n, "inline", COMMIT_OFF)
+            # ADR-0053's weaker setting, reported beside the durable default at W = 0.
+            runs.setdefault(f"{key('postgresql', k, 0)}-commit-off", []).append(
+                measure(stores, "postgresql", k, args.n, "inline", 0, COMMIT_OFF)
             )
         print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr)
     reference = median(runs["reference"], "cycles_per_s")
@@ -259,15 +289,15 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
             "reps": [r["cycles_per_s"] for r in runs["reference"]],
         }
     }
-    for key, rep_runs in runs.items():
-        if key == "reference":
+    for name, rep_runs in runs.items():
+        if name == "reference":
             continue
         value = median(rep_runs, "cycles_per_s")
         per_rep = [
             r["cycles_per_s"] / p["cycles_per_s"]
             for r, p in zip(rep_runs, runs["reference"], strict=True)
         ]
-        rows[key] = {
+        rows[name] = {
             "cycles_per_s": value,
             "ratio": value / reference,
             "spread": [min(per_rep), max(per_rep)],
@@ -275,27 +305,81 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
             "reps": [r["cycles_per_s"] for r in rep_runs],
         }
         if "hold_median_ms" in rep_runs[0]:
-            rows[key]["hold_median_ms"] = median(rep_runs, "hold_median_ms")
-            rows[key]["hold_p95_ms"] = median(rep_runs, "hold_p95_ms")
-    return {"n": args.n, "reps": args.reps, "rows": rows}
+            rows[name]["hold_median_ms"] = median(rep_runs, "hold_median_ms")
+            rows[name]["hold_p95_ms"] = median(rep_runs, "hold_p95_ms")
+    return {
+        "n": args.n,
+        "n_wait": args.n_wait,
+        "reps": args.reps,
+        "rows": rows,
+        "scaling": scaling(runs, counts, waits),
+    }
+
+
+def key(backend: str, workers: int, wait_ms: int) -> str:
+    return f"{backend}-{workers}w-W{wait_ms}"
+
+
+def scaling(
+    runs: dict[str, list[dict[str, float]]], counts: list[int], waits: list[int]
+) -> dict[str, Any]:
+    """Each worker count over one worker of the same database and W, per repetition
+    (the two were measured in the same repetition), and the goals' verdicts."""
+    ratios: dict[str, Any] = {}
+    for backend in ("postgresql", "sqlite"):
+        for wait in waits:
+            one = runs.get(key(backend, 1, wait))
+            for k in counts:
+                many = runs.get(key(backend, k, wait))
+                if one is None or many is None or k == 1:
+                    continue
+                per_rep = [
+                    m["cycles_per_s"] / o["cycles_per_s"] for m, o in zip(many, one, strict=True)
+                ]
+                ratios[key(backend, k, wait)] = {
+                    "over_one": statistics.median(per_rep),
+                    "spread": [min(per_rep), max(per_rep)],
+                }
+    goals = []
+    for label, k, wait, _, floor in GOALS:
+        found = ratios.get(key("postgresql", k, wait))
+        if found is not None:
+            goals.append(
+                {"goal": label, "value": found["over_one"], "met": found["over_one"] >= floor}
+            )
+    tried = [
+        statistics.median(r["tried_per_cycle"] for r in rep_runs)
+        for name, rep_runs in runs.items()
+        if name.startswith("postgresql-16w")
+    ]
+    if tried:
+        goals.append(
+            {
+                "goal": f"PostgreSQL, 16 workers: candidates tried per claim <= {TRIED_GOAL}",
+                "value": max(tried),
+                "met": max(tried) <= TRIED_GOAL,
+            }
+        )
+    return {"ratios": ratios, "goals": goals}
 
 
 def claims(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
     rows: dict[str, Any] = {}
-    for mode in ("optimistic", "skip_locked"):
-        rep_runs = [measure(stores, "postgresql", 4, args.n, mode) for _ in range(args.reps)]
+    workers = int(args.workers) if args.workers.isdigit() else 16
+    for mode in ("held", "unheld", "skip_locked"):
+        rep_runs = [measure(stores, "postgresql", workers, args.n, mode) for _ in range(args.reps)]
         rows[mode] = {
             "cycles_per_s": median(rep_runs, "cycles_per_s"),
             "tried_per_cycle": median(rep_runs, "tried_per_cycle"),
             "reps": rep_runs,
         }
-    return {"n": args.n, "reps": args.reps, "workers": 4, "rows": rows}
+    return {"n": args.n, "reps": args.reps, "workers": workers, "rows": rows}
 
 
 def render(result: dict[str, Any]) -> None:
     print(f"N = {result['n']}, {result['reps']} repetitions (medians)")
     print(f"{'':24} {'cycles/s':>10} {'ratio':>7} {'spread':>13} {'tried/claim':>12}")
-    for key, row in result["rows"].items():
+    for name, row in result["rows"].items():
         spread = row.get("spread")
         shown = f"{spread[0]:.2f}..{spread[1]:.2f}" if spread else ""
         ratio = f"{row['ratio']:.2f}" if "ratio" in row else ""
@@ -307,20 +391,31 @@ def render(result: dict[str, Any]) -> None:
                 f"  lock hold {row['hold_median_ms']:.2f} ms median,"
                 f" {row['hold_p95_ms']:.2f} ms p95 (ceiling {ceiling:,.0f} writes/s)"
             )
-        print(f"{key:24} {row['cycles_per_s']:>10.1f} {ratio:>7} {shown:>13} {tried:>12}{hold}")
+        print(f"{name:24} {row['cycles_per_s']:>10.1f} {ratio:>7} {shown:>13} {tried:>12}{hold}")
+    if "scaling" not in result:
+        return
+    print(f"\n{'over 1 worker':24} {'median':>10} {'spread':>13}")
+    for name, ratio in result["scaling"]["ratios"].items():
+        low, high = ratio["spread"]
+        print(f"{name:24} {ratio['over_one']:>9.2f}x {low:>6.2f}..{high:.2f}")
+    for goal in result["scaling"]["goals"]:
+        verdict = "MET" if goal["met"] else "NOT MET"
+        print(f"{goal['goal']}: {goal['value']:.2f} {verdict}")
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        worker(*sys.argv[2:8])
+        worker(*sys.argv[2:9])
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=500)
+    parser.add_argument("--n", type=int, default=300, help="items at W = 0")
+    parser.add_argument("--n-wait", type=int, default=48, help="items when W > 0")
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--workers", default="1,2,4")
+    parser.add_argument("--workers", default="1,4,16")
+    parser.add_argument("--wait-ms", default="0,100,500", help="the executor's wait, W")
     parser.add_argument("--postgres", default=DEFAULT_POSTGRES)
     parser.add_argument("--peer-kit", default=None)
-    parser.add_argument("--claims", action="store_true", help="ADR-0034's claim comparison")
+    parser.add_argument("--claims", action="store_true", help="ADR-0054's claim comparison")
     parser.add_argument("--json", default=None, help="write the figures to this file")
     args = parser.parse_args()
     stores = Stores(args.postgres)

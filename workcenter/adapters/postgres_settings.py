@@ -24,6 +24,7 @@ from eventsourcing.postgres import PostgresFactory
 from eventsourcing.utils import Environment, EnvType, get_topic
 
 from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.adapters.postgres_connection import watch_connections
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
 from workcenter.domain.errors import InvalidInput
 from workcenter.projections import sql
@@ -121,6 +122,7 @@ class WorkcenterPostgresFactory(PostgresFactory):
     def __init__(self, env: Environment | EnvType | None) -> None:
         super().__init__(env)
         sql.pin_search_path(self.datastore)
+        watch_connections(self.datastore)
         if self.env_create_table():
             with sql.transaction(self.datastore, commit=True) as c:
                 c.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.datastore.schema}"')

@@ -10,12 +10,18 @@ report, so that Run is interrupted and the next one receives the input.
 
 Given a Coordinator provider, each pass of the loop also runs the due
 Coordinator steps (user messages and automatic wakes) before it claims a Run.
+
+When the database goes away (``StoreDisconnected``; the store logs one line per
+outage) the loop tries again with backoff until it answers, then goes on; a finish
+in flight is retried, and a second application of it is refused by the Run's fence
+(ADR-0056).
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import random
 import signal
 import socket
 import threading
@@ -24,6 +30,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from workcenter.adapters.postgres_connection import StoreDisconnected
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain import actor as actors
 from workcenter.domain.errors import CommandRefused, InvalidInput, StaleRun, WorkcenterError
@@ -34,6 +41,10 @@ from workcenter.service_layer.ports import CoordinatorProvider
 
 Executor = Callable[[Claim], RunReport | Mapping[str, Any]]
 LATE_INPUT = "input arrived while the Run was executing; the next Run receives it"
+# Waits between tries while the database is away: doubling from the first to the cap,
+# each drawn from its upper half, so that many workers do not all return at once.
+BACKOFF_FIRST = 0.1
+BACKOFF_CAP = 5.0
 
 
 def default_name() -> str:
@@ -133,6 +144,34 @@ class StopSignals:
             self._executing = False
 
 
+class Reconnect:
+    """Waits out an unreachable database with backoff."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.delay = 0.0
+
+    def wait(self, error: StoreDisconnected) -> bool:
+        """Back off after ``error``; False when the worker was stopped meanwhile."""
+        self.delay = min(BACKOFF_CAP, self.delay * 2 or BACKOFF_FIRST)
+        return not self.stop.wait(random.uniform(self.delay / 2, self.delay))
+
+    def answered(self) -> None:
+        self.delay = 0.0
+
+    def call(self, command: Callable[[], Any]) -> Any:
+        """``command`` once the database answers; ``StoreDisconnected`` if stopped first."""
+        while True:
+            try:
+                result = command()
+            except StoreDisconnected as error:
+                if not self.wait(error):
+                    raise
+                continue
+            self.answered()
+            return result
+
+
 class _LeaseKeeper(threading.Thread):
     """Renews a lease every third of its length until stopped or refused."""
 
@@ -145,7 +184,11 @@ class _LeaseKeeper(threading.Thread):
     def run(self) -> None:
         interval = max(1.0, self.lease_seconds / 3)
         while not self.stopped.wait(interval):
-            if not self.wc.renew_lease(self.claim, lease_seconds=self.lease_seconds):
+            try:
+                renewed = self.wc.renew_lease(self.claim, lease_seconds=self.lease_seconds)
+            except StoreDisconnected:
+                continue  # the next renewal tries again; a lease that ran out is refused
+            if not renewed:
                 self.lost = True
                 return
 
@@ -195,11 +238,14 @@ def run_one(
     stats: WorkerStats | None = None,
     on_event: Callable[[str, Claim, str], None] | None = None,
     signals: StopSignals | None = None,
+    reconnect: Reconnect | None = None,
 ) -> Claim | None:
     """Claim and execute one Action; None when nothing is claimable.
 
     An executor that raises, or reports something that is not a valid report, is an
     error: its Run is interrupted with the reason (so it can be retried) and counted.
+    With ``reconnect``, a finish the database did not answer is tried again until it
+    does (else ``StoreDisconnected`` is raised).
     """
     stats = stats or WorkerStats()
     claim = wc.claim_next(worker, lease_seconds=lease_seconds)
@@ -230,7 +276,13 @@ def run_one(
     keeper.stopped.set()
     keeper.join()
     try:
-        action = wc.finish_run(claim, _checked(report))
+        checked = _checked(report)
+        if reconnect is None:
+            action = wc.finish_run(claim, checked)
+        else:
+            action = reconnect.call(lambda: wc.finish_run(claim, checked))
+    except StoreDisconnected:
+        raise
     except StaleRun:
         stats.lost += 1
         if on_event:
@@ -283,11 +335,12 @@ def run_worker(
     them)."""
     stats = WorkerStats()
     stop = signals.event if signals else (stop or threading.Event())
+    reconnect = Reconnect(stop)
     # The loop recovers dead Runs (expired leases only, ADR-0048) itself, so the
     # recovery is recorded as this worker's.
     by = actors.worker(worker, wc.boot_id)
     if runs:
-        wc.recover(actor=by)
+        reconnect.call(lambda: wc.recover(actor=by))
     if coordinator is not None:
         wc.recover_coordinator(at_open=True)
     while not stop.is_set() and (max_runs is None or stats.claimed < max_runs):
@@ -303,15 +356,24 @@ def run_worker(
                     stats=stats,
                     on_event=on_event,
                     signals=signals,
+                    reconnect=reconnect,
                 )
+            except StoreDisconnected as error:
+                if not reconnect.wait(error):
+                    break
+                continue
             except WorkcenterError:  # the claim itself was refused (contention): try later
                 stats.errors += 1
+            reconnect.answered()
         if claim is None and not stepped:
             if exit_when_idle:
                 break
             stop.wait(poll_seconds)
             if runs:
-                wc.recover(actor=by)
+                try:
+                    wc.recover(actor=by)
+                except StoreDisconnected as error:
+                    reconnect.wait(error)
     return stats
 
 

@@ -8,7 +8,8 @@ be resumed, measured and rebuilt from position zero.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar
@@ -28,6 +29,18 @@ READY = (
     "SELECT action_id FROM wq_actions WHERE status = 'ready' AND held = 0"
     " ORDER BY ready_since, sequence LIMIT ? OFFSET ?"
 )
+# PostgreSQL: the oldest ready Action no other claim holds, and a hold on it until the
+# claim's read transaction ends (ADR-0054). The lock is tried in the outer query, over
+# a page already ordered and limited, so only the row returned is ever locked; the ids
+# this claim already tried are left out (it holds their locks itself).
+RESERVE = (
+    "SELECT action_id FROM (SELECT action_id FROM wq_actions"
+    " WHERE status = 'ready' AND held = 0 AND action_id <> ALL(?)"
+    " ORDER BY ready_since, sequence LIMIT ?) AS page"
+    " WHERE pg_try_advisory_xact_lock(?, hashtext(action_id)) LIMIT 1"
+)
+# The first key of the claim holds: apart from the views' write locks (one bigint key).
+CLAIM_LOCKS = 0x57C1
 
 
 # The status an item's row takes after an event of these classes (StatusChanged says its
@@ -182,16 +195,57 @@ class WorkQueueView(TrackedView):
         rows = self._rows(READY, (limit, offset))
         return [UUID(row[0]) for row in rows]
 
-    def current_ready_actions(
-        self, limit: int, application_name: str, head: Callable[[Any], int]
-    ) -> tuple[list[UUID], bool]:
-        """The first ``limit`` claimable Actions, and whether the view had every event up
-        to ``head``: one read transaction, a claim's fast path (no ids when behind)."""
+    @contextmanager
+    def claim_candidates(
+        self,
+        page: int,
+        current: Callable[[Any], bool] | None = None,
+        catch_up: Callable[[], None] | None = None,
+    ) -> Iterator[Iterator[UUID] | None]:
+        """The claimable Actions, oldest first, for one claim to try in turn; None when
+        ``current`` (given a cursor) says the view is behind the head.
+
+        On PostgreSQL each candidate is held for the claim (a transaction-scoped advisory
+        lock) and one that another claim holds is passed over, so concurrent claims take
+        different Actions instead of racing for the oldest (ADR-0054). The hold is a hint
+        only: the claim's optimistic save stays the fence. A candidate the claim found
+        stale means the view is behind (kept by a runner, it lags the claims other
+        workers committed): ``catch_up`` brings it to the head before the next one.
+        On SQLite (one writer) the candidates are the pages of the queue, as before."""
+        postgres = sql.is_postgres(self.datastore)
         with sql.transaction(self.datastore, commit=False) as c:
-            if (self.tracking._max_tracking_id(application_name, c) or 0) < head(c):
-                return [], False
-            c.execute(READY, (limit, 0))
-            return [UUID(row[0]) for row in c.fetchall()], True
+            if current is not None and not current(c):
+                yield None
+                return
+            if postgres:
+                yield self._reserved(c, page, catch_up)
+                return
+            c.execute(READY, (page, 0))
+            first = [UUID(row[0]) for row in c.fetchall()]
+        yield self._paged(first, page)
+
+    def _reserved(self, c: Any, page: int, catch_up: Callable[[], None] | None) -> Iterator[UUID]:
+        tried: list[str] = []
+        while True:
+            if tried and catch_up is not None:
+                catch_up()  # the last candidate was stale
+            c.execute(RESERVE, (tried, page, CLAIM_LOCKS))
+            row = c.fetchone()
+            if row is None:
+                return
+            tried.append(row[0])
+            yield UUID(row[0])
+
+    def _paged(self, first: list[UUID], page: int) -> Iterator[UUID]:
+        candidates, offset = first, 0
+        seen: set[UUID] = set()
+        while candidates:
+            offset += len(candidates)
+            for action_id in candidates:
+                if action_id not in seen:
+                    seen.add(action_id)
+                    yield action_id
+            candidates = self.ready_actions(page, offset)
 
     def live_runs(self) -> list[tuple[UUID, UUID, str, str, float]]:
         """(action id, run id, worker, boot id, expires at) of every Run believed live."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 from uuid import UUID
@@ -13,7 +15,6 @@ from workcenter.domain import action as act
 from workcenter.domain import actor as actors
 from workcenter.domain import runs
 from workcenter.domain.actor import Actor
-from workcenter.projections.work_queue import WorkQueueView
 from workcenter.service_layer.ports import Clock
 from workcenter.service_layer.repository import Repository
 
@@ -40,6 +41,9 @@ class Claim:
     attempt: int
     # Input queued for the Action and not yet consumed: the Run should consume it.
     inputs: tuple[act.QueuedInput, ...] = ()
+    # Candidates this claim tried, the won one included: 1 unless it lost races to
+    # other workers or met stale queue rows (counted for the scale-out benchmark).
+    candidates_tried: int = 1
 
     @property
     def ref(self) -> act.RunRef:
@@ -64,24 +68,19 @@ class ClaimSource(Protocol):
     clock: Clock
     boot_id: str
 
-    def ready_candidates(self, limit: int) -> tuple[WorkQueueView, list[UUID]]: ...
+    def claim_candidates(self, page: int) -> AbstractContextManager[Iterator[UUID]]: ...
 
 
 def claim_next(wc: ClaimSource, worker: str, lease: timedelta, by: Actor) -> Claim | None:
-    """Claim for ``worker`` (already validated) by ``by``; see ``WorkCenter.claim_next``."""
-    work_queue, candidates = wc.ready_candidates(CLAIM_PAGE)
-    seen: set[UUID] = set()
-    offset = 0
-    while candidates:
-        offset += len(candidates)
-        for action_id in candidates:
-            if action_id in seen:
-                continue
-            seen.add(action_id)
+    """Claim for ``worker`` (already validated) by ``by``; see ``WorkCenter.claim_next``.
+
+    The candidates come oldest first; on PostgreSQL each is held for this claim until
+    it ends, so concurrent claims pass over each other's (ADR-0054)."""
+    with wc.claim_candidates(CLAIM_PAGE) as candidates:
+        for tried, action_id in enumerate(candidates, start=1):
             claim = _try_claim(wc, action_id, worker, lease, by)
             if claim is not None:
-                return claim
-        candidates = work_queue.ready_actions(CLAIM_PAGE, offset)
+                return replace(claim, candidates_tried=tried)
     return None
 
 

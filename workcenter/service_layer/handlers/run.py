@@ -4,7 +4,8 @@ deferring a Run, the input a running Action receives, and recovery of dead Runs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -70,19 +71,30 @@ class RunCommands:
         even when inline projections are off (then only it, leaving the rest to the runner)."""
         return self.read_models.fresh(WorkQueue.name)  # type: ignore[no-any-return]
 
-    def ready_candidates(self, limit: int) -> tuple[WorkQueueView, list[UUID]]:
-        """The work queue and its first ``limit`` claimable Actions. When the view is at
-        the head (the common case) its position and the Actions are read in one
-        transaction; else it is caught up first, as ``work_queue`` does."""
+    @contextmanager
+    def claim_candidates(self, page: int) -> Iterator[Iterator[UUID]]:
+        """The claimable Actions, oldest first, each held for this claim where the
+        database can (ADR-0054). When the view is at the head (the common case) its
+        position and the first candidate are read in one transaction; else it is caught
+        up first, as ``work_queue`` does."""
+
+        def catch_up() -> None:
+            self.read_models.catch_up([WorkQueue.name])
+
         if self.read_models.catches_up_on_read(WorkQueue.name):
             view: WorkQueueView = self.read_models.view(WorkQueue.name)
-            ready, current = view.current_ready_actions(
-                limit, WorkQueue.name, self.read_models.head
-            )
-            if current:
-                return view, ready
-        view = self.work_queue()
-        return view, view.ready_actions(limit)
+            head = self.read_models.head
+
+            def current(c: Any) -> bool:
+                return (view.tracking._max_tracking_id(WorkQueue.name, c) or 0) >= head(c)
+
+            with view.claim_candidates(page, current, catch_up) as candidates:
+                if candidates is not None:
+                    yield candidates
+                    return
+        with self.work_queue().claim_candidates(page, catch_up=catch_up) as candidates:
+            assert candidates is not None  # no ``current`` check was asked for
+            yield candidates
 
     def claim_next(
         self, worker: str, lease_seconds: float, actor: Actor | str | None

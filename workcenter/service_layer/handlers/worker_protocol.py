@@ -14,7 +14,8 @@ and the usage) and answered with the first result, writing nothing.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -27,7 +28,6 @@ from workcenter.domain import resource_ledger as rl
 from workcenter.domain.errors import CommandRefused, InvalidInput, NotFound, StaleRun
 from workcenter.domain.outcome import RunReport, report_digest
 from workcenter.domain.unit import Unit
-from workcenter.projections.work_queue import WorkQueueView
 from workcenter.service_layer.handlers import claim as claiming
 from workcenter.service_layer.handlers.claim import Claim
 from workcenter.service_layer.handlers.resource_ledger import BudgetCommands
@@ -80,8 +80,8 @@ class _OwnBoot:
         self.clock: Clock = runs.clock
         self.boot_id = boot_id
 
-    def ready_candidates(self, limit: int) -> tuple[WorkQueueView, list[UUID]]:
-        return self.runs.ready_candidates(limit)
+    def claim_candidates(self, page: int) -> AbstractContextManager[Iterator[UUID]]:
+        return self.runs.claim_candidates(page)
 
 
 def boot_id(value: object) -> str:
