@@ -130,7 +130,7 @@ def test_a_save_rolled_back_after_the_view_took_its_states_leaves_no_trace_in_th
         claimed = claim(wc, lease_seconds=60)
         clock.advance(1)
 
-        def commit_failed(*_: Any) -> None:
+        def commit_failed(*_: Any, **__: Any) -> None:
             raise RuntimeError("the commit failed")
 
         # After the view wrote its rows (and took the states), before the commit.
