@@ -101,6 +101,15 @@ def wait_rows(page: Any, first: str, count: int | None = None) -> None:
     )
 
 
+def wait_current_etag(page: Any, base: str, item_id: str) -> None:
+    """Wait until the page holds the item's current ETag: it reads the budget and the
+    detail (which carries the ETag a command sends) separately, so it can show a stop
+    while still holding the ETag from before it, and a click then is rightly refused
+    as stale."""
+    etag = httpx.get(f"{base}/api/work-items/{item_id}").headers["ETag"]
+    page.wait_for_function("(etag) => state.itemEtag === etag", arg=etag, timeout=TIMEOUT_MS)
+
+
 def note(page: Any, kind: str) -> str:
     try:
         page.wait_for_selector(f"#command-note[data-kind='{kind}']:visible", timeout=TIMEOUT_MS)
@@ -319,8 +328,10 @@ def test_a_token_stop_says_what_the_refused_request_needed(wc: WorkCenter, brows
             f" needed {asked:,} tokens. Extend tokens by at least {asked - 1000:,}, then Resume."
         ), said
         assert page.input_value("#extend-tokens") == str(asked - 1000)
+        wait_current_etag(page, base, str(item.id))
         page.click("#extend:enabled")
         assert note(page, "ok") == "Budget extended."
+        wait_current_etag(page, base, str(item.id))
         page.click("#resume:enabled", timeout=TIMEOUT_MS)
         assert note(page, "ok") == "Resumed."
         assert wc.ledger(item.id).stop_reason is None
