@@ -99,10 +99,13 @@ class PostgresChainTable:
     def send_reads(self, head: Any, digests: Any, streams: Mapping[Stream, int]) -> None:
         """Send, on two raw cursors of a pipelined transaction holding the table lock, the
         reads of ``ChainReads``; ``take_reads`` takes their answers after the sync."""
+        # The head is taken in a subquery first: with the LIMIT outside, PostgreSQL plans
+        # the EXISTS as a hashed scan of every event, a cost that grew with the store
+        # (about 1 ms at 2,000 events); this way it is one index probe.
         head.execute(
             f"SELECT c.position, c.previous, c.digest, EXISTS (SELECT 1 FROM {self.events} e"
             " WHERE e.notification_id = c.position)"
-            f" FROM {self.name} c ORDER BY c.position DESC LIMIT 1",
+            f" FROM (SELECT * FROM {self.name} ORDER BY position DESC LIMIT 1) c",
             prepare=True,
         )
         if streams:
