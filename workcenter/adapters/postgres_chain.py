@@ -109,13 +109,15 @@ class PostgresChainTable:
             prepare=True,
         )
         if streams:
-            # One statement for every stream: (id, version) pairs unnested from two arrays.
+            # One statement for every stream, its (id, version) pairs as row values: a
+            # plan that does not depend on them, which PostgreSQL keeps (ADR-0066).
+            pairs = sql.row_values(len(streams))
             digests.execute(
                 f"SELECT e.originator_id::text, c.digest FROM {self.events} e"
                 f" JOIN {self.name} c ON c.position = e.notification_id"
-                " JOIN unnest(%s::uuid[], %s::bigint[]) AS w(id, version)"
-                " ON e.originator_id = w.id AND e.originator_version = w.version",
-                ([str(s) for s in streams], list(streams.values())),
+                f" WHERE (e.originator_id, e.originator_version) IN ({pairs})",
+                [value for stream, version in streams.items() for value in (stream, version)],
+                prepare=True,
             )
 
     def take_reads(self, head: Any, digests: Any, streams: Mapping[Stream, int]) -> ChainReads:

@@ -26,6 +26,7 @@ from psycopg.pq import TransactionStatus
 
 from workcenter.adapters.postgres_chain import PostgresChainTable
 from workcenter.adapters.recorders import INLINE_WRITE, SNAPSHOTS, SnapshotWrite
+from workcenter.projections import inline as inline_views
 from workcenter.projections import sql, tracked
 from workcenter.projections.inline import InlineWrite
 from workcenter.projections.sql import PortableCursor
@@ -46,6 +47,9 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
     # WAL is flushed, so a server crash may lose the last commands' writes (all of each,
     # never part of one).
     synchronous_commit = True
+    # As on SQLite: set by the composition root (a stream loaded from version 0 starts at
+    # its newest snapshot).
+    snapshots_table_name: str | None = None
 
     def __init__(self, datastore: Any, **kwargs: Any) -> None:
         super().__init__(datastore, **kwargs)
@@ -74,7 +78,8 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
 
         1. ``BEGIN``, the library's lock, notify and insert, and every read the rest
            needs (the chain's head and the digests its links follow, the views'
-           locks and positions), then one sync;
+           locks and positions, the other streams the detail view builds from,
+           ADR-0066), then one sync;
         2. the chain's links, the snapshots and the views' rows and positions,
            computed from those answers, and the ``COMMIT`` (a view that must read, as
            a lagging one reading its gap, adds a round trip).
@@ -86,6 +91,7 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
             return []
         inline: InlineWrite | None = kwargs.get(INLINE_WRITE)
         names = inline.tracked_names() if inline is not None else None
+        ahead = inline.streams_ahead() if inline is not None else []
         streams = hash_chain.predecessors(stored_events) if self.chained else {}
         with self.datastore.get_connection() as conn:
             started = time.perf_counter()
@@ -105,6 +111,11 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                     views = PortableCursor(conn.cursor())
                     if names:
                         tracked.send_positions(views, self.datastore, names)
+                    others, gap = conn.cursor(), conn.cursor()
+                    if ahead:
+                        self.send_streams_after(others, ahead)
+                        # The detail view lags after renewals and ledger writes (ADR-0037).
+                        self._send_gap(gap, stored_events, names or [])
                     pipeline.sync()
                     locked = time.perf_counter()
                     ids = self._fetch_ids_after_insert_events(insert, stored_events)
@@ -113,7 +124,11 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                         reads = self.chain.take_reads(head, digests, streams)
                         hash_chain.append_links(self.chain, head, ids, stored_events, reads)
                     positions = tracked.take_positions(views, names) if names else None
-                    self._insert_along(views, ids, positions, **kwargs)
+                    if ahead:
+                        assert inline is not None
+                        inline.take_ahead(self.take_streams_after(others, ahead))
+                    before = self._take_gap(gap) if ahead else None
+                    self._insert_along(views, ids, positions, before, **kwargs)
                     insert.execute("COMMIT")
                 # Leaving the pipeline synced it: the commit's answer is in.
             except BaseException:
@@ -128,6 +143,7 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
         c: PortableCursor,
         notification_ids: Sequence[int],
         positions: Mapping[str, int] | None,
+        gap: Sequence[Notification] | None,
         **kwargs: Any,
     ) -> None:
         """What the SQLite twin does after ``super()._insert_events``: the snapshots due,
@@ -137,7 +153,7 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
             snapshots.recorder._insert_stored_events(c.raw, snapshots.stored)  # type: ignore[attr-defined]
         inline: InlineWrite | None = kwargs.get(INLINE_WRITE)
         if inline is not None and notification_ids:
-            inline.apply(c, notification_ids, self._read_gap, positions)
+            inline.apply(c, notification_ids, self._read_gap, positions, gap)
 
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)
     def select_streams_after(
@@ -145,30 +161,105 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
     ) -> list[Sequence[StoredEvent]]:
         """The events of each stream after its version, in one statement (one round trip,
         one snapshot): the SQLite twin's port (``StreamsAfter``), so a command's cached
-        aggregates are brought up to date together (ADR-0051). The streams are distinct, as
-        the repository asks for them."""
-        found: dict[UUID, list[StoredEvent]] = {stream_id: [] for stream_id, _ in after}
+        aggregates are brought up to date together (ADR-0051). A stream asked for after
+        version 0 starts at its newest snapshot, if it has one (ADR-0066). The streams are
+        distinct, as the repository asks for them."""
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            curs.execute(
-                "SELECT e.originator_id, e.originator_version, e.topic, e.state"
-                f' FROM "{self.datastore.schema}".{self.events_table_name} e'
-                " JOIN unnest(%s::uuid[], %s::bigint[]) AS w(id, version)"
-                " ON e.originator_id = w.id AND e.originator_version > w.version"
-                " ORDER BY e.originator_id, e.originator_version",
-                ([stream_id for stream_id, _ in after], [version for _, version in after]),
-                prepare=True,
-            )
-            for row in curs.fetchall():
-                stream_id = row["originator_id"]
-                found[stream_id].append(
-                    StoredEvent(
-                        originator_id=stream_id,
-                        originator_version=row["originator_version"],
-                        topic=row["topic"],
-                        state=bytes(row["state"]),
-                    )
+            self.send_streams_after(curs, after)
+            return self.take_streams_after(curs, after)
+
+    def send_streams_after(self, curs: Any, after: Sequence[tuple[UUID, int]]) -> None:
+        """The statement of ``select_streams_after``, sent on a raw cursor (a pipelined
+        write sends it with its insert, ADR-0066); ``take_streams_after`` reads it.
+
+        One simple select per stream joined by ``UNION ALL``: a plan that does not depend
+        on the values, which PostgreSQL keeps, where unnested arrays were planned again
+        at every execution."""
+        events = f'"{self.datastore.schema}".{self.events_table_name}'
+        snapshots = (
+            f'"{self.datastore.schema}".{self.snapshots_table_name}'
+            if self.snapshots_table_name is not None
+            else None
+        )
+        parts: list[str] = []
+        params: list[Any] = []
+        for index, (stream_id, version) in enumerate(after):
+            if version == 0 and snapshots is not None:
+                # The newest snapshot, then the events after it (a snapshot sorts first).
+                parts.append(
+                    f"(SELECT {index}, 0, originator_id, originator_version, topic, state"
+                    f" FROM {snapshots} WHERE originator_id = %s"
+                    " ORDER BY originator_version DESC LIMIT 1)"
                 )
+                parts.append(
+                    f"SELECT {index}, 1, originator_id, originator_version, topic, state"
+                    f" FROM {events} WHERE originator_id = %s AND originator_version >"
+                    f" (SELECT COALESCE(MAX(originator_version), 0) FROM {snapshots}"
+                    " WHERE originator_id = %s)"
+                )
+                params += [stream_id, stream_id, stream_id]
+            else:
+                parts.append(
+                    f"SELECT {index}, 1, originator_id, originator_version, topic, state"
+                    f" FROM {events} WHERE originator_id = %s AND originator_version > %s"
+                )
+                params += [stream_id, version]
+        curs.execute(
+            " UNION ALL ".join(parts) + " ORDER BY 1, 2, 4",
+            params,
+            prepare=True,
+        )
+
+    @staticmethod
+    def take_streams_after(
+        curs: Any, after: Sequence[tuple[UUID, int]]
+    ) -> list[Sequence[StoredEvent]]:
+        found: dict[UUID, list[StoredEvent]] = {stream_id: [] for stream_id, _ in after}
+        for row in curs.fetchall():
+            stream_id = row["originator_id"]
+            found[stream_id].append(
+                StoredEvent(
+                    originator_id=stream_id,
+                    originator_version=row["originator_version"],
+                    topic=row["topic"],
+                    state=bytes(row["state"]),
+                )
+            )
         return [found[stream_id] for stream_id, _ in after]
+
+    def _send_gap(self, c: Any, stored_events: Sequence[StoredEvent], names: Sequence[str]) -> None:
+        """Send the read of the events after the lowest position of the views ``names``
+        (0 if one has none), other than the command's own, just inserted: a lagging
+        view's gap, read with the insert (ADR-0066). At most ``GAP_LIMIT + 1``."""
+        c.execute(
+            "SELECT notification_id, originator_id, originator_version, topic, state"
+            f' FROM "{self.datastore.schema}".{self.events_table_name}'
+            " WHERE notification_id > (SELECT CASE WHEN COUNT(*) < %s THEN 0"
+            " ELSE MIN(notification_id) END FROM tracking WHERE application_name = ANY(%s))"
+            " AND (originator_id, originator_version) NOT IN"
+            f" ({sql.row_values(len(stored_events))})"
+            " ORDER BY notification_id LIMIT %s",
+            (
+                len(names),
+                list(names),
+                *(v for e in stored_events for v in (e.originator_id, e.originator_version)),
+                inline_views.GAP_LIMIT + 1,
+            ),
+            prepare=True,
+        )
+
+    @staticmethod
+    def _take_gap(c: Any) -> list[Notification]:
+        return [
+            Notification(
+                id=row["notification_id"],
+                originator_id=row["originator_id"],
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            )
+            for row in c.fetchall()
+        ]
 
     def _read_gap(
         self, c: PortableCursor, after: int, before: int, limit: int

@@ -49,6 +49,9 @@ class OneCommitSQLiteRecorder(SQLiteApplicationRecorder):
     # Set by the factory from the store's settings before the store is used; off only to
     # measure what the chain costs (benchmarks/bench_hash_chain.py).
     chained = True
+    # The store's snapshot table, set by the composition root: a stream loaded from
+    # nothing (``select_streams_after`` from version 0) starts at its newest snapshot.
+    snapshots_table_name: str | None = None
 
     def __init__(self, datastore: SQLiteDatastore, events_table_name: str = "stored_events"):
         super().__init__(datastore, events_table_name)
@@ -117,28 +120,44 @@ class OneCommitSQLiteRecorder(SQLiteApplicationRecorder):
         self, after: Sequence[tuple[UUID, int]]
     ) -> list[Sequence[StoredEvent]]:
         """The events of each stream after its version, all read in one transaction: a
-        command's aggregates brought up to date together, for one transaction's cost."""
+        command's aggregates brought up to date together, for one transaction's cost.
+        A stream asked for after version 0 starts at its newest snapshot, if it has one
+        (the snapshot first, then the events after it)."""
         with self.datastore.transaction(commit=False) as c:
             found: list[Sequence[StoredEvent]] = []
             for stream_id, version in after:
+                snapshot = self._newest_snapshot(c, stream_id) if version == 0 else None
+                if snapshot is not None:
+                    version = snapshot.originator_version
                 c.execute(
                     f"SELECT originator_version, topic, state FROM {self.events_table_name}"
                     " WHERE originator_id = ? AND originator_version > ?"
                     " ORDER BY originator_version",
                     (stream_id.hex, version),
                 )
-                found.append(
-                    [
-                        StoredEvent(
-                            originator_id=stream_id,
-                            originator_version=row["originator_version"],
-                            topic=row["topic"],
-                            state=row["state"],
-                        )
-                        for row in c.fetchall()
-                    ]
-                )
+                events = [_stream_event(stream_id, row) for row in c.fetchall()]
+                found.append([snapshot, *events] if snapshot is not None else events)
             return found
+
+    def _newest_snapshot(self, c: SQLiteCursor, stream_id: UUID) -> StoredEvent | None:
+        if self.snapshots_table_name is None:
+            return None
+        c.execute(
+            f"SELECT originator_version, topic, state FROM {self.snapshots_table_name}"
+            " WHERE originator_id = ? ORDER BY originator_version DESC LIMIT 1",
+            (stream_id.hex,),
+        )
+        row = c.fetchone()
+        return None if row is None else _stream_event(stream_id, row)
+
+
+def _stream_event(stream_id: UUID, row: Any) -> StoredEvent:
+    return StoredEvent(
+        originator_id=stream_id,
+        originator_version=row["originator_version"],
+        topic=row["topic"],
+        state=row["state"],
+    )
 
 
 class SQLiteChainTable:

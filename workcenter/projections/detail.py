@@ -19,7 +19,7 @@ gives the same bytes however the log is paged.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Literal, Protocol
@@ -51,6 +51,12 @@ STATE_CLASS: dict[Kind, type[AggregateState]] = {
     "action": act.ActionState,
     "ledger": rl.LedgerState,
     "conversation": conv.ConversationState,
+}
+EVENT_CLASS: dict[Kind, type[DomainEvent]] = {
+    "item": wi.WorkItemEvent,
+    "action": act.ActionEvent,
+    "ledger": rl.LedgerEvent,
+    "conversation": conv.ConversationEvent,
 }
 # The conversation events that change what the detail shows of it (its messages and
 # the coordinator revision). Mailbox claims, leases and provider turns change neither,
@@ -109,6 +115,19 @@ def build_detail(
 ) -> bytes:
     """The serialised detail DTO of folded states, as of the item's event at ``at``."""
     return detail_json(item, actions, ledger, now=at, conversation=conversation)
+
+
+Wanted = dict[UUID, tuple[Kind, AggregateState | None]]
+"""Streams to read ahead: their kind and the state the view holds of each, if any."""
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """What a write read ahead for the view: the streams asked for, and the newest state
+    of each that exists (one missing from ``states`` has no event yet)."""
+
+    asked: frozenset[UUID]
+    states: dict[UUID, AggregateState]
 
 
 class StateSource(Protocol):
@@ -249,8 +268,57 @@ class DetailView(TrackedView):
 
     # --- writing --------------------------------------------------------------
 
+    def streams_ahead(
+        self, states: Mapping[UUID, AggregateState], written: Collection[UUID]
+    ) -> Wanted:
+        """The streams, other than those ``written``, that the DTOs of the WorkItems among
+        a command's ``states`` are built from (their Actions, ledger and conversation),
+        each with a state known of it (the view's, or the command's, which it read but did
+        not write), if any: a pipelined write reads them with its insert instead of one
+        exchange after another under the lock (ADR-0066)."""
+        wanted: Wanted = {}
+        for state in states.values():
+            if not isinstance(state, wi.WorkItemState):
+                continue
+            others: dict[UUID, Kind] = {e.action_id: "action" for e in state.plan}
+            others[rl.ledger_id_for(state.id)] = "ledger"
+            others[conv.conversation_id_for(state.id)] = "conversation"
+            for aggregate_id, kind in others.items():
+                if aggregate_id in written:
+                    continue
+                known = self._cache.get(aggregate_id) or states.get(aggregate_id)
+                held = known if isinstance(known, STATE_CLASS[kind]) else None
+                wanted[aggregate_id] = (kind, held)
+        return wanted
+
+    def fold_ahead(self, wanted: Wanted, read: Sequence[Sequence[Any]]) -> Ahead:
+        """The newest states of ``wanted`` from what was read ahead (per stream, in order:
+        the events after the state held, or from the newest snapshot if none was held)."""
+        states: dict[UUID, AggregateState] = {}
+        unread: set[UUID] = set()
+        for (aggregate_id, (kind, held)), events in zip(wanted.items(), read, strict=True):
+            state: AggregateState | None = held
+            for event in events:
+                if isinstance(event, EVENT_CLASS[kind]):
+                    state = EVOLVE[kind](state, event)
+                    continue
+                snapshot = getattr(event, "state", None)  # a snapshot leads its stream
+                state = snapshot if isinstance(snapshot, STATE_CLASS[kind]) else None
+                if state is None:
+                    unread.add(aggregate_id)  # another aggregate type: read the usual way
+                    break
+            if state is not None:
+                states[aggregate_id] = state
+                self._remember(state)
+        return Ahead(frozenset(wanted.keys() - unread), states)
+
     def rows_with_states(
-        self, c: Any, batch: Batch, position: int, states: Mapping[UUID, AggregateState]
+        self,
+        c: Any,
+        batch: Batch,
+        position: int,
+        states: Mapping[UUID, AggregateState],
+        ahead: Ahead | None = None,
     ) -> Batch:
         """``rows_within`` given the states a command computed after its own events, which
         end ``batch`` (a gap the view missed may come before them): an aggregate whose
@@ -259,11 +327,15 @@ class DetailView(TrackedView):
         changed (else its insert would have conflicted), so such a state is the fold's."""
         fresh = [entry for entry in batch if entry[0] > position]
         if fresh:
-            self._apply_batch(c, fresh, states)
+            self._apply_batch(c, fresh, states, ahead)
         return fresh
 
     def _apply_batch(
-        self, c: Any, batch: Batch, states: Mapping[UUID, AggregateState] | None = None
+        self,
+        c: Any,
+        batch: Batch,
+        states: Mapping[UUID, AggregateState] | None = None,
+        ahead: Ahead | None = None,
     ) -> None:
         # The live view shares the event store's database: its states and versions are
         # read in this transaction, which sees the batch's own events too. A rebuild's
@@ -271,7 +343,10 @@ class DetailView(TrackedView):
         events_cursor = c if self.source.holds_events_of(self.datastore) else None
         working: dict[UUID, AggregateState] = {}
         touched: dict[UUID, tuple[int, datetime]] = {}
-        given = _after_batch(batch, states) if states else {}
+        # The states read ahead are the newest, so the states after a lagging gap's
+        # events of streams the command did not write (ADR-0066).
+        known = {**ahead.states, **states} if ahead is not None and states else states
+        given = _after_batch(batch, known) if known else {}
         for position, event in batch:
             kind = kind_of(event)
             if kind is None:
@@ -293,7 +368,7 @@ class DetailView(TrackedView):
         for state in working.values():
             self._remember(state)
         for item_id, (position, at) in touched.items():
-            dto = self._build(item_id, at, working, events_cursor)
+            dto = self._build(item_id, at, working, events_cursor, ahead)
             if dto is not None:
                 c.execute(
                     "INSERT INTO dv_details VALUES (?, ?, ?) ON CONFLICT (work_item_id)"
@@ -328,11 +403,16 @@ class DetailView(TrackedView):
         wanted: dict[UUID, Kind],
         working: dict[UUID, AggregateState],
         c: Any | None,
+        ahead: Ahead | None = None,
     ) -> dict[UUID, AggregateState]:
         """The states of ``wanted`` after this batch: folded here, else the store's newest
-        (committed before this transaction, which holds the write lock when inline)."""
+        (committed before this transaction, which holds the write lock when inline), as
+        read ahead with the insert or, if not, read now."""
         found = {i: working[i] for i in wanted if i in working}
         rest = [i for i in wanted if i not in working]
+        if ahead is not None:
+            found |= {i: ahead.states[i] for i in rest if i in ahead.states}
+            rest = [i for i in rest if i not in ahead.asked]
         for aggregate_id, version in (self.source.versions(rest, c) if rest else {}).items():
             state = self._at(wanted[aggregate_id], aggregate_id, version, c)
             if state is not None:
@@ -345,14 +425,15 @@ class DetailView(TrackedView):
         at: datetime,
         working: dict[UUID, AggregateState],
         c: Any | None,
+        ahead: Ahead | None = None,
     ) -> bytes | None:
-        item = self._newest({item_id: "item"}, working, c).get(item_id)
+        item = self._newest({item_id: "item"}, working, c, ahead).get(item_id)
         if not isinstance(item, wi.WorkItemState):
             return None
         wanted: dict[UUID, Kind] = {e.action_id: "action" for e in item.plan}
         wanted[rl.ledger_id_for(item_id)] = "ledger"
         wanted[conv.conversation_id_for(item_id)] = "conversation"
-        states = self._newest(wanted, working, c)
+        states = self._newest(wanted, working, c, ahead)
         actions = {k: s for k, s in states.items() if isinstance(s, act.ActionState)}
         ledger = next((s for s in states.values() if isinstance(s, rl.LedgerState)), None)
         talk = next((s for s in states.values() if isinstance(s, conv.ConversationState)), None)

@@ -83,6 +83,36 @@ class InlineWrite:
     # The command's states after ``events``, by aggregate id, for a view with a
     # ``rows_with_states`` (the detail view, ADR-0043).
     states: Mapping[UUID, AggregateState] | None = None
+    # The view that reads other streams in the transaction, what it asked a pipelined
+    # write to read ahead with its insert, and what that gave it (ADR-0066).
+    reader: tuple[str, Any, Any] | None = None
+    ahead: Any = None
+    _gap: Sequence[Notification] | None = None
+
+    def streams_ahead(self) -> list[tuple[UUID, int]]:
+        """(stream, the version a view holds of it, 0 for none) of each stream a view
+        will read inside the transaction, for a pipelined write to read with its insert
+        (``take_ahead``); empty when there are none. One view reads ahead: the detail
+        view, the only one that reads other streams."""
+        if not self.states:
+            return []
+        for name, view in self.views.items():
+            reads = getattr(view, "streams_ahead", None)
+            if reads is not None:
+                wanted = reads(self.states, {event.originator_id for event in self.events})
+                if not wanted:
+                    return []
+                self.reader = (name, view, wanted)
+                return [(i, held.version if held else 0) for i, (_, held) in wanted.items()]
+        return []
+
+    def take_ahead(self, read: Sequence[Sequence[Any]]) -> None:
+        """Hand the reading view what was read for ``streams_ahead``, in its order (the
+        stored events of each stream)."""
+        assert self.reader is not None
+        _, view, wanted = self.reader
+        decoded = [[self.mapper.to_domain_event(e) for e in stream] for stream in read]
+        self.ahead = view.fold_ahead(wanted, decoded)
 
     def apply(
         self,
@@ -90,14 +120,18 @@ class InlineWrite:
         notification_ids: Sequence[int],
         read_gap: ReadGap,
         positions: Mapping[str, int] | None = None,
+        gap: Sequence[Notification] | None = None,
     ) -> None:
         """Called by the recorder after inserting ``events`` as ``notification_ids``.
 
         ``positions``, when given, are the tracked views' positions the recorder read
         ahead with ``send_positions`` in this transaction, under the views' locks (a
         pipelined PostgreSQL write, ADR-0051): the positions are not read again, and
-        their write is not counted back (``write_positions``)."""
+        their write is not counted back (``write_positions``). ``gap``, when given, is
+        what it read ahead of the events before the command's and after the lowest of
+        those positions, at most ``GAP_LIMIT + 1`` of them (ADR-0066)."""
         batch = list(zip(notification_ids, self.events, strict=True))
+        self._gap = gap
         tracked = sharing_positions(self.views)
         if tracked is None:
             for name, view in self.views.items():
@@ -140,6 +174,8 @@ class InlineWrite:
         take = getattr(view, "rows_with_states", None) if self.states else None
         if take is None:
             return view.rows_within(c, due, position)
+        if self.ahead is not None and self.reader is not None and self.reader[1] is view:
+            return take(c, due, position, self.states, self.ahead)
         return take(c, due, position, self.states)
 
     def _due(
@@ -150,7 +186,11 @@ class InlineWrite:
         first = batch[0][0]
         if position >= first - 1:
             return batch
-        gap = read_gap(c, position, first, GAP_LIMIT + 1)
+        ahead = self._gap
+        if ahead is not None and len(ahead) <= GAP_LIMIT:
+            gap: Sequence[Notification] = [n for n in ahead if position < n.id < first]
+        else:
+            gap = read_gap(c, position, first, GAP_LIMIT + 1)
         if len(gap) > GAP_LIMIT:
             self.left_behind.append(name)
             return None

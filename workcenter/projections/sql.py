@@ -166,3 +166,10 @@ def connection_params(datastore: Any) -> dict[str, Any]:
     params = datastore.pool.kwargs
     assert isinstance(params, dict)
     return params
+
+
+def row_values(count: int) -> str:
+    """``(%s, %s), ...`` for ``count`` pairs, for ``(a, b) IN (...)`` on PostgreSQL: unlike
+    unnested arrays, its plan does not depend on the values, so a prepared statement
+    keeps one plan instead of planning every execution (ADR-0066)."""
+    return ", ".join(["(%s, %s)"] * count)

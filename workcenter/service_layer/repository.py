@@ -210,20 +210,21 @@ class Repository:
         return state.work_item_id if state is not None else None
 
     def together(self, wanted: Mapping[UUID, Kind]) -> dict[UUID, AggregateState] | None:
-        """The newest states of ``wanted``, brought up to date in one read transaction
-        when every one is cached (as after this process saved or loaded it); None when
-        one is not, or is not of its kind: the caller then loads them one by one."""
+        """The newest states of ``wanted``, read in one statement: each cached one brought
+        up to date, each other one loaded from its newest snapshot (ADR-0066). None when
+        one is missing or not of its kind: the caller then loads them one by one, which
+        says which."""
         cache = self.store.repository.cache
         if self.streams_after is None or cache is None:
             return None
-        cached: list[AggregateState] = []
+        cached: list[AggregateState | None] = []
         for aggregate_id in wanted:
             try:
                 cached.append(cast(AggregateState, cache.get(aggregate_id)))
             except KeyError:
-                return None
+                cached.append(None)
         newer = self.streams_after.select_streams_after(
-            [(i, s.version) for i, s in zip(wanted, cached, strict=True)]
+            [(i, s.version if s is not None else 0) for i, s in zip(wanted, cached, strict=True)]
         )
         found: dict[UUID, AggregateState] = {}
         for (aggregate_id, kind), state, stored in zip(wanted.items(), cached, newer, strict=True):
@@ -231,6 +232,8 @@ class Repository:
                 # Also with no new event: the projector checks the cached state's type.
                 after = self.projectors[kind](state, map(self.store.mapper.to_domain_event, stored))
             except ForeignStream:
+                return None
+            if after is None:
                 return None
             if after is not state:
                 cache.put(aggregate_id, after)
@@ -240,15 +243,18 @@ class Repository:
     def run_states(
         self, action_id: UUID, *, with_ledger: bool
     ) -> tuple[act.ActionState, wi.WorkItemState, rl.LedgerState | None]:
-        """An Action and its WorkItem (and, ``with_ledger``, the item's ledger), read in one
-        transaction when all are cached; else the Action and the item are loaded one
-        after the other and the ledger is left to the caller (None)."""
+        """An Action and its WorkItem (and, ``with_ledger``, the item's ledger): in one
+        statement when the Action is cached, else the Action in one and the others in
+        another (a claim of an Action this process has not seen, ADR-0066)."""
         action_id = inputs.aggregate_id(action_id, "Action")
         cache = self.store.repository.cache
         try:
             known = cache.get(action_id) if cache is not None else None
         except KeyError:
             known = None
+        if not isinstance(known, act.ActionState):
+            first = self.together({action_id: "action"})
+            known = first.get(action_id) if first is not None else None
         if isinstance(known, act.ActionState):
             item_id = known.work_item_id
             wanted: dict[UUID, Kind] = {action_id: "action", item_id: "item"}
