@@ -105,7 +105,10 @@ def test_a_lagging_view_folds_the_gap_then_takes_the_commands_states(
 
     with mock.patch.object(detail, "_after_batch", recorded):
         wc.finish_run(claimed, report())
-    [(first, taken)] = seen
+    # On PostgreSQL the write also builds the DTO before its lock from the same states
+    # (ADR-0066): the batch in the transaction is the last one seen.
+    assert len(seen) in (1, 2)
+    first, taken = seen[-1]
     assert first is act.LeaseRenewed  # the renewal the view missed came first
     assert {claimed.action_id, item.id} <= taken
     live = wc.details.dump()
@@ -226,5 +229,6 @@ def test_a_claim_takes_the_states_of_the_action_and_the_item(wc: WorkCenter) -> 
 
     with mock.patch.object(detail, "_after_batch", recorded):
         claimed = claim(wc, lease_seconds=60)
-    assert seen == [{claimed.action_id, item.id}]
+    # Once in the transaction, and on PostgreSQL once more before the lock (ADR-0066).
+    assert seen and all(taken == {claimed.action_id, item.id} for taken in seen)
     assert isinstance(wc.details._cache[claimed.action_id], act.ActionState)

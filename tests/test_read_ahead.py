@@ -3,9 +3,10 @@
 The detail view builds an item's DTO from streams the command did not write (its other
 Actions, its ledger, its conversation) and, when it lags, from the events it missed.
 A pipelined write reads both with its insert, under the table lock, instead of one
-exchange after another while holding it; a stream loaded from nothing starts at its
-newest snapshot, on both databases. Whatever path a DTO took, the views must equal a
-rebuild.
+exchange after another while holding it, and builds the DTO before taking the lock,
+kept only if that read finds nothing newer; a stream loaded from nothing starts at
+its newest snapshot, on both databases. Whatever path a DTO took, the views must
+equal a rebuild.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
 from workcenter.application import WorkCenter
 from workcenter.bootstrap import EAGER_VIEWS
 from workcenter.projections import inline
+from workcenter.projections.detail import DetailView
 from workcenter.service_layer.repository import SNAPSHOT_INTERVAL
 
 
@@ -139,4 +141,48 @@ def test_a_stream_loaded_from_nothing_starts_at_its_newest_snapshot(
         assert action == wc._repository.action(claimed.action_id)  # type: ignore[attr-defined]
         cold.finish_run(claimed, report())
     assert wc.detail(item.id)["status"] == "done"  # type: ignore[index]
+    assert_views_equal_a_rebuild(wc)
+
+
+@pytest.fixture
+def builds_under_the_lock(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The detail DTOs built inside a write's transaction (given its cursor), not before."""
+    built: list[Any] = []
+    build = DetailView._build
+
+    def spy(self: DetailView, item_id: Any, at: Any, working: Any, c: Any, *rest: Any) -> Any:
+        if c is not None:
+            built.append(item_id)
+        return build(self, item_id, at, working, c, *rest)
+
+    monkeypatch.setattr(DetailView, "_build", spy)
+    return built
+
+
+def test_a_run_cycle_builds_its_dtos_before_the_lock(
+    wc: WorkCenter, builds_under_the_lock: list[Any]
+) -> None:
+    item = create_linear(wc, stages=("implement",))
+    claimed = wc.claim_next("worker-1")
+    assert claimed is not None
+    wc.renew_lease(claimed)  # leaves the detail view behind: the finish has a gap
+    wc.finish_run(claimed, report())
+    assert builds_under_the_lock == []
+    assert wc.detail(item.id)["status"] == "done"  # type: ignore[index]
+    assert_views_equal_a_rebuild(wc)
+
+
+def test_a_state_held_that_was_never_committed_is_read_again_under_the_lock(
+    wc: WorkCenter, builds_under_the_lock: list[Any]
+) -> None:
+    """A view remembers states inside a write that may then fail; one held at a version
+    the store does not have is not trusted: the DTO is built from the store's."""
+    item = create_linear(wc, stages=("implement",))
+    claimed = wc.claim_next("worker-1")
+    assert claimed is not None
+    view = wc.projections.views["detail"]  # type: ignore[attr-defined]
+    ledger = wc._repository.ledger(item.id)  # type: ignore[attr-defined]
+    view._cache[ledger.id] = ledger.model_copy(update={"version": ledger.version + 5})
+    wc.finish_run(claimed, report())
+    assert builds_under_the_lock == [item.id]
     assert_views_equal_a_rebuild(wc)

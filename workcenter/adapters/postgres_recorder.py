@@ -91,7 +91,7 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
             return []
         inline: InlineWrite | None = kwargs.get(INLINE_WRITE)
         names = inline.tracked_names() if inline is not None else None
-        ahead = inline.streams_ahead() if inline is not None else []
+        ahead = inline.streams_ahead() if inline is not None else None
         streams = hash_chain.predecessors(stored_events) if self.chained else {}
         with self.datastore.get_connection() as conn:
             started = time.perf_counter()
@@ -113,9 +113,10 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                         tracked.send_positions(views, self.datastore, names)
                     others, gap = conn.cursor(), conn.cursor()
                     if ahead:
-                        self.send_streams_after(others, ahead)
+                        self.send_streams_after(others, ahead, newest=True)
+                    if ahead is not None and names:
                         # The detail view lags after renewals and ledger writes (ADR-0037).
-                        self._send_gap(gap, stored_events, names or [])
+                        self._send_gap(gap, stored_events, names)
                     pipeline.sync()
                     locked = time.perf_counter()
                     ids = self._fetch_ids_after_insert_events(insert, stored_events)
@@ -124,10 +125,10 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                         reads = self.chain.take_reads(head, digests, streams)
                         hash_chain.append_links(self.chain, head, ids, stored_events, reads)
                     positions = tracked.take_positions(views, names) if names else None
-                    if ahead:
+                    if ahead is not None:
                         assert inline is not None
-                        inline.take_ahead(self.take_streams_after(others, ahead))
-                    before = self._take_gap(gap) if ahead else None
+                        inline.take_ahead(self.take_newest(others, ahead) if ahead else [])
+                    before = self._take_gap(gap) if ahead is not None and names else None
                     self._insert_along(views, ids, positions, before, **kwargs)
                     insert.execute("COMMIT")
                 # Leaving the pipeline synced it: the commit's answer is in.
@@ -168,9 +169,12 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
             self.send_streams_after(curs, after)
             return self.take_streams_after(curs, after)
 
-    def send_streams_after(self, curs: Any, after: Sequence[tuple[UUID, int]]) -> None:
+    def send_streams_after(
+        self, curs: Any, after: Sequence[tuple[UUID, int]], *, newest: bool = False
+    ) -> None:
         """The statement of ``select_streams_after``, sent on a raw cursor (a pipelined
         write sends it with its insert, ADR-0066); ``take_streams_after`` reads it.
+        ``newest`` also asks each stream's newest version (``take_newest`` reads both).
 
         One simple select per stream joined by ``UNION ALL``: a plan that does not depend
         on the values, which PostgreSQL keeps, where unnested arrays were planned again
@@ -181,51 +185,49 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
             if self.snapshots_table_name is not None
             else None
         )
+        columns = "originator_id, originator_version, topic, state"
         parts: list[str] = []
         params: list[Any] = []
-        for index, (stream_id, version) in enumerate(after):
+        for i, (stream_id, version) in enumerate(after):
             if version == 0 and snapshots is not None:
                 # The newest snapshot, then the events after it (a snapshot sorts first).
                 parts.append(
-                    f"(SELECT {index}, 0, originator_id, originator_version, topic, state"
-                    f" FROM {snapshots} WHERE originator_id = %s"
-                    " ORDER BY originator_version DESC LIMIT 1)"
+                    f"(SELECT {i} AS i, 0 AS k, {columns} FROM {snapshots}"
+                    " WHERE originator_id = %s ORDER BY originator_version DESC LIMIT 1)"
                 )
                 parts.append(
-                    f"SELECT {index}, 1, originator_id, originator_version, topic, state"
-                    f" FROM {events} WHERE originator_id = %s AND originator_version >"
-                    f" (SELECT COALESCE(MAX(originator_version), 0) FROM {snapshots}"
-                    " WHERE originator_id = %s)"
+                    f"SELECT {i} AS i, 1 AS k, {columns} FROM {events} WHERE originator_id = %s"
+                    " AND originator_version > (SELECT COALESCE(MAX(originator_version), 0)"
+                    f" FROM {snapshots} WHERE originator_id = %s)"
                 )
                 params += [stream_id, stream_id, stream_id]
             else:
                 parts.append(
-                    f"SELECT {index}, 1, originator_id, originator_version, topic, state"
-                    f" FROM {events} WHERE originator_id = %s AND originator_version > %s"
+                    f"SELECT {i} AS i, 1 AS k, {columns} FROM {events}"
+                    " WHERE originator_id = %s AND originator_version > %s"
                 )
                 params += [stream_id, version]
-        curs.execute(
-            " UNION ALL ".join(parts) + " ORDER BY 1, 2, 4",
-            params,
-            prepare=True,
-        )
+            if newest:
+                parts.append(
+                    f"SELECT {i} AS i, 2 AS k, %s::uuid, COALESCE(MAX(originator_version), 0),"
+                    f" NULL::text, NULL::bytea FROM {events} WHERE originator_id = %s"
+                )
+                params += [stream_id, stream_id]
+        curs.execute(" UNION ALL ".join(parts) + " ORDER BY 1, 2, 4", params, prepare=True)
 
     @staticmethod
     def take_streams_after(
         curs: Any, after: Sequence[tuple[UUID, int]]
     ) -> list[Sequence[StoredEvent]]:
-        found: dict[UUID, list[StoredEvent]] = {stream_id: [] for stream_id, _ in after}
-        for row in curs.fetchall():
-            stream_id = row["originator_id"]
-            found[stream_id].append(
-                StoredEvent(
-                    originator_id=stream_id,
-                    originator_version=row["originator_version"],
-                    topic=row["topic"],
-                    state=bytes(row["state"]),
-                )
-            )
-        return [found[stream_id] for stream_id, _ in after]
+        return [events for events, _ in _take_streams(curs, after)]
+
+    @staticmethod
+    def take_newest(
+        curs: Any, after: Sequence[tuple[UUID, int]]
+    ) -> list[tuple[Sequence[StoredEvent], int]]:
+        """Per stream of ``after``: its events after the version given, and its newest
+        version (0 if it has none), sent with ``newest=True``."""
+        return _take_streams(curs, after)
 
     def _send_gap(self, c: Any, stored_events: Sequence[StoredEvent], names: Sequence[str]) -> None:
         """Send the read of the events after the lowest position of the views ``names``
@@ -281,6 +283,26 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
             )
             for row in c.fetchall()
         ]
+
+
+def _take_streams(
+    curs: Any, after: Sequence[tuple[UUID, int]]
+) -> list[tuple[Sequence[StoredEvent], int]]:
+    found: list[tuple[list[StoredEvent], int]] = [([], 0) for _ in after]
+    for row in curs.fetchall():
+        events, _ = found[row["i"]]
+        if row["k"] == 2:
+            found[row["i"]] = (events, row["originator_version"])
+            continue
+        events.append(
+            StoredEvent(
+                originator_id=row["originator_id"],
+                originator_version=row["originator_version"],
+                topic=row["topic"],
+                state=bytes(row["state"]),
+            )
+        )
+    return [(events, newest) for events, newest in found]
 
 
 def _roll_back(conn: Any) -> None:

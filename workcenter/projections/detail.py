@@ -128,6 +128,8 @@ class Ahead:
 
     asked: frozenset[UUID]
     states: dict[UUID, AggregateState]
+    # Whether the read found anything newer than the states held (or could not use it).
+    changed: bool = True
 
 
 class StateSource(Protocol):
@@ -291,12 +293,22 @@ class DetailView(TrackedView):
                 wanted[aggregate_id] = (kind, held)
         return wanted
 
-    def fold_ahead(self, wanted: Wanted, read: Sequence[Sequence[Any]]) -> Ahead:
-        """The newest states of ``wanted`` from what was read ahead (per stream, in order:
-        the events after the state held, or from the newest snapshot if none was held)."""
+    def fold_ahead(self, wanted: Wanted, read: Sequence[tuple[Sequence[Any], int]]) -> Ahead:
+        """The newest states of ``wanted`` from what was read ahead: per stream, in order,
+        the events after the state held (or from the newest snapshot if none was held)
+        and the stream's newest version, which shows a state held that was never
+        committed (remembered by a write that then failed): such a stream, or one of
+        another aggregate type, is read the usual way."""
         states: dict[UUID, AggregateState] = {}
         unread: set[UUID] = set()
-        for (aggregate_id, (kind, held)), events in zip(wanted.items(), read, strict=True):
+        changed = False
+        for (aggregate_id, (kind, held)), (events, newest) in zip(
+            wanted.items(), read, strict=True
+        ):
+            if held is not None and held.version > newest:
+                unread.add(aggregate_id)
+                continue
+            changed = changed or bool(events)
             state: AggregateState | None = held
             for event in events:
                 if isinstance(event, EVENT_CLASS[kind]):
@@ -305,12 +317,45 @@ class DetailView(TrackedView):
                 snapshot = getattr(event, "state", None)  # a snapshot leads its stream
                 state = snapshot if isinstance(snapshot, STATE_CLASS[kind]) else None
                 if state is None:
-                    unread.add(aggregate_id)  # another aggregate type: read the usual way
+                    unread.add(aggregate_id)
                     break
-            if state is not None:
+            if state is not None and aggregate_id not in unread:
                 states[aggregate_id] = state
                 self._remember(state)
-        return Ahead(frozenset(wanted.keys() - unread), states)
+        return Ahead(frozenset(wanted.keys() - unread), states, changed or bool(unread))
+
+    def prebuild(
+        self, events: Sequence[DomainEvent], states: Mapping[UUID, AggregateState], wanted: Wanted
+    ) -> dict[UUID, bytes]:
+        """The stored DTO of each WorkItem the command's ``events`` touch, built before the
+        write takes its lock, from the command's states and the states held of ``wanted``
+        (a stream held as none taken as having no event): right if the read ahead finds
+        nothing newer and the view does not lag, which the write checks under the lock
+        (ADR-0066). Empty when a state is missing."""
+        batch = list(enumerate(events))
+        given = _after_batch(batch, states)
+        touched: dict[UUID, datetime] = {}
+        for _, event in batch:
+            kind = kind_of(event)
+            if kind is None:
+                continue
+            after = given.get(event.originator_id)
+            if not isinstance(after, STATE_CLASS[kind]):
+                return {}
+            item_id = after.id if kind == "item" else after.work_item_id  # type: ignore[attr-defined]
+            touched[item_id] = event.timestamp
+        held = {i: state for i, (_, state) in wanted.items() if state is not None}
+        assumed = Ahead(frozenset(wanted), held, changed=False)
+        working: dict[UUID, AggregateState] = dict(given)
+        built: dict[UUID, bytes] = {}
+        for item_id, at in touched.items():
+            if item_id not in working:
+                return {}
+            # Every stream the DTO reads is the command's or in ``wanted``: no read here.
+            dto = self._build(item_id, at, working, None, assumed)
+            if dto is not None:
+                built[item_id] = self.blobs.deflate(dto)
+        return built
 
     def rows_with_states(
         self,
@@ -319,6 +364,7 @@ class DetailView(TrackedView):
         position: int,
         states: Mapping[UUID, AggregateState],
         ahead: Ahead | None = None,
+        prebuilt: Mapping[UUID, bytes] | None = None,
     ) -> Batch:
         """``rows_within`` given the states a command computed after its own events, which
         end ``batch`` (a gap the view missed may come before them): an aggregate whose
@@ -327,7 +373,7 @@ class DetailView(TrackedView):
         changed (else its insert would have conflicted), so such a state is the fold's."""
         fresh = [entry for entry in batch if entry[0] > position]
         if fresh:
-            self._apply_batch(c, fresh, states, ahead)
+            self._apply_batch(c, fresh, states, ahead, prebuilt)
         return fresh
 
     def _apply_batch(
@@ -336,6 +382,7 @@ class DetailView(TrackedView):
         batch: Batch,
         states: Mapping[UUID, AggregateState] | None = None,
         ahead: Ahead | None = None,
+        prebuilt: Mapping[UUID, bytes] | None = None,
     ) -> None:
         # The live view shares the event store's database: its states and versions are
         # read in this transaction, which sees the batch's own events too. A rebuild's
@@ -368,12 +415,15 @@ class DetailView(TrackedView):
         for state in working.values():
             self._remember(state)
         for item_id, (position, at) in touched.items():
-            dto = self._build(item_id, at, working, events_cursor, ahead)
-            if dto is not None:
+            blob = prebuilt.get(item_id) if prebuilt is not None else None
+            if blob is None:
+                dto = self._build(item_id, at, working, events_cursor, ahead)
+                blob = self.blobs.deflate(dto) if dto is not None else None
+            if blob is not None:
                 c.execute(
                     "INSERT INTO dv_details VALUES (?, ?, ?) ON CONFLICT (work_item_id)"
                     " DO UPDATE SET position = excluded.position, dto = excluded.dto",
-                    (item_id.hex, position, self.blobs.deflate(dto)),
+                    (item_id.hex, position, blob),
                 )
 
     def forget(self, aggregate_ids: Iterable[UUID]) -> None:

@@ -87,31 +87,35 @@ class InlineWrite:
     # write to read ahead with its insert, and what that gave it (ADR-0066).
     reader: tuple[str, Any, Any] | None = None
     ahead: Any = None
+    prebuilt: Mapping[UUID, bytes] | None = None
     _gap: Sequence[Notification] | None = None
 
-    def streams_ahead(self) -> list[tuple[UUID, int]]:
+    def streams_ahead(self) -> list[tuple[UUID, int]] | None:
         """(stream, the version a view holds of it, 0 for none) of each stream a view
         will read inside the transaction, for a pipelined write to read with its insert
-        (``take_ahead``); empty when there are none. One view reads ahead: the detail
-        view, the only one that reads other streams."""
+        (``take_ahead``), and the view's rows built meanwhile, before the lock; None when
+        no view reads ahead. One view does: the detail view, the only one that reads
+        other streams (ADR-0066)."""
         if not self.states:
-            return []
+            return None
         for name, view in self.views.items():
-            reads = getattr(view, "streams_ahead", None)
-            if reads is not None:
-                wanted = reads(self.states, {event.originator_id for event in self.events})
-                if not wanted:
-                    return []
-                self.reader = (name, view, wanted)
-                return [(i, held.version if held else 0) for i, (_, held) in wanted.items()]
-        return []
+            reader: Any = view  # the detail view: streams_ahead, prebuild, fold_ahead
+            if getattr(reader, "streams_ahead", None) is None:
+                continue
+            wanted = reader.streams_ahead(
+                self.states, {event.originator_id for event in self.events}
+            )
+            self.reader = (name, reader, wanted)
+            self.prebuilt = reader.prebuild(self.events, self.states, wanted)
+            return [(i, held.version if held else 0) for i, (_, held) in wanted.items()]
+        return None
 
-    def take_ahead(self, read: Sequence[Sequence[Any]]) -> None:
-        """Hand the reading view what was read for ``streams_ahead``, in its order (the
-        stored events of each stream)."""
+    def take_ahead(self, read: Sequence[tuple[Sequence[Any], int]]) -> None:
+        """Hand the reading view what was read for ``streams_ahead``, in its order: the
+        stored events of each stream and its newest version."""
         assert self.reader is not None
         _, view, wanted = self.reader
-        decoded = [[self.mapper.to_domain_event(e) for e in stream] for stream in read]
+        decoded = [([self.mapper.to_domain_event(e) for e in events], v) for events, v in read]
         self.ahead = view.fold_ahead(wanted, decoded)
 
     def apply(
@@ -175,7 +179,11 @@ class InlineWrite:
         if take is None:
             return view.rows_within(c, due, position)
         if self.ahead is not None and self.reader is not None and self.reader[1] is view:
-            return take(c, due, position, self.states, self.ahead)
+            # The DTOs built before the lock stand if nothing newer was read ahead: a
+            # lagging gap's events of the item's streams are then in the states they
+            # were built from (the command's after its own, or those read ahead).
+            current = None if self.ahead.changed else self.prebuilt
+            return take(c, due, position, self.states, self.ahead, current)
         return take(c, due, position, self.states)
 
     def _due(
