@@ -106,7 +106,7 @@ def test_a_lagging_view_folds_the_gap_then_takes_the_commands_states(
     with mock.patch.object(detail, "_after_batch", recorded):
         wc.finish_run(claimed, report())
     # On PostgreSQL the write also builds the DTO before its lock from the same states
-    # (ADR-0066): the batch in the transaction is the last one seen.
+    # (ADR-0069): the batch in the transaction is the last one seen.
     assert len(seen) in (1, 2)
     first, taken = seen[-1]
     assert first is act.LeaseRenewed  # the renewal the view missed came first
@@ -229,6 +229,6 @@ def test_a_claim_takes_the_states_of_the_action_and_the_item(wc: WorkCenter) -> 
 
     with mock.patch.object(detail, "_after_batch", recorded):
         claimed = claim(wc, lease_seconds=60)
-    # Once in the transaction, and on PostgreSQL once more before the lock (ADR-0066).
+    # Once in the transaction, and on PostgreSQL once more before the lock (ADR-0069).
     assert seen and all(taken == {claimed.action_id, item.id} for taken in seen)
     assert isinstance(wc.details._cache[claimed.action_id], act.ActionState)

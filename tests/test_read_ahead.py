@@ -1,4 +1,4 @@
-"""What a PostgreSQL write reads with its insert, and loads from nothing (ADR-0066).
+"""What a PostgreSQL write reads with its insert, and loads from nothing (ADR-0069).
 
 The detail view builds an item's DTO from streams the command did not write (its other
 Actions, its ledger, its conversation) and, when it lags, from the events it missed.

@@ -5,7 +5,7 @@ server in two round trips (the pipelined insert with every read the write needs,
 then its rows and the commit) and a cached aggregate's load in one. A change that
 sends a command back above its ceiling fails here. Before ADR-0051 the counts
 were create 18, claim 30, renew 16, reserve 16, settle 16, finish 25; before
-ADR-0066 (the detail view's reads sent with the insert) create 3, claim 9, finish 5.
+ADR-0069 (the detail view's reads sent with the insert) create 3, claim 9, finish 5.
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput
 
 # The detail view's reads of other streams and of a lagging gap go with the insert
-# (ADR-0066): a write is two round trips however it is built.
+# (ADR-0069): a write is two round trips however it is built.
 CEILINGS = {"create": 2, "claim": 8, "renew": 3, "reserve": 4, "settle": 4, "finish": 3}
 # A claim by a process that has not seen the Action (another process created it): its
 # Action, then its WorkItem and ledger, each in one statement, and no read under the
-# lock (ADR-0066; 16 before).
+# lock (ADR-0069; 16 before).
 COLD_CLAIM = 9
 
 

@@ -175,7 +175,7 @@ def compose(
             " (see sqlite_env and PostgresTarget.env)"
         )
     if store.snapshots is not None:
-        # A stream loaded from nothing starts at its newest snapshot (ADR-0066).
+        # A stream loaded from nothing starts at its newest snapshot (ADR-0069).
         store.recorder.snapshots_table_name = store.snapshots.recorder.events_table_name  # type: ignore[attr-defined]
     # Off (scale-out): saves leave the views to `workcenter projections run`.
     inline = inline_projections if inline_projections is not None else inline_from_env()

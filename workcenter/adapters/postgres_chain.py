@@ -110,7 +110,7 @@ class PostgresChainTable:
         )
         if streams:
             # One statement for every stream, its (id, version) pairs as row values: a
-            # plan that does not depend on them, which PostgreSQL keeps (ADR-0066).
+            # plan that does not depend on them, which PostgreSQL keeps (ADR-0069).
             pairs = sql.row_values(len(streams))
             digests.execute(
                 f"SELECT e.originator_id::text, c.digest FROM {self.events} e"

@@ -79,7 +79,7 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
         1. ``BEGIN``, the library's lock, notify and insert, and every read the rest
            needs (the chain's head and the digests its links follow, the views'
            locks and positions, the other streams the detail view builds from,
-           ADR-0066), then one sync;
+           ADR-0069), then one sync;
         2. the chain's links, the snapshots and the views' rows and positions,
            computed from those answers, and the ``COMMIT`` (a view that must read, as
            a lagging one reading its gap, adds a round trip).
@@ -163,7 +163,7 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
         """The events of each stream after its version, in one statement (one round trip,
         one snapshot): the SQLite twin's port (``StreamsAfter``), so a command's cached
         aggregates are brought up to date together (ADR-0051). A stream asked for after
-        version 0 starts at its newest snapshot, if it has one (ADR-0066). The streams are
+        version 0 starts at its newest snapshot, if it has one (ADR-0069). The streams are
         distinct, as the repository asks for them."""
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             self.send_streams_after(curs, after)
@@ -173,7 +173,7 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
         self, curs: Any, after: Sequence[tuple[UUID, int]], *, newest: bool = False
     ) -> None:
         """The statement of ``select_streams_after``, sent on a raw cursor (a pipelined
-        write sends it with its insert, ADR-0066); ``take_streams_after`` reads it.
+        write sends it with its insert, ADR-0069); ``take_streams_after`` reads it.
         ``newest`` also asks each stream's newest version (``take_newest`` reads both).
 
         One simple select per stream joined by ``UNION ALL``: a plan that does not depend
@@ -232,7 +232,7 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
     def _send_gap(self, c: Any, stored_events: Sequence[StoredEvent], names: Sequence[str]) -> None:
         """Send the read of the events after the lowest position of the views ``names``
         (0 if one has none), other than the command's own, just inserted: a lagging
-        view's gap, read with the insert (ADR-0066). At most ``GAP_LIMIT + 1``."""
+        view's gap, read with the insert (ADR-0069). At most ``GAP_LIMIT + 1``."""
         c.execute(
             "SELECT notification_id, originator_id, originator_version, topic, state"
             f' FROM "{self.datastore.schema}".{self.events_table_name}'

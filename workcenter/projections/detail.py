@@ -277,7 +277,7 @@ class DetailView(TrackedView):
         a command's ``states`` are built from (their Actions, ledger and conversation),
         each with a state known of it (the view's, or the command's, which it read but did
         not write), if any: a pipelined write reads them with its insert instead of one
-        exchange after another under the lock (ADR-0066)."""
+        exchange after another under the lock (ADR-0069)."""
         wanted: Wanted = {}
         for state in states.values():
             if not isinstance(state, wi.WorkItemState):
@@ -331,7 +331,7 @@ class DetailView(TrackedView):
         write takes its lock, from the command's states and the states held of ``wanted``
         (a stream held as none taken as having no event): right if the read ahead finds
         nothing newer and the view does not lag, which the write checks under the lock
-        (ADR-0066). Empty when a state is missing."""
+        (ADR-0069). Empty when a state is missing."""
         batch = list(enumerate(events))
         given = _after_batch(batch, states)
         touched: dict[UUID, datetime] = {}
@@ -391,7 +391,7 @@ class DetailView(TrackedView):
         working: dict[UUID, AggregateState] = {}
         touched: dict[UUID, tuple[int, datetime]] = {}
         # The states read ahead are the newest, so the states after a lagging gap's
-        # events of streams the command did not write (ADR-0066).
+        # events of streams the command did not write (ADR-0069).
         known = {**ahead.states, **states} if ahead is not None and states else states
         given = _after_batch(batch, known) if known else {}
         for position, event in batch:

@@ -84,7 +84,7 @@ class InlineWrite:
     # ``rows_with_states`` (the detail view, ADR-0043).
     states: Mapping[UUID, AggregateState] | None = None
     # The view that reads other streams in the transaction, what it asked a pipelined
-    # write to read ahead with its insert, and what that gave it (ADR-0066).
+    # write to read ahead with its insert, and what that gave it (ADR-0069).
     reader: tuple[str, Any, Any] | None = None
     ahead: Any = None
     prebuilt: Mapping[UUID, bytes] | None = None
@@ -95,7 +95,7 @@ class InlineWrite:
         will read inside the transaction, for a pipelined write to read with its insert
         (``take_ahead``), and the view's rows built meanwhile, before the lock; None when
         no view reads ahead. One view does: the detail view, the only one that reads
-        other streams (ADR-0066)."""
+        other streams (ADR-0069)."""
         if not self.states:
             return None
         for name, view in self.views.items():
@@ -133,7 +133,7 @@ class InlineWrite:
         pipelined PostgreSQL write, ADR-0051): the positions are not read again, and
         their write is not counted back (``write_positions``). ``gap``, when given, is
         what it read ahead of the events before the command's and after the lowest of
-        those positions, at most ``GAP_LIMIT + 1`` of them (ADR-0066)."""
+        those positions, at most ``GAP_LIMIT + 1`` of them (ADR-0069)."""
         batch = list(zip(notification_ids, self.events, strict=True))
         self._gap = gap
         tracked = sharing_positions(self.views)

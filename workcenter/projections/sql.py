@@ -171,5 +171,5 @@ def connection_params(datastore: Any) -> dict[str, Any]:
 def row_values(count: int) -> str:
     """``(%s, %s), ...`` for ``count`` pairs, for ``(a, b) IN (...)`` on PostgreSQL: unlike
     unnested arrays, its plan does not depend on the values, so a prepared statement
-    keeps one plan instead of planning every execution (ADR-0066)."""
+    keeps one plan instead of planning every execution (ADR-0069)."""
     return ", ".join(["(%s, %s)"] * count)

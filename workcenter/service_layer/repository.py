@@ -211,7 +211,7 @@ class Repository:
 
     def together(self, wanted: Mapping[UUID, Kind]) -> dict[UUID, AggregateState] | None:
         """The newest states of ``wanted``, read in one statement: each cached one brought
-        up to date, each other one loaded from its newest snapshot (ADR-0066). None when
+        up to date, each other one loaded from its newest snapshot (ADR-0069). None when
         one is missing or not of its kind: the caller then loads them one by one, which
         says which."""
         cache = self.store.repository.cache
@@ -245,7 +245,7 @@ class Repository:
     ) -> tuple[act.ActionState, wi.WorkItemState, rl.LedgerState | None]:
         """An Action and its WorkItem (and, ``with_ledger``, the item's ledger): in one
         statement when the Action is cached, else the Action in one and the others in
-        another (a claim of an Action this process has not seen, ADR-0066)."""
+        another (a claim of an Action this process has not seen, ADR-0069)."""
         action_id = inputs.aggregate_id(action_id, "Action")
         cache = self.store.repository.cache
         try:
