@@ -130,10 +130,11 @@ class PostgresChainTable:
         return ChainReads(Link(row[0], row[1], bytes(row[2])), bool(row[3]), found)
 
     def insert(self, c: Any, links: Sequence[Link]) -> None:
+        # One statement for every link (a command writes a few): one message to send.
         raw = c.raw if isinstance(c, PortableCursor) else c
-        raw.executemany(
-            f"INSERT INTO {self.name} VALUES (%s, %s, %s)",
-            [(link.position, link.previous, link.digest) for link in links],
+        raw.execute(
+            f"INSERT INTO {self.name} VALUES {', '.join(['(%s, %s, %s)'] * len(links))}",
+            [value for link in links for value in (link.position, link.previous, link.digest)],
         )
 
     def tail_cut(self, c: Any, head: Link, first: int) -> bool:

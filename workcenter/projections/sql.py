@@ -139,10 +139,7 @@ def lock_view(c: Any, datastore: Any, name: str) -> None:
     the database's, not the schema's: the key names the schema, so stores sharing
     one database do not wait for each other's views (ADR-0052)."""
     if is_postgres(datastore):
-        c.execute(
-            "SELECT pg_advisory_xact_lock(hashtext(?))",
-            (f"workcenter:{datastore.schema}:{name}",),
-        )
+        lock_views(c, datastore, [name])
     else:
         c.execute(
             "UPDATE tracking SET notification_id = notification_id WHERE application_name = ?",
@@ -166,6 +163,13 @@ def connection_params(datastore: Any) -> dict[str, Any]:
     params = datastore.pool.kwargs
     assert isinstance(params, dict)
     return params
+
+
+def lock_views(c: Any, datastore: Any, names: Sequence[str]) -> None:
+    """``lock_view`` for several views of a PostgreSQL store, in one statement: its target
+    list is evaluated left to right, so the locks are taken in the order given."""
+    locks = ", ".join(["pg_advisory_xact_lock(hashtext(?))"] * len(names))
+    c.execute(f"SELECT {locks}", tuple(f"workcenter:{datastore.schema}:{n}" for n in names))
 
 
 def row_values(count: int) -> str:

@@ -203,8 +203,7 @@ def send_positions(c: Any, datastore: Any, names: Sequence[str]) -> None:
     """The statements of ``positions_within``, sent (a pipeline sends them with the
     statements before them, ADR-0051); ``take_positions`` reads their answer."""
     if sql.is_postgres(datastore):
-        for name in names:
-            sql.lock_view(c, datastore, name)
+        sql.lock_views(c, datastore, names)
     marks = ", ".join("?" * len(names))
     c.execute(
         f"SELECT application_name, notification_id FROM {TRACKING_TABLE}"
