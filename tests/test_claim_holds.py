@@ -53,11 +53,11 @@ def other(location: str, clock: FakeClock) -> Iterator[WorkCenter]:
     center.close()
 
 
+# SQLite has one writer: its claims hold nothing.
+@pytest.mark.parametrize("backend", ["postgresql"])
 def test_a_candidate_held_by_another_claim_is_passed_over_on_postgresql(
-    wc: WorkCenter, other: WorkCenter, backend: str
+    wc: WorkCenter, other: WorkCenter
 ) -> None:
-    if backend != "postgresql":
-        pytest.skip("SQLite has one writer: its claims hold nothing")
     actions = three_items(wc)
     # Another claim is in flight on the oldest Action: it holds it until its claim ends.
     with other._runs.claim_candidates(16) as candidates:
@@ -71,11 +71,10 @@ def test_a_candidate_held_by_another_claim_is_passed_over_on_postgresql(
     assert (claim.action_id, claim.candidates_tried) == (actions[0], 1)
 
 
+@pytest.mark.parametrize("backend", ["sqlite"])
 def test_on_sqlite_a_claim_walks_the_queue_without_holding(
-    wc: WorkCenter, other: WorkCenter, backend: str
+    wc: WorkCenter, other: WorkCenter
 ) -> None:
-    if backend != "sqlite":
-        pytest.skip("the PostgreSQL case is the test above")
     actions = three_items(wc)
     with other._runs.claim_candidates(16) as candidates:
         assert list(candidates) == actions
