@@ -129,6 +129,24 @@ def head_statement(recorder: Any) -> Any:
     return recorder.select_max_notification_id_statement
 
 
+def position_and_head(c: Any, recorder: Any, name: str) -> tuple[int, int]:
+    """View ``name``'s position and the event store's last notification id, read in one
+    statement: on PostgreSQL each statement of a read transaction sees the commits made
+    before it, so two statements could see a write between them and find a view that
+    is current behind the head (ADR-0069)."""
+    if is_postgres(recorder.datastore):
+        events = f'"{recorder.datastore.schema}".{recorder.events_table_name}'
+        head = f"SELECT MAX(notification_id) FROM {events}"
+    else:
+        head = f"SELECT MAX(rowid) FROM {recorder.events_table_name}"
+    c.execute(
+        f"SELECT (SELECT MAX(notification_id) FROM tracking WHERE application_name = ?), ({head})",
+        (name,),
+    )
+    position, last = c.fetchone()
+    return int(position or 0), int(last or 0)
+
+
 def lock_view(c: Any, datastore: Any, name: str) -> None:
     """Serialise the writers of view ``name`` until the caller's transaction ends.
 

@@ -99,6 +99,12 @@ class ReadModels:
         c.execute(sql.head_statement(self.store.recorder))
         return int(c.fetchone()[0] or 0)
 
+    def at_head(self, c: Any, name: str) -> bool:
+        """Whether view ``name`` has every event, its position and the head read in one
+        statement with the view's cursor ``c``."""
+        position, head = sql.position_and_head(c, self.store.recorder, name)
+        return position >= head
+
     def status(self) -> list[ProjectionStatus]:
         return projection_lifecycle.status(self.projections, self.store.recorder)
 

@@ -83,10 +83,10 @@ class RunCommands:
 
         if self.read_models.catches_up_on_read(WorkQueue.name):
             view: WorkQueueView = self.read_models.view(WorkQueue.name)
-            head = self.read_models.head
+            at_head = self.read_models.at_head
 
             def current(c: Any) -> bool:
-                return (view.tracking._max_tracking_id(WorkQueue.name, c) or 0) >= head(c)
+                return at_head(c, WorkQueue.name)
 
             with view.claim_candidates(page, current, catch_up) as candidates:
                 if candidates is not None:
