@@ -25,11 +25,11 @@ from workcenter.domain.errors import InvalidInput
 
 # The detail view's reads of other streams and of a lagging gap go with the insert
 # (ADR-0069): a write is two round trips however it is built.
-CEILINGS = {"create": 2, "claim": 8, "renew": 3, "reserve": 4, "settle": 4, "finish": 3}
+CEILINGS = {"create": 2, "claim": 7, "renew": 3, "reserve": 4, "settle": 4, "finish": 3}
 # A claim by a process that has not seen the Action (another process created it): its
 # Action, then its WorkItem and ledger, each in one statement, and no read under the
 # lock (ADR-0069; 16 before).
-COLD_CLAIM = 9
+COLD_CLAIM = 8
 
 
 @pytest.fixture
