@@ -35,7 +35,7 @@ from workcenter.service_layer.handlers.run import RunCommands, run_ref
 from workcenter.service_layer.ports import Clock
 from workcenter.service_layer.repository import Repository
 
-_BOOT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+BOOT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class _OwnBoot:
 
 def boot_id(value: object) -> str:
     """A remote worker's boot id: 1 to 64 letters, digits, dots, dashes or underscores."""
-    if not isinstance(value, str) or not _BOOT_ID.match(value):
+    if not isinstance(value, str) or not BOOT_ID.match(value):
         raise InvalidInput("bootId must be 1 to 64 letters, digits, '.', '-' or '_'")
     return value
 
