@@ -8,10 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import refused
 from fastapi.testclient import TestClient
 from http_client import LINEAR, client
 
 from workcenter.application import WorkCenter
+from workcenter.domain.errors import InvalidInput
 
 
 @pytest.fixture
@@ -64,3 +66,32 @@ def test_a_405_allows_every_method_of_the_path(api: TestClient) -> None:
     answer = api.request("DELETE", "/api/work-items")
     assert answer.status_code == 405
     assert answer.headers["allow"] == "GET, HEAD, POST"
+
+
+@pytest.mark.parametrize(
+    ("verb", "body"),
+    [
+        ("finish", {"report": {"outcome": "completed", "evidence": [{"n": 10**30}]}}),
+        ("requests/reserve", {"requestId": "r1", "request": {"max_tokens": 10**30}}),
+        ("requests/settle", {"requestId": "r1", "usage": {"input_tokens": 1e300}}),
+    ],
+)
+def test_a_number_past_what_json_keeps_is_422_not_a_server_error(
+    api: TestClient, wc: WorkCenter, verb: str, body: dict[str, object]
+) -> None:
+    api.post("/api/work-items", json=LINEAR)
+    fence = api.post("/api/worker/claim", json={"worker": "w"}).json()["fence"]
+    before = wc.event_count()
+    answer = api.post(f"/api/worker/{verb}", json={"fence": fence} | body)
+    assert answer.status_code == 422, answer.text
+    assert wc.event_count() == before
+
+
+def test_the_python_api_refuses_a_report_number_past_what_json_keeps(wc: WorkCenter) -> None:
+    item = wc.create_work_item(
+        title="t", goal="g", acceptance_criteria=["c"], mode="linear", start=True
+    )
+    claim = wc.claim_next("w", lease_seconds=60)
+    assert claim is not None and claim.work_item_id == item.id
+    with refused(wc, InvalidInput, "number"):
+        wc.finish_run(claim, {"outcome": "completed", "evidence": [{"n": 10**30}]})

@@ -109,8 +109,11 @@ def _item_links() -> dict[str, Any]:
     item = {"path.item_id": "$response.body#/id"}
     precondition = item | {"header.If-Match": "$response.header.ETag"}
     action = precondition | {"path.action_id": "$response.body#/actions/0/id"}
+    # A started linear item has a ready Action: a worker's claim can take it.
+    claim = {"claim": {"operationId": "claim", "description": "Claim a Run of its Actions"}}
     return (
-        {name: {"operationId": name, "parameters": item} for name in ITEM_READS}
+        claim
+        | {name: {"operationId": name, "parameters": item} for name in ITEM_READS}
         | {name: {"operationId": name, "parameters": precondition} for name in ITEM_COMMANDS}
         | {name: {"operationId": name, "parameters": action} for name in ACTION_COMMANDS}
     )
@@ -127,11 +130,21 @@ SETTLE_LINK = {
         "requestBody": {"fence": "$request.body#/fence", "requestId": "$response.body#/requestId"},
     }
 }
+CONSUME_LINK = {
+    "consume_input": {
+        "operationId": "consume_input",
+        "requestBody": {
+            "fence": "$request.body#/fence",
+            "inputIds": ["$response.body#/inputs/0/id"],
+        },
+    }
+}
 LINKS: dict[tuple[str, str], dict[str, Any]] = {
     ("create_work_item", "201"): _item_links(),
     **{(name, "200"): _item_links() for name in (*ITEM_COMMANDS[:-1], *ACTION_COMMANDS)},
     ("claim", "200"): _run_links(),
     ("reserve", "200"): SETTLE_LINK,
+    ("pending_input", "200"): CONSUME_LINK,
 }
 BEARER = {
     "type": "http",

@@ -13,13 +13,36 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from pydantic import BeforeValidator, Field
+from typing_extensions import TypeAliasType
 
 from workcenter.domain import bounds
+from workcenter.domain.actor import ACTOR_ID_LIMIT
+
+
+def _not_space() -> str:
+    """A character class of every character ``str.strip`` keeps, spelled out: regex
+    dialects (the document's, Python's, the validator's) disagree on ``\\s``."""
+    spaces = [c for c in range(0x10000) if chr(c).isspace()]
+    runs: list[tuple[int, int]] = []
+    for code in spaces:
+        if runs and runs[-1][1] == code - 1:
+            runs[-1] = (runs[-1][0], code)
+        else:
+            runs.append((code, code))
+    ranges = "".join(f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in runs)
+    return f"[^{ranges}]"
+
 
 # Holds a character that is not white space (searched, not anchored).
-NOT_BLANK = r"\S"
+NOT_BLANK = _not_space()
 # A linear stage's name as the service takes it (lowercase, not padded), in ASCII.
 STAGE_NAME = r"^[!-@\[-~](?:[ -@\[-~]{0," + str(bounds.STAGE - 2) + r"}[!-@\[-~])?$"
+
+
+# A worker's name over HTTP: printable ASCII, not blank, short enough that with "@" and
+# the longest bootId it is an actor id (``domain.actor``).
+PRINTABLE = r"^[ -~]*[!-~][ -~]*$"
+WORKER_NAME = ACTOR_ID_LIMIT - 1 - 64
 
 
 def _integral(value: Any) -> Any:
@@ -45,3 +68,14 @@ def text(limit: int, *, required: bool = False, default: str | None = "") -> Any
 
 
 StageName = Annotated[str, Field(pattern=STAGE_NAME)]
+
+# A free-form JSON value (a Run's evidence, a model request, its usage) whose numbers
+# stay within what every JSON reader keeps exact: a larger one is refused here (422),
+# not left to fail where the service serialises it.
+JsonInteger = Annotated[int, Field(ge=-bounds.INTEGER, le=bounds.INTEGER)]
+JsonNumber = Annotated[float, Field(ge=-bounds.INTEGER, le=bounds.INTEGER)]
+JsonValue = TypeAliasType(
+    "JsonValue",
+    "str | bool | JsonInteger | JsonNumber | list[JsonValue] | dict[str, JsonValue] | None",
+)
+JsonObject = dict[str, JsonValue]

@@ -93,7 +93,11 @@ class FenceOut(Model):
 
 
 class ClaimBody(Body):
-    worker: str = fields.text(bounds.WORKER, required=True)
+    worker: str = Field(
+        max_length=fields.WORKER_NAME,
+        pattern=fields.PRINTABLE,
+        description="Your name: with your bootId (name@bootId) it is the Runs' actor",
+    )
     boot_id: str | None = Field(
         None, pattern=BOOT_ID.pattern, description="Your process's id; default: the server's."
     )
@@ -205,15 +209,15 @@ class Report(Body):
     outcome: Literal["completed", "waiting", "retryable", "failed"]
     summary: str = ""
     response: str = ""
-    evidence: list[str | dict[str, Any]] = Field(default_factory=list)
-    outputs: list[str | dict[str, Any]] = Field(default_factory=list)
+    evidence: list[str | fields.JsonObject] = Field(default_factory=list)
+    outputs: list[str | fields.JsonObject] = Field(default_factory=list)
     acceptance_checks: list[Check] = Field(default_factory=list)
     waiting_reason: str = ""
     error: str = ""
     failure_kind: str = ""
     failure_code: str = ""
     review_decision: Literal["approved", "changes_requested"] | None = None
-    contract_patch: dict[str, Any] | None = None
+    contract_patch: fields.JsonObject | None = None
 
 
 class FinishBody(Body):
@@ -353,7 +357,7 @@ def consume_input(wc: Center, body: ConsumeBody) -> Pending:
 class ReserveBody(Body):
     fence: Fence
     request_id: str = fields.text(bounds.REQUEST_ID, required=True)
-    request: dict[str, Any] = Field(description="The model request, as it will be sent")
+    request: fields.JsonObject = Field(description="The model request, as it will be sent")
 
 
 class Admission(Model):
@@ -377,7 +381,7 @@ def reserve(wc: Center, body: ReserveBody) -> Admission:
 class SettleBody(Body):
     fence: Fence
     request_id: str = fields.text(bounds.REQUEST_ID, required=True)
-    usage: dict[str, Any] | None = Field(None, description="The usage the provider reported")
+    usage: fields.JsonObject | None = Field(None, description="The usage the provider reported")
     complete: bool = True
 
 

@@ -115,9 +115,11 @@ class WorkerProtocol:
         worker = inputs.text(worker, "worker", bounds.WORKER, required=True)
         boot = boot_id(boot)
         lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))
-        return claiming.claim_next(
-            _OwnBoot(self.runs, boot), worker, lease, actors.worker(worker, boot)
-        )
+        actor = actors.worker(worker, boot)
+        # Refused now, not at the Run's first ledger command, which records this actor.
+        if (problem := actors.actor_problem(actor)) is not None:
+            raise InvalidInput(f"worker and bootId: {problem}")
+        return claiming.claim_next(_OwnBoot(self.runs, boot), worker, lease, actor)
 
     def recover_expired(self) -> list[UUID]:
         """End the Runs whose lease has expired, whoever owns them: a remote worker that
