@@ -1,7 +1,8 @@
 """POST routes for a user's commands: create an item, start, cancel, resume, extend its
 budget, retry or guide an Action.
 
-Every command but create needs ``If-Match``: the item's current ETag (else 412),
+Every command but create needs ``If-Match``: the item's current ETag (else 428
+without one, 412 for another, judged once the body has been checked),
 whose versions are then the command's expected versions. Bodies are JSON only (so a
 page of another origin cannot post one without a preflight this server never
 grants) and strict: an unknown field or a value of the wrong type is 422. Bounds and

@@ -5,7 +5,9 @@ its ledger's control version, the two expected versions its commands take. A
 command sends it back in ``If-Match``. As HTTP has it (RFC 9110 13.1.1), an ETag
 that is no longer the item's current one is ``412 Precondition Failed``, as is an
 If-Match that is not one ETag of this shape; a command without If-Match is ``428
-Precondition Required``. The versions then go to the service as expected versions,
+Precondition Required``. Both are judged after the command's body has been checked
+(ADR-0066): a body the document refuses is 422 whatever its If-Match. The versions
+then go to the service as expected versions,
 so a change that lands between this check and the command's write is judged by the
 command's conflict class (ADR-0004), as for any caller (ADR-0030). A list's ETag is
 the position of the event sequence it was read at: it names no version to echo.
