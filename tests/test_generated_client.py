@@ -38,6 +38,7 @@ def generated(db_path: Path, tmp_path: Path) -> Iterator[tuple[str, Any]]:
             capture_output=True,
         )
         sys.path.insert(0, str(tmp_path))
+        importlib.invalidate_caches()  # the finders' listings predate the generated files
         try:
             yield url, importlib.import_module("workcenter_client")
         finally:
