@@ -95,3 +95,17 @@ def test_the_python_api_refuses_a_report_number_past_what_json_keeps(wc: WorkCen
     assert claim is not None and claim.work_item_id == item.id
     with refused(wc, InvalidInput, "number"):
         wc.finish_run(claim, {"outcome": "completed", "evidence": [{"n": 10**30}]})
+
+
+def test_free_form_json_nests_objects_but_not_arrays_in_arrays(
+    api: TestClient, wc: WorkCenter
+) -> None:
+    api.post("/api/work-items", json=LINEAR)
+    fence = api.post("/api/worker/claim", json={"worker": "w"}).json()["fence"]
+    before = wc.event_count()
+    nested = {"fence": fence, "requestId": "r1", "request": {"x": [[1]]}}
+    assert api.post("/api/worker/requests/reserve", json=nested).status_code == 422
+    assert wc.event_count() == before
+    deep = {"fence": fence, "requestId": "r2", "request": {"x": [{"y": [1, {"z": None}]}]}}
+    answer = api.post("/api/worker/requests/reserve", json=deep)
+    assert answer.status_code == 200, answer.text

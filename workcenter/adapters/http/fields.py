@@ -69,13 +69,14 @@ def text(limit: int, *, required: bool = False, default: str | None = "") -> Any
 
 StageName = Annotated[str, Field(pattern=STAGE_NAME)]
 
-# A free-form JSON value (a Run's evidence, a model request, its usage) whose numbers
-# stay within what every JSON reader keeps exact: a larger one is refused here (422),
-# not left to fail where the service serialises it.
+# Free-form JSON (a Run's evidence, a model request, its usage) whose numbers stay
+# within what every JSON reader keeps exact: a larger one is refused here (422), not
+# left to fail where the service serialises it. Objects nest to any depth; an array
+# holds values and objects but no array directly, since client generators cannot
+# follow an array's items back to the array (ADR-0068).
 JsonInteger = Annotated[int, Field(ge=-bounds.INTEGER, le=bounds.INTEGER)]
 JsonNumber = Annotated[float, Field(ge=-bounds.INTEGER, le=bounds.INTEGER)]
-JsonValue = TypeAliasType(
-    "JsonValue",
-    "str | bool | JsonInteger | JsonNumber | list[JsonValue] | dict[str, JsonValue] | None",
+JsonScalar = str | bool | JsonInteger | JsonNumber | None
+JsonObject = TypeAliasType(
+    "JsonObject", "dict[str, JsonScalar | JsonObject | list[JsonScalar | JsonObject]]"
 )
-JsonObject = dict[str, JsonValue]
