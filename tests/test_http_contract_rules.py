@@ -109,3 +109,20 @@ def test_free_form_json_nests_objects_but_not_arrays_in_arrays(
     deep = {"fence": fence, "requestId": "r2", "request": {"x": [{"y": [1, {"z": None}]}]}}
     answer = api.post("/api/worker/requests/reserve", json=deep)
     assert answer.status_code == 200, answer.text
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"goal": " \u3000 "}, "goal is required"),
+        ({"title": ""}, "title is required"),
+        ({"stages": ["Triage"]}, "stages.0 must be a lowercase name"),
+    ],
+)
+def test_a_text_refused_by_its_pattern_is_said_in_the_apis_words(
+    api: TestClient, change: dict[str, object], said: str
+) -> None:
+    answer = api.post("/api/work-items", json=LINEAR | change)
+    assert answer.status_code == 422
+    assert answer.json()["detail"].startswith(said), answer.text
+    assert "pattern" not in answer.text

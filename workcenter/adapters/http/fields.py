@@ -17,6 +17,8 @@ from typing_extensions import TypeAliasType
 
 from workcenter.domain import bounds
 from workcenter.domain.actor import ACTOR_ID_LIMIT
+from workcenter.service_layer.handlers.worker_protocol import BOOT_ID
+from workcenter.service_layer.queries.browser import CURSOR
 
 
 def _not_space() -> str:
@@ -35,6 +37,8 @@ def _not_space() -> str:
 
 # Holds a character that is not white space (searched, not anchored).
 NOT_BLANK = _not_space()
+# An event's position as a change stream sends it for its id (``Last-Event-ID``).
+POSITION = r"^[0-9]{1,18}$"
 # A linear stage's name as the service takes it (lowercase, not padded), in ASCII.
 STAGE_NAME = r"^[!-@\[-~](?:[ -@\[-~]{0," + str(bounds.STAGE - 2) + r"}[!-@\[-~])?$"
 
@@ -63,7 +67,7 @@ def text(limit: int, *, required: bool = False, default: str | None = "") -> Any
     """A text of at most ``limit`` characters: not blank when ``required``, else
     ``default`` when not given."""
     if required:
-        return Field(min_length=1, max_length=limit, pattern=NOT_BLANK)
+        return Field(max_length=limit, pattern=NOT_BLANK)  # the pattern needs a character
     return Field(default, max_length=limit)
 
 
@@ -80,3 +84,18 @@ JsonScalar = str | bool | JsonInteger | JsonNumber | None
 JsonObject = TypeAliasType(
     "JsonObject", "dict[str, JsonScalar | JsonObject | list[JsonScalar | JsonObject]]"
 )
+
+
+# What a text that does not match a pattern lacks, in the API's words.
+PATTERN_WORDS: dict[str, str] = {
+    NOT_BLANK: "is required",
+    STAGE_NAME: "must be a lowercase name of printable ASCII, not padded",
+    PRINTABLE: "must be printable ASCII, not blank",
+    BOOT_ID.pattern: "must be 1 to 64 letters, digits, '.', '-' or '_'",
+    CURSOR.pattern: "must be the next cursor a page of this list returned",
+    POSITION: "must be a position this stream sent",
+}
+
+
+def pattern_words(pattern: object) -> str:
+    return PATTERN_WORDS.get(str(pattern), "does not have the form the API's document gives")

@@ -24,6 +24,7 @@ from pydantic.alias_generators import to_camel
 from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
+from workcenter.adapters.http import fields
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.wording import field_message, plain
 from workcenter.domain.errors import (
@@ -189,6 +190,8 @@ def _is_field(part: str) -> bool:
 def _field_error(error: Mapping[str, Any]) -> dict[str, Any]:
     kind = str(error.get("type", ""))
     where = _where(tuple(error.get("loc", ())))
+    if kind == "string_pattern_mismatch":
+        return {"loc": where, "msg": fields.pattern_words((error.get("ctx") or {}).get("pattern"))}
     if kind == "json_invalid":
         at = where[1] if len(where) > 1 else "?"
         return {"loc": ["body"], "msg": f"the body is not valid JSON (at character {at})"}

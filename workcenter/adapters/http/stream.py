@@ -28,14 +28,13 @@ from starlette.concurrency import run_in_threadpool
 
 from workcenter.adapters.http import contract
 from workcenter.adapters.http.deps import Center
+from workcenter.adapters.http.fields import POSITION
 from workcenter.application import WorkCenter
 from workcenter.domain import inputs
 from workcenter.domain.errors import InvalidInput
 from workcenter.service_layer.queries.changes import MAX_BATCH, Change
 
 router = APIRouter(prefix="/api", tags=["stream"])
-# An event's position as this stream sends it for its id.
-POSITION = r"^[0-9]{1,18}$"
 # One event of the stream (Schemathesis reads a text/event-stream schema so); the
 # stream also sends ``retry`` first and keepalive comments.
 EVENT = {
