@@ -6,13 +6,8 @@ is refused with nothing written (ADR-0065)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import signal
-import socket
 import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +17,7 @@ from uuid import UUID
 import httpx
 import pytest
 from http_client import LINEAR
+from live_server import environment, serving
 
 from workcenter.application import WorkCenter
 
@@ -29,61 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 WORKER = ROOT / "examples" / "worker.mjs"
 NODE = shutil.which("node")
 pytestmark = pytest.mark.skipif(NODE is None, reason="Node 20 is not installed")
-TOKEN_ENVS = (
-    "WORKCENTER_API_TOKEN",
-    "WORKCENTER_TOKEN_FILE",
-    "WORKCENTER_WORKER_TOKEN",
-    "WORKCENTER_USER_TOKEN",
-    "WORKCENTER_OPERATOR_TOKEN",
-)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def environment() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in TOKEN_ENVS}
 
 
 @pytest.fixture
 def server(db_path: Path) -> Iterator[str]:
-    """``workcenter serve`` on a free loopback port, as an operator starts it."""
-    port = free_port()
-    command = [str(Path(sys.executable).with_name("workcenter")), "--db", str(db_path), "serve"]
-    # The log goes to a file, read only if serve fails: a pipe nobody reads could fill.
-    with tempfile.TemporaryFile() as log:
-        process = subprocess.Popen(
-            [*command, "--create", "--port", str(port), "--log-level", "warning"],
-            env=environment(),
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-        )
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(url + "/api/work-items", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                log.seek(0)
-                raise RuntimeError(f"serve did not start: {log.read()!r}")
-            time.sleep(0.1)
-        try:
-            yield url
-        finally:
-            process.send_signal(signal.SIGINT)
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+    with serving(db_path, environment()) as url:
+        yield url
 
 
 def node(url: str, *args: str) -> subprocess.Popen[str]:

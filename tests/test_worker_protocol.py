@@ -300,12 +300,11 @@ def test_the_worker_verbs_are_typed_in_the_openapi_document(api: TestClient) -> 
         assert "$ref" in ok, verb
         conflict = operation["responses"]["409"]["content"]
         assert list(conflict) == ["application/problem+json"]
-        assert conflict["application/problem+json"]["schema"]["required"] == [
-            "type",
-            "title",
-            "status",
-            "detail",
-        ]
+        assert conflict["application/problem+json"]["schema"] == {
+            "$ref": "#/components/schemas/ProblemDocument"
+        }
+    problem = document["components"]["schemas"]["ProblemDocument"]
+    assert problem["required"] == ["type", "title", "status", "detail"]
     assert "204" in document["paths"]["/api/worker/claim"]["post"]["responses"]
 
 

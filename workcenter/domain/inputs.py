@@ -140,6 +140,9 @@ def payload(value: object, name: str) -> None:
             encodable(node, name)
             if len(node) > bounds.PAYLOAD_TEXT:
                 raise InvalidInput(f"{name} holds a text longer than {bounds.PAYLOAD_TEXT}")
+        elif isinstance(node, int | float) and not isinstance(node, bool):
+            if not abs(node) <= bounds.INTEGER:  # NaN too: it compares as nothing
+                raise InvalidInput(f"{name} holds a number past {bounds.INTEGER}")
         elif isinstance(node, Mapping | list | tuple):
             if len(node) > bounds.PAYLOAD_ITEMS:
                 raise InvalidInput(f"{name} holds a list longer than {bounds.PAYLOAD_ITEMS}")

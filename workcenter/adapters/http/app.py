@@ -15,6 +15,7 @@ from fastapi import FastAPI
 
 from workcenter.adapters.http import (
     commands,
+    contract,
     conversation,
     dashboard,
     problems,
@@ -57,10 +58,13 @@ def create_app(
             "those on an item need If-Match with its ETag. Errors are application/problem+json."
         ),
         lifespan=lifespan,
+        # Operations are named as their functions are: what a generated client calls.
+        generate_unique_id_function=lambda route: route.name,
     )
     app.state.center = wc
     app.state.head_watcher = heads
     app.state.message_posted = on_message or (lambda: None)
+    app.openapi = contract.document(app)  # type: ignore[method-assign]
     problems.install(app)
     routers = (reads, commands, conversation, stream, worker_protocol)
     for router in (module.router for module in routers):

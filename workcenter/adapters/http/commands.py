@@ -1,7 +1,8 @@
 """POST routes for a user's commands: create an item, start, cancel, resume, extend its
 budget, retry or guide an Action.
 
-Every command but create needs ``If-Match``: the item's current ETag (else 412),
+Every command but create needs ``If-Match``: the item's current ETag (else 428
+without one, 412 for another, judged once the body has been checked),
 whose versions are then the command's expected versions. Bodies are JSON only (so a
 page of another origin cannot post one without a preflight this server never
 grants) and strict: an unknown field or a value of the wrong type is 422. Bounds and
@@ -17,13 +18,16 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from workcenter.adapters.http import contract, fields
 from workcenter.adapters.http.conventions import refuse_repeated_keys
 from workcenter.adapters.http.deps import Center
 from workcenter.adapters.http.preconditions import Seen, detail_etag, seen
 from workcenter.adapters.http.problems import UnsupportedMediaType
 from workcenter.adapters.http.responses import JSONBytes
 from workcenter.application import WorkCenter
-from workcenter.domain import inputs
+from workcenter.domain import bounds, inputs
+from workcenter.domain.work_item import DeliveryTarget
+from workcenter.projections.dto_models import DetailDto
 
 
 async def json_body(request: Request) -> None:
@@ -48,7 +52,7 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, validate_by_name=False)
 
 
-Limit = Annotated[int, Field(gt=0, le=2**53 - 1)]
+Limit = fields.Count
 
 
 class Limits(Body):
@@ -65,23 +69,28 @@ class Limits(Body):
 
 
 class Stage(Body):
-    type: str
-    max_attempts: int | None = Field(None, alias="maxAttempts")
+    type: fields.StageName
+    max_attempts: fields.StageAttempts | None = Field(None, alias="maxAttempts")
+
+
+Criterion = Annotated[str, Field(max_length=bounds.CRITERION)]
 
 
 class CreateWorkItem(Body):
-    title: str
-    goal: str
-    acceptance_criteria: list[str] = Field(default_factory=list, alias="acceptanceCriteria")
-    delivery_target: str | None = Field(None, alias="deliveryTarget")
+    title: str = fields.text(bounds.TITLE, required=True)
+    goal: str = fields.text(bounds.GOAL, required=True)
+    acceptance_criteria: list[Criterion] = Field(
+        default_factory=list, alias="acceptanceCriteria", max_length=bounds.CRITERIA
+    )
+    delivery_target: DeliveryTarget | None = Field(None, alias="deliveryTarget")
     mode: Literal["dynamic", "linear"] = "dynamic"
-    stages: list[str | Stage] | None = None
+    stages: list[fields.StageName | Stage] | None = Field(None, max_length=bounds.STAGES)
     start: bool = False
     limits: Limits | None = None
 
 
 class Cancel(Body):
-    reason: str = ""
+    reason: str = fields.text(bounds.REASON)
 
 
 class Resume(Body):
@@ -89,13 +98,13 @@ class Resume(Body):
 
 
 class Retry(Body):
-    answer: str = ""
-    expected_generation: int | None = Field(None, alias="expectedGeneration")
+    answer: str = fields.text(bounds.ANSWER)
+    expected_generation: fields.Version | None = Field(None, alias="expectedGeneration")
 
 
 class Guide(Body):
-    guidance: str
-    expected_generation: int | None = Field(None, alias="expectedGeneration")
+    guidance: str = fields.text(bounds.GUIDANCE, required=True)
+    expected_generation: fields.Version | None = Field(None, alias="expectedGeneration")
 
 
 def _answer(wc: WorkCenter, work_item_id: UUID, status: int = 200, **headers: str) -> JSONBytes:
@@ -115,7 +124,17 @@ def _stage(stage: str | Stage) -> str | dict[str, Any]:
     )
 
 
-@router.post("/work-items", status_code=201)
+CREATED = {
+    201: {
+        "headers": {
+            "ETag": contract.ETAG_HEADER,
+            "Location": {"description": "The new item", "schema": {"type": "string"}},
+        }
+    }
+} | contract.problems(400, 409, 413, 415, 422)
+
+
+@router.post("/work-items", status_code=201, response_model=DetailDto, responses=CREATED)
 def create_work_item(wc: Center, body: CreateWorkItem) -> JSONBytes:
     """Create a WorkItem and its budget; ``start`` starts it at once."""
     item = wc.create_work_item(
@@ -135,7 +154,7 @@ class Start(Body):
     pass
 
 
-@router.post(ITEM + "/start")
+@router.post(ITEM + "/start", response_model=DetailDto, responses=contract.command())
 def start(wc: Center, item_id: str, expected: Expected, body: Start) -> JSONBytes:
     """Start a draft: a linear item's first stage becomes ready, a dynamic item waits
     for its Coordinator to plan."""
@@ -145,7 +164,7 @@ def start(wc: Center, item_id: str, expected: Expected, body: Start) -> JSONByte
     return _answer(wc, work_item_id)
 
 
-@router.post(ITEM + "/cancel")
+@router.post(ITEM + "/cancel", response_model=DetailDto, responses=contract.command())
 def cancel(wc: Center, item_id: str, expected: Expected, body: Cancel) -> JSONBytes:
     """Cancel the item."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
@@ -154,7 +173,7 @@ def cancel(wc: Center, item_id: str, expected: Expected, body: Cancel) -> JSONBy
     return _answer(wc, work_item_id)
 
 
-@router.post(ITEM + "/resume")
+@router.post(ITEM + "/resume", response_model=DetailDto, responses=contract.command())
 def resume(wc: Center, item_id: str, expected: Expected, body: Resume) -> JSONBytes:
     """Resume a cancelled item, or one its budget stopped once the budget allows."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
@@ -167,7 +186,7 @@ def resume(wc: Center, item_id: str, expected: Expected, body: Resume) -> JSONBy
     return _answer(wc, work_item_id)
 
 
-@router.post(ITEM + "/budget/extend")
+@router.post(ITEM + "/budget/extend", response_model=DetailDto, responses=contract.command())
 def extend_budget(wc: Center, item_id: str, expected: Expected, body: Limits) -> JSONBytes:
     """Raise limits by the amounts given (clears no stop: resume does)."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
@@ -178,7 +197,9 @@ def extend_budget(wc: Center, item_id: str, expected: Expected, body: Limits) ->
     return _answer(wc, work_item_id)
 
 
-@router.post(ITEM + "/actions/{action_id}/retry")
+@router.post(
+    ITEM + "/actions/{action_id}/retry", response_model=DetailDto, responses=contract.command()
+)
 def retry(
     wc: Center,
     item_id: str,
@@ -199,7 +220,9 @@ def retry(
     return _answer(wc, work_item_id)
 
 
-@router.post(ITEM + "/actions/{action_id}/guide")
+@router.post(
+    ITEM + "/actions/{action_id}/guide", response_model=DetailDto, responses=contract.command()
+)
 def guide(
     wc: Center,
     item_id: str,

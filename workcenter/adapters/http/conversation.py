@@ -14,17 +14,21 @@ its ETag is stale.
 
 from __future__ import annotations
 
+from typing import Annotated
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Request
 from pydantic import Field
 
+from workcenter.adapters.http import contract, fields
 from workcenter.adapters.http.commands import Body, Expected, json_body
 from workcenter.adapters.http.deps import Center
-from workcenter.adapters.http.preconditions import item_etag
+from workcenter.adapters.http.preconditions import item_etag, list_etag
 from workcenter.adapters.http.responses import JSONBytes
+from workcenter.adapters.http.schemas import ConversationRead, DecisionsRead, MessagePosted
 from workcenter.application import WorkCenter
-from workcenter.domain import inputs
+from workcenter.domain import bounds, inputs
+from workcenter.domain import conversation as conv
 
 router = APIRouter(prefix="/api", tags=["conversation"], default_response_class=JSONBytes)
 ITEM = "/work-items/{item_id}"
@@ -33,11 +37,18 @@ ITEM = "/work-items/{item_id}"
 class PostMessage(Body):
     """A user message; ``clientMessageId`` makes a retry of the same post harmless."""
 
-    text: str
-    client_message_id: str | None = Field(None, alias="clientMessageId")
+    text: str = fields.text(conv.TEXT_LIMIT, required=True)
+    client_message_id: Annotated[str, fields.text(bounds.REQUEST_ID, required=True)] | None = Field(
+        None, alias="clientMessageId"
+    )
 
 
-@router.get(ITEM + "/conversation")
+@router.get(
+    ITEM + "/conversation",
+    response_model=ConversationRead,
+    responses=contract.read(404),
+    dependencies=[Depends(contract.revalidation)],
+)
 def conversation(wc: Center, item_id: str) -> JSONBytes:
     """The messages (user and Coordinator, oldest first; thinking, completed or failed,
     with the decision an answer carried) and their turns. Provider requests and
@@ -47,15 +58,22 @@ def conversation(wc: Center, item_id: str) -> JSONBytes:
     return JSONBytes(body, headers={"ETag": etag, "Cache-Control": "no-cache"})
 
 
-@router.get(ITEM + "/decisions")
+@router.get(
+    ITEM + "/decisions",
+    response_model=DecisionsRead,
+    responses=contract.read(404),
+    dependencies=[Depends(contract.revalidation)],
+)
 def decisions(wc: Center, item_id: str, turn: str | None = None) -> JSONBytes:
     """Each Coordinator turn's provenance (ADR-0061): its wake, the versions its request
     was built from, its attempts and their cost, the decision, the verdict and the
     events it caused, masked as the audit is; ``turn`` keeps that turn only."""
+    position = wc.changes.head()  # read first: the ETag is never newer than the body
     turns = wc.maintenance.decisions(inputs.aggregate_id(item_id, "WorkItem"))
     if turn is not None:
         turns = [t for t in turns if t["turn_id"] == turn]
-    return JSONBytes({"workItemId": item_id, "turns": turns})
+    body = {"workItemId": item_id, "turns": turns}
+    return JSONBytes(body, headers={"ETag": list_etag(position), "Cache-Control": "no-cache"})
 
 
 def _posted_before(wc: WorkCenter, work_item_id: UUID, client_message_id: str | None) -> bool:
@@ -65,7 +83,13 @@ def _posted_before(wc: WorkCenter, work_item_id: UUID, client_message_id: str | 
     return state is not None and client_message_id.strip() in state.client_message_ids
 
 
-@router.post(ITEM + "/messages", status_code=202, dependencies=[Depends(json_body)])
+@router.post(
+    ITEM + "/messages",
+    status_code=202,
+    dependencies=[Depends(json_body)],
+    response_model=MessagePosted,
+    responses=contract.command(202),
+)
 def post_message(
     wc: Center, request: Request, item_id: str, expected: Expected, body: PostMessage
 ) -> JSONBytes:
@@ -73,13 +97,14 @@ def post_message(
     (writing nothing) when the item is done or cancelled, stopped by its budget, a turn
     is still thinking, or the text is empty."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
+    item_version, _ = expected.versions()
     if not _posted_before(wc, work_item_id, body.client_message_id):
         expected.check(wc, work_item_id)
     posted = wc.post_user_message(
         work_item_id,
         body.text,
         client_message_id=body.client_message_id,
-        expected_version=expected.item_version,
+        expected_version=item_version,
     )
     if not posted.duplicate:
         request.app.state.message_posted()

@@ -19,8 +19,12 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
+from workcenter.adapters.http import fields
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.wording import field_message, plain
 from workcenter.domain.errors import (
@@ -31,6 +35,7 @@ from workcenter.domain.errors import (
     VersionConflict,
     WorkcenterError,
 )
+from workcenter.projections.dto_models import omitted
 from workcenter.projections.sanitize import sanitize_diagnostic
 from workcenter.service_layer.repository import WriteContention
 
@@ -39,6 +44,32 @@ TYPE_PREFIX = "urn:workcenter:problem:"
 DETAIL_LIMIT = 2000
 MAX_FIELD_ERRORS = 20
 log = logging.getLogger("workcenter.http")
+
+
+class FieldError(BaseModel):
+    """Where a request was refused and why, in the API's words."""
+
+    loc: list[str | int] = Field(description="The field's place: body, query, header or path first")
+    msg: str
+
+
+class ProblemDocument(BaseModel):
+    """An RFC 9457 problem document: ``title`` is the typed error's name, ``type`` ends
+    with its code. ``errors`` lists a refused request's fields (422); ``expected`` and
+    ``actual`` are a VersionConflict's versions; ``stopCode`` names a budget's stop."""
+
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, validate_by_name=True, serialize_by_alias=True
+    )
+
+    type: str = Field(pattern="^" + TYPE_PREFIX)
+    title: str
+    status: int = Field(ge=400, le=599)
+    detail: str
+    errors: list[FieldError] = omitted("The refused fields (422)")
+    expected: int = omitted("A VersionConflict's expected version")
+    actual: int = omitted("A VersionConflict's actual version")
+    stop_code: str = omitted("A budget stop's code")
 
 
 class PreconditionRequired(WorkcenterError):
@@ -148,12 +179,19 @@ def _where(loc: tuple[Any, ...]) -> list[str]:
 
 
 def _is_field(part: str) -> bool:
-    return part not in _TYPE_TAGS and not part[:1].isupper() and "[" not in part
+    return (
+        part not in _TYPE_TAGS
+        and not part[:1].isupper()
+        and "[" not in part
+        and not part.startswith("constrained-")  # a union's bounded member: constrained-str
+    )
 
 
 def _field_error(error: Mapping[str, Any]) -> dict[str, Any]:
     kind = str(error.get("type", ""))
     where = _where(tuple(error.get("loc", ())))
+    if kind == "string_pattern_mismatch":
+        return {"loc": where, "msg": fields.pattern_words((error.get("ctx") or {}).get("pattern"))}
     if kind == "json_invalid":
         at = where[1] if len(where) > 1 else "?"
         return {"loc": ["body"], "msg": f"the body is not valid JSON (at character {at})"}
@@ -173,13 +211,29 @@ async def _validation_error(_: Request, error: Exception) -> JSONResponse:
     return problem(422, InvalidInput.__name__, detail, InvalidInput.code, errors=fields)
 
 
-async def _http_error(_: Request, error: Exception) -> JSONResponse:
+def _allowed(request: Request) -> str:
+    """Every method some route of this path takes (HEAD wherever GET is: the
+    conventions serve it), where the router names only the first route's."""
+    methods = [
+        method
+        for method in ("GET", "POST", "PUT", "PATCH", "DELETE")
+        if any(
+            route.matches(dict(request.scope, method=method))[0] is Match.FULL
+            for route in request.app.router.routes
+        )
+    ]
+    return ", ".join(sorted([*methods, "HEAD"] if "GET" in methods else methods))
+
+
+async def _http_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, HTTPException)
     status = error.status_code
     title, code = HTTP_TITLES.get(status, (f"HTTP{status}", f"http_{status}"))
     response = problem(status, title, str(error.detail), code)
     for name, value in (error.headers or {}).items():
         response.headers[name] = value
+    if status == 405:
+        response.headers["Allow"] = _allowed(request)
     return response
 
 

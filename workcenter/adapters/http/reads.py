@@ -13,22 +13,37 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 
 from workcenter.adapters import presenters
+from workcenter.adapters.http import contract
 from workcenter.adapters.http.deps import Center
 from workcenter.adapters.http.guard import AUTHENTICATED
 from workcenter.adapters.http.preconditions import detail_etag, item_etag, list_etag
 from workcenter.adapters.http.problems import Forbidden
 from workcenter.adapters.http.responses import JSONBytes
+from workcenter.adapters.http.schemas import (
+    AuditRead,
+    BudgetRead,
+    ProgressRead,
+    SummaryPage,
+    TimelineRead,
+)
 from workcenter.domain import inputs
 from workcenter.domain.action import ActionState
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.work_item import WorkItemState
 from workcenter.projections.audit import DEFAULT_LIMIT, AuditRow
+from workcenter.projections.dto_models import DetailDto
 from workcenter.projections.sanitize import sanitize_event_payload, sanitize_record
+from workcenter.service_layer.queries.browser import CURSOR
 
-router = APIRouter(prefix="/api", tags=["reads"], default_response_class=JSONBytes)
+router = APIRouter(
+    prefix="/api",
+    tags=["reads"],
+    default_response_class=JSONBytes,
+    dependencies=[Depends(contract.revalidation)],
+)
 
 Status = Literal["draft", "ready", "running", "waiting", "needs_attention", "done", "cancelled"]
 ITEM = "/work-items/{item_id}"
@@ -43,12 +58,12 @@ def _versions_etag(body: dict[str, Any]) -> JSONBytes:
     return _etagged(body, item_etag(body["itemVersion"], body["controlVersion"]))
 
 
-@router.get("/work-items")
+@router.get("/work-items", response_model=SummaryPage, responses=contract.read())
 def list_work_items(
     wc: Center,
     status: Status | None = None,
     limit: Annotated[int, Query(ge=1, le=100)] = 50,
-    after: Annotated[str | None, Query(max_length=64)] = None,
+    after: Annotated[str | None, Query(max_length=64, pattern=CURSOR.pattern)] = None,
     q: Annotated[str | None, Query(max_length=200)] = None,
 ) -> JSONBytes:
     """Summary DTOs newest first, each with its goal progress counted; ``status`` keeps
@@ -62,27 +77,27 @@ def list_work_items(
     return _etagged(page.json() | {"position": position}, list_etag(position))
 
 
-@router.get(ITEM)
+@router.get(ITEM, response_model=DetailDto, responses=contract.read(404))
 def detail(wc: Center, item_id: str) -> JSONBytes:
     """The item's detail DTO (read-models.md 2.4)."""
     dto = wc.detail(inputs.aggregate_id(item_id, "WorkItem"))
     return _etagged(dto, detail_etag(dto))
 
 
-@router.get(ITEM + "/progress")
+@router.get(ITEM + "/progress", response_model=ProgressRead, responses=contract.read(404))
 def progress(wc: Center, item_id: str) -> JSONBytes:
     """Goal progress: each criterion met, unmet or contradicted, with the Runs that
     prove or contradict it, the delivery and the blockers."""
     return _versions_etag(wc.web_reads.progress(inputs.aggregate_id(item_id, "WorkItem")))
 
 
-@router.get(ITEM + "/budget")
+@router.get(ITEM + "/budget", response_model=BudgetRead, responses=contract.read(404))
 def budget(wc: Center, item_id: str) -> JSONBytes:
     """The execution control: limits, usage, attempts per Action, the stop."""
     return _versions_etag(wc.web_reads.budget(inputs.aggregate_id(item_id, "WorkItem")))
 
 
-@router.get(ITEM + "/timeline")
+@router.get(ITEM + "/timeline", response_model=TimelineRead, responses=contract.read(404))
 def timeline(wc: Center, item_id: str) -> JSONBytes:
     """The Actions in order, each with its newest Runs (status and times only)."""
     return _versions_etag(wc.web_reads.timeline(inputs.aggregate_id(item_id, "WorkItem")))
@@ -117,7 +132,7 @@ def _moment(value: str | None) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-@router.get(ITEM + "/audit")
+@router.get(ITEM + "/audit", response_model=AuditRead, responses=contract.read(404))
 def audit(
     wc: Center,
     request: Request,
@@ -127,7 +142,15 @@ def audit(
     run: UUID | None = None,
     type: Annotated[str | None, Query(max_length=128)] = None,
     at: Annotated[int | None, Query(ge=1)] = None,
-    at_time: Annotated[str | None, Query(alias="atTime", max_length=64)] = None,
+    at_time: Annotated[
+        str | None,
+        Query(
+            alias="atTime",
+            max_length=64,
+            description="An ISO time (UTC if it names no zone)",
+            json_schema_extra={"format": "date-time"},
+        ),
+    ] = None,
     raw: bool = False,
 ) -> JSONBytes:
     """The item's events (its Actions' and ledger's too) in write order, the newest

@@ -26,13 +26,39 @@ from fastapi import APIRouter, Header, Query, Request
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
+from workcenter.adapters.http import contract
 from workcenter.adapters.http.deps import Center
+from workcenter.adapters.http.fields import POSITION
 from workcenter.application import WorkCenter
 from workcenter.domain import inputs
 from workcenter.domain.errors import InvalidInput
 from workcenter.service_layer.queries.changes import MAX_BATCH, Change
 
 router = APIRouter(prefix="/api", tags=["stream"])
+# One event of the stream (Schemathesis reads a text/event-stream schema so); the
+# stream also sends ``retry`` first and keepalive comments.
+EVENT = {
+    "type": "object",
+    "required": ["event", "id", "data"],
+    "properties": {
+        "event": {"const": "change"},
+        "id": {"type": "string", "pattern": POSITION},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "contentSchema": {"$ref": "#/components/schemas/ChangeRecord"},
+        },
+        "retry": {"type": "integer"},
+    },
+}
+EVENTS = {
+    200: {
+        "description": "Server-Sent Events: a ``change`` event per event written (its "
+        "position as the id, a ChangeRecord as the data) and keepalive comments; never "
+        "ends while the server runs",
+        "content": {"text/event-stream": {"schema": EVENT}},
+    }
+} | contract.problems(422)
 POLL_SECONDS = 0.1
 KEEPALIVE_SECONDS = 15.0
 RETRY_MILLISECONDS = 1000
@@ -152,24 +178,28 @@ def _response(
     )
 
 
-@router.get("/stream", response_class=StreamingResponse)
+@router.get("/stream", response_class=StreamingResponse, responses=EVENTS)
 def stream_all(
     wc: Center,
     request: Request,
     after: Annotated[int | None, Query(ge=0)] = None,
-    last_event_id: Annotated[str | None, Header()] = None,
+    last_event_id: Annotated[str | None, Header(pattern=POSITION)] = None,
 ) -> StreamingResponse:
     """Every change of every item, after ``Last-Event-ID`` (or ``after``, or now)."""
     return _response(request, wc, _start(last_event_id, after, wc.changes.head), None)
 
 
-@router.get("/work-items/{item_id}/stream", response_class=StreamingResponse)
+@router.get(
+    "/work-items/{item_id}/stream",
+    response_class=StreamingResponse,
+    responses=EVENTS | contract.problems(404, 422),
+)
 def stream_item(
     wc: Center,
     request: Request,
     item_id: str,
     after: Annotated[int | None, Query(ge=0)] = None,
-    last_event_id: Annotated[str | None, Header()] = None,
+    last_event_id: Annotated[str | None, Header(pattern=POSITION)] = None,
 ) -> StreamingResponse:
     """The changes of one item (its Actions', ledger's and conversation's too)."""
     work_item_id = wc.work_item(inputs.aggregate_id(item_id, "WorkItem")).id

@@ -23,12 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 from starlette.concurrency import run_in_threadpool
 
+from workcenter.adapters.http import contract, fields
 from workcenter.adapters.http.commands import json_body
 from workcenter.adapters.http.deps import Center
 from workcenter.adapters.http.stream import HeadWatcher, watcher
 from workcenter.application import Claim
 from workcenter.domain import action as act
-from workcenter.service_layer.handlers.worker_protocol import Admitted, Finished, Settled
+from workcenter.domain import bounds
+from workcenter.domain import run as run_rules
+from workcenter.service_layer.handlers.worker_protocol import BOOT_ID
 
 MAX_WAIT_SECONDS = 30.0
 # A long poll looks again at least this often: an expired lease writes no event.
@@ -37,7 +40,11 @@ Id = Annotated[UUID, Field(strict=False)]  # a JSON string, parsed
 
 
 class Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, frozen=True)
+    """An answer, read from the service's result by attribute (``model_validate``)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, frozen=True, from_attributes=True
+    )
 
 
 class Body(Model):
@@ -46,32 +53,11 @@ class Body(Model):
     )
 
 
-class Problem(Model):
-    """An RFC 9457 problem document; ``title`` is the typed error's name."""
-
-    type: str
-    title: str
-    status: int
-    detail: str
-
-
-def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    schema = Problem.model_json_schema(by_alias=True)
-    return {
-        status: {
-            "description": "A problem document",
-            "content": {"application/problem+json": {"schema": schema}},
-        }
-        for status in statuses
-    }
-
-
-COMMON = (401, 403, 404, 409, 413, 415, 421, 422, 503)
 router = APIRouter(
     prefix="/api/worker",
     tags=["worker"],
     dependencies=[Depends(json_body)],
-    responses=_problems(*COMMON),
+    responses=contract.problems(400, 404, 409, 412, 413, 415, 422),
 )
 Heads = Annotated[HeadWatcher, Depends(watcher)]
 
@@ -84,8 +70,8 @@ class Fence(Body):
 
     action_id: Id
     run_id: Id
-    boot_id: str = Field(max_length=64)
-    lease_epoch: int = Field(ge=1)
+    boot_id: str = Field(pattern=BOOT_ID.pattern)
+    lease_epoch: fields.Epoch
 
     def ref(self) -> act.RunRef:
         return act.RunRef(
@@ -103,21 +89,18 @@ class FenceOut(Model):
     lease_epoch: int
 
 
-def _fence(claim: Claim) -> FenceOut:
-    return FenceOut(
-        action_id=claim.action_id,
-        run_id=claim.run_id,
-        boot_id=claim.boot_id,
-        lease_epoch=claim.lease_epoch,
-    )
-
-
 # --- claim ----------------------------------------------------------------------------
 
 
 class ClaimBody(Body):
-    worker: str = Field(min_length=1, max_length=200)
-    boot_id: str | None = Field(None, description="Your process's id; default: the server's.")
+    worker: str = Field(
+        max_length=fields.WORKER_NAME,
+        pattern=fields.PRINTABLE,
+        description="Your name: with your bootId (name@bootId) it is the Runs' actor",
+    )
+    boot_id: str | None = Field(
+        None, pattern=BOOT_ID.pattern, description="Your process's id; default: the server's."
+    )
     lease_seconds: float = Field(60.0, ge=1, le=86_400)
     wait_seconds: float = Field(0.0, ge=0, le=MAX_WAIT_SECONDS)
 
@@ -158,27 +141,8 @@ class Claimed(Model):
 
 
 def _claimed(claim: Claim) -> Claimed:
-    return Claimed(
-        fence=_fence(claim),
-        work_item_id=claim.work_item_id,
-        worker=claim.worker,
-        expires_at=claim.expires_at,
-        action_type=claim.action_type,
-        brief=BriefOut(
-            objective=claim.brief.objective,
-            approach=claim.brief.approach,
-            expected_outcome=claim.brief.expected_outcome,
-        ),
-        context=[
-            ContextOut(kind=c.kind, text=c.text, action_type=c.action_type, run_id=c.run_id)
-            for c in claim.context
-        ],
-        goal=claim.goal,
-        acceptance_criteria=list(claim.acceptance_criteria),
-        delivery_target=claim.delivery_target,
-        attempt=claim.attempt,
-        inputs=[InputOut(id=i.id, text=i.text) for i in claim.inputs],
-    )
+    fields = {name: getattr(claim, name) for name in Claimed.model_fields if name != "fence"}
+    return Claimed(fence=FenceOut.model_validate(claim), **fields)
 
 
 @router.post(
@@ -230,16 +194,7 @@ def renew(wc: Center, body: RenewBody) -> Renewed:
     action = wc.worker_protocol.renew(ref, body.lease_seconds)
     run = action.run(ref.run_id)
     assert run is not None
-    return Renewed(fence=_fence_of(ref), expires_at=run.expires_at)
-
-
-def _fence_of(ref: act.RunRef) -> FenceOut:
-    return FenceOut(
-        action_id=ref.action_id,
-        run_id=ref.run_id,
-        boot_id=ref.boot_id,
-        lease_epoch=ref.lease_epoch,
-    )
+    return Renewed(fence=FenceOut.model_validate(ref), expires_at=run.expires_at)
 
 
 class Check(Body):
@@ -254,15 +209,15 @@ class Report(Body):
     outcome: Literal["completed", "waiting", "retryable", "failed"]
     summary: str = ""
     response: str = ""
-    evidence: list[str | dict[str, Any]] = Field(default_factory=list)
-    outputs: list[str | dict[str, Any]] = Field(default_factory=list)
+    evidence: list[str | fields.JsonObject] = Field(default_factory=list)
+    outputs: list[str | fields.JsonObject] = Field(default_factory=list)
     acceptance_checks: list[Check] = Field(default_factory=list)
     waiting_reason: str = ""
     error: str = ""
     failure_kind: str = ""
     failure_code: str = ""
     review_decision: Literal["approved", "changes_requested"] | None = None
-    contract_patch: dict[str, Any] | None = None
+    contract_patch: fields.JsonObject | None = None
 
 
 class FinishBody(Body):
@@ -281,31 +236,51 @@ class FinishedOut(Model):
     replayed: bool
 
 
-def _finished(done: Finished) -> FinishedOut:
-    return FinishedOut(
-        work_item_id=done.work_item_id,
-        action_id=done.action_id,
-        run_id=done.run_id,
-        outcome=done.outcome,
-        action_status=done.action_status,
-        replayed=done.replayed,
-    )
-
-
 @router.post("/finish", response_model=FinishedOut)
 def finish(wc: Center, body: FinishBody) -> FinishedOut:
     """Record the Run's outcome. The same finish again answers the first (``replayed``)
     and writes nothing; another report for a finished Run is 409."""
     report = body.report.model_dump(by_alias=True, exclude_unset=True)
-    return _finished(wc.worker_protocol.finish(body.fence.ref(), report))
+    return FinishedOut.model_validate(wc.worker_protocol.finish(body.fence.ref(), report))
+
+
+Counter = Annotated[int, Field(ge=0, le=run_rules.COUNTER_LIMIT), fields.Integral]
+
+
+class Stats(Body):
+    """The Run's own counters (the ledger counts its model requests and tokens)."""
+
+    llm_request_count: Counter = 0
+    loop_count: Counter = 0
+    tool_count: Counter = 0
+    input_tokens: Counter = 0
+    output_tokens: Counter = 0
+    cache_read_tokens: Counter = 0
+    cache_write_tokens: Counter = 0
+    total_tokens: Counter = 0
+
+
+class ToolEvent(Body):
+    tool: str = fields.text(run_rules.TOOL_NAME_LIMIT, required=True)
+    is_error: bool = False
+    summary: str = fields.text(run_rules.TOOL_SUMMARY_LIMIT)
+
+
+class Progress(Body):
+    """The Run's final progress; the checkpoint keeps its last 16 tool events."""
+
+    summary: str = fields.text(run_rules.SUMMARY_LIMIT)
+    response: str = fields.text(run_rules.RESPONSE_LIMIT)
+    stats: Stats = Field(default_factory=Stats)
+    checkpoint: list[ToolEvent] = Field(
+        default_factory=list, max_length=run_rules.CHECKPOINT_INPUT_LIMIT
+    )
 
 
 class InterruptBody(Body):
     fence: Fence
-    reason: str = ""
-    progress: dict[str, Any] | None = Field(
-        None, description="The final {summary, response, stats} of the Run"
-    )
+    reason: str = fields.text(bounds.REASON)
+    progress: Progress | None = None
 
 
 class DeferBody(Body):
@@ -336,7 +311,10 @@ def _ended(action: act.ActionState, ref: act.RunRef) -> RunEnded:
 def interrupt(wc: Center, body: InterruptBody) -> RunEnded:
     """Give the Run up gracefully, recording its final progress."""
     ref = body.fence.ref()
-    return _ended(wc.worker_protocol.interrupt(ref, body.reason, body.progress), ref)
+    progress = (
+        body.progress.model_dump(by_alias=True, exclude_unset=True) if body.progress else None
+    )
+    return _ended(wc.worker_protocol.interrupt(ref, body.reason, progress), ref)
 
 
 @router.post("/defer", response_model=RunEnded)
@@ -363,14 +341,14 @@ class Pending(Model):
 def pending_input(wc: Center, body: PendingBody) -> Pending:
     """Input queued for the live Run and not consumed yet (a read, fenced like a write)."""
     queued = wc.worker_protocol.pending_input(body.fence.ref())
-    return Pending(inputs=[InputOut(id=i.id, text=i.text) for i in queued])
+    return Pending(inputs=queued)
 
 
 @router.post("/input/consume", response_model=Pending)
 def consume_input(wc: Center, body: ConsumeBody) -> Pending:
     """Record that the Run took the named input into its work; answers what is left."""
     action = wc.worker_protocol.consume_input(body.fence.ref(), body.input_ids)
-    return Pending(inputs=[InputOut(id=i.id, text=i.text) for i in action.unconsumed_inputs])
+    return Pending(inputs=action.unconsumed_inputs)
 
 
 # --- the ledger -----------------------------------------------------------------------
@@ -378,8 +356,8 @@ def consume_input(wc: Center, body: ConsumeBody) -> Pending:
 
 class ReserveBody(Body):
     fence: Fence
-    request_id: str = Field(min_length=1, max_length=200)
-    request: dict[str, Any] = Field(description="The model request, as it will be sent")
+    request_id: str = fields.text(bounds.REQUEST_ID, required=True)
+    request: fields.JsonObject = Field(description="The model request, as it will be sent")
 
 
 class Admission(Model):
@@ -393,26 +371,17 @@ class Admission(Model):
     replayed: bool
 
 
-def _admission(answer: Admitted) -> Admission:
-    return Admission(
-        request_id=answer.request_id,
-        allowed=answer.allowed,
-        code=answer.code,
-        stops=answer.stops,
-        replayed=answer.replayed,
-    )
-
-
 @router.post("/requests/reserve", response_model=Admission)
 def reserve(wc: Center, body: ReserveBody) -> Admission:
     """Admit one model request of the Run before it is sent, at its estimated cost."""
-    return _admission(wc.worker_protocol.reserve(body.fence.ref(), body.request_id, body.request))
+    admitted = wc.worker_protocol.reserve(body.fence.ref(), body.request_id, body.request)
+    return Admission.model_validate(admitted)
 
 
 class SettleBody(Body):
     fence: Fence
-    request_id: str = Field(min_length=1, max_length=200)
-    usage: dict[str, Any] | None = Field(None, description="The usage the provider reported")
+    request_id: str = fields.text(bounds.REQUEST_ID, required=True)
+    usage: fields.JsonObject | None = Field(None, description="The usage the provider reported")
     complete: bool = True
 
 
@@ -423,18 +392,10 @@ class Settlement(Model):
     replayed: bool
 
 
-def _settlement(settled: Settled) -> Settlement:
-    return Settlement(
-        request_id=settled.request_id,
-        status=settled.status,
-        charged_tokens=settled.charged_tokens,
-        replayed=settled.replayed,
-    )
-
-
 @router.post("/requests/settle", response_model=Settlement)
 def settle(wc: Center, body: SettleBody) -> Settlement:
     """Record what the request cost (``complete`` false: it did not end normally)."""
-    return _settlement(
-        wc.worker_protocol.settle(body.fence.ref(), body.request_id, body.usage, body.complete)
+    settled = wc.worker_protocol.settle(
+        body.fence.ref(), body.request_id, body.usage, body.complete
     )
+    return Settlement.model_validate(settled)

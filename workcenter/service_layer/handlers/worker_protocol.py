@@ -35,7 +35,7 @@ from workcenter.service_layer.handlers.run import RunCommands, run_ref
 from workcenter.service_layer.ports import Clock
 from workcenter.service_layer.repository import Repository
 
-_BOOT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+BOOT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ class _OwnBoot:
 
 def boot_id(value: object) -> str:
     """A remote worker's boot id: 1 to 64 letters, digits, dots, dashes or underscores."""
-    if not isinstance(value, str) or not _BOOT_ID.match(value):
+    if not isinstance(value, str) or not BOOT_ID.match(value):
         raise InvalidInput("bootId must be 1 to 64 letters, digits, '.', '-' or '_'")
     return value
 
@@ -115,9 +115,11 @@ class WorkerProtocol:
         worker = inputs.text(worker, "worker", bounds.WORKER, required=True)
         boot = boot_id(boot)
         lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))
-        return claiming.claim_next(
-            _OwnBoot(self.runs, boot), worker, lease, actors.worker(worker, boot)
-        )
+        actor = actors.worker(worker, boot)
+        # Refused now, not at the Run's first ledger command, which records this actor.
+        if (problem := actors.actor_problem(actor)) is not None:
+            raise InvalidInput(f"worker and bootId: {problem}")
+        return claiming.claim_next(_OwnBoot(self.runs, boot), worker, lease, actor)
 
     def recover_expired(self) -> list[UUID]:
         """End the Runs whose lease has expired, whoever owns them: a remote worker that

@@ -11,6 +11,7 @@ older than the versions it names.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -33,7 +34,7 @@ MAX_PAGE = 100
 MAX_SEARCH = 200
 # Rows read at a time while a search looks for a page of matches.
 SCAN_BATCH = 200
-_CURSOR = re.compile(r"^(-?0x[0-9a-f.]+p[+-]?\d+)~([0-9a-f]{32})$")
+CURSOR = re.compile(r"^(-?0x[0-9a-f]+(?:\.[0-9a-f]*)?p[+-]?[0-9]{1,8})~([0-9a-f]{32})$")
 
 
 @dataclass(frozen=True)
@@ -55,10 +56,14 @@ def _cursor(row: dict[str, Any]) -> str:
 def _before(after: str | None) -> tuple[float, str] | None:
     if after is None:
         return None
-    match = _CURSOR.match(after) if isinstance(after, str) else None
+    match = CURSOR.fullmatch(after) if isinstance(after, str) else None
     if match is None:
         raise InvalidInput("after must be the next cursor a page of this list returned")
-    return float.fromhex(match[1]), match[2]
+    try:
+        moment = float.fromhex(match[1])
+    except OverflowError:  # a cursor's shape, past any time: the page after it is the first
+        moment = -math.inf if match[1].startswith("-") else math.inf
+    return moment, match[2]
 
 
 class WebReads:
