@@ -54,16 +54,19 @@ def test_a_claim_and_a_finish_read_in_one_transaction_each(wc: WorkCenter) -> No
     assert counts.begins - counts.commits == 1, counts.statements
 
 
-def test_an_uncached_action_is_loaded_one_stream_at_a_time(
+def test_an_uncached_action_is_loaded_then_its_item_and_ledger_together(
     wc: WorkCenter, db_path: Path, clock: FakeClock
 ) -> None:
+    """A claim of an Action this process has not seen: the Action from its newest
+    snapshot, then its WorkItem and ledger in one read (ADR-0069)."""
     item = create_linear(wc)
     action_id = item.plan[0].action_id
     other = WorkCenter.open(db_path, clock=clock, boot_id=BOOT_ID)
     try:
-        action, loaded_item, ledger = other._repository.run_states(action_id, with_ledger=True)
-        assert ledger is None  # left to the caller
-        assert (action, loaded_item) == fresh_states(db_path, clock, action_id)[:2]
+        with traced(other.store.factory.datastore) as counts:  # type: ignore[attr-defined]
+            states = other._repository.run_states(action_id, with_ledger=True)
+        assert states == fresh_states(db_path, clock, action_id)
+        assert counts.begins == 2, counts.statements
     finally:
         other.close()
 

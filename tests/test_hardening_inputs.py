@@ -13,6 +13,7 @@ from uuid import UUID, uuid4
 
 import pytest
 from conftest import (
+    BACKENDS,
     BOOT_ID,
     FakeClock,
     action_spec,
@@ -372,3 +373,27 @@ def test_docs_list_every_bound() -> None:
     for name, value in vars(bounds).items():
         if name.isupper() and isinstance(value, int):
             assert f"{value:,}" in figures, f"docs/limits.md does not state {name} = {value:,}"
+
+
+# --- numbers past what JSON readers take -----------------------------------------------
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_request_or_usage_past_2_53_is_refused_and_writes_nothing(
+    wc: WorkCenter, backend: str
+) -> None:
+    """Such a number used to pass the ledger and fail in the detail DTO's JSON with a
+    TypeError: the typed error comes first now, and nothing is written."""
+    item = create_linear(wc, stages=("implement",))
+    claimed = claim(wc)
+    too_many = bounds.INTEGER + 1
+    request = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": too_many}
+    with refused(wc, InvalidInput, "max_tokens must be at most"):
+        wc.reserve_request(item.id, request=request, run_id=claimed.run_id)
+    admitted = wc.reserve_request(
+        item.id, request={**request, "max_tokens": 64}, run_id=claimed.run_id
+    )
+    for usage in ({"input_tokens": too_many}, {"output_tokens": 2**70}):
+        with refused(wc, InvalidInput, "usage count must be at most"):
+            wc.settle_request(item.id, admitted.request_id, usage=usage)
+    assert wc.settle_request(item.id, admitted.request_id, usage={"input_tokens": 9})

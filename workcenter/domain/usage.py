@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from workcenter.domain import bounds
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.model import Immutable
 
@@ -42,15 +43,21 @@ def estimate_tokens(request: Mapping[str, Any]) -> int:
     out = request.get("max_tokens", request.get("maxTokens"))
     if isinstance(out, bool) or not isinstance(out, int) or out <= 0:
         out = UNKNOWN_REQUEST_TOKENS
+    if out > bounds.INTEGER:
+        # Stored and shown as JSON numbers: past 2^53 - 1 no reader can take it.
+        raise InvalidInput(f"the request's max_tokens must be at most {bounds.INTEGER}")
     return math.ceil(size / 3) + out
 
 
 def _count(value: Any) -> int:
-    """Only finite numbers above zero count; booleans and strings do not."""
+    """Only finite numbers above zero count; booleans and strings do not. A count past
+    2^53 - 1 is refused: no provider reports one, and no JSON reader could take it."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
     if not math.isfinite(value) or value <= 0:
         return 0
+    if value > bounds.INTEGER:
+        raise InvalidInput(f"a usage count must be at most {bounds.INTEGER}")
     return int(value)
 
 
