@@ -81,8 +81,9 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
            locks and positions, the other streams the detail view builds from,
            ADR-0069), then one sync;
         2. the chain's links, the snapshots and the views' rows and positions,
-           computed from those answers, and the ``COMMIT`` (a view that must read, as
-           a lagging one reading its gap, adds a round trip).
+           computed from those answers (the detail DTOs built before the lock when
+           nothing newer was read), and the ``COMMIT`` (a view that must still read,
+           as one lagging by more than ``GAP_LIMIT`` events, adds a round trip).
 
         A statement that fails (the optimistic insert's unique violation) raises at
         the first sync, and nothing after it runs; any exception leaves both blocks

@@ -288,8 +288,15 @@ class DetailView(TrackedView):
             for aggregate_id, kind in others.items():
                 if aggregate_id in written:
                     continue
-                known = self._cache.get(aggregate_id) or states.get(aggregate_id)
-                held = known if isinstance(known, STATE_CLASS[kind]) else None
+                # The newer of the two: both are committed states (ADR-0043 keeps the
+                # view's so), and the fewer events the read ahead finds, the likelier
+                # the DTO built before the lock stands.
+                known = [
+                    s
+                    for s in (self._cache.get(aggregate_id), states.get(aggregate_id))
+                    if isinstance(s, STATE_CLASS[kind])
+                ]
+                held = max(known, key=lambda s: s.version) if known else None
                 wanted[aggregate_id] = (kind, held)
         return wanted
 
@@ -329,9 +336,10 @@ class DetailView(TrackedView):
     ) -> dict[UUID, bytes]:
         """The stored DTO of each WorkItem the command's ``events`` touch, built before the
         write takes its lock, from the command's states and the states held of ``wanted``
-        (a stream held as none taken as having no event): right if the read ahead finds
-        nothing newer and the view does not lag, which the write checks under the lock
-        (ADR-0069). Empty when a state is missing."""
+        (a stream held as none taken as having no event): right if the read ahead under
+        the lock finds nothing newer, which the write checks (a lagging gap's events of
+        the item's streams are then in those states, ADR-0069). Empty when a state is
+        missing."""
         batch = list(enumerate(events))
         given = _after_batch(batch, states)
         touched: dict[UUID, datetime] = {}

@@ -210,8 +210,9 @@ class Repository:
         return state.work_item_id if state is not None else None
 
     def together(self, wanted: Mapping[UUID, Kind]) -> dict[UUID, AggregateState] | None:
-        """The newest states of ``wanted``, read in one statement: each cached one brought
-        up to date, each other one loaded from its newest snapshot (ADR-0069). None when
+        """The newest states of ``wanted``, read together (one statement on PostgreSQL, one
+        transaction on SQLite): each cached one brought up to date, each other one loaded
+        from its newest snapshot (ADR-0069). None when
         one is missing or not of its kind: the caller then loads them one by one, which
         says which."""
         cache = self.store.repository.cache
@@ -244,8 +245,8 @@ class Repository:
         self, action_id: UUID, *, with_ledger: bool
     ) -> tuple[act.ActionState, wi.WorkItemState, rl.LedgerState | None]:
         """An Action and its WorkItem (and, ``with_ledger``, the item's ledger): in one
-        statement when the Action is cached, else the Action in one and the others in
-        another (a claim of an Action this process has not seen, ADR-0069)."""
+        read when the Action is cached, else the Action in one and the others in another
+        (a claim of an Action this process has not seen, ADR-0069)."""
         action_id = inputs.aggregate_id(action_id, "Action")
         cache = self.store.repository.cache
         try:
