@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
 import click
@@ -15,6 +15,9 @@ from rich.console import Console, ConsoleDimensions
 from workcenter.adapters.terminal import escape_json
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput, NotFound
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 # Output that is not a terminal is read by programs: lines are never wrapped or cut there.
 PIPE_WIDTH = 100_000
@@ -33,6 +36,21 @@ class _Console(Console):
 
 
 console = _Console(soft_wrap=True)
+
+
+def progress_bar(*, transient: bool = True) -> Progress:
+    """The bar of a long verb on a terminal: its task, the bar, done of total, the time
+    taken (imported when asked: most verbs never draw one)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    return Progress(
+        "[bold]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=transient,
+    )
 
 
 def emit_json(data: Any) -> None:

@@ -10,7 +10,14 @@ import click
 from rich.text import Text
 
 from workcenter.adapters import audit_bundle
-from workcenter.adapters.cli_common import console, db_option, emit_json, open_center, work_item_id
+from workcenter.adapters.cli_common import (
+    console,
+    db_option,
+    emit_json,
+    open_center,
+    progress_bar,
+    work_item_id,
+)
 from workcenter.adapters.terminal import text
 from workcenter.service_layer.queries.decision_audit import ReplayReport
 
@@ -58,16 +65,7 @@ def decisions(ctx: click.Context, item_id: str | None, as_json: bool, replay: bo
 
 
 def _with_bar(wc: Any, scope: Any) -> ReplayReport:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
-    with Progress(
-        "[bold]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=True,
-    ) as bar:
+    with progress_bar() as bar:
         task = bar.add_task("replaying", total=None)
 
         def advance(done: int, total: int) -> None:

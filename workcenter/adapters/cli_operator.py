@@ -19,6 +19,7 @@ from workcenter.adapters.cli_common import (
     db_option,
     emit_json,
     open_center,
+    progress_bar,
     resolve_id,
     work_item_id,
 )
@@ -215,8 +216,6 @@ def audit_verify(
     """Walk the hash chain over every event (or over one WorkItem's streams) and report
     the first broken link; exit status 1 when the history was changed. With --bundle,
     check the bundle's links and anchor and replay its decisions, with no store."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
     if bundle is not None:
         _verify_bundle(ctx, bundle, item_id, anchor, as_json)
         return
@@ -226,14 +225,7 @@ def audit_verify(
         if as_json or not console.is_terminal:
             verdict = wc.maintenance.verify_history(scope, anchor=anchor)
         else:
-            with Progress(
-                "[bold]{task.description}",
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=console,
-                transient=True,
-            ) as bar:
+            with progress_bar() as bar:
                 task = bar.add_task("verifying", total=None)
 
                 def advance(position: int, last: int) -> None:
@@ -421,19 +413,11 @@ def projections_status(ctx: click.Context, as_json: bool) -> None:
 @click.pass_context
 def projections_rebuild(ctx: click.Context, name: str | None, as_json: bool) -> None:
     """Replay NAME (default: every read model) from zero and swap it in atomically."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
-
     with open_center(ctx) as wc:
         if as_json or not console.is_terminal:
             reports = wc.maintenance.rebuild_projection(name)
         else:
-            with Progress(
-                "[bold]{task.description}",
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=console,
-            ) as bar:
+            with progress_bar(transient=False) as bar:
                 tasks: dict[str, Any] = {}
 
                 def advance(view: str, done: int, total: int) -> None:

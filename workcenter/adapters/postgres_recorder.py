@@ -112,11 +112,13 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                     views = PortableCursor(conn.cursor())
                     if names:
                         tracked.send_positions(views, self.datastore, names)
-                    others, gap = conn.cursor(), conn.cursor()
+                    others = gap = None
                     if ahead:
+                        others = conn.cursor()
                         self.send_streams_after(others, ahead, newest=True)
                     if ahead is not None and names:
                         # The detail view lags after renewals and ledger writes (ADR-0037).
+                        gap = conn.cursor()
                         self._send_gap(gap, stored_events, names)
                     pipeline.sync()
                     locked = time.perf_counter()
@@ -126,10 +128,11 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                         reads = self.chain.take_reads(head, digests, streams)
                         hash_chain.append_links(self.chain, head, ids, stored_events, reads)
                     positions = tracked.take_positions(views, names) if names else None
-                    if ahead is not None:
-                        assert inline is not None
-                        inline.take_ahead(self.take_newest(others, ahead) if ahead else [])
-                    before = self._take_gap(gap) if ahead is not None and names else None
+                    if inline is not None and ahead is not None:
+                        inline.take_ahead(
+                            _take_streams(others, ahead) if others is not None else []
+                        )
+                    before = self._take_gap(gap) if gap is not None else None
                     self._insert_along(views, ids, positions, before, **kwargs)
                     insert.execute("COMMIT")
                 # Leaving the pipeline synced it: the commit's answer is in.
@@ -168,14 +171,14 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
         distinct, as the repository asks for them."""
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             self.send_streams_after(curs, after)
-            return self.take_streams_after(curs, after)
+            return [events for events, _ in _take_streams(curs, after)]
 
     def send_streams_after(
         self, curs: Any, after: Sequence[tuple[UUID, int]], *, newest: bool = False
     ) -> None:
         """The statement of ``select_streams_after``, sent on a raw cursor (a pipelined
-        write sends it with its insert, ADR-0069); ``take_streams_after`` reads it.
-        ``newest`` also asks each stream's newest version (``take_newest`` reads both).
+        write sends it with its insert, ADR-0069); ``_take_streams`` reads it. ``newest``
+        also asks each stream's newest version.
 
         One simple select per stream joined by ``UNION ALL``: a plan that does not depend
         on the values, which PostgreSQL keeps, where unnested arrays were planned again
@@ -215,20 +218,6 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                 )
                 params += [stream_id, stream_id]
         curs.execute(" UNION ALL ".join(parts) + " ORDER BY 1, 2, 4", params, prepare=True)
-
-    @staticmethod
-    def take_streams_after(
-        curs: Any, after: Sequence[tuple[UUID, int]]
-    ) -> list[Sequence[StoredEvent]]:
-        return [events for events, _ in _take_streams(curs, after)]
-
-    @staticmethod
-    def take_newest(
-        curs: Any, after: Sequence[tuple[UUID, int]]
-    ) -> list[tuple[Sequence[StoredEvent], int]]:
-        """Per stream of ``after``: its events after the version given, and its newest
-        version (0 if it has none), sent with ``newest=True``."""
-        return _take_streams(curs, after)
 
     def _send_gap(self, c: Any, stored_events: Sequence[StoredEvent], names: Sequence[str]) -> None:
         """Send the read of the events after the lowest position of the views ``names``
@@ -289,6 +278,8 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
 def _take_streams(
     curs: Any, after: Sequence[tuple[UUID, int]]
 ) -> list[tuple[Sequence[StoredEvent], int]]:
+    """Per stream of ``after``, in order: its events as ``send_streams_after`` read them,
+    and its newest version (0 unless that was asked for, or if it has no event)."""
     found: list[tuple[list[StoredEvent], int]] = [([], 0) for _ in after]
     for row in curs.fetchall():
         events, _ = found[row["i"]]
