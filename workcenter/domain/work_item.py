@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any, ClassVar, Literal, get_args
+from typing import Any, ClassVar, Literal, TypeGuard, get_args
 from uuid import UUID
 
 from workcenter.domain import bounds, inputs
@@ -26,10 +26,14 @@ WorkItemStatus = Literal[
 DeliveryTarget = Literal["response", "workspace_files", "pull_request", "merge"]
 Mode = Literal["dynamic", "linear"]
 STATUSES: tuple[str, ...] = get_args(WorkItemStatus)
-DELIVERY_TARGETS: tuple[str, ...] = ("response", "workspace_files", "pull_request", "merge")
+DELIVERY_TARGETS: tuple[str, ...] = get_args(DeliveryTarget)
 DEFAULT_STAGES: tuple[str, ...] = ("triage", "implement", "review", "deliver")
 TERMINAL: frozenset[str] = frozenset({"done", "cancelled"})
 ACTIVE: frozenset[str] = frozenset({"ready", "running", "waiting", "needs_attention"})
+
+
+def is_delivery_target(value: str | None) -> TypeGuard[DeliveryTarget]:
+    return value in DELIVERY_TARGETS
 
 
 class PlanEntry(Immutable):

@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import orjson
 
+from workcenter.projections.dto_models import BriefKey, BriefView
 from workcenter.projections.execution import STATS_KEYS
 from workcenter.projections.sanitize import bounded_id, cnt, rev, truncate_utf8, utf8_len
 
@@ -36,7 +37,7 @@ MAX_DTO_BYTES = 512 * 1024
 MIN_BUDGET = 2 * 1024
 BODY_FIELDS: tuple[str, ...] = ("response", "messages", "turns", "liveMessage", "failure")
 SHRUNK_STATS_KEYS: tuple[str, ...] = ("id", "generation", "status", "progressRevision", "attempt")
-BRIEF_KEYS: tuple[str, ...] = ("objective", "approach", "expectedOutcome")
+BRIEF_KEYS: tuple[BriefKey, ...] = get_args(BriefKey)
 _ENVELOPE_KEYS: tuple[str, ...] = ("actionId", "runId", "clientMessageId")
 _KB = 1024
 
@@ -48,9 +49,9 @@ def dto_size(dto: Mapping[str, Any]) -> int:
     return len(orjson.dumps(dto))
 
 
-def cut_brief(brief: Mapping[str, Any], limit: int) -> dict[str, str]:
+def cut_brief(brief: Mapping[str, Any], limit: int) -> BriefView:
     """Objective, approach and expected outcome, together at most ``limit`` bytes."""
-    kept: dict[str, str] = {}
+    kept: BriefView = {}
     room = limit
     for key in BRIEF_KEYS:
         text = truncate_utf8(brief.get(key), room) if isinstance(brief.get(key), str) else ""

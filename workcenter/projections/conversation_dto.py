@@ -15,10 +15,10 @@ the older ones left out.
 
 from __future__ import annotations
 
-from typing import Any
 from uuid import UUID
 
 from workcenter.domain import conversation as conv
+from workcenter.projections import dto_models as dtos
 from workcenter.projections.sanitize import (
     epoch_ms,
     ids,
@@ -34,7 +34,7 @@ KIND_LIMIT = 64
 REASON_LIMIT = 2_000
 
 
-def conversation_dto(state: conv.ConversationState | None) -> dict[str, Any]:
+def conversation_dto(state: conv.ConversationState | None) -> dtos.Conversation:
     """The messages (oldest first) and the turns they belong to; empty before the
     conversation's first event."""
     if state is None:
@@ -47,7 +47,7 @@ def conversation_dto(state: conv.ConversationState | None) -> dict[str, Any]:
             "messages": [],
             "turns": [],
         }
-    shown: list[dict[str, Any]] = []
+    shown: list[dtos.ConversationMessage] = []
     turn_ids: dict[UUID, None] = {}
     spent = 0
     for message in reversed(state.messages):
@@ -73,8 +73,8 @@ def conversation_dto(state: conv.ConversationState | None) -> dict[str, Any]:
     }
 
 
-def _message(message: conv.Message) -> dict[str, Any]:
-    entry: dict[str, Any] = {
+def _message(message: conv.Message) -> dtos.ConversationMessage:
+    entry: dtos.ConversationMessage = {
         "id": str(message.id),
         "turnId": str(message.turn_id),
         "role": message.role,
@@ -94,8 +94,8 @@ def _message(message: conv.Message) -> dict[str, Any]:
     return entry
 
 
-def _decision(decision: conv.DecisionSummary) -> dict[str, Any]:
-    summary: dict[str, Any] = {
+def _decision(decision: conv.DecisionSummary) -> dtos.ConversationDecision:
+    summary: dtos.ConversationDecision = {
         "kind": truncate_utf8(decision.kind, KIND_LIMIT),
         "reason": sanitize_personal(decision.reason, REASON_LIMIT),
         "affectedActionIds": ids(decision.affected_action_ids),
@@ -105,7 +105,7 @@ def _decision(decision: conv.DecisionSummary) -> dict[str, Any]:
     return summary
 
 
-def _turn(state: conv.ConversationState, turn: conv.Turn) -> dict[str, Any]:
+def _turn(state: conv.ConversationState, turn: conv.Turn) -> dtos.ConversationTurn:
     entry = state.entry(turn.entry_id)
     return {
         "id": str(turn.id),

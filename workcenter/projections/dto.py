@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
 import orjson
@@ -33,7 +33,8 @@ from workcenter.domain.action import ActionState, Run
 from workcenter.domain.conversation import ConversationState
 from workcenter.domain.goal_progress import GoalProgress, current_run, derive_goal_progress
 from workcenter.domain.resource_ledger import LedgerState
-from workcenter.domain.work_item import DELIVERY_TARGETS, FinalResult, WorkItemState
+from workcenter.domain.work_item import FinalResult, WorkItemState, is_delivery_target
+from workcenter.projections import dto_models as dtos
 from workcenter.projections.budget import (
     MAX_DTO_BYTES,
     DtoKind,
@@ -83,8 +84,8 @@ from workcenter.projections.views import (
     action_failure_reason,
     action_ref,
     action_stats_entry,
+    add_body_fields,
     attachment_view,
-    body_fields,
     canonical_result,
     conversation_entries,
     latest_finished_run,
@@ -135,36 +136,33 @@ def _item_failure_reason(item: WorkItemState, acts: ItemActions, ledger: LedgerS
     return ""
 
 
-def _board(item: WorkItemState, acts: ItemActions) -> dict[str, Any]:
-    ordered, counts, firsts = acts.ordered, acts.counts, acts.firsts
+def _lane(item: WorkItemState, acts: ItemActions) -> Literal["active", "needs_attention", "closed"]:
     if item.status in TERMINAL_STATUSES:
-        lane = "closed"
-    elif item.status in ("draft", "waiting", "needs_attention") or {"waiting", "failed"} & set(
-        counts
+        return "closed"
+    if item.status in ("draft", "waiting", "needs_attention") or {"waiting", "failed"} & set(
+        acts.counts
     ):
-        lane = "needs_attention"
-    else:
-        lane = "active"
+        return "needs_attention"
+    return "active"
+
+
+def _attention(dto: dtos.ItemBase, acts: ItemActions) -> None:
+    """The board's optional keys: the first Action needing attention and the first
+    active one, and the ids of each kind."""
+    firsts = acts.firsts
 
     def first(*wanted: str) -> ActionState | None:
         return next((firsts[status] for status in wanted if status in firsts), None)
 
-    board: dict[str, Any] = {
-        "boardLane": lane,
-        "actionCounts": {s: counts[s] for s in ACTION_STATUS_ORDER if s in counts},
-    }
     if (attention := action_ref(first("waiting", "failed"))) is not None:
-        board["attentionAction"] = attention
+        dto["attentionAction"] = attention
     if (active := action_ref(first("running", "ready"))) is not None:
-        board["activeAction"] = active
-    active_ids = ids(a.id for a in ordered if a.status in ("running", "ready"))
-    attention_ids = ids(a.id for a in ordered if a.status in ("waiting", "failed"))
-    if active_ids:
-        board["activeActionIds"] = active_ids
-    if attention_ids:
-        board["attentionActionIds"] = attention_ids
-    board["executors"] = []  # the distinct VPs: no VP assignment yet
-    return board
+        dto["activeAction"] = active
+    ordered = acts.ordered
+    if active_ids := ids(a.id for a in ordered if a.status in ("running", "ready")):
+        dto["activeActionIds"] = active_ids
+    if attention_ids := ids(a.id for a in ordered if a.status in ("waiting", "failed")):
+        dto["attentionActionIds"] = attention_ids
 
 
 def _base(
@@ -176,9 +174,9 @@ def _base(
     coordinator_revision: int,
     attachment_count: int,
     run_stats: RunStats | None,
-) -> dict[str, Any]:
-    ordered, visible, runs = acts.ordered, acts.visible, acts.runs
-    dto: dict[str, Any] = {
+) -> dtos.ItemBase:
+    ordered, runs, counts = acts.ordered, acts.runs, acts.counts
+    dto: dtos.ItemBase = {
         "id": str(item.id),
         "revision": rev(item.contract_revision),
         "planRevision": cnt(item.version),
@@ -189,14 +187,19 @@ def _base(
         "title": sanitize_personal(item.title, TITLE_LIMIT),
         "goal": sanitize_personal(item.goal, GOAL_LIMIT),
         "status": item.status,
+        "actionCount": len(acts.visible),
+        "completedActionCount": acts.completed_count,
+        "executionStats": execution_stats(runs, ledger, whole_item=True, run_stats=run_stats),
+        "linkedSessionIds": [],
+        "attachmentCount": cnt(attachment_count),
+        "createdAt": epoch_ms(item.created_at),
+        "updatedAt": epoch_ms(item.updated_at),
+        "boardLane": _lane(item, acts),
+        "actionCounts": {s: counts[s] for s in ACTION_STATUS_ORDER if s in counts},
+        "executors": [],  # the distinct VPs: no VP assignment yet
     }
     if item.current_action_id is not None:
         dto["currentActionId"] = str(item.current_action_id)
-    dto |= {
-        "actionCount": len(visible),
-        "completedActionCount": acts.completed_count,
-        "executionStats": execution_stats(runs, ledger, whole_item=True, run_stats=run_stats),
-    }
     if ledger is not None:
         dto["executionControl"] = execution_control(
             ledger,
@@ -206,13 +209,8 @@ def _base(
         )
     if reason := _item_failure_reason(item, acts, ledger):
         dto["failureReason"] = reason
-    dto |= {
-        "linkedSessionIds": [],
-        "attachmentCount": cnt(attachment_count),
-        "createdAt": epoch_ms(item.created_at),
-        "updatedAt": epoch_ms(item.updated_at),
-    }
-    return dto | _board(item, acts)
+    _attention(dto, acts)
+    return dto
 
 
 def _summary(
@@ -224,10 +222,8 @@ def _summary(
     coordinator_revision: int,
     attachment_count: int,
     run_stats: RunStats | None,
-    body_extras: bool = False,
-    live_message: str | None = None,
-) -> dict[str, Any]:
-    dto = _base(
+) -> dtos.SummaryRow:
+    base = _base(
         item,
         acts,
         ledger,
@@ -236,27 +232,22 @@ def _summary(
         attachment_count=attachment_count,
         run_stats=run_stats,
     )
+    dto: dtos.SummaryRow = {
+        **base,
+        "actionStats": [action_stats_entry(a, ledger, run_stats) for a in acts.visible],
+    }
     current = acts.current
     if current is not None:
-        entry: dict[str, Any] = {
+        entry: dtos.CurrentAction = {
             "id": str(current.id),
             "type": truncate_utf8(current.type, 64),
-        }
-        if item.mode == "linear":
-            entry["stageId"] = truncate_utf8(current.type, 64)
-        entry |= {
             "generation": rev(current.generation),
             "status": current.status,
             "objective": sanitize_diagnostic_paths(current.brief.objective, OBJECTIVE_LIMIT),
         }
+        if item.mode == "linear":
+            entry["stageId"] = truncate_utf8(current.type, 64)
         dto["currentAction"] = entry
-    stats = []
-    for action in acts.visible:
-        entry = action_stats_entry(action, ledger, run_stats)
-        if body_extras and action is acts.body:
-            entry |= body_fields(action, live_message)
-        stats.append(entry)
-    dto["actionStats"] = stats
     return dto
 
 
@@ -307,17 +298,30 @@ def broadcast_dto(
     for key, value in extra:
         if value:
             envelope[key] = bounded_id(value)
-    envelope["workItem"] = _summary(
+    acts = ItemActions.of(item, actions)
+    summary = _summary(
         item,
-        ItemActions.of(item, actions),
+        acts,
         ledger,
         now=now,
         coordinator_revision=coordinator_revision,
         attachment_count=attachment_count,
         run_stats=run_stats,
-        body_extras=True,
-        live_message=live_message,
     )
+    body = acts.body
+    if body is not None:
+        fields: dtos.BodyFields = {}
+        add_body_fields(fields, body, live_message)
+        body_id = str(body.id)
+        # Only in a broadcast: its own shape, beyond the list row's.
+        envelope["workItem"] = summary | {
+            "actionStats": [
+                {**entry, **fields} if entry["id"] == body_id else entry
+                for entry in summary["actionStats"]
+            ]
+        }
+    else:
+        envelope["workItem"] = summary
     return enforce_budget(envelope, "broadcast", budget=budget)
 
 
@@ -333,19 +337,21 @@ def deleted_broadcast_dto(work_item_id: UUID | str, revision: int) -> dict[str, 
 
 def _output(
     kind: str, label: str, ref: str, status: str | None, action_id: UUID, run_id: UUID
-) -> dict[str, Any]:
-    entry: dict[str, Any] = {
+) -> dtos.Output:
+    entry: dtos.Output = {
         "kind": kind,
         "label": sanitize_diagnostic_paths(label, LABEL_LIMIT),
         "ref": sanitize_diagnostic_paths(ref, REF_LIMIT),
+        "actionId": bounded_id(action_id),
+        "runId": bounded_id(run_id),
     }
     if status:
         entry["status"] = status
-    return entry | {"actionId": bounded_id(action_id), "runId": bounded_id(run_id)}
+    return entry
 
 
-def _outputs(ordered: Sequence[ActionState]) -> list[dict[str, Any]]:
-    outputs: list[dict[str, Any]] = []
+def _outputs(ordered: Sequence[ActionState]) -> list[dtos.Output]:
+    outputs: list[dtos.Output] = []
     seen: set[tuple[str, str]] = set()
     for action in ordered:
         run = action.result_run
@@ -363,8 +369,8 @@ def _outputs(ordered: Sequence[ActionState]) -> list[dict[str, Any]]:
     return outputs
 
 
-def _final_result(final: FinalResult, runs: Mapping[UUID, Run]) -> dict[str, Any]:
-    responses = []
+def _final_result(final: FinalResult, runs: Mapping[UUID, Run]) -> dtos.FinalResult:
+    responses: list[dtos.RunResponse] = []
     for response in final.responses[:MAX_RESPONSES]:
         run = runs.get(response.run_id)
         evidence = run.result.evidence if run is not None and run.result is not None else ()
@@ -404,17 +410,13 @@ def _criteria(criteria: Sequence[str]) -> list[str]:
     return [sanitize_personal(c, CONTRACT_CRITERION_LIMIT) for c in criteria[:MAX_CRITERIA]]
 
 
-def _mainline(item: WorkItemState, acts: ItemActions, criteria: list[str]) -> dict[str, Any]:
+def _mainline(item: WorkItemState, acts: ItemActions, criteria: list[str]) -> dtos.Mainline:
     """The contract, counters and each visible action's canonical result; never errors."""
     revision = rev(item.contract_revision)
     visible = acts.visible
-    mainline: dict[str, Any] = {
+    mainline: dtos.Mainline = {
         "contractRevision": revision,
         "criteria": criteria,
-    }
-    if item.delivery_target in DELIVERY_TARGETS:
-        mainline["deliveryTarget"] = item.delivery_target
-    return mainline | {
         "counters": {
             "actionCount": len(acts.ordered),
             "openActionCount": sum(1 for a in visible if a.status not in ("completed", "closed")),
@@ -424,6 +426,9 @@ def _mainline(item: WorkItemState, acts: ItemActions, criteria: list[str]) -> di
         },
         "actions": [canonical_result(action, revision) for action in visible],
     }
+    if is_delivery_target(item.delivery_target):
+        mainline["deliveryTarget"] = item.delivery_target
+    return mainline
 
 
 def _waiting_reason(item: WorkItemState, acts: ItemActions, messages: Sequence[Any]) -> str:
@@ -527,8 +532,8 @@ def _detail(
     live_message: str | None,
     coordinator_revision: int,
     run_stats: RunStats | None,
-) -> dict[str, Any]:
-    dto = _base(
+) -> dtos.Detail:
+    base = _base(
         item,
         acts,
         ledger,
@@ -538,35 +543,38 @@ def _detail(
         run_stats=run_stats,
     )
     criteria = _criteria(item.acceptance_criteria)
-    dto["acceptanceCriteria"] = criteria
-    if item.delivery_target in DELIVERY_TARGETS:
+    window, omitted = message_window(messages, MAX_MESSAGES)
+    dto: dtos.Detail = {
+        **base,
+        "acceptanceCriteria": criteria,
+        "outputs": _outputs(acts.ordered),
+        "mainline": _mainline(item, acts, list(criteria)),  # a list of its own to trim
+        "messages": window,
+        "attachments": [attachment_view(a) for a in attachments[:MAX_ATTACHMENTS]],
+        "actionCount": len(acts.ordered),
+        "actionSummary": _action_summary(acts),
+        "actions": [
+            action_entry(
+                item,
+                action,
+                ledger,
+                body=action is acts.body,
+                run_stats=run_stats,
+                turns=turns,
+                live_message=live_message,
+            )
+            for action in acts.ordered
+        ],
+    }
+    if is_delivery_target(item.delivery_target):
         dto["deliveryTarget"] = item.delivery_target
     progress = goal_progress_dto(_progress(item, acts))
     if progress is not None:
         dto["goalProgress"] = progress
-    dto["outputs"] = _outputs(acts.ordered)
     if item.final_result is not None:
         dto["finalResult"] = _final_result(item.final_result, {r.id: r for r in acts.runs})
     if waiting := _waiting_reason(item, acts, messages):
         dto["waitingReason"] = waiting
-    dto["mainline"] = _mainline(item, acts, list(criteria))  # a list of its own to trim
-    window, omitted = message_window(messages, MAX_MESSAGES)
-    dto["messages"] = window
     if omitted:
         dto["omittedMessageCount"] = omitted
-    dto["attachments"] = [attachment_view(a) for a in attachments[:MAX_ATTACHMENTS]]
-    dto["actionCount"] = len(acts.ordered)
-    dto["actionSummary"] = _action_summary(acts)
-    dto["actions"] = [
-        action_entry(
-            item,
-            action,
-            ledger,
-            body=action is acts.body,
-            run_stats=run_stats,
-            turns=turns,
-            live_message=live_message,
-        )
-        for action in acts.ordered
-    ]
     return dto

@@ -1,25 +1,26 @@
-"""The browser DTOs' shapes as pydantic models: what the HTTP API's document declares.
+"""The browser DTOs' shapes: the types their builders return, and what the HTTP API's
+document declares.
 
-The DTOs are built as plain dicts for speed (``dto.py``, ADR-0037) and served as bytes
-already serialised; these models are their contract, one class per shape the builders
-here produce (``dto.py``, ``views.py``, ``execution.py``, ``goal_progress_dto.py``,
-``conversation_dto.py``, ``timeline.py``, and ``budget.py``'s trimmed forms). They
-take the builders' closed sets (statuses, roles, modes) from the domain's own
-``Literal`` types. They validate nothing on the read path; tests validate every DTO
-the scenarios build against them (extra keys forbidden), so a key added to a builder
-and not here fails a test, not a client (ADR-0066).
+Each shape is a ``TypedDict`` with the DTO's own camelCase keys. The builders
+(``dto.py``, ``views.py``, ``execution.py``, ``goal_progress_dto.py``,
+``conversation_dto.py``, ``timeline.py``) are annotated with them, so mypy checks
+every key and value a builder writes; pydantic turns the same classes into the
+document's schemas. At run time a DTO is still the plain dict it always was, built
+for speed (ADR-0037) and serialised once: nothing here validates on the read path
+(ADR-0071). Closed sets (statuses, roles, modes) are the domain's own ``Literal``
+types.
 
-A key that a builder omits rather than sends as null is optional here and, in the
-document, not nullable (``omitted``). A field marked "absent when truncated" is
-dropped only by the 512 KiB budget's ladder (``budget.py``).
+A key that a builder omits rather than sends as null is ``NotRequired`` and, in the
+document, not nullable. A field marked "absent when truncated" is dropped only by the
+512 KiB budget's ladder (``budget.py``), which works on built DTOs as plain dicts.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import ConfigDict, Field, with_config
+from typing_extensions import TypedDict
 
 from workcenter.domain.action import ActionStatus
 from workcenter.domain.conversation import MessageStatus, TurnStatus
@@ -28,72 +29,60 @@ from workcenter.domain.work_item import DeliveryTarget, Mode, WorkItemStatus
 
 Count = Annotated[int, Field(ge=0)]
 Revision = Annotated[int, Field(ge=1)]
+MessageRole = Literal["user", "assistant", "legacy_instruction"]
+BriefKey = Literal["objective", "approach", "expectedOutcome"]
 EpochMs = Annotated[int, Field(ge=0, description="Milliseconds since the epoch (0: unknown)")]
 
 
-def not_null(schema: dict[str, Any]) -> None:
-    """An omitted key's schema: its type without the ``null`` a Python default adds."""
-    arms = schema.pop("anyOf", None)
-    if arms is not None:
-        schema.update(next(arm for arm in arms if arm.get("type") != "null"))
-    schema.pop("default", None)
-
-
-def omitted(description: str | None = None) -> Any:
-    """A key the builder leaves out when it has nothing to say (never null)."""
-    return Field(None, description=description, json_schema_extra=not_null)
-
-
-class Dto(BaseModel):
+# Unknown keys are refused when a test validates a built DTO (pydantic reads this
+# config on every subclass), so a key a builder adds without its type fails a test.
+@with_config(ConfigDict(extra="forbid"))
+class Dto(TypedDict):
     """A DTO as served: camelCase keys, nothing else."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel, validate_by_name=True, serialize_by_alias=True, extra="forbid"
-    )
 
 
 # --- shared pieces ------------------------------------------------------------------------
 
 
 class ExecutionStats(Dto):
-    llm_request_count: Count
-    loop_count: Count
-    tool_count: Count
-    input_tokens: Count
-    output_tokens: Count
-    cache_read_tokens: Count
-    cache_write_tokens: Count
-    total_tokens: Count
+    llmRequestCount: Count
+    loopCount: Count
+    toolCount: Count
+    inputTokens: Count
+    outputTokens: Count
+    cacheReadTokens: Count
+    cacheWriteTokens: Count
+    totalTokens: Count
 
 
 class BudgetLimits(Dto):
-    max_requests: Count
-    max_tokens: Count
-    max_run_requests: Count
-    max_action_attempts: Count
-    max_coordinator_failures: Count
+    maxRequests: Count
+    maxTokens: Count
+    maxRunRequests: Count
+    maxActionAttempts: Count
+    maxCoordinatorFailures: Count
 
 
 class ActionAttempts(Dto):
-    action_id: str
+    actionId: str
     attempts: Count
-    original_max_attempts: Count
-    effective_max_attempts: Count
+    originalMaxAttempts: Count
+    effectiveMaxAttempts: Count
 
 
 class Usage(Dto):
     """One usage breakdown; ``reservedTokens`` is part of ``chargedTokens``."""
 
-    llm_request_count: Count
-    input_tokens: Count
-    output_tokens: Count
-    cache_read_tokens: Count
-    cache_write_tokens: Count
-    total_tokens: Count
-    charged_tokens: Count
-    reserved_tokens: Count
-    unknown_requests: Count
-    in_flight_requests: Count
+    llmRequestCount: Count
+    inputTokens: Count
+    outputTokens: Count
+    cacheReadTokens: Count
+    cacheWriteTokens: Count
+    totalTokens: Count
+    chargedTokens: Count
+    reservedTokens: Count
+    unknownRequests: Count
+    inFlightRequests: Count
 
 
 class Breakdown(Dto):
@@ -106,14 +95,14 @@ class StopReason(Dto):
 
     code: str
     at: EpochMs
-    run_id: str | int = omitted()
-    action_id: str | int = omitted()
-    turn_id: str | int = omitted()
-    estimated_next_tokens: str | int = omitted()
-    attempts: str | int = omitted()
-    original_max_attempts: str | int = omitted()
-    effective_max_attempts: str | int = omitted()
-    failures: str | int = omitted()
+    runId: NotRequired[str | int]
+    actionId: NotRequired[str | int]
+    turnId: NotRequired[str | int]
+    estimatedNextTokens: NotRequired[str | int]
+    attempts: NotRequired[str | int]
+    originalMaxAttempts: NotRequired[str | int]
+    effectiveMaxAttempts: NotRequired[str | int]
+    failures: NotRequired[str | int]
 
 
 class ExecutionControl(Dto):
@@ -121,17 +110,17 @@ class ExecutionControl(Dto):
     resume expect."""
 
     revision: Count
-    data_revision: Count = omitted()
+    dataRevision: NotRequired[Count]
     limits: BudgetLimits
-    action_attempts_extension: Count
-    action_attempts: list[ActionAttempts]
-    omitted_action_attempt_count: Count = omitted()
+    actionAttemptsExtension: Count
+    actionAttempts: list[ActionAttempts]
+    omittedActionAttemptCount: NotRequired[Count]
     usage: Usage
     breakdown: Breakdown
-    stop_reason: StopReason = omitted()
-    coordinator_failures: Count
-    retry_after: EpochMs
-    token_accounting: str
+    stopReason: NotRequired[StopReason]
+    coordinatorFailures: Count
+    retryAfter: EpochMs
+    tokenAccounting: str
 
 
 class ActionRef(Dto):
@@ -143,9 +132,9 @@ class ActionRef(Dto):
 class GoalProgressCounts(Dto):
     """A list row's goal progress: the criteria met and in all, the delivery."""
 
-    completed_criteria_count: Count
-    total_criteria_count: Count
-    delivery_status: Literal["passed", "unmet"]
+    completedCriteriaCount: Count
+    totalCriteriaCount: Count
+    deliveryStatus: Literal["passed", "unmet"]
 
 
 # --- goal progress (read-models.md 2.5) -------------------------------------------------
@@ -154,33 +143,35 @@ class GoalProgressCounts(Dto):
 class CriterionProgress(Dto):
     criterion: str
     status: CriterionStatus
-    evidence_run_ids: list[str]
-    conflicting_run_ids: list[str] = omitted("Only on a failed criterion")
+    evidenceRunIds: list[str]
+    conflictingRunIds: NotRequired[
+        Annotated[list[str], Field(description="Only on a failed criterion")]
+    ]
 
 
 class Blocker(Dto):
-    action_id: str
+    actionId: str
     status: Literal["failed", "waiting"]
     reason: str
 
 
 class Delivery(Dto):
-    target: DeliveryTarget = omitted()
+    target: NotRequired[DeliveryTarget]
     status: Literal["passed", "unmet"]
-    evidence_run_ids: list[str]
+    evidenceRunIds: list[str]
 
 
 class GoalProgress(Dto):
-    contract_revision: Revision
+    contractRevision: Revision
     criteria: list[CriterionProgress]
-    remaining_criteria: list[str]
-    remaining_criteria_count: Count
-    completed_criteria_count: Count
-    total_criteria_count: Count
-    omitted_criteria_count: Count
-    evidence_run_ids: list[str]
+    remainingCriteria: list[str]
+    remainingCriteriaCount: Count
+    completedCriteriaCount: Count
+    totalCriteriaCount: Count
+    omittedCriteriaCount: Count
+    evidenceRunIds: list[str]
     blockers: list[Blocker]
-    omitted_blocker_count: Count = omitted("Only when truncated")
+    omittedBlockerCount: NotRequired[Annotated[Count, Field(description="Only when truncated")]]
     delivery: Delivery
 
 
@@ -190,7 +181,7 @@ class GoalProgress(Dto):
 class CurrentAction(Dto):
     id: str
     type: str
-    stage_id: str = omitted("Linear items only")
+    stageId: NotRequired[Annotated[str, Field(description="Linear items only")]]
     generation: Revision
     status: ActionStatus
     objective: str
@@ -200,13 +191,15 @@ class ActionStats(Dto):
     id: str
     generation: Revision
     status: ActionStatus
-    content_summary: str = omitted("Absent when truncated")
-    execution_stats: ExecutionStats = omitted("Absent when truncated")
-    loop_count: Count = omitted("Absent when truncated")
-    tool_count: Count = omitted("Absent when truncated")
-    progress_revision: Count
+    contentSummary: NotRequired[Annotated[str, Field(description="Absent when truncated")]]
+    executionStats: NotRequired[
+        Annotated[ExecutionStats, Field(description="Absent when truncated")]
+    ]
+    loopCount: NotRequired[Annotated[Count, Field(description="Absent when truncated")]]
+    toolCount: NotRequired[Annotated[Count, Field(description="Absent when truncated")]]
+    progressRevision: Count
     attempt: Count
-    failure_reason: str = omitted()
+    failureReason: NotRequired[str]
 
 
 class ItemBase(Dto):
@@ -214,41 +207,50 @@ class ItemBase(Dto):
 
     id: str
     revision: Revision
-    plan_revision: Count
-    ledger_revision: Count
-    coordinator_revision: Count
-    coordination_mode: Mode
-    execution_mode: Mode
+    planRevision: Count
+    ledgerRevision: Count
+    coordinatorRevision: Count
+    coordinationMode: Mode
+    executionMode: Mode
     title: str
     goal: str
     status: WorkItemStatus
-    current_action_id: str = omitted()
-    action_count: Count
-    completed_action_count: Count
-    execution_stats: ExecutionStats
-    execution_control: ExecutionControl = omitted("Absent for an item without a ledger")
-    failure_reason: str = omitted()
-    linked_session_ids: list[str]
-    attachment_count: Count
-    created_at: EpochMs
-    updated_at: EpochMs
-    board_lane: Literal["active", "needs_attention", "closed"]
-    action_counts: dict[str, Count] = Field(description="Actions by status")
-    attention_action: ActionRef = omitted()
-    active_action: ActionRef = omitted()
-    active_action_ids: list[str] = omitted()
-    attention_action_ids: list[str] = omitted()
+    currentActionId: NotRequired[str]
+    actionCount: Count
+    completedActionCount: Count
+    executionStats: ExecutionStats
+    executionControl: NotRequired[
+        Annotated[ExecutionControl, Field(description="Absent for an item without a ledger")]
+    ]
+    failureReason: NotRequired[str]
+    linkedSessionIds: list[str]
+    attachmentCount: Count
+    createdAt: EpochMs
+    updatedAt: EpochMs
+    boardLane: Literal["active", "needs_attention", "closed"]
+    actionCounts: Annotated[dict[str, Count], Field(description="Actions by status")]
+    attentionAction: NotRequired[ActionRef]
+    activeAction: NotRequired[ActionRef]
+    activeActionIds: NotRequired[list[str]]
+    attentionActionIds: NotRequired[list[str]]
     executors: list[str]
-    truncated: bool = omitted("True when the 512 KiB budget trimmed the DTO")
-    omitted_action_count: Count = omitted("Only when truncated")
+    truncated: NotRequired[
+        Annotated[bool, Field(description="True when the 512 KiB budget trimmed the DTO")]
+    ]
+    omittedActionCount: NotRequired[Annotated[Count, Field(description="Only when truncated")]]
 
 
-class Summary(ItemBase):
-    """A list row (read-models.md 2.3) with its goal progress counted."""
+class SummaryRow(ItemBase):
+    """A list row as the projection builds it (read-models.md 2.3)."""
 
-    current_action: CurrentAction = omitted()
-    action_stats: list[ActionStats]
-    goal_progress: GoalProgressCounts
+    currentAction: NotRequired[CurrentAction]
+    actionStats: list[ActionStats]
+
+
+class Summary(SummaryRow):
+    """A list row as served: with its goal progress counted."""
+
+    goalProgress: GoalProgressCounts
 
 
 class TruncatedItem(Dto):
@@ -257,23 +259,23 @@ class TruncatedItem(Dto):
 
     id: str
     revision: Revision
-    title: str = omitted()
-    goal: str = omitted()
-    status: str = omitted()
-    current_action_id: str = omitted()
-    execution_stats: ExecutionStats = omitted()
-    execution_control: ExecutionControl = omitted()
-    action_count: Count = omitted()
-    actions: list[Any] = Field(max_length=0)
+    title: NotRequired[str]
+    goal: NotRequired[str]
+    status: NotRequired[str]
+    currentActionId: NotRequired[str]
+    executionStats: NotRequired[ExecutionStats]
+    executionControl: NotRequired[ExecutionControl]
+    actionCount: NotRequired[Count]
+    actions: Annotated[list[Any], Field(max_length=0)]
     truncated: Literal[True]
-    omitted_action_count: Count
-    created_at: EpochMs = omitted()
-    updated_at: EpochMs = omitted()
-    coordinator_revision: Count = omitted()
+    omittedActionCount: Count
+    createdAt: NotRequired[EpochMs]
+    updatedAt: NotRequired[EpochMs]
+    coordinatorRevision: NotRequired[Count]
 
 
 class TruncatedSummary(TruncatedItem):
-    goal_progress: GoalProgressCounts
+    goalProgress: GoalProgressCounts
 
 
 # --- detail (2.4) -----------------------------------------------------------------------
@@ -283,38 +285,38 @@ class Output(Dto):
     kind: str
     label: str
     ref: str
-    status: str = omitted()
-    action_id: str
-    run_id: str
+    status: NotRequired[str]
+    actionId: str
+    runId: str
 
 
 class AcceptanceResult(Dto):
     criterion: str
     status: str
-    evidence_run_ids: list[str]
+    evidenceRunIds: list[str]
 
 
 class RunResponse(Dto):
-    run_id: str
+    runId: str
     summary: str
     evidence: list[str]
 
 
 class FinalResult(Dto):
     summary: str
-    acceptance_results: list[AcceptanceResult]
-    evidence_run_ids: list[str]
+    acceptanceResults: list[AcceptanceResult]
+    evidenceRunIds: list[str]
     outputs: list[Output]
     responses: list[RunResponse]
-    residual_risks: list[str]
+    residualRisks: list[str]
 
 
 class Counters(Dto):
-    action_count: Count
-    open_action_count: Count
-    completed_action_count: Count
-    run_count: Count
-    outcome_revision: Count
+    actionCount: Count
+    openActionCount: Count
+    completedActionCount: Count
+    runCount: Count
+    outcomeRevision: Count
 
 
 class EvidenceView(Dto):
@@ -322,32 +324,34 @@ class EvidenceView(Dto):
     never sent."""
 
     kind: str
-    label: str = omitted("Absent for a tool")
-    ref: str = omitted()
-    status: str = omitted()
+    label: NotRequired[Annotated[str, Field(description="Absent for a tool")]]
+    ref: NotRequired[str]
+    status: NotRequired[str]
 
 
 class CanonicalResult(Dto):
-    run_id: str
+    runId: str
     status: str
-    summary: str = omitted("Absent when truncated")
-    evidence: list[EvidenceView] = omitted("Absent when truncated")
-    outputs: list[EvidenceView] = omitted("Absent when truncated")
-    waiting_reason: str = omitted()
-    review_decision: str = omitted()
+    summary: NotRequired[Annotated[str, Field(description="Absent when truncated")]]
+    evidence: NotRequired[Annotated[list[EvidenceView], Field(description="Absent when truncated")]]
+    outputs: NotRequired[Annotated[list[EvidenceView], Field(description="Absent when truncated")]]
+    waitingReason: NotRequired[str]
+    reviewDecision: NotRequired[str]
 
 
 class CanonicalAction(Dto):
-    action_id: str
+    actionId: str
     type: str
     status: ActionStatus
-    result: CanonicalResult = omitted("The current Run's result, when it has one")
+    result: NotRequired[
+        Annotated[CanonicalResult, Field(description="The current Run's result, when it has one")]
+    ]
 
 
 class Mainline(Dto):
-    contract_revision: Revision
+    contractRevision: Revision
     criteria: list[str]
-    delivery_target: DeliveryTarget = omitted()
+    deliveryTarget: NotRequired[DeliveryTarget]
     counters: Counters
     actions: list[CanonicalAction]
 
@@ -359,46 +363,54 @@ class Speaker(Dto):
 
 class DecisionView(Dto):
     kind: str
-    reason: str = omitted()
-    affected_action_ids: list[str]
-    question: str = omitted()
+    reason: NotRequired[str]
+    affectedActionIds: list[str]
+    question: NotRequired[str]
 
 
 class MessageView(Dto):
     """One Coordinator entry (coordinator.md 1.1), sanitised and capped."""
 
     id: str
-    turn_id: str
-    role: Literal["user", "assistant", "legacy_instruction"]
+    turnId: str
+    role: MessageRole
     text: str
     status: MessageStatus
-    speaker: Speaker = omitted()
-    error: str = omitted()
-    decision: DecisionView = omitted()
-    created_at: EpochMs
-    updated_at: EpochMs
+    speaker: NotRequired[Speaker]
+    error: NotRequired[str]
+    decision: NotRequired[DecisionView]
+    createdAt: EpochMs
+    updatedAt: EpochMs
 
 
 class Attachment(Dto):
     id: str
     name: str
-    mime_type: str
+    mimeType: str
     size: Count
-    is_image: bool
+    isImage: bool
 
 
 class BriefView(Dto):
-    objective: str = omitted()
-    approach: str = omitted()
-    expected_outcome: str = omitted()
+    objective: NotRequired[str]
+    approach: NotRequired[str]
+    expectedOutcome: NotRequired[str]
 
 
 class Failure(Dto):
     kind: str
-    code: str = omitted()
-    error: str = omitted()
-    summary: str = omitted()
-    failed_at: EpochMs = omitted()
+    code: NotRequired[str]
+    error: NotRequired[str]
+    summary: NotRequired[str]
+    failedAt: NotRequired[EpochMs]
+
+
+class BodyFields(Dto):
+    """What the body Action's entry carries besides the others' (``views.add_body_fields``)."""
+
+    response: NotRequired[str]
+    failure: NotRequired[Failure]
+    liveMessage: NotRequired[str]
 
 
 class ActionEntry(Dto):
@@ -408,42 +420,42 @@ class ActionEntry(Dto):
     id: str
     sequence: Count
     type: str
-    stage_id: str = omitted("Linear items only")
-    workspace_mode: str
-    depends_on_action_ids: list[str]
+    stageId: NotRequired[Annotated[str, Field(description="Linear items only")]]
+    workspaceMode: str
+    dependsOnActionIds: list[str]
     generation: Revision
-    contract_revision: Revision
+    contractRevision: Revision
     status: ActionStatus
     attempt: Count
-    max_attempts: Count
-    close_reason: str = omitted()
-    brief: BriefView = omitted("Absent when truncated")
-    content_summary: str
-    execution_stats: ExecutionStats
-    message_count: Count
-    updated_at: EpochMs
-    failure_reason: str = omitted()
-    response: str = omitted()
-    failure: Failure = omitted()
-    live_message: str = omitted()
-    turns: list[MessageView] = omitted("The body Action only")
+    maxAttempts: Count
+    closeReason: NotRequired[str]
+    brief: NotRequired[Annotated[BriefView, Field(description="Absent when truncated")]]
+    contentSummary: str
+    executionStats: ExecutionStats
+    messageCount: Count
+    updatedAt: EpochMs
+    failureReason: NotRequired[str]
+    response: NotRequired[str]
+    failure: NotRequired[Failure]
+    liveMessage: NotRequired[str]
+    turns: NotRequired[Annotated[list[MessageView], Field(description="The body Action only")]]
 
 
 class Detail(ItemBase):
     """The detail DTO (read-models.md 2.4); its ETag names ``planRevision`` and
     ``executionControl.revision``."""
 
-    acceptance_criteria: list[str]
-    delivery_target: DeliveryTarget = omitted()
-    goal_progress: GoalProgress = omitted()
+    acceptanceCriteria: list[str]
+    deliveryTarget: NotRequired[DeliveryTarget]
+    goalProgress: NotRequired[GoalProgress]
     outputs: list[Output]
-    final_result: FinalResult = omitted()
-    waiting_reason: str = omitted()
+    finalResult: NotRequired[FinalResult]
+    waitingReason: NotRequired[str]
     mainline: Mainline
     messages: list[MessageView]
-    omitted_message_count: Count = omitted()
+    omittedMessageCount: NotRequired[Count]
     attachments: list[Attachment]
-    action_summary: str
+    actionSummary: str
     actions: list[ActionEntry]
 
 
@@ -460,10 +472,12 @@ class TimelineRun(Dto):
     generation: Revision
     attempt: int
     status: str
-    started_at: EpochMs
-    ended_at: EpochMs = omitted()
-    lease_expired: bool = omitted("A running Run whose lease has lapsed")
-    deferred: bool = omitted()
+    startedAt: EpochMs
+    endedAt: NotRequired[EpochMs]
+    leaseExpired: NotRequired[
+        Annotated[bool, Field(description="A running Run whose lease has lapsed")]
+    ]
+    deferred: NotRequired[bool]
 
 
 class TimelineAction(Dto):
@@ -473,36 +487,36 @@ class TimelineAction(Dto):
     status: ActionStatus
     generation: Revision
     runs: list[TimelineRun]
-    omitted_run_count: Count = omitted()
+    omittedRunCount: NotRequired[Count]
 
 
 class Timeline(Dto):
-    work_item_id: str
+    workItemId: str
     status: WorkItemStatus
     now: EpochMs
     actions: list[TimelineAction]
-    omitted_action_count: Count = omitted()
+    omittedActionCount: NotRequired[Count]
 
 
 class ConversationDecision(Dto):
     kind: str
     reason: str
-    affected_action_ids: list[str]
-    question: str = omitted()
+    affectedActionIds: list[str]
+    question: NotRequired[str]
 
 
 class ConversationMessage(Dto):
     id: str
-    turn_id: str
+    turnId: str
     role: Literal["user", "assistant"]
     status: MessageStatus
     text: str
     automatic: bool
-    created_at: EpochMs
-    speaker: str = omitted()
-    finished_at: EpochMs = omitted()
-    error: str = omitted()
-    decision: ConversationDecision = omitted()
+    createdAt: EpochMs
+    speaker: NotRequired[str]
+    finishedAt: NotRequired[EpochMs]
+    error: NotRequired[str]
+    decision: NotRequired[ConversationDecision]
 
 
 class ProviderAttempt(Dto):
@@ -513,17 +527,17 @@ class ProviderAttempt(Dto):
 class ConversationTurn(Dto):
     id: str
     status: TurnStatus
-    user_originated: bool
+    userOriginated: bool
     automatic: bool
-    wake: str | None = Field(description="What woke the turn (null: not known)")
+    wake: Annotated[str | None, Field(description="What woke the turn (null: not known)")]
     attempts: list[ProviderAttempt]
 
 
 class Conversation(Dto):
-    conversation_version: Count
-    coordinator_revision: Count
+    conversationVersion: Count
+    coordinatorRevision: Count
     thinking: bool
-    pending_wakes: Count
-    omitted_messages: Count
+    pendingWakes: Count
+    omittedMessages: Count
     messages: list[ConversationMessage]
     turns: list[ConversationTurn]

@@ -9,37 +9,39 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal, get_args
 from uuid import UUID
 
 from workcenter.domain.action import ActionState, Run
 from workcenter.domain.resource_ledger import LedgerState, Reservation
 from workcenter.domain.run import counters_view
 from workcenter.domain.work_item import WorkItemState
+from workcenter.projections import dto_models as dtos
 from workcenter.projections.sanitize import cnt, epoch_ms, sanitize_diagnostic, truncate_utf8
 
-STATS_KEYS: tuple[str, ...] = (
+StatsKey = Literal[
     "llmRequestCount", "loopCount", "toolCount", "inputTokens", "outputTokens",
     "cacheReadTokens", "cacheWriteTokens", "totalTokens",
-)  # fmt: skip
-_RUN_ONLY_KEYS: tuple[str, ...] = ("loopCount", "toolCount")
+]  # fmt: skip
+TokenKey = Literal[
+    "inputTokens", "outputTokens", "cacheReadTokens", "cacheWriteTokens", "totalTokens"
+]  # fmt: skip
+StopDetail = Literal[
+    "runId", "actionId", "turnId", "estimatedNextTokens", "attempts", "originalMaxAttempts",
+    "effectiveMaxAttempts", "failures",
+]  # fmt: skip
+STATS_KEYS: tuple[StatsKey, ...] = get_args(StatsKey)
+_RUN_ONLY_KEYS: tuple[StatsKey, ...] = ("loopCount", "toolCount")
 # The ledger's usage fields behind the five token keys.
-_TOKEN_FIELDS: Mapping[str, str] = {
+_TOKEN_FIELDS: Mapping[TokenKey, str] = {
     "inputTokens": "input_tokens",
     "outputTokens": "output_tokens",
     "cacheReadTokens": "cache_read_tokens",
     "cacheWriteTokens": "cache_write_tokens",
     "totalTokens": "total_tokens",
 }
-_LIMIT_FIELDS: Mapping[str, str] = {
-    "maxRequests": "max_requests",
-    "maxTokens": "max_tokens",
-    "maxRunRequests": "max_run_requests",
-    "maxActionAttempts": "max_action_attempts",
-    "maxCoordinatorFailures": "max_coordinator_failures",
-}
 # The only stop details a browser sees (both spellings accepted), as camelCase.
-_STOP_DETAILS: Mapping[str, str] = {
+_SNAKE_STOP_DETAILS: dict[str, StopDetail] = {
     "run_id": "runId",
     "action_id": "actionId",
     "turn_id": "turnId",
@@ -48,13 +50,10 @@ _STOP_DETAILS: Mapping[str, str] = {
     "original_max_attempts": "originalMaxAttempts",
     "effective_max_attempts": "effectiveMaxAttempts",
     "failures": "failures",
-} | {
-    camel: camel
-    for camel in (
-        "runId", "actionId", "turnId", "estimatedNextTokens", "originalMaxAttempts",
-        "effectiveMaxAttempts",
-    )
-}  # fmt: skip
+}
+_STOP_DETAILS: Mapping[str, StopDetail] = _SNAKE_STOP_DETAILS | {
+    camel: camel for camel in get_args(StopDetail)
+}
 MAX_ACTION_ATTEMPTS = 64
 TOKEN_ACCOUNTING = "estimated_admission_reported_usage_unknown_retained"
 
@@ -71,7 +70,7 @@ def execution_stats(
     *,
     whole_item: bool = False,
     run_stats: RunStats | None = None,
-) -> dict[str, int]:
+) -> dtos.ExecutionStats:
     """The eight stats keys over ``runs``, every value finite and >= 0.
 
     Run sums come from ``run_stats`` (per-Run counters, keyed by Run id) or else from
@@ -81,7 +80,10 @@ def execution_stats(
     included), otherwise the rows of these Runs. ``loopCount`` and ``toolCount`` stay Run sums.
     """
     run_list = list(runs)
-    stats = dict.fromkeys(STATS_KEYS, 0)
+    stats: dtos.ExecutionStats = {
+        "llmRequestCount": 0, "loopCount": 0, "toolCount": 0, "inputTokens": 0,
+        "outputTokens": 0, "cacheReadTokens": 0, "cacheWriteTokens": 0, "totalTokens": 0,
+    }  # fmt: skip
     # With a ledger only the loop and tool counts are the Runs' own.
     summed = STATS_KEYS if ledger is None else _RUN_ONLY_KEYS
     known = run_stats or {}
@@ -109,12 +111,15 @@ def execution_stats(
 
 def _usage(
     rows: Iterable[Reservation], in_flight: Collection[UUID], requests: Collection[str]
-) -> dict[str, int]:
+) -> dtos.Usage:
     """One usage breakdown (resource-ledger.md 4). ``reservedTokens`` is part of
     ``chargedTokens``; a reserved row is in flight while its Run runs under an
     unexpired lease (or the caller names it), else it counts as unknown."""
-    usage = {"llmRequestCount": 0} | dict.fromkeys(_TOKEN_FIELDS, 0)
-    usage |= {"chargedTokens": 0, "reservedTokens": 0, "unknownRequests": 0, "inFlightRequests": 0}
+    usage: dtos.Usage = {
+        "llmRequestCount": 0, "inputTokens": 0, "outputTokens": 0, "cacheReadTokens": 0,
+        "cacheWriteTokens": 0, "totalTokens": 0, "chargedTokens": 0, "reservedTokens": 0,
+        "unknownRequests": 0, "inFlightRequests": 0,
+    }  # fmt: skip
     for row in rows:
         usage["llmRequestCount"] += 1
         usage["chargedTokens"] += cnt(row.charged_tokens)
@@ -131,11 +136,11 @@ def _usage(
     return usage
 
 
-def _stop_reason(ledger: LedgerState) -> dict[str, Any] | None:
+def _stop_reason(ledger: LedgerState) -> dtos.StopReason | None:
     stop = ledger.stop_reason
     if stop is None:
         return None
-    reason: dict[str, Any] = {"code": truncate_utf8(stop.code, 64), "at": epoch_ms(stop.at)}
+    reason: dtos.StopReason = {"code": truncate_utf8(stop.code, 64), "at": epoch_ms(stop.at)}
     for key, value in sorted(stop.details.items()):
         name = _STOP_DETAILS.get(key)
         if name is None or name in reason or value is None:
@@ -180,7 +185,7 @@ def execution_control(
     now: datetime,
     in_flight_request_ids: Collection[str] = (),
     data_revision: int | None = None,
-) -> dict[str, Any]:
+) -> dtos.ExecutionControl:
     """The ledger snapshot, whitelisted field by field, ``actionAttempts`` capped at 64.
 
     ``revision`` is the ledger's control version (what extend and resume expect).
@@ -197,7 +202,7 @@ def execution_control(
     }
     requests = frozenset(in_flight_request_ids)
     rows = list(ledger.reservations.values())
-    attempts = [
+    attempts: list[dtos.ActionAttempts] = [
         {
             "actionId": str(action.id),
             "attempts": action.counted_attempts,
@@ -206,17 +211,18 @@ def execution_control(
         }
         for action in ordered[:MAX_ACTION_ATTEMPTS]
     ]
-    control: dict[str, Any] = {"revision": cnt(ledger.control_version)}
-    if data_revision is not None:
-        control["dataRevision"] = cnt(data_revision)
-    control |= {
-        "limits": {key: cnt(getattr(ledger.limits, f)) for key, f in _LIMIT_FIELDS.items()},
+    limits = ledger.limits
+    control: dtos.ExecutionControl = {
+        "revision": cnt(ledger.control_version),
+        "limits": {
+            "maxRequests": cnt(limits.max_requests),
+            "maxTokens": cnt(limits.max_tokens),
+            "maxRunRequests": cnt(limits.max_run_requests),
+            "maxActionAttempts": cnt(limits.max_action_attempts),
+            "maxCoordinatorFailures": cnt(limits.max_coordinator_failures),
+        },
         "actionAttemptsExtension": cnt(ledger.attempts_extension),
         "actionAttempts": attempts,
-    }
-    if len(ordered) > MAX_ACTION_ATTEMPTS:
-        control["omittedActionAttemptCount"] = len(ordered) - MAX_ACTION_ATTEMPTS
-    control |= {
         "usage": _usage(rows, live_runs, requests),
         "breakdown": {
             "coordinator": _usage(
@@ -224,13 +230,15 @@ def execution_control(
             ),
             "actions": _usage((r for r in rows if r.kind == "action"), live_runs, requests),
         },
-    }
-    stop = _stop_reason(ledger)
-    if stop is not None:
-        control["stopReason"] = stop
-    control |= {
         "coordinatorFailures": cnt(ledger.coordinator_failures),
         "retryAfter": epoch_ms(ledger.retry_after) if ledger.retry_after else 0,
         "tokenAccounting": TOKEN_ACCOUNTING,
     }
+    if data_revision is not None:
+        control["dataRevision"] = cnt(data_revision)
+    if len(ordered) > MAX_ACTION_ATTEMPTS:
+        control["omittedActionAttemptCount"] = len(ordered) - MAX_ACTION_ATTEMPTS
+    stop = _stop_reason(ledger)
+    if stop is not None:
+        control["stopReason"] = stop
     return control

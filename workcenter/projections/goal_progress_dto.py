@@ -6,10 +6,9 @@ dict out. Not-passed criteria come first, at most 100; ``ids(x)`` caps every id 
 
 from __future__ import annotations
 
-from typing import Any
-
 from workcenter.domain.goal_progress import GoalProgress
-from workcenter.domain.work_item import DELIVERY_TARGETS
+from workcenter.domain.work_item import is_delivery_target
+from workcenter.projections import dto_models as dtos
 from workcenter.projections.sanitize import (
     bounded_id,
     cnt,
@@ -29,16 +28,16 @@ def _blocker_reason(status: str, reason: str) -> str:
     return sanitize_waiting_reason(reason)
 
 
-def goal_progress_dto(progress: GoalProgress | None) -> dict[str, Any] | None:
+def goal_progress_dto(progress: GoalProgress | None) -> dtos.GoalProgress | None:
     """Goal progress for a browser: not-passed criteria first, at most 100; ids(x) caps."""
     if progress is None:
         return None
     ranked = [c for c in progress.criteria if c.status != "passed"]
     ranked += [c for c in progress.criteria if c.status == "passed"]
-    criteria: list[dict[str, Any]] = []
+    criteria: list[dtos.CriterionProgress] = []
     for row in ranked[:MAX_CRITERIA]:
         status = row.status if row.status in ("passed", "failed") else "unmet"
-        entry: dict[str, Any] = {
+        entry: dtos.CriterionProgress = {
             "criterion": sanitize_personal(row.criterion, CRITERION_LIMIT),
             "status": status,
             "evidenceRunIds": ids(row.evidence_run_ids),
@@ -47,13 +46,12 @@ def goal_progress_dto(progress: GoalProgress | None) -> dict[str, Any] | None:
             entry["conflictingRunIds"] = ids(row.conflicting_run_ids)
         criteria.append(entry)
     total, completed = cnt(progress.total_criteria_count), cnt(progress.completed_criteria_count)
-    delivery: dict[str, Any] = {}
-    if progress.delivery.target in DELIVERY_TARGETS:
-        delivery["target"] = progress.delivery.target
-    delivery |= {
+    delivery: dtos.Delivery = {
         "status": "passed" if progress.delivery.status == "passed" else "unmet",
         "evidenceRunIds": ids(progress.delivery.evidence_run_ids),
     }
+    if is_delivery_target(progress.delivery.target):
+        delivery["target"] = progress.delivery.target
     return {
         "contractRevision": rev(progress.contract_revision),
         "criteria": criteria,

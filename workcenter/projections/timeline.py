@@ -9,10 +9,10 @@ counts of what was left out, so the DTO stays far below the 512 KiB budget.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from workcenter.domain.action import ActionState, Run
 from workcenter.domain.work_item import WorkItemState
+from workcenter.projections import dto_models as dtos
 from workcenter.projections.sanitize import epoch_ms, rev, truncate_utf8
 from workcenter.projections.views import Actions, ordered_actions
 
@@ -21,8 +21,8 @@ MAX_RUNS = 10
 TYPE_LIMIT = 64
 
 
-def _run(run: Run, now: datetime) -> dict[str, Any]:
-    entry: dict[str, Any] = {
+def _run(run: Run, now: datetime) -> dtos.TimelineRun:
+    entry: dtos.TimelineRun = {
         "id": str(run.id),
         "ordinal": run.ordinal,
         "generation": rev(run.generation),
@@ -39,10 +39,10 @@ def _run(run: Run, now: datetime) -> dict[str, Any]:
     return entry
 
 
-def _action(action: ActionState, now: datetime) -> dict[str, Any]:
+def _action(action: ActionState, now: datetime) -> dtos.TimelineAction:
     runs = sorted(action.runs, key=lambda r: (r.started_at, r.ordinal))
     kept = runs[-MAX_RUNS:]
-    entry: dict[str, Any] = {
+    entry: dtos.TimelineAction = {
         "id": str(action.id),
         "sequence": action.sequence,
         "type": truncate_utf8(action.type, TYPE_LIMIT),
@@ -55,11 +55,11 @@ def _action(action: ActionState, now: datetime) -> dict[str, Any]:
     return entry
 
 
-def timeline_dto(item: WorkItemState, actions: Actions, *, now: datetime) -> dict[str, Any]:
+def timeline_dto(item: WorkItemState, actions: Actions, *, now: datetime) -> dtos.Timeline:
     """``{workItemId, status, now, actions: [{id, sequence, type, status, generation,
     runs: [{id, ordinal, generation, attempt, status, startedAt, endedAt?}]}]}``."""
     ordered = ordered_actions(actions)
-    dto: dict[str, Any] = {
+    dto: dtos.Timeline = {
         "workItemId": str(item.id),
         "status": item.status,
         "now": epoch_ms(now),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 from uuid import UUID
 
 from workcenter.domain import conversation as conv
@@ -19,6 +19,7 @@ from workcenter.domain.evidence import EvidenceItem
 from workcenter.domain.goal_progress import current_run
 from workcenter.domain.resource_ledger import LedgerState
 from workcenter.domain.work_item import WorkItemState
+from workcenter.projections import dto_models as dtos
 from workcenter.projections.budget import cut_brief
 from workcenter.projections.execution import RunStats, execution_stats
 from workcenter.projections.sanitize import (
@@ -43,7 +44,7 @@ ACTION_STATUS_ORDER: tuple[str, ...] = (
 HIDDEN_STATUSES: frozenset[str] = frozenset({"superseded", "cancelled"})
 _FAILED_RUN: frozenset[str] = frozenset({"failed", "retryable", "interrupted"})
 TERMINAL_STATUSES: frozenset[str] = frozenset({"done", "cancelled"})
-_MESSAGE_ROLES: frozenset[str] = frozenset({"user", "assistant", "legacy_instruction"})
+_MESSAGE_ROLES: Mapping[Any, dtos.MessageRole] = {r: r for r in get_args(dtos.MessageRole)}
 _MESSAGE_STATUSES: frozenset[str] = frozenset({"thinking", "completed", "failed"})
 FAILED_REPLY = "The Action failed."
 
@@ -153,7 +154,7 @@ def text_of(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-def action_ref(action: ActionState | None) -> dict[str, Any] | None:
+def action_ref(action: ActionState | None) -> dtos.ActionRef | None:
     if action is None:
         return None
     return {"id": str(action.id), "type": truncate_utf8(action.type, 64), "status": action.status}
@@ -179,12 +180,12 @@ def action_failure_reason(action: ActionState) -> str:
     return failure_reason(failure_text(latest_finished_run(action)))
 
 
-def failure_view(action: ActionState) -> dict[str, Any] | None:
+def failure_view(action: ActionState) -> dtos.Failure | None:
     run = latest_finished_run(action) if action.status == "failed" else None
     if run is None:
         return None
     result = run.result
-    failure: dict[str, Any] = {
+    failure: dtos.Failure = {
         "kind": truncate_utf8((result.failure_kind if result else None) or run.status, 64)
     }
     if result is not None and result.failure_code:
@@ -220,22 +221,21 @@ def live_message_view(action: ActionState, live_message: str | None) -> str:
     return truncate_chars(text, MESSAGE_CHARS)
 
 
-def body_fields(action: ActionState, live_message: str | None) -> dict[str, Any]:
-    fields: dict[str, Any] = {}
+def add_body_fields(fields: dtos.BodyFields, action: ActionState, live_message: str | None) -> None:
+    """Give the body Action's entry its response, failure and live message."""
     if (response := response_view(action)) is not None:
         fields["response"] = response
     if (failure := failure_view(action)) is not None:
         fields["failure"] = failure
     if live := live_message_view(action, live_message):
         fields["liveMessage"] = live
-    return fields
 
 
 def action_stats_entry(
     action: ActionState, ledger: LedgerState | None, run_stats: RunStats | None
-) -> dict[str, Any]:
+) -> dtos.ActionStats:
     stats = execution_stats(identity_runs(action), ledger, run_stats=run_stats)
-    entry: dict[str, Any] = {
+    entry: dtos.ActionStats = {
         "id": str(action.id),
         "generation": rev(action.generation),
         "status": action.status,
@@ -251,22 +251,34 @@ def action_stats_entry(
     return entry
 
 
-def brief_view(brief: Brief, limit: int) -> dict[str, str]:
-    shown = {
-        "objective": sanitize_diagnostic_paths(brief.objective, limit),
-        "approach": sanitize_diagnostic_paths(brief.approach, limit),
-        "expectedOutcome": sanitize_diagnostic_paths(brief.expected_outcome, limit),
-    }
+def brief_view(brief: Brief, limit: int) -> dtos.BriefView:
+    objective = sanitize_diagnostic_paths(brief.objective, limit)
+    approach = sanitize_diagnostic_paths(brief.approach, limit)
+    expected = sanitize_diagnostic_paths(brief.expected_outcome, limit)
     # ASCII texts within the limit together: cut_brief would keep each as it is.
-    if all(text.isascii() for text in shown.values()) and sum(map(len, shown.values())) <= limit:
-        return {key: text for key, text in shown.items() if text}
-    return cut_brief(shown, limit)
+    texts = (objective, approach, expected)
+    if not all(text.isascii() for text in texts) or sum(map(len, texts)) > limit:
+        return cut_brief(
+            {"objective": objective, "approach": approach, "expectedOutcome": expected}, limit
+        )
+    shown: dtos.BriefView = {}
+    if objective:
+        shown["objective"] = objective
+    if approach:
+        shown["approach"] = approach
+    if expected:
+        shown["expectedOutcome"] = expected
+    return shown
 
 
-def evidence_view(item: EvidenceItem) -> dict[str, Any]:
+def evidence_view(item: EvidenceItem) -> dtos.EvidenceView:
+    entry: dtos.EvidenceView
     if item.kind == "tool":  # a tool's label is its output: never sent
-        return {"kind": "tool"} | ({"status": item.status} if item.status else {})
-    entry: dict[str, Any] = {
+        entry = {"kind": "tool"}
+        if item.status:
+            entry["status"] = item.status
+        return entry
+    entry = {
         "kind": item.kind,
         "label": sanitize_diagnostic_paths(item.label, LABEL_LIMIT),
     }
@@ -277,8 +289,8 @@ def evidence_view(item: EvidenceItem) -> dict[str, Any]:
     return entry
 
 
-def canonical_result(action: ActionState, revision: int) -> dict[str, Any]:
-    entry: dict[str, Any] = {
+def canonical_result(action: ActionState, revision: int) -> dtos.CanonicalAction:
+    entry: dtos.CanonicalAction = {
         "actionId": str(action.id),
         "type": truncate_utf8(action.type, 64),
         "status": action.status,
@@ -287,7 +299,7 @@ def canonical_result(action: ActionState, revision: int) -> dict[str, Any]:
     if run is None or run.result is None:
         return entry
     result = run.result
-    canonical: dict[str, Any] = {
+    canonical: dtos.CanonicalResult = {
         "runId": str(run.id),
         "status": run.status,
         "summary": run_text(run, result.summary, 2048),
@@ -298,23 +310,26 @@ def canonical_result(action: ActionState, revision: int) -> dict[str, Any]:
         canonical["waitingReason"] = sanitize_waiting_reason(result.waiting_reason, 2048)
     if result.review_decision:
         canonical["reviewDecision"] = result.review_decision
-    return entry | {"result": canonical}
+    entry["result"] = canonical
+    return entry
 
 
-def message_view(message: Message) -> dict[str, Any]:
-    role = message.get("role") if message.get("role") in _MESSAGE_ROLES else "assistant"
+def message_view(message: Message) -> dtos.MessageView:
+    role = _MESSAGE_ROLES.get(message.get("role"), "assistant")
     text = truncate_chars(text_of(message.get("text")), MESSAGE_CHARS)
     # The user's own words as elsewhere (no credential, no home directory; ADR-0013),
     # the Coordinator's through (b).
     sanitise = sanitize_personal if role == "user" else sanitize_diagnostic_paths
     text = truncate_chars(sanitise(text, 4 * MESSAGE_CHARS), MESSAGE_CHARS)
     status = message.get("status")
-    entry: dict[str, Any] = {
+    entry: dtos.MessageView = {
         "id": bounded_id(message.get("id")),
         "turnId": bounded_id(get_key(message, "turn_id", "turnId")),
         "role": role,
         "text": text,
         "status": status if status in _MESSAGE_STATUSES else "completed",
+        "createdAt": epoch_ms(get_key(message, "created_at", "createdAt")),
+        "updatedAt": epoch_ms(get_key(message, "updated_at", "updatedAt")),
     }
     speaker = message.get("speaker")
     if isinstance(speaker, Mapping):
@@ -326,18 +341,17 @@ def message_view(message: Message) -> dict[str, Any]:
         entry["error"] = error
     decision = message.get("decision")
     if isinstance(decision, Mapping):
-        shown: dict[str, Any] = {"kind": truncate_utf8(text_of(decision.get("kind")), 64)}
+        affected = get_key(decision, "affected_action_ids", "affectedActionIds")
+        shown: dtos.DecisionView = {
+            "kind": truncate_utf8(text_of(decision.get("kind")), 64),
+            "affectedActionIds": ids(affected if isinstance(affected, list | tuple) else ()),
+        }
         if reason := sanitize_diagnostic_paths(text_of(decision.get("reason")), 2048):
             shown["reason"] = reason
-        affected = get_key(decision, "affected_action_ids", "affectedActionIds")
-        shown["affectedActionIds"] = ids(affected if isinstance(affected, list | tuple) else ())
         if question := sanitize_waiting_reason(text_of(decision.get("question"))):
             shown["question"] = question
         entry["decision"] = shown
-    return entry | {
-        "createdAt": epoch_ms(get_key(message, "created_at", "createdAt")),
-        "updatedAt": epoch_ms(get_key(message, "updated_at", "updatedAt")),
-    }
+    return entry
 
 
 def conversation_entries(state: conv.ConversationState | None) -> list[Message]:
@@ -371,14 +385,14 @@ def _entry(message: conv.Message) -> Message:
     return entry
 
 
-def message_window(entries: Iterable[Any], limit: int) -> tuple[list[dict[str, Any]], int]:
+def message_window(entries: Iterable[Any], limit: int) -> tuple[list[dtos.MessageView], int]:
     """The newest ``limit`` mappings, oldest first, and how many were left out."""
     valid = [m for m in entries if isinstance(m, Mapping)]
     kept = valid[-limit:]
     return [message_view(m) for m in kept], len(valid) - len(kept)
 
 
-def attachment_view(attachment: Mapping[str, Any]) -> dict[str, Any]:
+def attachment_view(attachment: Mapping[str, Any]) -> dtos.Attachment:
     return {
         "id": bounded_id(attachment.get("id")),
         "name": sanitize_diagnostic_paths(text_of(attachment.get("name")), 256),
@@ -397,15 +411,11 @@ def action_entry(
     run_stats: RunStats | None,
     turns: Sequence[Any],
     live_message: str | None,
-) -> dict[str, Any]:
-    entry: dict[str, Any] = {
+) -> dtos.ActionEntry:
+    entry: dtos.ActionEntry = {
         "id": str(action.id),
         "sequence": cnt(action.sequence),
         "type": truncate_utf8(action.type, 64),
-    }
-    if item.mode == "linear":
-        entry["stageId"] = truncate_utf8(action.type, 64)
-    entry |= {
         "workspaceMode": action.workspace_mode or "shared",
         "dependsOnActionIds": [],  # dynamic and linear plans have no dependencies
         "generation": rev(action.generation),
@@ -413,21 +423,21 @@ def action_entry(
         "status": action.status,
         "attempt": cnt(action.attempt),
         "maxAttempts": cnt(action.max_attempts),
-    }
-    if action.status == "closed" and action.close_reason:
-        entry["closeReason"] = sanitize_diagnostic_paths(action.close_reason, 1024)
-    entry |= {
         "brief": brief_view(action.brief, BODY_BRIEF_LIMIT if body else BRIEF_LIMIT),
         "contentSummary": content_summary(action),
         "executionStats": execution_stats(identity_runs(action), ledger, run_stats=run_stats),
         "messageCount": 0,  # Action conversations do not exist yet
         "updatedAt": epoch_ms(action.updated_at),
     }
+    if item.mode == "linear":
+        entry["stageId"] = truncate_utf8(action.type, 64)
+    if action.status == "closed" and action.close_reason:
+        entry["closeReason"] = sanitize_diagnostic_paths(action.close_reason, 1024)
     if not body:
         return entry
     if reason := action_failure_reason(action):
         entry["failureReason"] = reason
-    entry |= body_fields(action, live_message)
+    add_body_fields(entry, action, live_message)
     window, _ = message_window(turns, MAX_TURNS)
     entry["turns"] = window
     return entry

@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 
 from workcenter.adapters.http import fields
+from workcenter.adapters.http.schemas import omitted
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.wording import field_message, plain
 from workcenter.domain.errors import (
@@ -35,7 +36,6 @@ from workcenter.domain.errors import (
     VersionConflict,
     WorkcenterError,
 )
-from workcenter.projections.dto_models import omitted
 from workcenter.projections.sanitize import sanitize_diagnostic
 from workcenter.service_layer.repository import WriteContention
 

@@ -2,14 +2,16 @@
 the versions a per-item read carries, a page of the list, the audit, the decisions.
 
 Declared in the document (ADR-0066) and validated against live answers by the
-tests; the routes serve bytes and never build these.
+tests. The answers that wrap a DTO are ``TypedDict``s like the DTOs (ADR-0071); the
+others are pydantic models, which the routes never build: they serve bytes.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 from workcenter.domain.work_item import WorkItemStatus
 from workcenter.projections.dto_models import (
@@ -19,26 +21,46 @@ from workcenter.projections.dto_models import (
     GoalProgress,
     SummaryDto,
     Timeline,
-    omitted,
 )
 
 
+def not_null(schema: dict[str, Any]) -> None:
+    """An omitted key's schema: its type without the ``null`` a Python default adds."""
+    arms = schema.pop("anyOf", None)
+    if arms is not None:
+        schema.update(next(arm for arm in arms if arm.get("type") != "null"))
+    schema.pop("default", None)
+
+
+def omitted(description: str | None = None) -> Any:
+    """A key the answer leaves out when it has nothing to say (never null)."""
+    return Field(None, description=description, json_schema_extra=not_null)
+
+
+class Answer(BaseModel):
+    """An answer as served: camelCase keys, nothing else."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, validate_by_name=True, serialize_by_alias=True, extra="forbid"
+    )
+
+
 class Versions(Dto):
-    item_version: int = Field(description="The WorkItem's version: echo it in If-Match")
-    control_version: int = Field(description="The ledger's control version, likewise")
+    itemVersion: Annotated[int, Field(description="The WorkItem's version: echo it in If-Match")]
+    controlVersion: Annotated[int, Field(description="The ledger's control version, likewise")]
 
 
 class ItemRead(Versions):
-    work_item_id: str
+    workItemId: str
     status: WorkItemStatus
 
 
 class ProgressRead(ItemRead):
-    goal_progress: GoalProgress | None
+    goalProgress: GoalProgress | None
 
 
 class BudgetRead(ItemRead):
-    execution_control: ExecutionControl
+    executionControl: ExecutionControl
 
 
 class TimelineRead(Timeline, Versions):
@@ -51,13 +73,17 @@ class ConversationRead(Conversation, ItemRead):
 
 class SummaryPage(Dto):
     items: list[SummaryDto]
-    total: int = Field(ge=0, description="The items of the status")
+    total: Annotated[int, Field(ge=0, description="The items of the status")]
     limit: int
-    next: str | None = Field(description="The cursor of the next, older, page (send as after)")
-    position: int = Field(description="The event sequence's head read first: stream from it")
+    next: Annotated[
+        str | None, Field(description="The cursor of the next, older, page (send as after)")
+    ]
+    position: Annotated[
+        int, Field(description="The event sequence's head read first: stream from it")
+    ]
 
 
-class AuditEvent(Dto):
+class AuditEvent(Answer):
     position: int
     time: str
     aggregate: str
@@ -74,13 +100,13 @@ class AuditEvent(Dto):
     payload: dict[str, Any] = Field(description="The event's payload, sanitised unless raw")
 
 
-class AuditState(Dto):
+class AuditState(Answer):
     position: int
     item: dict[str, Any]
     actions: list[dict[str, Any]]
 
 
-class AuditRead(Dto):
+class AuditRead(Answer):
     work_item_id: str
     events: list[AuditEvent]
     state: AuditState = omitted("The item and its Actions as they were, with at or atTime")
@@ -108,12 +134,12 @@ class DecisionTurn(Record):
     effects: list[dict[str, Any]]
 
 
-class DecisionsRead(Dto):
+class DecisionsRead(Answer):
     work_item_id: str
     turns: list[DecisionTurn]
 
 
-class MessagePosted(Dto):
+class MessagePosted(Answer):
     """The user turn a message began (``duplicate``: an earlier post with the same
     ``clientMessageId`` began it)."""
 
@@ -122,7 +148,7 @@ class MessagePosted(Dto):
     duplicate: bool
 
 
-class ChangeRecord(Dto):
+class ChangeRecord(Answer):
     """A change stream event's data: which event was written, never its payload."""
 
     position: int

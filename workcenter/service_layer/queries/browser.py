@@ -23,6 +23,7 @@ from workcenter.domain import work_item as wi
 from workcenter.domain.errors import InvalidInput
 from workcenter.projections.conversation_dto import conversation_dto
 from workcenter.projections.dto import execution_control, goal_progress_dto, summary_dto
+from workcenter.projections.dto_models import GoalProgressCounts
 from workcenter.projections.execution import data_revision
 from workcenter.projections.timeline import timeline_dto
 from workcenter.projections.work_queue import WorkQueue
@@ -130,12 +131,17 @@ class WebReads:
         ledger = self.repo.ledger(item.id)
         actions = self.repo.actions(item)
         dto = summary_dto(item, actions, ledger, now=self.clock.now())
-        progress = goal_progress_dto(planning.progress(item, actions)) or {}
-        dto["goalProgress"] = {
-            "completedCriteriaCount": progress.get("completedCriteriaCount", 0),
-            "totalCriteriaCount": progress.get("totalCriteriaCount", 0),
-            "deliveryStatus": progress.get("delivery", {}).get("status", "unmet"),
-        }
+        progress = goal_progress_dto(planning.progress(item, actions))
+        counts: GoalProgressCounts = (
+            {
+                "completedCriteriaCount": progress["completedCriteriaCount"],
+                "totalCriteriaCount": progress["totalCriteriaCount"],
+                "deliveryStatus": progress["delivery"]["status"],
+            }
+            if progress is not None
+            else {"completedCriteriaCount": 0, "totalCriteriaCount": 0, "deliveryStatus": "unmet"}
+        )
+        dto["goalProgress"] = counts
         return dto
 
     def progress(self, work_item_id: UUID) -> dict[str, Any]:
