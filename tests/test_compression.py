@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 from workcenter.adapters import sqlite_settings
 from workcenter.adapters.compression import (
+    CURRENT_DICTIONARY,
+    DICTIONARIES,
     PLAIN_LIMIT,
     SmallBlobZlibCompressor,
     deflate,
@@ -28,6 +30,15 @@ from workcenter.adapters.sqlite_settings import STATEMENT_CACHE
 from workcenter.application import WorkCenter
 from workcenter.domain import work_item as wi
 from workcenter.service_layer.repository import SNAPSHOT_INTERVAL
+
+
+def zlib_inflate(packed: bytes) -> bytes:
+    """The standard library's zlib reading a stream, given the preset dictionary that
+    the stream's header names, if it names one (RFC 1950: FDICT, then its Adler-32)."""
+    if not packed[1] & 0x20:
+        return zlib.decompress(packed)
+    inflater = zlib.decompressobj(zdict=DICTIONARIES[int.from_bytes(packed[2:6], "big")])
+    return inflater.decompress(packed) + inflater.flush()
 
 
 def _rows(db_path: Path, sql: str) -> list[tuple[bytes | str, ...]]:
@@ -52,8 +63,8 @@ def test_event_state_is_deflated_without_the_row_s_own_columns(
             body = orjson.loads(state)
         else:
             assert state[:1] == b"\x78"
-            body = orjson.loads(zlib.decompress(state))
-            assert len(zlib.decompress(state)) > PLAIN_LIMIT
+            body = orjson.loads(zlib_inflate(state))
+            assert len(zlib_inflate(state)) > PLAIN_LIMIT
         # originator_id and originator_version are the row's key columns already.
         assert "originator_id" not in body and "originator_version" not in body
     assert plain == 1  # WorkItemStarted: its time and actor
@@ -104,7 +115,7 @@ def test_a_store_written_before_compression_still_reads(
     for item_id, dto in con.execute("SELECT work_item_id, dto FROM dv_details"):
         con.execute(
             "UPDATE dv_details SET dto = ? WHERE work_item_id = ?",
-            (zlib.decompress(dto), item_id),
+            (zlib_inflate(dto), item_id),
         )
     con.commit()
     con.close()
@@ -137,10 +148,11 @@ def test_the_mapper_reads_legacy_and_deflated_state_alike(wc: WorkCenter) -> Non
 
 
 def test_the_small_blob_compressor_writes_streams_the_library_reads() -> None:
+    """Event and snapshot state: a zlib stream with no preset dictionary (ADR-0072)."""
     data = orjson.dumps({"key": "value " * 200})
     packed = SmallBlobZlibCompressor().compress(data)
     assert packed[:1] == b"\x78" and zlib.decompress(packed) == data
-    assert deflate(data) == packed  # deterministic: rebuilt views are byte-for-byte equal
+    assert deflate(data) == deflate(data)  # deterministic: rebuilt views are byte-for-byte equal
 
 
 JSON = st.recursive(
@@ -157,7 +169,7 @@ def test_what_the_deflater_writes_stdlib_zlib_inflates(data: bytes) -> None:
     and the same for the same input: rebuilt views compare byte for byte."""
     packed = deflate(data)
     assert packed[:1] == b"\x78" and is_compressed(packed)
-    assert zlib.decompress(packed) == data and inflate(packed) == data
+    assert zlib_inflate(packed) == data and inflate(packed) == data
     assert deflate(data) == packed
 
 
@@ -233,13 +245,13 @@ def test_a_store_deflated_with_other_settings_reads_unchanged(
     rewritten = 0
     for rowid, state in con.execute("SELECT rowid, state FROM stored_events").fetchall():
         if is_compressed(state):
-            again = other(zlib.decompress(state))
+            again = other(zlib_inflate(state))
             rewritten += again != state
             con.execute("UPDATE stored_events SET state = ? WHERE rowid = ?", (again, rowid))
     for item_id, dto in con.execute("SELECT work_item_id, dto FROM dv_details").fetchall():
         con.execute(
             "UPDATE dv_details SET dto = ? WHERE work_item_id = ?",
-            (other(zlib.decompress(dto)), item_id),
+            (other(zlib_inflate(dto)), item_id),
         )
     con.commit()
     con.close()
@@ -275,3 +287,39 @@ def test_connections_cache_prepared_statements(
         store.close()
     assert asked and all(size == STATEMENT_CACHE for size in asked)
     assert STATEMENT_CACHE >= 64
+
+
+# The dictionary's Adler-32, as every blob deflated against it names it: a change to
+# the file would leave those blobs unreadable (ADR-0072).
+FIRST_DICTIONARY = 0x6E31383C
+
+
+def test_new_blobs_name_the_current_dictionary_which_never_changes() -> None:
+    packed = deflate(STATE)  # as a detail DTO is
+    assert packed[1] & 0x20  # FDICT
+    named = int.from_bytes(packed[2:6], "big")
+    assert named == zlib.adler32(CURRENT_DICTIONARY) == FIRST_DICTIONARY
+    assert DICTIONARIES[named] == CURRENT_DICTIONARY
+    # Against the dictionary, even this state (no DTO) takes fewer bytes than alone.
+    alone = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED, zlib.MAX_WBITS, 5)
+    assert len(packed) < len(alone.compress(STATE) + alone.flush())
+
+
+def test_a_blob_naming_an_unknown_dictionary_is_a_zlib_error() -> None:
+    deflater = zlib.compressobj(zdict=b"another dictionary, from a newer version")
+    packed = deflater.compress(STATE) + deflater.flush()
+    assert is_compressed(packed)
+    with pytest.raises(zlib.error, match="not known"):
+        inflate(packed)
+
+
+def test_a_truncated_blob_is_a_zlib_error() -> None:
+    with pytest.raises(zlib.error):
+        inflate(deflate(STATE)[:-5])
+
+
+def test_an_altered_blob_fails_its_checksum() -> None:
+    packed = bytearray(deflate(STATE))
+    packed[-1] ^= 0x01  # the Adler-32 of the data, the stream's last byte
+    with pytest.raises(zlib.error, match="altered"):
+        inflate(bytes(packed))

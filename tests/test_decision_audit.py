@@ -23,6 +23,7 @@ from coordinator_fakes import answer_text, create_actions, decision
 
 from workcenter.adapters import audit_bundle
 from workcenter.adapters.cli import cli
+from workcenter.adapters.compression import inflate
 from workcenter.adapters.providers.scripted import ScriptedProvider, Step
 from workcenter.application import WorkCenter
 from workcenter.domain import action as act
@@ -176,7 +177,7 @@ def _edit_reply(db: Path, old: str, new: str, *, rehash: bool = False) -> None:
         for rowid, topic, state in c.execute("SELECT rowid, topic, state FROM stored_events"):
             if not topic.endswith("ProviderTurnResponded"):
                 continue
-            data = zlib.decompress(state) if state[:1] == b"\x78" else state
+            data = inflate(state)
             if old.encode() not in data:
                 continue
             edited = json.loads(data)
