@@ -50,6 +50,7 @@ def test_a_save_folds_none_of_its_own_events_in_the_detail_view(
     """Creates, claims and finishes: every aggregate the command changed comes with its
     state after the command, so the view evolves nothing; the DTO is a rebuild's."""
     item = create_dynamic(wc)
+    clock.advance(1)  # the plan's DTO is stored, not left to a read (ADR-0073)
     plan(wc, item.id, action_spec(objective="one"), action_spec(objective="two"))
 
     def folded(*_: Any) -> None:
@@ -57,6 +58,9 @@ def test_a_save_folds_none_of_its_own_events_in_the_detail_view(
 
     monkeypatch.setattr(detail, "EVOLVE", dict.fromkeys(detail.EVOLVE, folded))
     other = create_linear(wc, stages=("implement",))
+    # Time passes before the claim: at the creation time its DTO would be left to a
+    # read (ADR-0073), and the finish would load the streams the claim did not.
+    clock.advance(1)
     claimed = claim(wc, lease_seconds=60)
     clock.advance(5)
     wc.finish_run(claimed, report())

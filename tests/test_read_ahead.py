@@ -173,11 +173,12 @@ def test_a_run_cycle_builds_its_dtos_before_the_lock(
 
 
 def test_a_state_held_that_was_never_committed_is_read_again_under_the_lock(
-    wc: WorkCenter, builds_under_the_lock: list[Any]
+    wc: WorkCenter, clock: FakeClock, builds_under_the_lock: list[Any]
 ) -> None:
     """A view remembers states inside a write that may then fail; one held at a version
     the store does not have is not trusted: the DTO is built from the store's."""
     item = create_linear(wc, stages=("implement",))
+    clock.advance(1)  # else the item's DTO is built on read, by no write (ADR-0073)
     claimed = wc.claim_next("worker-1")
     assert claimed is not None
     view = wc.projections.views["detail"]  # type: ignore[attr-defined]

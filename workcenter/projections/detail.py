@@ -15,6 +15,12 @@ is the timestamp of the item's latest event, never the clock, so live and
 rebuilt views are byte-for-byte equal: an item's DTO depends only on its events.
 Within one batch an item's DTO is built once, after its last event there, which
 gives the same bytes however the log is paged.
+
+A WorkItem whose events since the last build all happened at its creation time
+(its create's, in practice) is stored as a marker, not a DTO: its first DTO is
+built when it is read, or stored by the next command that changes it, most often
+a worker's claim, which builds it anyway (ADR-0073). The rule depends on the
+events alone, so live and rebuilt views store the same rows.
 """
 
 from __future__ import annotations
@@ -70,6 +76,9 @@ MESSAGE_EVENTS: tuple[type[conv.ConversationEvent], ...] = (
     conv.CoordinatorTurnRetired,
 )
 CACHE_LIMIT = 20_000
+# What a row holds for an item whose DTO is built when read (a stored DTO is never
+# empty: it is deflated, sealed or JSON).
+DEFERRED = b""
 
 
 def stream_kind(event: DomainEvent) -> Kind | None:
@@ -136,9 +145,12 @@ class StateSource(Protocol):
     """The event store, as the view reads it: the newest version of streams, and a
     stream's state at a version (snapshots and the fold are the store's)."""
 
-    def versions(self, aggregate_ids: Sequence[UUID], c: Any | None = None) -> dict[UUID, int]:
-        """The newest versions, read with ``c`` if given (a cursor on the event store's
-        own database), else in a read transaction of the store's."""
+    def versions(
+        self, aggregate_ids: Sequence[UUID], c: Any | None = None, upto: int | None = None
+    ) -> dict[UUID, int]:
+        """The newest versions (of events at positions up to ``upto``, if given), read
+        with ``c`` if given (a cursor on the event store's own database), else in a read
+        transaction of the store's."""
         ...
 
     def holds_events_of(self, datastore: Any) -> bool: ...
@@ -170,19 +182,22 @@ class EventStoreStates:
         self.mapper = mapper
         self.snapshots_table = snapshots_table
 
-    def versions(self, aggregate_ids: Sequence[UUID], c: Any | None = None) -> dict[UUID, int]:
+    def versions(
+        self, aggregate_ids: Sequence[UUID], c: Any | None = None, upto: int | None = None
+    ) -> dict[UUID, int]:
         if c is not None:
-            return self._versions(c, aggregate_ids)
+            return self._versions(c, aggregate_ids, upto)
         with sql.transaction(self.recorder.datastore, commit=False) as read:
-            return self._versions(read, aggregate_ids)
+            return self._versions(read, aggregate_ids, upto)
 
-    def _versions(self, c: Any, aggregate_ids: Sequence[UUID]) -> dict[UUID, int]:
+    def _versions(self, c: Any, aggregate_ids: Sequence[UUID], upto: int | None) -> dict[UUID, int]:
         marks = ",".join("?" * len(aggregate_ids))
+        bound = "" if upto is None else f" AND {sql.position_column(self.recorder)} <= ?"
         c.execute(
             "SELECT originator_id, MAX(originator_version)"
             f" FROM {self.recorder.events_table_name}"
-            f" WHERE originator_id IN ({marks}) GROUP BY originator_id",
-            [i.hex for i in aggregate_ids],
+            f" WHERE originator_id IN ({marks}){bound} GROUP BY originator_id",
+            [*(i.hex for i in aggregate_ids), *(() if upto is None else (upto,))],
         )
         return {UUID(row[0]): int(row[1]) for row in c.fetchall()}
 
@@ -356,9 +371,12 @@ class DetailView(TrackedView):
         assumed = Ahead(frozenset(wanted), held, changed=False)
         working: dict[UUID, AggregateState] = dict(given)
         built: dict[UUID, bytes] = {}
+        stamps = _stamps(batch, given)
         for item_id, at in touched.items():
             if item_id not in working:
                 return {}
+            if _at_creation(working[item_id], stamps[item_id]):
+                continue  # stored as a marker, whatever the read ahead finds
             # Every stream the DTO reads is the command's or in ``wanted``: no read here.
             dto = self._build(item_id, at, working, None, assumed)
             if dto is not None:
@@ -422,9 +440,16 @@ class DetailView(TrackedView):
             touched[item_id] = (position, event.timestamp)
         for state in working.values():
             self._remember(state)
+        stamps = _stamps(batch, working)
         for item_id, (position, at) in touched.items():
             blob = prebuilt.get(item_id) if prebuilt is not None else None
-            if blob is None:
+            item = self._newest({item_id: "item"}, working, events_cursor, ahead).get(item_id)
+            if item is None:
+                continue
+            working[item_id] = item  # its newest is its state after the batch: read once
+            if _at_creation(item, stamps[item_id]):
+                blob = DEFERRED
+            elif blob is None:
                 dto = self._build(item_id, at, working, events_cursor, ahead)
                 blob = self.blobs.deflate(dto) if dto is not None else None
             if blob is not None:
@@ -462,6 +487,7 @@ class DetailView(TrackedView):
         working: dict[UUID, AggregateState],
         c: Any | None,
         ahead: Ahead | None = None,
+        upto: int | None = None,
     ) -> dict[UUID, AggregateState]:
         """The states of ``wanted`` after this batch: folded here, else the store's newest
         (committed before this transaction, which holds the write lock when inline), as
@@ -471,7 +497,7 @@ class DetailView(TrackedView):
         if ahead is not None:
             found |= {i: ahead.states[i] for i in rest if i in ahead.states}
             rest = [i for i in rest if i not in ahead.asked]
-        for aggregate_id, version in (self.source.versions(rest, c) if rest else {}).items():
+        for aggregate_id, version in (self.source.versions(rest, c, upto) if rest else {}).items():
             state = self._at(wanted[aggregate_id], aggregate_id, version, c)
             if state is not None:
                 found[aggregate_id] = state
@@ -484,14 +510,15 @@ class DetailView(TrackedView):
         working: dict[UUID, AggregateState],
         c: Any | None,
         ahead: Ahead | None = None,
+        upto: int | None = None,
     ) -> bytes | None:
-        item = self._newest({item_id: "item"}, working, c, ahead).get(item_id)
+        item = self._newest({item_id: "item"}, working, c, ahead, upto).get(item_id)
         if not isinstance(item, wi.WorkItemState):
             return None
         wanted: dict[UUID, Kind] = {e.action_id: "action" for e in item.plan}
         wanted[rl.ledger_id_for(item_id)] = "ledger"
         wanted[conv.conversation_id_for(item_id)] = "conversation"
-        states = self._newest(wanted, working, c, ahead)
+        states = self._newest(wanted, working, c, ahead, upto)
         actions = {k: s for k, s in states.items() if isinstance(s, act.ActionState)}
         ledger = next((s for s in states.values() if isinstance(s, rl.LedgerState)), None)
         talk = next((s for s in states.values() if isinstance(s, conv.ConversationState)), None)
@@ -517,16 +544,32 @@ class DetailView(TrackedView):
             # The position and the DTO in one statement: a read is a handful of these.
             c.execute(
                 "SELECT (SELECT MAX(notification_id) FROM tracking WHERE application_name = ?),"
-                " (SELECT dto FROM dv_details WHERE work_item_id = ?)",
-                (application_name, work_item_id.hex),
+                " (SELECT dto FROM dv_details WHERE work_item_id = ?),"
+                " (SELECT position FROM dv_details WHERE work_item_id = ?)",
+                (application_name, work_item_id.hex, work_item_id.hex),
             )
-            position, dto = c.fetchone()
+            position, dto, at = c.fetchone()
             current = (position or 0) >= head(c)
-        return (None if dto is None else self.blobs.inflate(bytes(dto))), current
+        return (None if dto is None else self._unpack(work_item_id, bytes(dto), at)), current
 
     def detail_bytes(self, work_item_id: UUID) -> bytes | None:
-        rows = self._rows("SELECT dto FROM dv_details WHERE work_item_id = ?", (work_item_id.hex,))
-        return self.blobs.inflate(bytes(rows[0][0])) if rows else None
+        rows = self._rows(
+            "SELECT dto, position FROM dv_details WHERE work_item_id = ?", (work_item_id.hex,)
+        )
+        return self._unpack(work_item_id, bytes(rows[0][0]), rows[0][1]) if rows else None
+
+    def _unpack(self, work_item_id: UUID, stored: bytes, position: int) -> bytes | None:
+        if stored != DEFERRED:
+            return self.blobs.inflate(stored)
+        # Built from the states as of the marker's position, as the write that left it
+        # would have stored it; its ``now`` is the create's time, which was the time of
+        # every event the view applied to the item since its last DTO (``_at_creation``).
+        item = self._newest({work_item_id: "item"}, {}, None, upto=position).get(work_item_id)
+        if not isinstance(item, wi.WorkItemState):
+            return None
+        return self._build(
+            work_item_id, item.created_at, {work_item_id: item}, None, None, position
+        )
 
 
 def _after_batch(batch: Batch, states: Mapping[UUID, AggregateState]) -> dict[UUID, AggregateState]:
@@ -538,6 +581,24 @@ def _after_batch(batch: Batch, states: Mapping[UUID, AggregateState]) -> dict[UU
         for aggregate_id, version in last.items()
         if (state := states.get(aggregate_id)) is not None and state.version == version
     }
+
+
+def _stamps(batch: Batch, states: Mapping[UUID, AggregateState]) -> dict[UUID, set[datetime]]:
+    """Per WorkItem, the times of the events of ``batch`` that the view applies to it."""
+    stamps: dict[UUID, set[datetime]] = {}
+    for _, event in batch:
+        state = states.get(event.originator_id)
+        if kind_of(event) is None or state is None:
+            continue
+        item_id = state.id if isinstance(state, wi.WorkItemState) else state.work_item_id  # type: ignore[attr-defined]
+        stamps.setdefault(item_id, set()).add(event.timestamp)
+    return stamps
+
+
+def _at_creation(item: AggregateState, stamps: set[datetime]) -> bool:
+    """Whether the events a batch applies to ``item`` all happened when it was created:
+    then its DTO is built on read (ADR-0073)."""
+    return isinstance(item, wi.WorkItemState) and stamps == {item.created_at}
 
 
 class Detail(Projection[DetailView]):
