@@ -544,12 +544,17 @@ class DetailView(TrackedView):
             # The position and the DTO in one statement: a read is a handful of these.
             c.execute(
                 "SELECT (SELECT MAX(notification_id) FROM tracking WHERE application_name = ?),"
-                " (SELECT dto FROM dv_details WHERE work_item_id = ?),"
-                " (SELECT position FROM dv_details WHERE work_item_id = ?)",
-                (application_name, work_item_id.hex, work_item_id.hex),
+                " (SELECT dto FROM dv_details WHERE work_item_id = ?)",
+                (application_name, work_item_id.hex),
             )
-            position, dto, at = c.fetchone()
+            position, dto = c.fetchone()
             current = (position or 0) >= head(c)
+            at = None
+            if dto is not None and bytes(dto) == DEFERRED:
+                c.execute(
+                    "SELECT position FROM dv_details WHERE work_item_id = ?", (work_item_id.hex,)
+                )
+                at = c.fetchone()[0]
         return (None if dto is None else self._unpack(work_item_id, bytes(dto), at)), current
 
     def detail_bytes(self, work_item_id: UUID) -> bytes | None:
@@ -558,7 +563,7 @@ class DetailView(TrackedView):
         )
         return self._unpack(work_item_id, bytes(rows[0][0]), rows[0][1]) if rows else None
 
-    def _unpack(self, work_item_id: UUID, stored: bytes, position: int) -> bytes | None:
+    def _unpack(self, work_item_id: UUID, stored: bytes, position: int | None) -> bytes | None:
         if stored != DEFERRED:
             return self.blobs.inflate(stored)
         # Built from the states as of the marker's position, as the write that left it
