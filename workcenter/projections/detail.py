@@ -375,7 +375,7 @@ class DetailView(TrackedView):
         for item_id, at in touched.items():
             if item_id not in working:
                 return {}
-            if _at_creation(working[item_id], stamps[item_id]):
+            if stamps[item_id] == {self._created_at(item_id, working, None, None)}:
                 continue  # stored as a marker, whatever the read ahead finds
             # Every stream the DTO reads is the command's or in ``wanted``: no read here.
             dto = self._build(item_id, at, working, None, assumed)
@@ -443,11 +443,7 @@ class DetailView(TrackedView):
         stamps = _stamps(batch, working)
         for item_id, (position, at) in touched.items():
             blob = prebuilt.get(item_id) if prebuilt is not None else None
-            item = self._newest({item_id: "item"}, working, events_cursor, ahead).get(item_id)
-            if item is None:
-                continue
-            working[item_id] = item  # its newest is its state after the batch: read once
-            if _at_creation(item, stamps[item_id]):
+            if stamps[item_id] == {self._created_at(item_id, working, events_cursor, ahead)}:
                 blob = DEFERRED
             elif blob is None:
                 dto = self._build(item_id, at, working, events_cursor, ahead)
@@ -458,6 +454,17 @@ class DetailView(TrackedView):
                     " DO UPDATE SET position = excluded.position, dto = excluded.dto",
                     (item_id.hex, position, blob),
                 )
+
+    def _created_at(
+        self, item_id: UUID, working: dict[UUID, AggregateState], c: Any | None, ahead: Ahead | None
+    ) -> datetime | None:
+        """The item's creation time: from any state of it at hand (it never changes), else
+        from its newest state (a read, only when the view has seen nothing of the item)."""
+        for state in (working.get(item_id), self._cache.get(item_id)):
+            if isinstance(state, wi.WorkItemState):
+                return state.created_at
+        item = self._newest({item_id: "item"}, working, c, ahead).get(item_id)
+        return item.created_at if isinstance(item, wi.WorkItemState) else None
 
     def forget(self, aggregate_ids: Iterable[UUID]) -> None:
         """Drop the states remembered of these aggregates: those folded or taken in a
@@ -568,7 +575,7 @@ class DetailView(TrackedView):
             return self.blobs.inflate(stored)
         # Built from the states as of the marker's position, as the write that left it
         # would have stored it; its ``now`` is the create's time, which was the time of
-        # every event the view applied to the item since its last DTO (``_at_creation``).
+        # every event the view applied to the item since its last DTO.
         item = self._newest({work_item_id: "item"}, {}, None, upto=position).get(work_item_id)
         if not isinstance(item, wi.WorkItemState):
             return None
@@ -598,12 +605,6 @@ def _stamps(batch: Batch, states: Mapping[UUID, AggregateState]) -> dict[UUID, s
         item_id = state.id if isinstance(state, wi.WorkItemState) else state.work_item_id  # type: ignore[attr-defined]
         stamps.setdefault(item_id, set()).add(event.timestamp)
     return stamps
-
-
-def _at_creation(item: AggregateState, stamps: set[datetime]) -> bool:
-    """Whether the events a batch applies to ``item`` all happened when it was created:
-    then its DTO is built on read (ADR-0073)."""
-    return isinstance(item, wi.WorkItemState) and stamps == {item.created_at}
 
 
 class Detail(Projection[DetailView]):
