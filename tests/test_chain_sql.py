@@ -45,7 +45,7 @@ def sql_digest(
     conn: Any, schema: str, position: int, previous: int, event: Any, *digests: bytes
 ) -> bytes:
     row = conn.execute(
-        f'SELECT "{schema}".wc_chain_digest(%s, %s, %s, %s, %s, %s, %s, %s)',
+        f'SELECT "{schema}".wc_chain_digest(%s, %s, %s, %s, %s, %s, %s, %s) AS d',
         (
             position,
             previous,
@@ -56,7 +56,7 @@ def sql_digest(
             *digests,
         ),
     ).fetchone()
-    return bytes(row[0])
+    return bytes(row["d"])
 
 
 def random_event(rng: random.Random) -> Any:
@@ -107,7 +107,7 @@ def test_the_functions_are_installed_idempotently(wc: WorkCenter) -> None:
             "SELECT count(*) FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
             " WHERE n.nspname = %s AND p.proname LIKE 'wc\\_%%'",
             (datastore.schema,),
-        ).fetchone()[0]
+        ).fetchone()["count"]
     assert count >= 2
     with (
         pytest.raises(psycopg.errors.UndefinedFunction),
