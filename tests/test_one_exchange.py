@@ -153,3 +153,25 @@ def test_the_two_exchange_write_stays_when_turned_off(
     assert wc.detail(item.id)["status"] == "done"  # type: ignore[index]
     assert wc.maintenance.verify_history().ok
     assert_views_equal_a_rebuild(wc)
+
+
+def test_a_failed_statement_raises_its_own_error_however_the_answers_arrive(
+    wc: WorkCenter, location: str, clock: FakeClock
+) -> None:
+    """Leaving a pipeline takes its last answers in a ``finally``: when the failure was
+    taken first, psycopg raises the skipped statements' "pipeline aborted" over it (a
+    lost connection, to ``watch_connections``). Repeated, since which comes first
+    depends on timing."""
+    from eventsourcing.persistence import IntegrityError
+
+    item = create_linear(wc, stages=("implement",))
+    stale = wc._repository.events(item.id)[-1:]  # type: ignore[attr-defined]
+    for _ in range(20):
+        with pytest.raises(IntegrityError):
+            wc.store.events.put(stale)
+    for i in range(5):
+        writes_without_views(location, clock, items=1)
+        create_linear(wc, title=f"after {i}", stages=("implement",))
+    assert wc.store.recorder.fallbacks == 5  # type: ignore[attr-defined]
+    assert wc.maintenance.verify_history().ok
+    assert_views_equal_a_rebuild(wc)

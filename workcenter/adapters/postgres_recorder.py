@@ -191,24 +191,33 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                 if snapshots is not None:
                     snapshots.recorder._insert_stored_events(conn.cursor(), snapshots.stored)  # type: ignore[attr-defined]
                 conn.cursor().execute("COMMIT")
-        # Leaving the pipeline sends everything and one sync, and takes the answers.
-        except psycopg.Error as error:
+                if self.lock_holds is not None:
+                    # The server's clock once the commit ended, the lock released.
+                    released = conn.cursor()
+                    released.execute("SELECT extract(epoch FROM clock_timestamp()) AS t")
+            # Leaving the pipeline sends everything and one sync, and takes the answers.
+        except psycopg.Error as raised:
             _roll_back(conn)
+            error = _failed_statement(raised)
             if error.sqlstate == postgres_write.CUT:
                 raise hash_chain.HistoryConflict(error.diag.message_primary or str(error)) from None
             if error.sqlstate == postgres_write.FALLBACK:
                 self.fallbacks += 1
                 return None
+            if error is not raised:
+                raise error from None
             raise
         except BaseException:
             _roll_back(conn)
             raise
         ids = self._fetch_ids_after_insert_events(insert, stored_events)
         if self.lock_holds is not None:
-            # From the server's clock when wc_write started (the lock granted, the events
-            # inserted just before) to the commit's reply here: the same machine's clock.
+            # The server's clock from wc_write's start (the lock granted, the events
+            # inserted just before) to the commit's end: on the server, not up to the
+            # reply's arrival here (the lock is no longer held while this process waits
+            # to be scheduled to read it). The wall clock: the same machine's.
             locked = float(call.fetchone()["wc_write"])
-            self.lock_holds.append((time.time() - locked, locked - started))
+            self.lock_holds.append((float(released.fetchone()["t"]) - locked, locked - started))
         return ids
 
     def _insert_along(
@@ -363,6 +372,18 @@ def _take_streams(
             )
         )
     return [(events, newest) for events, newest in found]
+
+
+def _failed_statement(error: psycopg.Error) -> psycopg.Error:
+    """The error of the statement that failed, not of those the pipeline then skipped:
+    leaving a pipeline takes its last answers in a ``finally``, so when the failure was
+    raised first, the skipped statements' "pipeline aborted" replaces it, the failure
+    kept as its ``__context__``."""
+    while isinstance(error, psycopg.errors.PipelineAborted) and isinstance(
+        error.__context__, psycopg.Error
+    ):
+        error = error.__context__
+    return error
 
 
 def _roll_back(conn: Any) -> None:
