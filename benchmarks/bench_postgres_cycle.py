@@ -22,6 +22,7 @@ import statistics
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from bench_peer import create, report
@@ -58,6 +59,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=300)
     parser.add_argument("--postgres", default=DEFAULT_POSTGRES)
+    parser.add_argument(
+        "--two-exchange", action="store_true", help="every write the ADR-0051 way (ADR-0070)"
+    )
     args = parser.parse_args()
     n = args.cycles
     schema = f"bench_cycle_{uuid.uuid4().hex[:8]}"
@@ -67,6 +71,9 @@ def main() -> None:
             for i in range(n + 20):
                 create(wc, i)
         with WorkCenter.open(store, boot_id="worker", create=False) as wc:
+            recorder: Any = wc.store.recorder
+            if args.two_exchange:
+                recorder.one_exchange = False
 
             def cycle() -> None:
                 claim = wc.claim_next("worker", lease_seconds=30)
@@ -95,7 +102,8 @@ def main() -> None:
             f" server CPU {server / n * 1000:.2f} ms;"
             f" lock hold median {statistics.median(hold) * 1000:.2f} ms,"
             f" p95 {hold[int(0.95 * (len(hold) - 1))] * 1000:.2f} ms;"
-            f" create: wall {created / n * 1000:.2f} ms"
+            f" create: wall {created / n * 1000:.2f} ms;"
+            f" writes sent back to two exchanges {getattr(recorder, 'fallbacks', 0)}"
         )
     finally:
         with psycopg.connect(args.postgres, autocommit=True) as conn:

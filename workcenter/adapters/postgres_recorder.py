@@ -24,11 +24,12 @@ from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.utils import retry
 from psycopg.pq import TransactionStatus
 
+from workcenter.adapters import postgres_write
 from workcenter.adapters.postgres_chain import PostgresChainTable
 from workcenter.adapters.recorders import INLINE_WRITE, SNAPSHOTS, SnapshotWrite
 from workcenter.projections import inline as inline_views
 from workcenter.projections import sql, tracked
-from workcenter.projections.inline import InlineWrite
+from workcenter.projections.inline import InlineWrite, Prebuilt
 from workcenter.projections.sql import PortableCursor
 from workcenter.service_layer.history import hash_chain
 
@@ -50,14 +51,23 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
     # As on SQLite: set by the composition root (a stream loaded from version 0 starts at
     # its newest snapshot).
     snapshots_table_name: str | None = None
+    # A write whose rows were all built before the lock goes to the server in one
+    # exchange (ADR-0070); off, every write takes the two-exchange way (for comparing).
+    one_exchange = True
+    # One-exchange writes the server sent back to the two-exchange way (ADR-0070).
+    fallbacks = 0
 
     def __init__(self, datastore: Any, **kwargs: Any) -> None:
         super().__init__(datastore, **kwargs)
         self.chain = PostgresChainTable(datastore, self.events_table_name, self._lock_table)
+        # The server's digest hashes the id's 16 bytes, as hash_chain does a UUID's.
+        if datastore.originator_id_type != "uuid":
+            self.one_exchange = False
 
     def create_table(self) -> None:
         super().create_table()
         self.chain.create()
+        postgres_write.install(self.datastore, self.events_table_name, self.chain.name)
 
     def chain_unchained(self) -> int:
         """The migration run when a store is opened (see the SQLite twin)."""
@@ -93,8 +103,17 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
         inline: InlineWrite | None = kwargs.get(INLINE_WRITE)
         names = inline.tracked_names() if inline is not None else None
         ahead = inline.streams_ahead() if inline is not None else None
+        once: Prebuilt | None = None
+        if self.one_exchange:
+            once = Prebuilt() if inline is None else inline.prebuilt_write()
         streams = hash_chain.predecessors(stored_events) if self.chained else {}
         with self.datastore.get_connection() as conn:
+            if once is not None:
+                written = self._write_once(conn, stored_events, once, **kwargs)
+                if written is not None:
+                    if inline is not None:
+                        inline.written_once()
+                    return written
             started = time.perf_counter()
             try:
                 # BEGIN and COMMIT as statements: psycopg's transaction() block inside a
@@ -142,6 +161,64 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
             if self.lock_holds is not None:
                 self.lock_holds.append((time.perf_counter() - locked, locked - started))
             return ids
+
+    def _write_once(
+        self, conn: Any, stored_events: Sequence[StoredEvent], once: Prebuilt, **kwargs: Any
+    ) -> Sequence[int] | None:
+        """The write in one exchange (ADR-0070): ``BEGIN``, the library's lock, notify and
+        insert, ``wc_write`` (the chain, the views' locks, checks and positions), the rows
+        built before the lock, the snapshots and ``COMMIT``, all held back and sent at
+        the one sync. None if the server found what the rows did not see (``FALLBACK``):
+        the transaction is rolled back and the caller writes the two-exchange way."""
+        started = time.time()  # the wall clock: compared with the server's, on this machine
+        try:
+            with conn.pipeline(), postgres_write.held_back(conn):
+                insert = conn.cursor()
+                insert.execute("BEGIN")
+                if not self.synchronous_commit:
+                    insert.execute("SET LOCAL synchronous_commit = off")
+                self._insert_events(insert, stored_events, **kwargs)
+                self._insert_stored_events(insert, stored_events, **kwargs)
+                call = postgres_write.send(
+                    conn,
+                    self.datastore.schema,
+                    self.events_table_name,
+                    stored_events,
+                    self.chained,
+                    once,
+                )
+                snapshots: SnapshotWrite | None = kwargs.get(SNAPSHOTS)
+                if snapshots is not None:
+                    snapshots.recorder._insert_stored_events(conn.cursor(), snapshots.stored)  # type: ignore[attr-defined]
+                conn.cursor().execute("COMMIT")
+                if self.lock_holds is not None:
+                    # The server's clock once the commit ended, the lock released.
+                    released = conn.cursor()
+                    released.execute("SELECT extract(epoch FROM clock_timestamp()) AS t")
+            # Leaving the pipeline sends everything and one sync, and takes the answers.
+        except psycopg.Error as raised:
+            _roll_back(conn)
+            error = _failed_statement(raised)
+            if error.sqlstate == postgres_write.CUT:
+                raise hash_chain.HistoryConflict(error.diag.message_primary or str(error)) from None
+            if error.sqlstate == postgres_write.FALLBACK:
+                self.fallbacks += 1
+                return None
+            if error is not raised:
+                raise error from None
+            raise
+        except BaseException:
+            _roll_back(conn)
+            raise
+        ids = self._fetch_ids_after_insert_events(insert, stored_events)
+        if self.lock_holds is not None:
+            # The server's clock from wc_write's start (the lock granted, the events
+            # inserted just before) to the commit's end: on the server, not up to the
+            # reply's arrival here (the lock is no longer held while this process waits
+            # to be scheduled to read it). The wall clock: the same machine's.
+            locked = float(call.fetchone()["wc_write"])
+            self.lock_holds.append((float(released.fetchone()["t"]) - locked, locked - started))
+        return ids
 
     def _insert_along(
         self,
@@ -295,6 +372,18 @@ def _take_streams(
             )
         )
     return [(events, newest) for events, newest in found]
+
+
+def _failed_statement(error: psycopg.Error) -> psycopg.Error:
+    """The error of the statement that failed, not of those the pipeline then skipped:
+    leaving a pipeline takes its last answers in a ``finally``, so when the failure was
+    raised first, the skipped statements' "pipeline aborted" replaces it, the failure
+    kept as its ``__context__``."""
+    while isinstance(error, psycopg.errors.PipelineAborted) and isinstance(
+        error.__context__, psycopg.Error
+    ):
+        error = error.__context__
+    return error
 
 
 def _roll_back(conn: Any) -> None:

@@ -129,6 +129,10 @@ def build_detail(
 Wanted = dict[UUID, tuple[Kind, AggregateState | None]]
 """Streams to read ahead: their kind and the state the view holds of each, if any."""
 
+PrebuiltRow = tuple[str, UUID, int, bytes]
+"""A DTO row built before the lock: the item's id (hex), the stream and version of the
+event whose notification id is its position, the stored DTO (ADR-0070)."""
+
 
 @dataclass(frozen=True)
 class Ahead:
@@ -286,7 +290,10 @@ class DetailView(TrackedView):
     # --- writing --------------------------------------------------------------
 
     def streams_ahead(
-        self, states: Mapping[UUID, AggregateState], written: Collection[UUID]
+        self,
+        states: Mapping[UUID, AggregateState],
+        written: Collection[UUID],
+        known: Callable[[UUID], AggregateState | None] | None = None,
     ) -> Wanted:
         """The streams, other than those ``written``, that the DTOs of the WorkItems among
         a command's ``states`` are built from (their Actions, ledger and conversation),
@@ -303,15 +310,18 @@ class DetailView(TrackedView):
             for aggregate_id, kind in others.items():
                 if aggregate_id in written:
                     continue
-                # The newer of the two: both are committed states (ADR-0043 keeps the
-                # view's so), and the fewer events the read ahead finds, the likelier
-                # the DTO built before the lock stands.
-                known = [
-                    s
-                    for s in (self._cache.get(aggregate_id), states.get(aggregate_id))
-                    if isinstance(s, STATE_CLASS[kind])
-                ]
-                held = max(known, key=lambda s: s.version) if known else None
+                # The newest of them: all are committed states (ADR-0043 keeps the
+                # view's so; ``known`` is the caller's, as its repository's cache, which
+                # holds the ledger a worker's reserve and settle wrote, ADR-0070), and
+                # the fewer events the read ahead finds, the likelier the DTO built
+                # before the lock stands.
+                candidates = (
+                    self._cache.get(aggregate_id),
+                    states.get(aggregate_id),
+                    known(aggregate_id) if known is not None else None,
+                )
+                found = [s for s in candidates if isinstance(s, STATE_CLASS[kind])]
+                held = max(found, key=lambda s: s.version) if found else None
                 wanted[aggregate_id] = (kind, held)
         return wanted
 
@@ -382,6 +392,46 @@ class DetailView(TrackedView):
             if dto is not None:
                 built[item_id] = self.blobs.deflate(dto)
         return built
+
+    def prebuilt_rows(
+        self,
+        events: Sequence[DomainEvent],
+        states: Mapping[UUID, AggregateState],
+        prebuilt: Mapping[UUID, bytes],
+    ) -> tuple[list[PrebuiltRow], set[UUID]] | None:
+        """The rows ``prebuild`` built, sent before their positions are known (ADR-0070):
+        per WorkItem touched, its id, the (stream, version) of its last event here (the
+        server makes that event's id the position) and its DTO; and the streams of those
+        items, the only ones whose events the view may have missed. None if one is unbuilt."""
+        given = _after_batch(list(enumerate(events)), states)
+        last: dict[UUID, tuple[UUID, int]] = {}
+        for event in events:
+            kind = kind_of(event)
+            if kind is None:
+                continue
+            after = given.get(event.originator_id)
+            if not isinstance(after, STATE_CLASS[kind]):
+                return None
+            item_id = after.id if kind == "item" else after.work_item_id  # type: ignore[attr-defined]
+            last[item_id] = (event.originator_id, event.originator_version)
+        rows: list[PrebuiltRow] = []
+        streams: set[UUID] = set()
+        for item_id, (originator_id, version) in last.items():
+            blob = prebuilt.get(item_id)
+            item = given.get(item_id)
+            if blob is None or not isinstance(item, wi.WorkItemState):
+                return None
+            rows.append((item_id.hex, originator_id, version, blob))
+            streams |= {item_id, rl.ledger_id_for(item_id), conv.conversation_id_for(item_id)}
+            streams |= {e.action_id for e in item.plan}
+        return rows, streams
+
+    def remember_written(
+        self, events: Sequence[DomainEvent], states: Mapping[UUID, AggregateState]
+    ) -> None:
+        """After a write of ``prebuilt_rows`` committed: remember as ``_apply_batch`` does."""
+        for state in _after_batch(list(enumerate(events)), states).values():
+            self._remember(state)
 
     def rows_with_states(
         self,

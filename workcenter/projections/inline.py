@@ -72,6 +72,22 @@ class InTransactionView(Protocol):
     def apply_within(self, c: Any, application_name: str, batch: Batch, position: int) -> int: ...
 
 
+@dataclass(frozen=True)
+class Prebuilt:
+    """What a one-exchange PostgreSQL write sends besides its insert (ADR-0070): the views
+    to lock and move to the write's last notification id, in lock order; the view that may
+    lag on some streams only (the detail view, on the streams of the items it rewrites)
+    and those streams; each stream the prebuilt DTOs read, at the version they read (0:
+    none); the DTO rows; and the other views' rows, sent on a cursor by ``send_rows``."""
+
+    views: Sequence[str] = ()
+    lenient: str | None = None
+    lenient_streams: Collection[UUID] = ()
+    wanted: Sequence[tuple[UUID, int]] = ()
+    detail_rows: Sequence[tuple[str, UUID, int, bytes]] = ()
+    send_rows: Callable[[Any], None] = lambda c: None
+
+
 @dataclass
 class InlineWrite:
     """The read models a command's save updates in its own transaction, and its events."""
@@ -89,6 +105,9 @@ class InlineWrite:
     ahead: Any = None
     prebuilt: Mapping[UUID, bytes] | None = None
     _gap: Sequence[Notification] | None = None
+    # Committed states the caller holds besides the command's (the repository's cache):
+    # a view reading other streams starts from the newest it is given (ADR-0070).
+    known: Callable[[UUID], AggregateState | None] | None = None
 
     def streams_ahead(self) -> list[tuple[UUID, int]] | None:
         """(stream, the version a view holds of it, 0 for none) of each stream a view
@@ -103,12 +122,50 @@ class InlineWrite:
             if getattr(reader, "streams_ahead", None) is None:
                 continue
             wanted = reader.streams_ahead(
-                self.states, {event.originator_id for event in self.events}
+                self.states, {event.originator_id for event in self.events}, self.known
             )
             self.reader = (name, reader, wanted)
             self.prebuilt = reader.prebuild(self.events, self.states, wanted)
             return [(i, held.version if held else 0) for i, (_, held) in wanted.items()]
         return None
+
+    def prebuilt_write(self) -> Prebuilt | None:
+        """The write's rows and the checks they rest on, if every view's rows were built
+        before the lock (call after ``streams_ahead``): views sharing one tracking table,
+        each either needing no positions or the detail view with every DTO prebuilt;
+        None otherwise (the write then goes the two-exchange way)."""
+        names = self.tracked_names()
+        if names is None:
+            return None
+        free = [v for v in self.views.values() if not getattr(v, "ROWS_NEED_POSITIONS", True)]
+        lenient: str | None = None
+        rows: Sequence[tuple[str, UUID, int, bytes]] = []
+        streams: set[UUID] = set()
+        wanted: list[tuple[UUID, int]] = []
+        for name, view in self.views.items():
+            if not getattr(view, "ROWS_NEED_POSITIONS", True):
+                continue
+            if self.reader is None or self.reader[1] is not view or not self.prebuilt:
+                return None
+            assert self.states is not None  # streams_ahead set reader from them
+            found = view.prebuilt_rows(self.events, self.states, self.prebuilt)
+            if found is None:
+                return None
+            rows, streams = found
+            lenient = name
+            wanted = [(i, held.version if held else 0) for i, (_, held) in self.reader[2].items()]
+
+        def send_rows(c: Any) -> None:
+            for view in free:
+                view.rows_of(c, self.events)  # type: ignore[attr-defined]
+
+        return Prebuilt(names, lenient, streams, wanted, rows, send_rows)
+
+    def written_once(self) -> None:
+        """After a one-exchange write committed: the detail view remembers the states it
+        would have folded (``_apply_batch``)."""
+        if self.reader is not None and self.states:
+            self.reader[1].remember_written(self.events, self.states)
 
     def take_ahead(self, read: Sequence[tuple[Sequence[Any], int]]) -> None:
         """Hand the reading view what was read for ``streams_ahead``, in its order: the

@@ -29,6 +29,8 @@ def _ts(moment: datetime | None) -> float | None:
 
 class MailboxView(TrackedView):
     TABLES: ClassVar[tuple[str, ...]] = ("mb_entries", "mb_items")
+    # Its rows follow from the events alone (ADR-0070).
+    ROWS_NEED_POSITIONS = False
 
     def table_statements(self) -> list[str]:
         return [

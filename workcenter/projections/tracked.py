@@ -58,6 +58,10 @@ class TrackedView(TrackingRecorder):
     """A read model whose position is keyed by its projection name."""
 
     TABLES: ClassVar[tuple[str, ...]] = ()
+    # False for a view whose rows are a function of the events alone, never of their
+    # notification ids: a PostgreSQL write can then send them before the ids are known,
+    # in its one exchange (ADR-0070).
+    ROWS_NEED_POSITIONS: ClassVar[bool] = True
 
     def __init__(self, datastore: Any) -> None:
         self.datastore = datastore
@@ -120,6 +124,13 @@ class TrackedView(TrackingRecorder):
         if fresh:
             self._apply_batch(c, fresh)
         return fresh
+
+    def rows_of(self, c: Any, events: Sequence[DomainEvent]) -> None:
+        """The rows of ``events`` for a view that does not need their positions
+        (``ROWS_NEED_POSITIONS`` false), written in the caller's transaction, which has
+        checked that the view is not behind them (ADR-0070)."""
+        assert not self.ROWS_NEED_POSITIONS
+        self._apply_batch(c, [(0, event) for event in events])
 
     def locked_position(self, c: Any, application_name: str) -> int:
         """The position, read after taking the view's write lock, so no other writer can

@@ -69,6 +69,8 @@ TITLES_AS_IS = Titles(seal=lambda title: title, unseal=lambda title: title)
 
 class WorkQueueView(TrackedView):
     TABLES: ClassVar[tuple[str, ...]] = ("wq_actions", "wq_runs", "wq_items")
+    # Its rows follow from the events alone (ADR-0070).
+    ROWS_NEED_POSITIONS = False
 
     def __init__(self, datastore: Any, *, titles: Titles = TITLES_AS_IS) -> None:
         super().__init__(datastore)

@@ -316,7 +316,9 @@ class Repository:
             # The states go along for the detail view, which takes them instead of
             # folding the events onto the states before them (ADR-0043).
             views = self.read_models.written_by(events)
-            inline = InlineWrite(events, views, self.store.mapper, states=states)
+            inline = InlineWrite(
+                events, views, self.store.mapper, states=states, known=self._cached
+            )
             along.update(self.transaction.inline(inline))
         try:
             # The event store's own put, not ``Application.save``: that one only collects
@@ -336,6 +338,18 @@ class Repository:
         if inline is not None and inline.left_behind:
             # Too far behind to catch up inside the command; the rule is in inline.py.
             self.read_models.catch_up(inline.left_behind)
+
+    def _cached(self, aggregate_id: UUID) -> AggregateState | None:
+        """A committed state of the aggregate in the library's cache, if any: the states
+        saved and loaded by this process (ADR-0020)."""
+        cache = self.store.repository.cache
+        if cache is None:
+            return None
+        try:
+            state = cache.get(aggregate_id)
+        except KeyError:
+            return None
+        return state if isinstance(state, AggregateState) else None
 
     def _snapshots(
         self, states: Mapping[UUID, AggregateState], events: Sequence[DomainEvent]

@@ -1,0 +1,177 @@
+"""A PostgreSQL write in one exchange, and its way back to two (ADR-0070).
+
+The server chains the events, moves the views' positions and writes the rows the client
+built before the lock, after checking what the client assumed when it built them: no
+view behind (the detail view may be, on the streams of the items it rewrites only) and
+every stream the DTOs read still at the version they read. When the check fails the
+write is rolled back and written the two-exchange way (ADR-0051); either way the views
+must equal a rebuild and the chain must verify.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import postgres
+import pytest
+from conftest import FakeClock, create_linear, refused, report
+from test_read_ahead import assert_views_equal_a_rebuild, writes_without_views
+
+from workcenter.adapters import postgres_write
+from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
+from workcenter.application import WorkCenter
+from workcenter.service_layer.history.hash_chain import HistoryConflict
+
+REQUEST = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
+
+
+@pytest.fixture
+def backend() -> str:
+    postgres.require_server()
+    return "postgresql"
+
+
+@pytest.fixture
+def exchanges(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """How each write went: "one", or "two" after the server sent it back."""
+    went: list[str] = []
+    write_once = OneCommitPostgresRecorder._write_once
+
+    def spy(self: OneCommitPostgresRecorder, *args: Any, **kwargs: Any) -> Any:
+        written = write_once(self, *args, **kwargs)
+        went.append("one" if written is not None else "two")
+        return written
+
+    monkeypatch.setattr(OneCommitPostgresRecorder, "_write_once", spy)
+    yield went
+
+
+def test_a_run_cycle_writes_in_one_exchange_each(wc: WorkCenter, exchanges: list[str]) -> None:
+    item = create_linear(wc, stages=("implement",))
+    claimed = wc.claim_next("worker-1")
+    assert claimed is not None
+    wc.renew_lease(claimed)
+    admission = wc.reserve_request(claimed.work_item_id, request=REQUEST, run_id=claimed.run_id)
+    wc.settle_request(claimed.work_item_id, admission.request_id, usage={"input_tokens": 9})
+    wc.finish_run(claimed, report())
+    assert exchanges and set(exchanges) == {"one"}, exchanges
+    assert wc.detail(item.id)["status"] == "done"  # type: ignore[index]
+    assert wc.maintenance.verify_history().ok
+    assert_views_equal_a_rebuild(wc)
+
+
+def test_views_behind_send_the_write_back_to_two_exchanges(
+    wc: WorkCenter, location: str, clock: FakeClock, exchanges: list[str]
+) -> None:
+    create_linear(wc, stages=("implement",))
+    writes_without_views(location, clock, items=2)  # every view is now behind
+    exchanges.clear()
+    create_linear(wc, stages=("implement",))
+    assert exchanges == ["two"]
+    assert wc.store.recorder.fallbacks == 1  # type: ignore[attr-defined]
+    create_linear(wc, stages=("implement",))
+    assert exchanges == ["two", "one"]  # the views caught up with the write before
+    assert wc.maintenance.verify_history().ok
+    assert_views_equal_a_rebuild(wc)
+
+
+def test_a_stream_written_between_the_build_and_the_lock_sends_the_write_back(
+    wc: WorkCenter,
+    location: str,
+    clock: FakeClock,
+    exchanges: list[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The finish's DTO was built from the ledger as this process last saw it; another
+    process reserves on that ledger after the build, before the write's lock: the server
+    finds the ledger moved on, and the DTO is built again under the lock."""
+    item = create_linear(wc, stages=("implement",))
+    claimed = wc.claim_next("worker-1")
+    assert claimed is not None
+    write_once = OneCommitPostgresRecorder._write_once
+    other = WorkCenter.open(location, clock=clock, create=False)
+
+    def meanwhile(self: OneCommitPostgresRecorder, *args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(OneCommitPostgresRecorder, "_write_once", write_once)
+        admission = other.reserve_request(item.id, request=REQUEST, run_id=claimed.run_id)
+        assert admission.allowed
+        return write_once(self, *args, **kwargs)
+
+    exchanges.clear()
+    monkeypatch.setattr(OneCommitPostgresRecorder, "_write_once", meanwhile)
+    try:
+        wc.finish_run(claimed, report())
+    finally:
+        other.close()
+    assert wc.store.recorder.fallbacks == 1  # type: ignore[attr-defined]
+    detail = wc.detail(item.id)
+    assert detail is not None and detail["status"] == "done"
+    assert wc.maintenance.verify_history().ok
+    assert_views_equal_a_rebuild(wc)
+
+
+def test_the_server_refuses_a_write_after_a_cut_tail_with_the_typed_error(
+    wc: WorkCenter,
+) -> None:
+    """The chain's cut check runs on the server (the tamper tests cover the rest)."""
+    create_linear(wc, stages=("implement",))
+    datastore = wc.store.factory.datastore  # type: ignore[attr-defined]
+    events = wc.store.recorder.events_table_name  # type: ignore[attr-defined]
+    with datastore.transaction(commit=True) as c:
+        c.execute(
+            f"DELETE FROM {events} WHERE notification_id = (SELECT MAX(notification_id)"
+            f" FROM {events})"
+        )
+    with refused(wc, HistoryConflict, match="deleted from the end"):
+        create_linear(wc, stages=("implement",))
+    assert wc.store.recorder.fallbacks == 0  # type: ignore[attr-defined]
+
+
+def test_statements_are_held_back_until_the_sync(wc: WorkCenter) -> None:
+    """What ``held_back`` rests on in psycopg: a pipelined statement executed in the block
+    is queued, not sent, so the server gets the whole write at once."""
+    datastore = wc.store.factory.datastore  # type: ignore[attr-defined]
+    with datastore.get_connection() as conn, conn.pipeline() as pipeline:
+        with postgres_write.held_back(conn):
+            cursor = conn.cursor()
+            cursor.execute("SELECT 1 AS one")
+            assert pipeline.command_queue, "psycopg sent the statement at once"
+        pipeline.sync()
+        assert cursor.fetchone()["one"] == 1
+
+
+def test_the_two_exchange_write_stays_when_turned_off(
+    wc: WorkCenter, exchanges: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(OneCommitPostgresRecorder, "one_exchange", False)
+    item = create_linear(wc, stages=("implement",))
+    claimed = wc.claim_next("worker-1")
+    assert claimed is not None
+    wc.finish_run(claimed, report())
+    assert exchanges == []
+    assert wc.detail(item.id)["status"] == "done"  # type: ignore[index]
+    assert wc.maintenance.verify_history().ok
+    assert_views_equal_a_rebuild(wc)
+
+
+def test_a_failed_statement_raises_its_own_error_however_the_answers_arrive(
+    wc: WorkCenter, location: str, clock: FakeClock
+) -> None:
+    """Leaving a pipeline takes its last answers in a ``finally``: when the failure was
+    taken first, psycopg raises the skipped statements' "pipeline aborted" over it (a
+    lost connection, to ``watch_connections``). Repeated, since which comes first
+    depends on timing."""
+    from eventsourcing.persistence import IntegrityError
+
+    item = create_linear(wc, stages=("implement",))
+    stale = wc._repository.events(item.id)[-1:]  # type: ignore[attr-defined]
+    for _ in range(20):
+        with pytest.raises(IntegrityError):
+            wc.store.events.put(stale)
+    for i in range(5):
+        writes_without_views(location, clock, items=1)
+        create_linear(wc, title=f"after {i}", stages=("implement",))
+    assert wc.store.recorder.fallbacks == 5  # type: ignore[attr-defined]
+    assert wc.maintenance.verify_history().ok
+    assert_views_equal_a_rebuild(wc)
