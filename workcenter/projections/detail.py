@@ -386,7 +386,8 @@ class DetailView(TrackedView):
             if item_id not in working:
                 return {}
             if stamps[item_id] == {self._created_at(item_id, working, None, None)}:
-                continue  # stored as a marker, whatever the read ahead finds
+                built[item_id] = DEFERRED  # a marker, whatever the read ahead finds
+                continue
             # Every stream the DTO reads is the command's or in ``wanted``: no read here.
             dto = self._build(item_id, at, working, None, assumed)
             if dto is not None:
