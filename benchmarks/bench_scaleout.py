@@ -59,7 +59,6 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any
-from uuid import UUID
 
 from bench_peer import PeerKitMissing, create, find_kit, peer_rep, report
 
@@ -129,9 +128,10 @@ def _collect_lock_holds(wc: WorkCenter) -> list[Any]:
 
 
 def unheld(view: Any, c: Any, page: int, catch_up: Any) -> Any:
-    """The claim before ADR-0054 on PostgreSQL: the queue's pages, oldest first, unheld."""
+    """The claim before ADR-0054 on PostgreSQL: the queue's pages, oldest first, unheld
+    (the first candidate's reservation, sent with the claim's first read, is not read)."""
     c.execute(work_queue.READY, (page, 0))
-    return view._paged([UUID(row[0]) for row in c.fetchall()], page)
+    return view._paged([work_queue.Candidate.of(row) for row in c.fetchall()], page)
 
 
 def skip_locked_claim_next(wc: Any, worker: str, lease: Any, by: Any) -> Any:
@@ -144,13 +144,14 @@ def skip_locked_claim_next(wc: Any, worker: str, lease: Any, by: Any) -> Any:
     for tried in range(1, claiming.CLAIM_PAGE + 1):
         with transaction(queue.datastore, commit=False) as c:
             c.execute(
-                "SELECT action_id FROM wq_actions WHERE status = 'ready' AND held = 0"
+                "SELECT action_id, work_item_id FROM wq_actions"
+                " WHERE status = 'ready' AND held = 0"
                 " ORDER BY ready_since, sequence LIMIT 1 FOR UPDATE SKIP LOCKED"
             )
             row = c.fetchone()
             if row is None:
                 return None
-            claim = claiming._try_claim(wc, UUID(row[0]), worker, lease, by)
+            claim = claiming._try_claim(wc, work_queue.Candidate.of(row), worker, lease, by)
             if claim is not None:
                 return dataclasses.replace(claim, candidates_tried=tried)
         wc.work_queue()  # the row was stale: catch the view up before the next

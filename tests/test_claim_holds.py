@@ -61,7 +61,7 @@ def test_a_candidate_held_by_another_claim_is_passed_over_on_postgresql(
     actions = three_items(wc)
     # Another claim is in flight on the oldest Action: it holds it until its claim ends.
     with other._runs.claim_candidates(16) as candidates:
-        assert next(candidates) == actions[0]
+        assert next(candidates).action_id == actions[0]
         claim = wc.claim_next("w1")
         assert claim is not None
         assert (claim.action_id, claim.candidates_tried) == (actions[1], 1)
@@ -77,7 +77,7 @@ def test_on_sqlite_a_claim_walks_the_queue_without_holding(
 ) -> None:
     actions = three_items(wc)
     with other._runs.claim_candidates(16) as candidates:
-        assert list(candidates) == actions
+        assert [c.action_id for c in candidates] == actions
     claim = wc.claim_next("w1")
     assert claim is not None and claim.action_id == actions[0]
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
 from typing import Any
 from uuid import UUID
 
@@ -108,6 +108,44 @@ def transaction(datastore: Any, *, commit: bool) -> Iterator[Any]:
             yield c
 
 
+class ReadPipeline:
+    """A PostgreSQL read transaction in psycopg's pipeline mode (see ``read_pipeline``)."""
+
+    def __init__(self, conn: Any, pipeline: Any) -> None:
+        self._conn = conn
+        self._pipeline = pipeline
+
+    def cursor(self) -> PortableCursor:
+        """A cursor of its own for each statement whose answer is taken after a sync: a
+        pipelined cursor keeps only its last statement's answer."""
+        return PortableCursor(self._conn.cursor())
+
+    def sync(self) -> None:
+        """Send what was queued and take every answer: one round trip."""
+        self._pipeline.sync()
+
+
+@contextmanager
+def read_pipeline(datastore: Any) -> Iterator[ReadPipeline]:
+    """PostgreSQL only: a read transaction whose ``BEGIN`` goes to the server with its
+    first statements, at the caller's first ``sync`` (``transaction`` sends it alone, a
+    round trip of its own). It ends as ``transaction``'s read does, in a ``COMMIT``;
+    any advisory lock it took is held until then (ADR-0074)."""
+    from psycopg.pq import TransactionStatus  # psycopg is the PostgreSQL extra's
+
+    with datastore.get_connection() as conn:
+        try:
+            with conn.pipeline() as pipeline:
+                conn.cursor().execute("BEGIN")
+                yield ReadPipeline(conn, pipeline)
+                conn.cursor().execute("COMMIT")
+        except BaseException:
+            if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
+                with suppress(Exception):
+                    conn.execute("ROLLBACK")
+            raise
+
+
 def ddl(statement: str, datastore: Any) -> str:
     """A view's SQLite DDL in the datastore's own types."""
     if not is_postgres(datastore):
@@ -129,11 +167,12 @@ def head_statement(recorder: Any) -> Any:
     return recorder.select_max_notification_id_statement
 
 
-def position_and_head(c: Any, recorder: Any, name: str) -> tuple[int, int]:
-    """View ``name``'s position and the event store's last notification id, read in one
-    statement: on PostgreSQL each statement of a read transaction sees the commits made
-    before it, so two statements could see a write between them and find a view that
-    is current behind the head (ADR-0069)."""
+def position_and_head(c: Any, recorder: Any, name: str) -> Callable[[], tuple[int, int]]:
+    """Send the read of view ``name``'s position and the event store's last notification
+    id, in one statement: on PostgreSQL each statement of a read transaction sees the
+    commits made before it, so two statements could see a write between them and find a
+    view that is current behind the head (ADR-0069). The answer is taken by calling what
+    this returns, after a pipeline's sync where there is one (ADR-0074)."""
     if is_postgres(recorder.datastore):
         events = f'"{recorder.datastore.schema}".{recorder.events_table_name}'
         head = f"SELECT MAX(notification_id) FROM {events}"
@@ -143,8 +182,12 @@ def position_and_head(c: Any, recorder: Any, name: str) -> tuple[int, int]:
         f"SELECT (SELECT MAX(notification_id) FROM tracking WHERE application_name = ?), ({head})",
         (name,),
     )
-    position, last = c.fetchone()
-    return int(position or 0), int(last or 0)
+
+    def answer() -> tuple[int, int]:
+        position, last = c.fetchone()
+        return int(position or 0), int(last or 0)
+
+    return answer
 
 
 def lock_view(c: Any, datastore: Any, name: str) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 from uuid import UUID
 
 from eventsourcing.dispatch import singledispatchmethod
@@ -26,7 +26,7 @@ from workcenter.projections import sql
 from workcenter.projections.tracked import Batch, TrackedView
 
 READY = (
-    "SELECT action_id FROM wq_actions WHERE status = 'ready' AND held = 0"
+    "SELECT action_id, work_item_id FROM wq_actions WHERE status = 'ready' AND held = 0"
     " ORDER BY ready_since, sequence LIMIT ? OFFSET ?"
 )
 # PostgreSQL: the oldest ready Action no other claim holds, and a hold on it until the
@@ -34,13 +34,26 @@ READY = (
 # a page already ordered and limited, so only the row returned is ever locked; the ids
 # this claim already tried are left out (it holds their locks itself).
 RESERVE = (
-    "SELECT action_id FROM (SELECT action_id FROM wq_actions"
+    "SELECT action_id, work_item_id FROM (SELECT action_id, work_item_id FROM wq_actions"
     " WHERE status = 'ready' AND held = 0 AND action_id <> ALL(?)"
     " ORDER BY ready_since, sequence LIMIT ?) AS page"
     " WHERE pg_try_advisory_xact_lock(?, hashtext(action_id)) LIMIT 1"
 )
 # The first key of the claim holds: apart from the views' write locks (one bigint key).
 CLAIM_LOCKS = 0x57C1
+
+
+class Candidate(NamedTuple):
+    """A claimable Action as the queue shows it, with its WorkItem's id: a claim loads
+    the Action, the item and its ledger in one read, though it has not seen the Action
+    (ADR-0074). Only a hint: the claim checks it against the Action's own events."""
+
+    action_id: UUID
+    work_item_id: UUID
+
+    @classmethod
+    def of(cls, row: Any) -> Candidate:
+        return cls(UUID(row[0]), UUID(row[1]))
 
 
 # The status an item's row takes after an event of these classes (StatusChanged says its
@@ -201,53 +214,65 @@ class WorkQueueView(TrackedView):
     def claim_candidates(
         self,
         page: int,
-        current: Callable[[Any], bool] | None = None,
+        current: Callable[[Any], Callable[[], bool]] | None = None,
         catch_up: Callable[[], None] | None = None,
-    ) -> Iterator[Iterator[UUID] | None]:
+    ) -> Iterator[Iterator[Candidate] | None]:
         """The claimable Actions, oldest first, for one claim to try in turn; None when
-        ``current`` (given a cursor) says the view is behind the head.
+        ``current`` says the view is behind the head (given a cursor, it sends its read
+        and returns what takes the answer).
 
         On PostgreSQL each candidate is held for the claim (a transaction-scoped advisory
         lock) and one that another claim holds is passed over, so concurrent claims take
         different Actions instead of racing for the oldest (ADR-0054). The hold is a hint
         only: the claim's optimistic save stays the fence. A candidate the claim found
         stale means the view is behind (kept by a runner, it lags the claims other
-        workers committed): ``catch_up`` brings it to the head before the next one.
+        workers committed): ``catch_up`` brings it to the head before the next one. The
+        transaction's ``BEGIN``, ``current``'s read and the first candidate's go to the
+        server together, one round trip (ADR-0074).
         On SQLite (one writer) the candidates are the pages of the queue, as before."""
-        postgres = sql.is_postgres(self.datastore)
+        if sql.is_postgres(self.datastore):
+            with sql.read_pipeline(self.datastore) as read:
+                at_head = current(read.cursor()) if current is not None else None
+                first = read.cursor().execute(RESERVE, ([], page, CLAIM_LOCKS))
+                read.sync()
+                if at_head is not None and not at_head():
+                    yield None
+                    return
+                yield self._reserved(first, page, catch_up)
+            return
         with sql.transaction(self.datastore, commit=False) as c:
-            if current is not None and not current(c):
+            if current is not None and not current(c)():
                 yield None
                 return
-            if postgres:
-                yield self._reserved(c, page, catch_up)
-                return
             c.execute(READY, (page, 0))
-            first = [UUID(row[0]) for row in c.fetchall()]
-        yield self._paged(first, page)
+            candidates = [Candidate.of(row) for row in c.fetchall()]
+        yield self._paged(candidates, page)
 
-    def _reserved(self, c: Any, page: int, catch_up: Callable[[], None] | None) -> Iterator[UUID]:
+    def _reserved(
+        self, c: Any, page: int, catch_up: Callable[[], None] | None
+    ) -> Iterator[Candidate]:
+        """The candidates, each reserved in turn: the first's statement was sent on ``c``."""
         tried: list[str] = []
         while True:
-            if tried and catch_up is not None:
-                catch_up()  # the last candidate was stale
-            c.execute(RESERVE, (tried, page, CLAIM_LOCKS))
             row = c.fetchone()
             if row is None:
                 return
             tried.append(row[0])
-            yield UUID(row[0])
+            yield Candidate.of(row)
+            if catch_up is not None:
+                catch_up()  # the last candidate was stale
+            c.execute(RESERVE, (tried, page, CLAIM_LOCKS))
 
-    def _paged(self, first: list[UUID], page: int) -> Iterator[UUID]:
+    def _paged(self, first: list[Candidate], page: int) -> Iterator[Candidate]:
         candidates, offset = first, 0
         seen: set[UUID] = set()
         while candidates:
             offset += len(candidates)
-            for action_id in candidates:
-                if action_id not in seen:
-                    seen.add(action_id)
-                    yield action_id
-            candidates = self.ready_actions(page, offset)
+            for candidate in candidates:
+                if candidate.action_id not in seen:
+                    seen.add(candidate.action_id)
+                    yield candidate
+            candidates = [Candidate.of(row) for row in self._rows(READY, (page, offset))]
 
     def live_runs(self) -> list[tuple[UUID, UUID, str, str, float]]:
         """(action id, run id, worker, boot id, expires at) of every Run believed live."""

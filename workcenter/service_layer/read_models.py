@@ -99,11 +99,17 @@ class ReadModels:
         c.execute(sql.head_statement(self.store.recorder))
         return int(c.fetchone()[0] or 0)
 
-    def at_head(self, c: Any, name: str) -> bool:
-        """Whether view ``name`` has every event, its position and the head read in one
-        statement with the view's cursor ``c``."""
-        position, head = sql.position_and_head(c, self.store.recorder, name)
-        return position >= head
+    def at_head(self, c: Any, name: str) -> Callable[[], bool]:
+        """Send, with the view's cursor ``c``, the read of whether view ``name`` has every
+        event (its position and the head in one statement); the answer is taken by
+        calling what this returns."""
+        answer = sql.position_and_head(c, self.store.recorder, name)
+
+        def current() -> bool:
+            position, head = answer()
+            return position >= head
+
+        return current
 
     def status(self) -> list[ProjectionStatus]:
         return projection_lifecycle.status(self.projections, self.store.recorder)

@@ -242,32 +242,38 @@ class Repository:
         return found
 
     def run_states(
-        self, action_id: UUID, *, with_ledger: bool
+        self, action_id: UUID, *, with_ledger: bool, work_item_id: UUID | None = None
     ) -> tuple[act.ActionState, wi.WorkItemState, rl.LedgerState | None]:
-        """An Action and its WorkItem (and, ``with_ledger``, the item's ledger): in one
-        read when the Action is cached, else the Action in one and the others in another
-        (a claim of an Action this process has not seen, ADR-0069)."""
+        """An Action and its WorkItem (and, ``with_ledger``, the item's ledger), in one read
+        when the Action is cached or ``work_item_id`` names its item (a claim's candidate
+        does, ADR-0074), else the Action in one read and the others in another (a command
+        on an Action this process has not seen, ADR-0069). A ``work_item_id`` that is not
+        the Action's is only a lost read: they are then loaded one by one."""
         action_id = inputs.aggregate_id(action_id, "Action")
         cache = self.store.repository.cache
         try:
             known = cache.get(action_id) if cache is not None else None
         except KeyError:
             known = None
-        if not isinstance(known, act.ActionState):
+        if isinstance(known, act.ActionState):
+            work_item_id = known.work_item_id
+        elif work_item_id is None:
             first = self.together({action_id: "action"})
             known = first.get(action_id) if first is not None else None
-        if isinstance(known, act.ActionState):
-            item_id = known.work_item_id
-            wanted: dict[UUID, Kind] = {action_id: "action", item_id: "item"}
+            if isinstance(known, act.ActionState):
+                work_item_id = known.work_item_id
+        if work_item_id is not None:
+            wanted: dict[UUID, Kind] = {action_id: "action", work_item_id: "item"}
             if with_ledger:
-                wanted[rl.ledger_id_for(item_id)] = "ledger"
+                wanted[rl.ledger_id_for(work_item_id)] = "ledger"
             states = self.together(wanted)
             if states is not None:
-                action, item = states[action_id], states[item_id]
-                ledger = states.get(rl.ledger_id_for(item_id)) if with_ledger else None
+                action, item = states[action_id], states[work_item_id]
+                ledger = states.get(rl.ledger_id_for(work_item_id)) if with_ledger else None
                 if (
                     isinstance(action, act.ActionState)
                     and isinstance(item, wi.WorkItemState)
+                    and action.work_item_id == item.id
                     and (ledger is None or isinstance(ledger, rl.LedgerState))
                 ):
                     return action, item, ledger

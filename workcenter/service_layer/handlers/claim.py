@@ -15,6 +15,7 @@ from workcenter.domain import action as act
 from workcenter.domain import actor as actors
 from workcenter.domain import runs
 from workcenter.domain.actor import Actor
+from workcenter.projections.work_queue import Candidate
 from workcenter.service_layer.ports import Clock
 from workcenter.service_layer.repository import Repository
 
@@ -68,7 +69,7 @@ class ClaimSource(Protocol):
     clock: Clock
     boot_id: str
 
-    def claim_candidates(self, page: int) -> AbstractContextManager[Iterator[UUID]]: ...
+    def claim_candidates(self, page: int) -> AbstractContextManager[Iterator[Candidate]]: ...
 
 
 def claim_next(wc: ClaimSource, worker: str, lease: timedelta, by: Actor) -> Claim | None:
@@ -77,17 +78,20 @@ def claim_next(wc: ClaimSource, worker: str, lease: timedelta, by: Actor) -> Cla
     The candidates come oldest first; on PostgreSQL each is held for this claim until
     it ends, so concurrent claims pass over each other's (ADR-0054)."""
     with wc.claim_candidates(CLAIM_PAGE) as candidates:
-        for tried, action_id in enumerate(candidates, start=1):
-            claim = _try_claim(wc, action_id, worker, lease, by)
+        for tried, candidate in enumerate(candidates, start=1):
+            claim = _try_claim(wc, candidate, worker, lease, by)
             if claim is not None:
                 return replace(claim, candidates_tried=tried)
     return None
 
 
 def _try_claim(
-    wc: ClaimSource, action_id: UUID, worker: str, lease: timedelta, by: Actor
+    wc: ClaimSource, candidate: Candidate, worker: str, lease: timedelta, by: Actor
 ) -> Claim | None:
-    action, item, ledger = wc.repo.run_states(action_id, with_ledger=True)
+    action_id = candidate.action_id
+    action, item, ledger = wc.repo.run_states(
+        action_id, with_ledger=True, work_item_id=candidate.work_item_id
+    )
     if runs.claimable(item, action) is not None:
         return None
     unit = runs.claim(

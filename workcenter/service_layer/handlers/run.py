@@ -20,7 +20,7 @@ from workcenter.domain.model import DomainEvent
 from workcenter.domain.outcome import RunReport
 from workcenter.domain.run import parse_progress
 from workcenter.domain.unit import Unit
-from workcenter.projections.work_queue import WorkQueue, WorkQueueView
+from workcenter.projections.work_queue import Candidate, WorkQueue, WorkQueueView
 from workcenter.service_layer.handlers import claim as claiming
 from workcenter.service_layer.handlers.claim import Claim
 from workcenter.service_layer.ports import Clock
@@ -72,11 +72,12 @@ class RunCommands:
         return self.read_models.fresh(WorkQueue.name)  # type: ignore[no-any-return]
 
     @contextmanager
-    def claim_candidates(self, page: int) -> Iterator[Iterator[UUID]]:
+    def claim_candidates(self, page: int) -> Iterator[Iterator[Candidate]]:
         """The claimable Actions, oldest first, each held for this claim where the
         database can (ADR-0054). When the view is at the head (the common case) its
         position and the first candidate are read in one transaction; else it is caught
-        up first, as ``work_queue`` does."""
+        up first, as ``work_queue`` does. On PostgreSQL that transaction's ``BEGIN``, the
+        position and the first candidate are one round trip (ADR-0074)."""
 
         def catch_up() -> None:
             self.read_models.catch_up([WorkQueue.name])
@@ -85,7 +86,7 @@ class RunCommands:
             view: WorkQueueView = self.read_models.view(WorkQueue.name)
             at_head = self.read_models.at_head
 
-            def current(c: Any) -> bool:
+            def current(c: Any) -> Callable[[], bool]:
                 return at_head(c, WorkQueue.name)
 
             with view.claim_candidates(page, current, catch_up) as candidates:

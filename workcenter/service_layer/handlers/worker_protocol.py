@@ -28,6 +28,7 @@ from workcenter.domain import resource_ledger as rl
 from workcenter.domain.errors import CommandRefused, InvalidInput, NotFound, StaleRun
 from workcenter.domain.outcome import RunReport, report_digest
 from workcenter.domain.unit import Unit
+from workcenter.projections.work_queue import Candidate
 from workcenter.service_layer.handlers import claim as claiming
 from workcenter.service_layer.handlers.claim import Claim
 from workcenter.service_layer.handlers.resource_ledger import BudgetCommands
@@ -80,7 +81,7 @@ class _OwnBoot:
         self.clock: Clock = runs.clock
         self.boot_id = boot_id
 
-    def claim_candidates(self, page: int) -> AbstractContextManager[Iterator[UUID]]:
+    def claim_candidates(self, page: int) -> AbstractContextManager[Iterator[Candidate]]:
         return self.runs.claim_candidates(page)
 
 
