@@ -14,13 +14,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import postgres
+import psycopg
 import pytest
 from conftest import FakeClock, create_linear, refused, report
+from eventsourcing.persistence import IntegrityError
 from test_read_ahead import assert_views_equal_a_rebuild, writes_without_views
 
 from workcenter.adapters import postgres_write
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
 from workcenter.application import WorkCenter
+from workcenter.projections import sql
 from workcenter.service_layer.history.hash_chain import HistoryConflict
 
 REQUEST = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
@@ -175,3 +178,70 @@ def test_a_failed_statement_raises_its_own_error_however_the_answers_arrive(
     assert wc.store.recorder.fallbacks == 5  # type: ignore[attr-defined]
     assert wc.maintenance.verify_history().ok
     assert_views_equal_a_rebuild(wc)
+
+
+def test_a_write_is_its_call_its_rows_and_its_commit(
+    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The library's lock timeout, lock, notify and insert are done by the one call
+    (ADR-0075): a renewal sends BEGIN, the call, the work queue's row and COMMIT (8
+    statements before, the library's four and the call among them)."""
+    create_linear(wc, stages=("implement",))
+    claimed = wc.claim_next("worker-1")
+    assert claimed is not None
+    sent: list[str] = []
+    execute = psycopg.Cursor.execute
+
+    def spy(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        text = query if isinstance(query, str) else query.as_string(self)
+        sent.append(text.split("(")[0].split()[0].upper())
+        return execute(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", spy)
+    wc.renew_lease(claimed)
+    # The renewal's read of its Action (one statement), then its write.
+    assert sent[1:] == ["BEGIN", "SELECT", "UPDATE", "COMMIT"], sent
+
+
+def test_a_lost_race_through_the_call_is_the_librarys_integrity_error(
+    wc: WorkCenter,
+) -> None:
+    """The optimistic insert's unique violation, raised inside the call, reaches the
+    repository as the library's IntegrityError: it writes nothing and the connection
+    stays usable."""
+    item = create_linear(wc, stages=("implement",))
+    head = wc.store.recorder.max_notification_id()
+    stale = wc._repository.events(item.id)[-1:]  # type: ignore[attr-defined]
+    for _ in range(3):
+        with pytest.raises(IntegrityError):
+            wc.store.events.put(stale)
+    assert wc.store.recorder.max_notification_id() == head
+    create_linear(wc, stages=("implement",))
+    assert wc.maintenance.verify_history().ok
+
+
+def test_a_failed_pipelines_roll_back_forgets_what_psycopg_prepared(wc: WorkCenter) -> None:
+    """psycopg counts a statement prepared when it sends its ``Parse`` (at its sixth
+    execution), before the answer; in a pipeline after a failed statement the server
+    skips it, and psycopg forgets its statements on a ``ROLLBACK`` only in some states.
+    Four worker processes met the difference ("prepared statement ... does not exist",
+    ADR-0075): a failed pipeline's roll back clears psycopg's cache, so that psycopg
+    deallocates everything before its next statement and both sides agree."""
+    datastore = wc.store.factory.datastore  # type: ignore[attr-defined]
+    add_one = "SELECT 1 + %s::int AS two"
+    with datastore.get_connection() as conn:
+        # A ROLLBACK seen while nothing was prepared: psycopg counts it, and so skips its
+        # forgetting when it sees the next one (it does so for statements new to it only).
+        conn.execute("ROLLBACK")
+        for _ in range(5):
+            conn.execute(add_one, (1,))
+        with pytest.raises(psycopg.errors.DivisionByZero), conn.pipeline():
+            conn.execute("BEGIN")
+            conn.execute("SELECT 1 / 0")
+            conn.execute(add_one, (1,))  # the sixth: prepared, its Parse skipped
+            conn.execute("COMMIT")
+        assert conn._prepared._names  # psycopg believes it prepared
+        sql.roll_back(conn)
+        assert not conn._prepared._names
+        assert conn.execute(add_one, (1,)).fetchone()["two"] == 2
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE

@@ -12,7 +12,6 @@ connection and before the one commit, does the rest of the command's writing.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,7 +21,6 @@ import psycopg
 from eventsourcing.persistence import InterfaceError, Notification, OperationalError, StoredEvent
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.utils import retry
-from psycopg.pq import TransactionStatus
 
 from workcenter.adapters import postgres_write
 from workcenter.adapters.postgres_chain import PostgresChainTable
@@ -67,7 +65,9 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
     def create_table(self) -> None:
         super().create_table()
         self.chain.create()
-        postgres_write.install(self.datastore, self.events_table_name, self.chain.name)
+        postgres_write.install(
+            self.datastore, self.events_table_name, self.chain.name, self.channel_name
+        )
 
     def chain_unchained(self) -> int:
         """The migration run when a store is opened (see the SQLite twin)."""
@@ -156,7 +156,7 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                     insert.execute("COMMIT")
                 # Leaving the pipeline synced it: the commit's answer is in.
             except BaseException:
-                _roll_back(conn)
+                sql.roll_back(conn)
                 raise
             if self.lock_holds is not None:
                 self.lock_holds.append((time.perf_counter() - locked, locked - started))
@@ -165,25 +165,25 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
     def _write_once(
         self, conn: Any, stored_events: Sequence[StoredEvent], once: Prebuilt, **kwargs: Any
     ) -> Sequence[int] | None:
-        """The write in one exchange (ADR-0070): ``BEGIN``, the library's lock, notify and
-        insert, ``wc_write`` (the chain, the views' locks, checks and positions), the rows
-        built before the lock, the snapshots and ``COMMIT``, all held back and sent at
-        the one sync. None if the server found what the rows did not see (``FALLBACK``):
-        the transaction is rolled back and the caller writes the two-exchange way."""
+        """The write in one exchange (ADR-0070): ``BEGIN``, ``wc_write_events`` (the
+        library's lock, notify and insert, the chain, the views' locks, checks and
+        positions, ADR-0075), the rows built before the lock, the snapshots and
+        ``COMMIT``, all held back and sent at the one sync. None if the server found what
+        the rows did not see (``FALLBACK``): the transaction is rolled back and the caller
+        writes the two-exchange way."""
         started = time.time()  # the wall clock: compared with the server's, on this machine
         try:
             with conn.pipeline(), postgres_write.held_back(conn):
-                insert = conn.cursor()
-                insert.execute("BEGIN")
+                begin = conn.cursor()
+                begin.execute("BEGIN")
                 if not self.synchronous_commit:
-                    insert.execute("SET LOCAL synchronous_commit = off")
-                self._insert_events(insert, stored_events, **kwargs)
-                self._insert_stored_events(insert, stored_events, **kwargs)
+                    begin.execute("SET LOCAL synchronous_commit = off")
                 call = postgres_write.send(
                     conn,
                     self.datastore.schema,
                     self.events_table_name,
                     stored_events,
+                    self.datastore.lock_timeout,
                     self.chained,
                     once,
                 )
@@ -197,7 +197,7 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                     released.execute("SELECT extract(epoch FROM clock_timestamp()) AS t")
             # Leaving the pipeline sends everything and one sync, and takes the answers.
         except psycopg.Error as raised:
-            _roll_back(conn)
+            sql.roll_back(conn)
             error = _failed_statement(raised)
             if error.sqlstate == postgres_write.CUT:
                 raise hash_chain.HistoryConflict(error.diag.message_primary or str(error)) from None
@@ -208,17 +208,16 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                 raise error from None
             raise
         except BaseException:
-            _roll_back(conn)
+            sql.roll_back(conn)
             raise
-        ids = self._fetch_ids_after_insert_events(insert, stored_events)
+        answer = call.fetchone()
         if self.lock_holds is not None:
-            # The server's clock from wc_write's start (the lock granted, the events
-            # inserted just before) to the commit's end: on the server, not up to the
-            # reply's arrival here (the lock is no longer held while this process waits
-            # to be scheduled to read it). The wall clock: the same machine's.
-            locked = float(call.fetchone()["wc_write"])
+            # The server's clock from the lock's grant to the commit's end: on the server,
+            # not up to the reply's arrival here (the lock is no longer held while this
+            # process waits to be scheduled to read it). The wall clock: the same machine's.
+            locked = float(answer["started"])
             self.lock_holds.append((float(released.fetchone()["t"]) - locked, locked - started))
-        return ids
+        return list(answer["ids"])
 
     def _insert_along(
         self,
@@ -384,13 +383,3 @@ def _failed_statement(error: psycopg.Error) -> psycopg.Error:
     ):
         error = error.__context__
     return error
-
-
-def _roll_back(conn: Any) -> None:
-    """End the transaction a failed write left open (a failed statement, or an exception
-    before the COMMIT was sent). On a broken connection there is nothing to end: the
-    server rolled back, and the pool discards the connection."""
-    if conn.closed or conn.info.transaction_status == TransactionStatus.IDLE:
-        return
-    with contextlib.suppress(psycopg.Error):
-        conn.execute("ROLLBACK")

@@ -6,13 +6,14 @@ exchange's reply until its commit, so the lock spans the client's work between t
 (the chain's links, the views' rows) and, with more processes than cores, the time the
 client waits to be scheduled. Here everything that needs the lock is done by the server:
 
-- the chain's links by ``wc_write`` (plpgsql), with ``wc_chain_digest``, a SQL
+- the library's lock, notify and insert, as its own insert does them, and the chain's
+  links, by ``wc_write_events`` (plpgsql, ADR-0075), with ``wc_chain_digest``, a SQL
   function whose bytes equal ``hash_chain.digest`` (``tests/test_chain_sql.py``);
-- the views' positions by ``wc_write``, from the notification ids just inserted;
+- the views' positions by ``wc_write_events``, from the notification ids just inserted;
 - the views' rows were built by the client before the pipeline starts: the work queue's
   and the mailbox's do not depend on positions, and the detail view's DTOs were built
   before the lock (ADR-0069) and are written with their positions read by the server.
-  ``wc_write`` checks what the client assumed when it built them (no view behind, except
+  ``wc_write_events`` checks what the client assumed when it built them (no view behind, except
   the detail view on the streams of the items it rewrites, and each stream the DTOs
   read at the version they read) and raises ``FALLBACK`` otherwise: the client rolls
   back and writes the two-exchange way.
@@ -33,7 +34,7 @@ from workcenter.projections import sql
 from workcenter.projections.inline import Prebuilt
 from workcenter.service_layer.history import hash_chain
 
-# SQLSTATEs raised by ``wc_write``: class "WC" is no PostgreSQL class, so neither can be
+# SQLSTATEs raised by ``wc_write_events``: class "WC" is no PostgreSQL class, so neither can be
 # mistaken for a server's own error.
 FALLBACK: Final = "WCF01"  # something the client's rows did not see: write the other way
 CUT: Final = "WCH01"  # the chain's head is gone: ``hash_chain.HistoryConflict``
@@ -65,12 +66,12 @@ def _digest(
     )
 
 
-def function_statements(schema: str, events: str, chain: str, sequence: str) -> list[str]:
+def function_statements(schema: str, events: str, chain: str, channel: str) -> list[str]:
     """``CREATE OR REPLACE`` statements of the store's functions, names schema-qualified
-    (``sequence``: the events' notification ids', as ``pg_get_serial_sequence`` names it)."""
+    (``channel``: the one the library's insert notifies)."""
     s = f'"{schema}"'
     ev = f"{s}.{events}"
-    sequence = "'" + sequence.replace("'", "''") + "'"
+    channel = '"' + channel.replace('"', '""') + '"'
     digest = f"""
 CREATE OR REPLACE FUNCTION {s}.wc_chain_digest(
   bigint, bigint, uuid, bigint, text, bytea, bytea, bytea) RETURNS bytea
@@ -78,25 +79,30 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $f$
   SELECT {_digest("$1", "$2", "$3", "$4", "$5", "$6", "$7", "$8")}
 $f$"""
     write = f"""
-CREATE OR REPLACE FUNCTION {s}.wc_write(
-  oids uuid[], versions bigint[], chained boolean, views text[], lenient text,
-  lenient_streams uuid[], wanted_ids uuid[], wanted_versions bigint[])
-RETURNS double precision
+CREATE OR REPLACE FUNCTION {s}.wc_write_events(
+  oids uuid[], versions bigint[], topics text[], states bytea[], lock_timeout text,
+  chained boolean, views text[], lenient text, lenient_streams uuid[], wanted_ids uuid[],
+  wanted_versions bigint[], OUT ids bigint[], OUT started double precision)
 LANGUAGE plpgsql AS $f$
 DECLARE
   first_id bigint; last_id bigint; head_position bigint; head_digest bytea;
   prev bigint; prev_digest bytea; stream_digest bytea; link bytea;
   e record; v text; pos bigint; i int;
-  -- Returned: when the server got here, the lock held (the client times the hold).
-  started double precision := extract(epoch FROM clock_timestamp());
 BEGIN
-  -- The table lock is held and the insert just ran: its events are the newest, the last
-  -- this session took from the sequence. Not found by (id, version) pairs: a statement
-  -- over unnested arrays is planned again at every call (ADR-0069), 0.2 ms each here.
-  last_id := currval({sequence});
-  SELECT min(notification_id) INTO first_id FROM (SELECT notification_id FROM {ev}
-    WHERE notification_id <= last_id ORDER BY notification_id DESC
-    LIMIT cardinality(oids)) mine;
+  -- What the library's insert does (its lock timeout, lock, notify and insert), here so
+  -- that the whole write is one statement (ADR-0075). The lock serialises the writers:
+  -- their ids commit in order, and these are the newest.
+  PERFORM set_config('lock_timeout', lock_timeout, true);
+  LOCK TABLE {ev} IN EXCLUSIVE MODE;
+  -- Returned: when the lock was granted (the client times the hold).
+  started := extract(epoch FROM clock_timestamp());
+  NOTIFY {channel};
+  WITH inserted AS (
+    INSERT INTO {ev} (originator_id, originator_version, topic, state)
+    SELECT * FROM unnest(oids, versions, topics, states) RETURNING notification_id)
+  SELECT array_agg(notification_id ORDER BY notification_id) INTO ids FROM inserted;
+  first_id := ids[1];
+  last_id := ids[cardinality(ids)];
   IF chained THEN
     SELECT position, digest INTO head_position, head_digest FROM {s}.{chain}
       ORDER BY position DESC LIMIT 1;
@@ -169,23 +175,23 @@ BEGIN
         MESSAGE = format('stream %s moved on from version %s', wanted_ids[i], wanted_versions[i]);
     END IF;
   END LOOP;
-  RETURN started;
 END
 $f$"""
-    return [digest, write]
+    # The write before ADR-0075, which followed the library's own insert.
+    drop = (
+        f"DROP FUNCTION IF EXISTS {s}.wc_write("
+        "uuid[], bigint[], boolean, text[], text, uuid[], uuid[], bigint[])"
+    )
+    return [digest, write, drop]
 
 
-def install(datastore: Any, events: str, chain: str) -> None:
+def install(datastore: Any, events: str, chain: str, channel: str) -> None:
     """Create or replace the functions, under an advisory lock: processes opening one
     store at once would otherwise race (``tuple concurrently updated``)."""
     schema = datastore.schema
     with datastore.transaction(commit=True) as c:
         c.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"workcenter:{schema}:functions",))
-        c.execute(
-            "SELECT pg_get_serial_sequence(%s, 'notification_id') AS s", (f'"{schema}".{events}',)
-        )
-        sequence = c.fetchone()["s"]
-        for statement in function_statements(schema, events, chain, sequence):
+        for statement in function_statements(schema, events, chain, channel):
             c.execute(statement)
 
 
@@ -194,18 +200,23 @@ def send(
     schema: str,
     events: str,
     stored: Sequence[StoredEvent],
+    lock_timeout: int,
     chained: bool,
     prebuilt: Prebuilt,
 ) -> Any:
-    """Send, after the insert in the same pipeline, ``wc_write`` and the rows built before
-    the lock; returns the cursor of ``wc_write``, whose one value is the server's clock
-    when it started, the table lock held (in seconds since the epoch)."""
+    """Send ``wc_write_events`` (the lock, the insert, the chain's links, the views' checks
+    and positions) and the rows built before the lock; returns the cursor of the call,
+    whose one row holds the events' notification ids and the server's clock when the lock
+    was granted (seconds since the epoch)."""
     call = conn.cursor()
     call.execute(
-        f'SELECT "{schema}".wc_write(%s, %s, %s, %s, %s, %s, %s, %s)',
+        f'SELECT * FROM "{schema}".wc_write_events(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)',
         (
             [e.originator_id for e in stored],
             [e.originator_version for e in stored],
+            [e.topic for e in stored],
+            [e.state for e in stored],
+            f"{lock_timeout}s",
             chained,
             list(prebuilt.views),
             prebuilt.lenient,

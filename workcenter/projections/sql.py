@@ -131,8 +131,6 @@ def read_pipeline(datastore: Any) -> Iterator[ReadPipeline]:
     first statements, at the caller's first ``sync`` (``transaction`` sends it alone, a
     round trip of its own). It ends as ``transaction``'s read does, in a ``COMMIT``;
     any advisory lock it took is held until then (ADR-0074)."""
-    from psycopg.pq import TransactionStatus  # psycopg is the PostgreSQL extra's
-
     with datastore.get_connection() as conn:
         try:
             with conn.pipeline() as pipeline:
@@ -140,10 +138,33 @@ def read_pipeline(datastore: Any) -> Iterator[ReadPipeline]:
                 yield ReadPipeline(conn, pipeline)
                 conn.cursor().execute("COMMIT")
         except BaseException:
-            if not conn.closed and conn.info.transaction_status != TransactionStatus.IDLE:
-                with suppress(Exception):
-                    conn.execute("ROLLBACK")
+            roll_back(conn)
             raise
+
+
+def roll_back(conn: Any) -> None:
+    """End the transaction a failed pipeline left open (a failed statement, or an
+    exception before the ``COMMIT`` was sent), and forget what psycopg prepared on the
+    connection. On a broken connection there is nothing to end: the server rolled back,
+    and the pool discards the connection.
+
+    psycopg counts a statement as prepared when it sends its ``Parse`` at the statement's
+    fifth execution, before the answer; in a pipeline a statement after a failed one is
+    skipped, ``Parse`` included, and psycopg does not notice: the connection's next use
+    of it fails with "prepared statement ... does not exist" (found by four worker
+    processes, ADR-0075). Clearing psycopg's cache makes it send ``DEALLOCATE ALL`` before
+    its next statement and prepare afresh: both sides agree again."""
+    from psycopg import Error
+    from psycopg.pq import TransactionStatus  # psycopg is the PostgreSQL extra's
+
+    if conn.closed:
+        return
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        with suppress(Error):
+            conn.execute("ROLLBACK")
+    prepared = getattr(conn, "_prepared", None)  # psycopg's PrepareManager
+    if prepared is not None:
+        prepared.clear()
 
 
 def ddl(statement: str, datastore: Any) -> str:
