@@ -34,7 +34,11 @@ reply that granted the lock to the commit's reply) and the ceiling it implies,
 1 / median (ADR-0052).
 
 Every figure carries the candidates a claim tried (``Claim.candidates_tried``,
-counted, not timed): 1.0 means no claim lost a race to another worker.
+counted, not timed): 1.0 means no claim lost a race to another worker. Each row
+also shows the whole machine's CPU per cycle over the measured window (workers,
+database server and kernel, from ``/proc/stat``: when it grows with the workers,
+contention is wasting work) and, on PostgreSQL, the one-exchange writes the
+server sent back to the two-exchange way per cycle (ADR-0070), when there were any.
 
 ``--claims`` compares, on PostgreSQL with ``--workers`` processes (default 16) and the
 views kept asynchronously (the scale-out mode), three claims: ``held`` (today: each
@@ -48,6 +52,7 @@ and ``skip_locked`` (each candidate's work-queue row taken by
 from __future__ import annotations
 
 import argparse
+import bisect
 import dataclasses
 import json
 import os
@@ -55,6 +60,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -99,6 +105,7 @@ def worker(store: str, name: str, ready: str, go: str, out: str, mode: str, wait
             wc.renew_lease(warm, lease_seconds=LEASE)
             wc.finish_run(warm, report(warm.action_id))
         holds = _collect_lock_holds(wc)
+        fallbacks = getattr(wc.store.recorder, "fallbacks", 0)
         Path(ready).touch()
         while not os.path.exists(go):
             time.sleep(0.001)
@@ -112,8 +119,17 @@ def worker(store: str, name: str, ready: str, go: str, out: str, mode: str, wait
             wc.finish_run(claim, report(claim.action_id))
             cycles += 1
         ended = time.time()  # the clock stops here, not at the process's exit
+        fallbacks = getattr(wc.store.recorder, "fallbacks", 0) - fallbacks
     Path(out).write_text(
-        json.dumps({"cycles": cycles, "tried": tried, "holds": holds, "ended": ended})
+        json.dumps(
+            {
+                "cycles": cycles,
+                "tried": tried,
+                "holds": holds,
+                "ended": ended,
+                "fallbacks": fallbacks,
+            }
+        )
     )
 
 
@@ -198,12 +214,14 @@ def drain(
                 raise RuntimeError("a worker failed to start")
             time.sleep(0.01)
         started = time.time()  # wall clock: the workers' ends are read on the same one
+        machine = MachineCPU()
         (d / "go").touch()
         for p in procs:
             if p.wait() != 0:
                 raise RuntimeError(f"a worker exited with {p.returncode}")
         results = [json.loads((d / f"w{k}.json").read_text()) for k in range(workers)]
         seconds = max(r["ended"] for r in results) - started
+        busy = machine.busy_seconds(started, started + seconds)
     cycles = sum(r["cycles"] for r in results)
     holds = [hold[0] for r in results for hold in r.get("holds", ())]
     return {
@@ -211,7 +229,37 @@ def drain(
         "cycles": cycles,
         "tried": sum(r["tried"] for r in results),
         "holds": holds,
+        "fallbacks": sum(r.get("fallbacks", 0) for r in results),
+        "busy": busy,
     }
+
+
+class MachineCPU:
+    """The whole machine's busy CPU time (every process: workers, the database server,
+    the kernel), sampled from ``/proc/stat`` every 20 ms by a thread, to read over the
+    measured window only (not the workers' start or exit). None off Linux."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, int]] = []
+        self.running = Path("/proc/stat").exists()
+        if self.running:
+            threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        while self.running:
+            fields = [int(v) for v in Path("/proc/stat").read_text().split()[1:9]]
+            busy = sum(fields) - fields[3] - fields[4]  # all but idle and iowait
+            self.samples.append((time.time(), busy))
+            time.sleep(0.02)
+
+    def busy_seconds(self, start: float, end: float) -> float | None:
+        self.running = False
+        times = [t for t, _ in self.samples]
+        if len(times) < 2:
+            return None
+        first = self.samples[max(bisect.bisect_left(times, start) - 1, 0)]
+        last = self.samples[min(bisect.bisect_left(times, end), len(times) - 1)]
+        return (last[1] - first[1]) / os.sysconf("SC_CLK_TCK")
 
 
 class Stores:
@@ -262,7 +310,14 @@ def measure(
         cleanup()
     if result["cycles"] != n:
         raise RuntimeError(f"{result['cycles']} cycles for {n} items")
-    measured = {"cycles_per_s": n / result["seconds"], "tried_per_cycle": result["tried"] / n}
+    measured = {
+        "cycles_per_s": n / result["seconds"],
+        "tried_per_cycle": result["tried"] / n,
+        "fallbacks_per_cycle": result["fallbacks"] / n,
+    }
+    if result["busy"] is not None:
+        # Every process's CPU per cycle: it grows when contention wastes work.
+        measured["machine_cpu_ms"] = result["busy"] / n * 1000
     if result["holds"]:
         # The table lock's hold per write, from the reply that granted it to the commit's.
         holds = sorted(result["holds"])
@@ -318,6 +373,9 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
             "tried_per_cycle": median(rep_runs, "tried_per_cycle"),
             "reps": [r["cycles_per_s"] for r in rep_runs],
         }
+        if "machine_cpu_ms" in rep_runs[0]:
+            rows[name]["machine_cpu_ms"] = median(rep_runs, "machine_cpu_ms")
+        rows[name]["fallbacks_per_cycle"] = median(rep_runs, "fallbacks_per_cycle")
         if "hold_median_ms" in rep_runs[0]:
             rows[name]["hold_median_ms"] = median(rep_runs, "hold_median_ms")
             rows[name]["hold_p95_ms"] = median(rep_runs, "hold_p95_ms")
@@ -399,9 +457,13 @@ def render(result: dict[str, Any]) -> None:
         ratio = f"{row['ratio']:.2f}" if "ratio" in row else ""
         tried = f"{row['tried_per_cycle']:.2f}" if "tried_per_cycle" in row else ""
         hold = ""
+        if "machine_cpu_ms" in row:
+            hold += f"  CPU {row['machine_cpu_ms']:.1f} ms/cycle"
+        if row.get("fallbacks_per_cycle"):
+            hold += f"  fallbacks {row['fallbacks_per_cycle']:.2f}/cycle"
         if "hold_median_ms" in row:
             ceiling = 1000 / row["hold_median_ms"]
-            hold = (
+            hold += (
                 f"  lock hold {row['hold_median_ms']:.2f} ms median,"
                 f" {row['hold_p95_ms']:.2f} ms p95 (ceiling {ceiling:,.0f} writes/s)"
             )
