@@ -25,7 +25,7 @@ from conftest import (
 )
 
 from workcenter.application import WorkCenter
-from workcenter.projections.detail import Detail
+from workcenter.projections.detail import DEFERRED, Detail
 from workcenter.projections.dto import detail_dto
 
 
@@ -49,20 +49,40 @@ def statements(wc: WorkCenter) -> Iterator[list[str]]:
             connection.set_trace_callback(None)
 
 
-def test_every_save_but_a_renewal_stores_the_items_dto_before_any_read(wc: WorkCenter) -> None:
+def stored(wc: WorkCenter, item_id: Any) -> bytes:
+    """The item's row as stored: a DTO, or the marker of one built when read (ADR-0073)."""
+    rows = wc.details._rows("SELECT dto FROM dv_details WHERE work_item_id = ?", (item_id.hex,))
+    return bytes(rows[0][0])
+
+
+def test_every_save_keeps_the_view_at_the_head_storing_a_dto_or_a_marker(
+    wc: WorkCenter, clock: FakeClock
+) -> None:
+    """Every save writes the view (ADR-0076): a claim and a finish store the item's DTO;
+    a heartbeat stores a marker, from which a read builds the DTO, writing nothing."""
     item = create_linear(wc, stages=("implement",))
     assert detail_position(wc) == wc.event_count()
-    assert wc.details.detail(item.id) is not None  # stored by the save, not by a read
+    clock.advance(1)
     claimed = claim(wc)
     assert detail_position(wc) == wc.event_count()
+    assert stored(wc, item.id) != DEFERRED
     claimed_dto = wc.details.detail(item.id)
+    assert claimed_dto is not None
     wc.renew_lease(claimed)
-    assert detail_position(wc) < wc.event_count()  # a heartbeat leaves the view behind
-    assert wc.details.detail(item.id) == claimed_dto
+    assert detail_position(wc) == wc.event_count()
+    assert stored(wc, item.id) == DEFERRED  # a heartbeat builds no DTO
+    renewed = wc.details.detail(item.id)
+    assert renewed is not None
+    assert (
+        renewed["executionControl"]["dataRevision"]
+        == claimed_dto["executionControl"]["dataRevision"] + 2
+    )
+    assert stored(wc, item.id) == DEFERRED  # the read wrote nothing
     wc.finish_run(claimed, report())
     assert detail_position(wc) == wc.event_count()
-    stored = wc.details.detail(item.id)
-    assert stored is not None and stored["status"] == "done"
+    assert stored(wc, item.id) != DEFERRED
+    done = wc.details.detail(item.id)
+    assert done is not None and done["status"] == "done"
 
 
 def test_a_read_of_a_current_view_is_one_read_transaction_and_writes_nothing(
@@ -126,40 +146,46 @@ def test_a_view_left_behind_is_caught_up_by_the_next_read(db_path: Path) -> None
         reader.close()
 
 
-def test_ledger_only_saves_leave_the_view_to_the_next_read_which_sees_them(
-    wc: WorkCenter,
+def test_ledger_only_saves_store_a_marker_which_a_read_builds_from(
+    wc: WorkCenter, clock: FakeClock
 ) -> None:
-    """Reserving and settling LLM requests (many per Run) do not build the DTO each;
-    the next read (or item or Action save) folds them all, so a read still sees them."""
+    """Reserving and settling LLM requests (many per Run) do not build the DTO each:
+    each stores a marker and keeps the view at the head (ADR-0076); a read builds the
+    DTO with them all, and the next item or Action save stores it."""
     item = create_linear(wc, stages=("implement",))
+    clock.advance(1)
     claimed = claim(wc)
     before = wc.detail(item.id)
     request = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
     for _ in range(3):
         admission = wc.reserve_request(item.id, request=request, run_id=claimed.run_id)
         assert admission.allowed
-    assert detail_position(wc) < wc.event_count()
-    assert wc.details.detail(item.id) == before  # nothing built by those saves
+        assert detail_position(wc) == wc.event_count()
+        assert stored(wc, item.id) == DEFERRED
     after = wc.detail(item.id)
     assert after != before
-    assert detail_position(wc) == wc.event_count()
+    state = wc.work_item(item.id)
+    expected = detail_dto(state, wc.actions(state), wc.ledger(item.id), now=clock.now())
+    assert after == orjson.loads(orjson.dumps(expected))
     wc.reserve_request(item.id, request=request, run_id=claimed.run_id)
-    wc.finish_run(claimed, report())  # an Action save brings the view to the head
+    wc.finish_run(claimed, report())  # an Action save stores the DTO
     assert detail_position(wc) == wc.event_count()
+    assert stored(wc, item.id) != DEFERRED
 
 
 def test_a_read_right_after_renewals_is_the_dto_a_rebuild_gives(
     wc: WorkCenter, clock: FakeClock
 ) -> None:
     """A renewal moves the lease's expiry and the Action's version, which the DTO shows
-    (``dataRevision``), so the read after it must catch the view up (ADR-0037)."""
+    (``dataRevision``), so the read after it builds the DTO from the renewal's marker
+    (ADR-0037, ADR-0076)."""
     item = create_linear(wc, stages=("implement",))
     claimed = claim(wc, lease_seconds=30)
     before = wc.detail(item.id)
     for _ in range(3):
         clock.advance(20)  # each renewal comes before the lease it renews expires
         assert wc.renew_lease(claimed, lease_seconds=30)
-    assert detail_position(wc) < wc.event_count()
+    assert stored(wc, item.id) == DEFERRED
     after = wc.detail(item.id)
     assert detail_position(wc) == wc.event_count()
     revision = after["executionControl"]["dataRevision"]

@@ -184,8 +184,9 @@ def test_a_write_is_its_call_its_rows_and_its_commit(
     wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The library's lock timeout, lock, notify and insert are done by the one call
-    (ADR-0075): a renewal sends BEGIN, the call, the work queue's row and COMMIT (8
-    statements before, the library's four and the call among them)."""
+    (ADR-0075): a renewal sends BEGIN, the call, the work queue's row, the detail view's
+    marker (ADR-0076) and COMMIT (9 statements before, the library's four and the call
+    among them)."""
     create_linear(wc, stages=("implement",))
     claimed = wc.claim_next("worker-1")
     assert claimed is not None
@@ -200,7 +201,7 @@ def test_a_write_is_its_call_its_rows_and_its_commit(
     monkeypatch.setattr(psycopg.Cursor, "execute", spy)
     wc.renew_lease(claimed)
     # The renewal's read of its Action (one statement), then its write.
-    assert sent[1:] == ["BEGIN", "SELECT", "UPDATE", "COMMIT"], sent
+    assert sent[1:] == ["BEGIN", "SELECT", "UPDATE", "INSERT", "COMMIT"], sent
 
 
 def test_a_lost_race_through_the_call_is_the_librarys_integrity_error(

@@ -48,7 +48,6 @@ from workcenter.projections.detail import (
     DetailView,
     EventStoreStates,
     Kind,
-    refreshes_detail,
 )
 from workcenter.projections.mailbox import Mailbox, MailboxView
 from workcenter.projections.work_queue import WorkQueue, WorkQueueView
@@ -126,10 +125,11 @@ def read_model_registry(store: Application[UUID], load_state: LoadState) -> list
         ReadModel(WorkQueue.name, work_queue, on_read=OnRead.ALWAYS),
         # The Coordinator loop finds due wakes here, whoever writes the views.
         ReadModel(Mailbox.name, mailbox, on_read=OnRead.ALWAYS),
-        # Written by every command that changes a WorkItem or an Action, so a browser's
-        # read right after a write finds the DTO stored (ADR-0019 measured this against
-        # catching it up on read and a fold on read); caught up on read after a crash.
-        ReadModel(Detail.name, details, inline_for=refreshes_detail, on_read=OnRead.WITH_INLINE),
+        # Written by every command, so a browser's read right after a write finds the DTO
+        # stored (ADR-0019 measured this against catching it up on read and a fold on
+        # read), or a marker to build it from when a heartbeat or a ledger write was the
+        # item's last (ADR-0076); caught up on read after a crash.
+        ReadModel(Detail.name, details, on_read=OnRead.WITH_INLINE),
     ]
 
 

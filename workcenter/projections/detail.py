@@ -101,18 +101,14 @@ def kind_of(event: DomainEvent) -> Kind | None:
     return None
 
 
-def refreshes_detail(events: Iterable[DomainEvent]) -> bool:
-    """Whether a save of ``events`` brings the view up to date at once: one that changes
-    a WorkItem, an Action or the conversation's messages does, except a lease renewal.
-    A ledger-only save (an LLM
-    request reserved or settled, many per Run) or a renewal (a heartbeat, many per Run)
-    leaves it behind; the next such save or read catches up, building the item's DTO
-    once for all those events instead of once each (ADR-0019, ADR-0037)."""
-    return any(
-        kind_of(event) in ("item", "action", "conversation")
-        and not isinstance(event, act.LeaseRenewed)
-        for event in events
-    )
+def defers_detail(event: DomainEvent) -> bool:
+    """Whether an item's DTO is left to be built when read after a save whose last event
+    of the item is ``event``: a lease renewal (a heartbeat, many per Run) or a ledger
+    event (an LLM request reserved or settled, many per Run). The save stores a marker
+    at that event's position, as a create does (ADR-0073), instead of building the DTO
+    once per heartbeat; the next other save of the item stores it (ADR-0076). Decided by
+    the event alone, so a rebuild's batches store the same rows as the saves did."""
+    return isinstance(event, (act.LeaseRenewed, rl.LedgerEvent))
 
 
 def build_detail(
@@ -367,7 +363,7 @@ class DetailView(TrackedView):
         missing."""
         batch = list(enumerate(events))
         given = _after_batch(batch, states)
-        touched: dict[UUID, datetime] = {}
+        touched: dict[UUID, DomainEvent] = {}
         for _, event in batch:
             kind = kind_of(event)
             if kind is None:
@@ -376,20 +372,23 @@ class DetailView(TrackedView):
             if not isinstance(after, STATE_CLASS[kind]):
                 return {}
             item_id = after.id if kind == "item" else after.work_item_id  # type: ignore[attr-defined]
-            touched[item_id] = event.timestamp
+            touched[item_id] = event
         held = {i: state for i, (_, state) in wanted.items() if state is not None}
         assumed = Ahead(frozenset(wanted), held, changed=False)
         working: dict[UUID, AggregateState] = dict(given)
         built: dict[UUID, bytes] = {}
         stamps = _stamps(batch, given)
-        for item_id, at in touched.items():
+        for item_id, last in touched.items():
+            if defers_detail(last):
+                built[item_id] = DEFERRED  # a marker: no state of the item is needed
+                continue
             if item_id not in working:
                 return {}
             if stamps[item_id] == {self._created_at(item_id, working, None, None)}:
                 built[item_id] = DEFERRED  # a marker, whatever the read ahead finds
                 continue
             # Every stream the DTO reads is the command's or in ``wanted``: no read here.
-            dto = self._build(item_id, at, working, None, assumed)
+            dto = self._build(item_id, last.timestamp, working, None, assumed)
             if dto is not None:
                 built[item_id] = self.blobs.deflate(dto)
         return built
@@ -419,12 +418,19 @@ class DetailView(TrackedView):
         streams: set[UUID] = set()
         for item_id, (originator_id, version) in last.items():
             blob = prebuilt.get(item_id)
-            item = given.get(item_id)
-            if blob is None or not isinstance(item, wi.WorkItemState):
+            if blob is None:
                 return None
             rows.append((item_id.hex, originator_id, version, blob))
             streams |= {item_id, rl.ledger_id_for(item_id), conv.conversation_id_for(item_id)}
-            streams |= {e.action_id for e in item.plan}
+            item = given.get(item_id)
+            if isinstance(item, wi.WorkItemState):
+                streams |= {e.action_id for e in item.plan}
+            elif blob == DEFERRED:
+                # A heartbeat's marker, built without the item's state: the streams it
+                # may have missed are the batch's own besides the item's three.
+                streams |= {e.originator_id for e in events}
+            else:
+                return None
         return rows, streams
 
     def remember_written(
@@ -466,7 +472,7 @@ class DetailView(TrackedView):
         # shadow is another file, so it reads them from the store.
         events_cursor = c if self.source.holds_events_of(self.datastore) else None
         working: dict[UUID, AggregateState] = {}
-        touched: dict[UUID, tuple[int, datetime]] = {}
+        touched: dict[UUID, tuple[int, DomainEvent]] = {}
         # The states read ahead are the newest, so the states after a lagging gap's
         # events of streams the command did not write (ADR-0069).
         known = {**ahead.states, **states} if ahead is not None and states else states
@@ -488,16 +494,18 @@ class DetailView(TrackedView):
                 after = EVOLVE[kind](before, event)
             item_id = after.id if kind == "item" else after.work_item_id  # type: ignore[attr-defined]
             working[aggregate_id] = after
-            touched[item_id] = (position, event.timestamp)
+            touched[item_id] = (position, event)
         for state in working.values():
             self._remember(state)
         stamps = _stamps(batch, working)
-        for item_id, (position, at) in touched.items():
+        for item_id, (position, last) in touched.items():
             blob = prebuilt.get(item_id) if prebuilt is not None else None
-            if stamps[item_id] == {self._created_at(item_id, working, events_cursor, ahead)}:
+            if defers_detail(last) or stamps[item_id] == {
+                self._created_at(item_id, working, events_cursor, ahead)
+            }:
                 blob = DEFERRED
             elif blob is None:
-                dto = self._build(item_id, at, working, events_cursor, ahead)
+                dto = self._build(item_id, last.timestamp, working, events_cursor, ahead)
                 blob = self.blobs.deflate(dto) if dto is not None else None
             if blob is not None:
                 c.execute(

@@ -1,0 +1,89 @@
+"""Heartbeats and ledger writes keep the detail view at the head with a marker
+(ADR-0076): workers that renew and reserve interleaved never leave the view behind for
+each other, and a rebuild stores the rows the saves stored."""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+import pytest
+from conftest import BACKENDS, FakeClock, claim, create_linear, report
+
+from workcenter.application import WorkCenter
+from workcenter.projections.detail import DEFERRED, Detail
+
+REQUEST = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def _rows(wc: WorkCenter) -> dict[str, tuple[int, bytes]]:
+    rows = wc.details._rows("SELECT work_item_id, position, dto FROM dv_details", ())
+    return {str(r[0]): (int(r[1]), bytes(r[2])) for r in rows}
+
+
+def _marker(wc: WorkCenter, item_id: UUID) -> bool:
+    return _rows(wc)[item_id.hex][1] == DEFERRED
+
+
+def test_another_workers_renewal_leaves_the_view_at_the_head(
+    wc: WorkCenter, location: str, clock: FakeClock
+) -> None:
+    """Before ADR-0076 a renewal left the view behind, and the next save of any other
+    item found it so: on PostgreSQL its one-exchange write was sent back to two
+    exchanges, most cycles with four workers."""
+    first = create_linear(wc, title="first", stages=("implement",))
+    second = create_linear(wc, title="second", stages=("implement",))
+    clock.advance(1)
+    other = WorkCenter.open(location, clock=clock, boot_id="other-worker", create=False)
+    try:
+        mine = claim(wc)
+        theirs = claim(other, "worker-2")
+        assert {mine.work_item_id, theirs.work_item_id} == {first.id, second.id}
+        other.renew_lease(theirs)
+        assert _marker(wc, theirs.work_item_id)
+        other.reserve_request(theirs.work_item_id, request=REQUEST, run_id=theirs.run_id)
+        assert wc.projections.position(Detail.name) == wc.event_count()
+        wc.finish_run(mine, report())
+        assert not _marker(wc, mine.work_item_id)
+        assert getattr(wc.store.recorder, "fallbacks", 0) == 0
+        assert wc.detail(mine.work_item_id)["status"] == "done"  # type: ignore[index]
+        theirs_read = wc.detail(theirs.work_item_id)
+        assert theirs_read is not None and theirs_read["status"] == "running"
+        live = _rows(wc)
+        wc.maintenance.rebuild_projection(Detail.name)
+        assert _rows(wc) == live
+    finally:
+        other.close()
+
+
+@pytest.mark.parametrize("last", ["renewal", "reservation", "finish", "claim"])
+def test_a_rebuild_stores_the_rows_the_saves_stored(
+    wc: WorkCenter, clock: FakeClock, last: str
+) -> None:
+    """Marker or DTO is decided by the item's last event in a batch, so the view's rows
+    do not depend on how the events were batched: one command at a time live, many at a
+    time in a rebuild."""
+    item = create_linear(wc, stages=("implement",))
+    clock.advance(1)
+    claimed = claim(wc)
+    steps: dict[str, Any] = {
+        "renewal": lambda: wc.renew_lease(claimed),
+        "reservation": lambda: wc.reserve_request(item.id, request=REQUEST, run_id=claimed.run_id),
+        "finish": lambda: wc.finish_run(claimed, report()),
+    }
+    if last != "claim":
+        clock.advance(1)
+        wc.renew_lease(claimed)
+        clock.advance(1)
+        steps[last]()
+    live = _rows(wc)
+    assert _marker(wc, item.id) == (last in ("renewal", "reservation"))
+    read = wc.detail(item.id)
+    wc.maintenance.rebuild_projection(Detail.name)
+    assert _rows(wc) == live
+    assert wc.detail(item.id) == read
