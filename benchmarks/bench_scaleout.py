@@ -37,7 +37,8 @@ Every figure carries the candidates a claim tried (``Claim.candidates_tried``,
 counted, not timed): 1.0 means no claim lost a race to another worker. Each row
 also shows the whole machine's CPU per cycle over the measured window (workers,
 database server and kernel, from ``/proc/stat``: when it grows with the workers,
-contention is wasting work) and, on PostgreSQL, the one-exchange writes the
+contention is wasting work), the workers' own part of it (``time.process_time``)
+and, on PostgreSQL, the one-exchange writes the
 server sent back to the two-exchange way per cycle (ADR-0070), when there were any.
 
 ``--claims`` compares, on PostgreSQL with ``--workers`` processes (default 16) and the
@@ -109,6 +110,7 @@ def worker(store: str, name: str, ready: str, go: str, out: str, mode: str, wait
         Path(ready).touch()
         while not os.path.exists(go):
             time.sleep(0.001)
+        cpu = time.process_time()
         cycles = 0
         while (claim := wc.claim_next(name, lease_seconds=LEASE)) is not None:
             tried += claim.candidates_tried
@@ -119,6 +121,7 @@ def worker(store: str, name: str, ready: str, go: str, out: str, mode: str, wait
             wc.finish_run(claim, report(claim.action_id))
             cycles += 1
         ended = time.time()  # the clock stops here, not at the process's exit
+        cpu = time.process_time() - cpu
         fallbacks = getattr(wc.store.recorder, "fallbacks", 0) - fallbacks
     Path(out).write_text(
         json.dumps(
@@ -128,6 +131,7 @@ def worker(store: str, name: str, ready: str, go: str, out: str, mode: str, wait
                 "holds": holds,
                 "ended": ended,
                 "fallbacks": fallbacks,
+                "cpu": cpu,
             }
         )
     )
@@ -231,6 +235,7 @@ def drain(
         "holds": holds,
         "fallbacks": sum(r.get("fallbacks", 0) for r in results),
         "busy": busy,
+        "workers_cpu": sum(r.get("cpu", 0.0) for r in results),
     }
 
 
@@ -316,8 +321,10 @@ def measure(
         "fallbacks_per_cycle": result["fallbacks"] / n,
     }
     if result["busy"] is not None:
-        # Every process's CPU per cycle: it grows when contention wastes work.
+        # Every process's CPU per cycle: it grows when contention wastes work. The
+        # workers' own share of it tells theirs from the database server's.
         measured["machine_cpu_ms"] = result["busy"] / n * 1000
+        measured["workers_cpu_ms"] = result["workers_cpu"] / n * 1000
     if result["holds"]:
         # The table lock's hold per write, from the reply that granted it to the commit's.
         holds = sorted(result["holds"])
@@ -375,6 +382,7 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
         }
         if "machine_cpu_ms" in rep_runs[0]:
             rows[name]["machine_cpu_ms"] = median(rep_runs, "machine_cpu_ms")
+            rows[name]["workers_cpu_ms"] = median(rep_runs, "workers_cpu_ms")
         rows[name]["fallbacks_per_cycle"] = median(rep_runs, "fallbacks_per_cycle")
         if "hold_median_ms" in rep_runs[0]:
             rows[name]["hold_median_ms"] = median(rep_runs, "hold_median_ms")
@@ -458,7 +466,10 @@ def render(result: dict[str, Any]) -> None:
         tried = f"{row['tried_per_cycle']:.2f}" if "tried_per_cycle" in row else ""
         hold = ""
         if "machine_cpu_ms" in row:
-            hold += f"  CPU {row['machine_cpu_ms']:.1f} ms/cycle"
+            hold += (
+                f"  CPU {row['machine_cpu_ms']:.1f} ms/cycle"
+                f" ({row['workers_cpu_ms']:.1f} in workers)"
+            )
         if row.get("fallbacks_per_cycle"):
             hold += f"  fallbacks {row['fallbacks_per_cycle']:.2f}/cycle"
         if "hold_median_ms" in row:
