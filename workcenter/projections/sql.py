@@ -148,8 +148,8 @@ def roll_back(conn: Any) -> None:
     connection. On a broken connection there is nothing to end: the server rolled back,
     and the pool discards the connection.
 
-    psycopg counts a statement as prepared when it sends its ``Parse`` at the statement's
-    fifth execution, before the answer; in a pipeline a statement after a failed one is
+    psycopg counts a statement as prepared when it sends its ``Parse`` (at its sixth
+    execution), before the answer; in a pipeline a statement after a failed one is
     skipped, ``Parse`` included, and psycopg does not notice: the connection's next use
     of it fails with "prepared statement ... does not exist" (found by four worker
     processes, ADR-0075). Clearing psycopg's cache makes it send ``DEALLOCATE ALL`` before
