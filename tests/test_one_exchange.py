@@ -185,7 +185,7 @@ def test_a_write_is_its_call_its_rows_and_its_commit(
 ) -> None:
     """The library's lock timeout, lock, notify and insert are done by the one call
     (ADR-0075): a renewal sends BEGIN, the call, the work queue's row, the detail view's
-    marker (ADR-0076) and COMMIT (9 statements before, the library's four and the call
+    marker (ADR-0076) and COMMIT (8 statements before, the library's four and the call
     among them)."""
     create_linear(wc, stages=("implement",))
     claimed = wc.claim_next("worker-1")
