@@ -267,6 +267,20 @@ def action_events(wc: WorkCenter, action_id: Any, after: int = 0) -> list[str]:
     return [type(e).__name__ for e in wc.action_history(action_id) if e.originator_version > after]
 
 
+def stored_details(wc: WorkCenter) -> dict[str, tuple[int, bytes]]:
+    """The detail view's rows as stored, by item id: position and DTO, or the empty
+    marker of a DTO built when read (ADR-0073, ADR-0076)."""
+    rows = wc.details._rows("SELECT work_item_id, position, dto FROM dv_details", ())
+    return {str(r[0]): (int(r[1]), bytes(r[2])) for r in rows}
+
+
+def stored_detail(wc: WorkCenter, item_id: Any) -> bytes:
+    """The item's stored DTO, or its marker."""
+    rows = wc.details._rows("SELECT dto FROM dv_details WHERE work_item_id = ?", (item_id.hex,))
+    assert rows, "the view has no row for the item"
+    return bytes(rows[0][0])
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test marked ``sqlite_only`` has no PostgreSQL case: its PostgreSQL param is
     deselected (it cannot happen there, see the mark's reason), not run and skipped."""

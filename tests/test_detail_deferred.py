@@ -10,7 +10,15 @@ from uuid import UUID
 
 import orjson
 import pytest
-from conftest import BACKENDS, FakeClock, claim, create_dynamic, create_linear
+from conftest import (
+    BACKENDS,
+    FakeClock,
+    claim,
+    create_dynamic,
+    create_linear,
+    stored_detail,
+    stored_details,
+)
 
 from workcenter.application import WorkCenter
 from workcenter.projections.detail import DEFERRED, Detail
@@ -20,17 +28,6 @@ from workcenter.projections.dto import detail_json
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-def _row(wc: WorkCenter, item_id: UUID) -> bytes:
-    rows = wc.details._rows("SELECT dto FROM dv_details WHERE work_item_id = ?", (item_id.hex,))
-    assert rows, "the view has no row for the item"
-    return bytes(rows[0][0])
-
-
-def _rows(wc: WorkCenter) -> dict[str, tuple[int, bytes]]:
-    rows = wc.details._rows("SELECT work_item_id, position, dto FROM dv_details", ())
-    return {str(r[0]): (int(r[1]), bytes(r[2])) for r in rows}
 
 
 def _event_count(wc: WorkCenter) -> int:
@@ -61,12 +58,12 @@ def test_a_created_item_is_read_as_the_dto_its_create_would_have_stored(
     wc: WorkCenter, create: Any
 ) -> None:
     item = create(wc)
-    assert _row(wc, item.id) == DEFERRED
+    assert stored_detail(wc, item.id) == DEFERRED
     before = _event_count(wc)
     assert wc.detail(item.id) == _as_a_create_stored_it(wc, item.id)
     # The read wrote nothing: no event, and the row is still the marker.
     assert _event_count(wc) == before
-    assert _row(wc, item.id) == DEFERRED
+    assert stored_detail(wc, item.id) == DEFERRED
 
 
 def test_the_next_command_on_the_item_stores_its_dto(wc: WorkCenter, clock: FakeClock) -> None:
@@ -75,10 +72,10 @@ def test_the_next_command_on_the_item_stores_its_dto(wc: WorkCenter, clock: Fake
     clock.advance(1)
     claimed = claim(wc)
     assert claimed.work_item_id == item.id
-    stored = _row(wc, item.id)
+    stored = stored_detail(wc, item.id)
     assert stored != DEFERRED
     assert wc.detail(item.id)["actions"][0]["status"] == "running"
-    assert _row(wc, other.id) == DEFERRED  # a command on one item builds no other's DTO
+    assert stored_detail(wc, other.id) == DEFERRED  # a command on one item builds no other's DTO
 
 
 def test_a_command_at_the_creation_time_leaves_the_marker(wc: WorkCenter) -> None:
@@ -87,7 +84,7 @@ def test_a_command_at_the_creation_time_leaves_the_marker(wc: WorkCenter) -> Non
     command would have stored."""
     item = create_linear(wc)
     claim(wc)
-    assert _row(wc, item.id) == DEFERRED
+    assert stored_detail(wc, item.id) == DEFERRED
     assert wc.detail(item.id)["actions"][0]["status"] == "running"
     assert wc.detail(item.id) == _as_a_create_stored_it(wc, item.id)
 
@@ -98,10 +95,10 @@ def test_a_rebuild_stores_the_rows_the_live_view_stored(wc: WorkCenter, clock: F
     draft = create_dynamic(wc, start=False, title="A draft")
     clock.advance(1)
     claim(wc)
-    live = _rows(wc)
+    live = stored_details(wc)
     assert live[worked.id.hex][1] != DEFERRED
     assert live[created.id.hex][1] == DEFERRED and live[draft.id.hex][1] == DEFERRED
     details = {i: wc.detail(i) for i in (created.id, worked.id, draft.id)}
     wc.maintenance.rebuild_projection(Detail.name)
-    assert _rows(wc) == live
+    assert stored_details(wc) == live
     assert {i: wc.detail(i) for i in details} == details

@@ -22,6 +22,7 @@ from conftest import (
     create_linear,
     plan,
     report,
+    stored_detail,
 )
 
 from workcenter.application import WorkCenter
@@ -49,12 +50,6 @@ def statements(wc: WorkCenter) -> Iterator[list[str]]:
             connection.set_trace_callback(None)
 
 
-def stored(wc: WorkCenter, item_id: Any) -> bytes:
-    """The item's row as stored: a DTO, or the marker of one built when read (ADR-0073)."""
-    rows = wc.details._rows("SELECT dto FROM dv_details WHERE work_item_id = ?", (item_id.hex,))
-    return bytes(rows[0][0])
-
-
 def test_every_save_keeps_the_view_at_the_head_storing_a_dto_or_a_marker(
     wc: WorkCenter, clock: FakeClock
 ) -> None:
@@ -65,22 +60,22 @@ def test_every_save_keeps_the_view_at_the_head_storing_a_dto_or_a_marker(
     clock.advance(1)
     claimed = claim(wc)
     assert detail_position(wc) == wc.event_count()
-    assert stored(wc, item.id) != DEFERRED
+    assert stored_detail(wc, item.id) != DEFERRED
     claimed_dto = wc.details.detail(item.id)
     assert claimed_dto is not None
     wc.renew_lease(claimed)
     assert detail_position(wc) == wc.event_count()
-    assert stored(wc, item.id) == DEFERRED  # a heartbeat builds no DTO
+    assert stored_detail(wc, item.id) == DEFERRED  # a heartbeat builds no DTO
     renewed = wc.details.detail(item.id)
     assert renewed is not None
     assert (
         renewed["executionControl"]["dataRevision"]
         == claimed_dto["executionControl"]["dataRevision"] + 2
     )
-    assert stored(wc, item.id) == DEFERRED  # the read wrote nothing
+    assert stored_detail(wc, item.id) == DEFERRED  # the read wrote nothing
     wc.finish_run(claimed, report())
     assert detail_position(wc) == wc.event_count()
-    assert stored(wc, item.id) != DEFERRED
+    assert stored_detail(wc, item.id) != DEFERRED
     done = wc.details.detail(item.id)
     assert done is not None and done["status"] == "done"
 
@@ -161,7 +156,7 @@ def test_ledger_only_saves_store_a_marker_which_a_read_builds_from(
         admission = wc.reserve_request(item.id, request=request, run_id=claimed.run_id)
         assert admission.allowed
         assert detail_position(wc) == wc.event_count()
-        assert stored(wc, item.id) == DEFERRED
+        assert stored_detail(wc, item.id) == DEFERRED
     after = wc.detail(item.id)
     assert after != before
     state = wc.work_item(item.id)
@@ -170,7 +165,7 @@ def test_ledger_only_saves_store_a_marker_which_a_read_builds_from(
     wc.reserve_request(item.id, request=request, run_id=claimed.run_id)
     wc.finish_run(claimed, report())  # an Action save stores the DTO
     assert detail_position(wc) == wc.event_count()
-    assert stored(wc, item.id) != DEFERRED
+    assert stored_detail(wc, item.id) != DEFERRED
 
 
 def test_a_read_right_after_renewals_is_the_dto_a_rebuild_gives(
@@ -185,7 +180,7 @@ def test_a_read_right_after_renewals_is_the_dto_a_rebuild_gives(
     for _ in range(3):
         clock.advance(20)  # each renewal comes before the lease it renews expires
         assert wc.renew_lease(claimed, lease_seconds=30)
-    assert stored(wc, item.id) == DEFERRED
+    assert stored_detail(wc, item.id) == DEFERRED
     after = wc.detail(item.id)
     assert detail_position(wc) == wc.event_count()
     revision = after["executionControl"]["dataRevision"]

@@ -8,7 +8,15 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from conftest import BACKENDS, FakeClock, claim, create_linear, report
+from conftest import (
+    BACKENDS,
+    FakeClock,
+    claim,
+    create_linear,
+    report,
+    stored_detail,
+    stored_details,
+)
 
 from workcenter.application import WorkCenter
 from workcenter.projections.detail import DEFERRED, Detail
@@ -21,13 +29,8 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def _rows(wc: WorkCenter) -> dict[str, tuple[int, bytes]]:
-    rows = wc.details._rows("SELECT work_item_id, position, dto FROM dv_details", ())
-    return {str(r[0]): (int(r[1]), bytes(r[2])) for r in rows}
-
-
 def _marker(wc: WorkCenter, item_id: UUID) -> bool:
-    return _rows(wc)[item_id.hex][1] == DEFERRED
+    return stored_detail(wc, item_id) == DEFERRED
 
 
 def test_another_workers_renewal_leaves_the_view_at_the_head(
@@ -54,9 +57,9 @@ def test_another_workers_renewal_leaves_the_view_at_the_head(
         assert wc.detail(mine.work_item_id)["status"] == "done"  # type: ignore[index]
         theirs_read = wc.detail(theirs.work_item_id)
         assert theirs_read is not None and theirs_read["status"] == "running"
-        live = _rows(wc)
+        live = stored_details(wc)
         wc.maintenance.rebuild_projection(Detail.name)
-        assert _rows(wc) == live
+        assert stored_details(wc) == live
     finally:
         other.close()
 
@@ -81,9 +84,9 @@ def test_a_rebuild_stores_the_rows_the_saves_stored(
         wc.renew_lease(claimed)
         clock.advance(1)
         steps[last]()
-    live = _rows(wc)
+    live = stored_details(wc)
     assert _marker(wc, item.id) == (last in ("renewal", "reservation"))
     read = wc.detail(item.id)
     wc.maintenance.rebuild_projection(Detail.name)
-    assert _rows(wc) == live
+    assert stored_details(wc) == live
     assert wc.detail(item.id) == read

@@ -379,12 +379,9 @@ class DetailView(TrackedView):
         built: dict[UUID, bytes] = {}
         stamps = _stamps(batch, given)
         for item_id, last in touched.items():
-            if defers_detail(last):
-                built[item_id] = DEFERRED  # a marker: no state of the item is needed
-                continue
-            if item_id not in working:
-                return {}
-            if stamps[item_id] == {self._created_at(item_id, working, None, None)}:
+            if not defers_detail(last) and item_id not in working:
+                return {}  # a heartbeat's marker needs no state of the item; a DTO does
+            if self._is_marker(item_id, last, stamps, working, None, None):
                 built[item_id] = DEFERRED  # a marker, whatever the read ahead finds
                 continue
             # Every stream the DTO reads is the command's or in ``wanted``: no read here.
@@ -500,9 +497,7 @@ class DetailView(TrackedView):
         stamps = _stamps(batch, working)
         for item_id, (position, last) in touched.items():
             blob = prebuilt.get(item_id) if prebuilt is not None else None
-            if defers_detail(last) or stamps[item_id] == {
-                self._created_at(item_id, working, events_cursor, ahead)
-            }:
+            if self._is_marker(item_id, last, stamps, working, events_cursor, ahead):
                 blob = DEFERRED
             elif blob is None:
                 dto = self._build(item_id, last.timestamp, working, events_cursor, ahead)
@@ -513,6 +508,23 @@ class DetailView(TrackedView):
                     " DO UPDATE SET position = excluded.position, dto = excluded.dto",
                     (item_id.hex, position, blob),
                 )
+
+    def _is_marker(
+        self,
+        item_id: UUID,
+        last: DomainEvent,
+        stamps: Mapping[UUID, set[datetime]],
+        working: dict[UUID, AggregateState],
+        c: Any | None,
+        ahead: Ahead | None,
+    ) -> bool:
+        """Whether the item's row after a batch is a marker, its DTO built when read: its
+        last event in the batch is a heartbeat or a ledger event (ADR-0076), or every event
+        of it in the batch happened at its creation (ADR-0073). Decided from the batch's
+        events alone, so live saves and a rebuild's batches store the same rows."""
+        return defers_detail(last) or stamps[item_id] == {
+            self._created_at(item_id, working, c, ahead)
+        }
 
     def _created_at(
         self, item_id: UUID, working: dict[UUID, AggregateState], c: Any | None, ahead: Ahead | None
