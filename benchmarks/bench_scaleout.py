@@ -23,8 +23,11 @@ counted. Nor are the processes' exits (closing their pools and interpreters: abo
 barrier until every worker has, because an exit inside the window took the two cores
 from the others' last cycles (16 workers at W = 100 ran 1.2x faster with the barrier,
 two alternated runs each).
-Cycles/s is N over that time. N is ``--n`` at W = 0 and ``--n-wait`` when W > 0 (a
-waiting cycle is long: one worker at W = 500 runs two a second). PostgreSQL is
+Cycles/s is N over that time. N is ``--n`` at W = 0 and, when W > 0, ``--n-wait`` or
+10 cycles per worker if that is more (a waiting cycle is long: one worker at W = 500
+runs two a second). With fewer, the start and the end weigh on the figure: 16 workers
+starting at once claim together, then run in lockstep waves of W, and one worker
+taking a fourth item of 48 adds a whole wave (ADR-0077). PostgreSQL is
 ``--postgres URL`` (default the local test server, a fresh schema per repetition,
 dropped after). Writers keep the read models inline, as the reference store keeps
 its rows (the default deployment). Each worker process keeps a pool of two
@@ -86,6 +89,7 @@ GOALS = [
     ("PostgreSQL, 16 workers >= 8x 1 worker at W = 100", 16, 100, 1, 8.0),
     ("PostgreSQL, 16 workers >= 12x 1 worker at W = 500", 16, 500, 1, 12.0),
 ]
+CYCLES_PER_WORKER = 10  # at least, when W > 0 (ADR-0077)
 TRIED_GOAL = 1.5  # candidates tried per claim with 16 workers, at most
 
 
@@ -359,9 +363,9 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
     for rep in range(args.reps):
         runs.setdefault("reference", []).append(peer_rep(kit, args.n))
         for wait in waits:
-            n = args.n if wait == 0 else args.n_wait
             for backend in ("postgresql", "sqlite"):
                 for k in counts:
+                    n = args.n if wait == 0 else max(args.n_wait, CYCLES_PER_WORKER * k)
                     runs.setdefault(key(backend, k, wait), []).append(
                         measure(stores, backend, k, n, "inline", wait)
                     )
@@ -471,7 +475,12 @@ def claims(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
 
 
 def render(result: dict[str, Any]) -> None:
-    print(f"N = {result['n']}, {result['reps']} repetitions (medians)")
+    waits = (
+        f", {result['n_wait']} or {CYCLES_PER_WORKER} per worker at W > 0"
+        if "n_wait" in result
+        else ""
+    )
+    print(f"N = {result['n']} at W = 0{waits}, {result['reps']} repetitions (medians)")
     print(f"{'':24} {'cycles/s':>10} {'ratio':>7} {'spread':>13} {'tried/claim':>12}")
     for name, row in result["rows"].items():
         spread = row.get("spread")
