@@ -396,7 +396,26 @@ class Repository:
         self, decide: Callable[[act.ActionState], Sequence[DomainEvent]], action_id: UUID
     ) -> act.ActionState | None:
         """A command on the Action alone: load, decide, save; retried on a lost race.
-        None if it kept losing."""
+        None if it kept losing.
+
+        The first decision is on the state this process last saved or loaded, unread
+        (ADR-0078): its events take the next version, so the save fails if the stream
+        moved on. A decision that writes nothing, or refuses, proves nothing about a
+        state that may be old, so it is decided again on the state read."""
+        cached = self._cached(action_id)
+        if isinstance(cached, act.ActionState):
+            try:
+                events = decide(cached)
+            except WorkcenterError:
+                events = ()
+            if events:
+                after = fold(cached, events, act.evolve)
+                try:
+                    self.save_events(events, {cached.id: after})
+                except IntegrityError:
+                    pass
+                else:
+                    return after
         for attempt in range(SAVE_ATTEMPTS):
             if attempt:
                 backoff.pause(attempt - 1)

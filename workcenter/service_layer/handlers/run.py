@@ -131,6 +131,7 @@ class RunCommands:
         refused: list[WorkcenterError] = []
 
         def renew(action: act.ActionState) -> Sequence[DomainEvent]:
+            refused.clear()  # only the last decision counts (it may be decided again)
             by = chosen or run_actor(claim, action)
             try:
                 return act.renew(action, ref, lease=lease, at=self.clock.now(), by=by)
