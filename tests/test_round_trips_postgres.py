@@ -7,8 +7,9 @@ sends a command back above its ceiling fails here. Before ADR-0051 the counts
 were create 18, claim 30, renew 16, reserve 16, settle 16, finish 25; before
 ADR-0069 (the detail view's reads sent with the insert) create 3, claim 9, finish 5;
 before ADR-0074 (a claim's BEGIN, view check and first candidate in one exchange) a
-claim 6, 8 by a process that had not seen its Action; before ADR-0078 (a renewal
-decided on the Action the worker's claim left in its cache, unread) a renewal 2.
+claim 6, 8 by a process that had not seen its Action; before ADR-0078 (a renewal and
+a finish decided on the states the worker's claim left in its cache, unread) a
+renewal 2 and a finish 2.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from workcenter.domain.errors import InvalidInput
 # A write whose rows were all built before the lock is one round trip (ADR-0070): the
 # server chains, checks and moves the views' positions; a finish's DTO is built from the
 # ledger the worker's own reserve and settle left in its cache.
-CEILINGS = {"create": 1, "claim": 4, "renew": 1, "reserve": 3, "settle": 3, "finish": 2}
+CEILINGS = {"create": 1, "claim": 4, "renew": 1, "reserve": 3, "settle": 3, "finish": 1}
 # The two-exchange write (ADR-0051), the way back when the server's check fails: the
 # detail view's reads of other streams and of a lagging gap go with the insert
 # (ADR-0069), a write is two round trips however it is built.
@@ -40,7 +41,7 @@ TWO_EXCHANGE_CEILINGS = {
     "renew": 2,
     "reserve": 4,
     "settle": 4,
-    "finish": 3,
+    "finish": 2,
 }
 # A claim by a process that has not seen the Action (another process created it): the
 # work queue's candidate names its WorkItem, so the Action, the item and the ledger are

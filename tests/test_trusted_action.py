@@ -1,12 +1,14 @@
-"""A command on the Action alone is decided first on the state this process holds,
-unread, and the save's version check is its fence (ADR-0078): an old state never
-writes over what another process wrote, and never refuses what the stored state
-allows. Each case runs two processes' stores on one database; ``wc``'s cache is left
+"""A command on the Action alone, or on a Run (its Action and WorkItem), is decided
+first on the states this process holds, unread, and the save's version check is its
+fence (ADR-0078): an old state never writes over what another process wrote, never
+refuses what the stored state allows, and a stream the decision does not write is
+read. Each case runs two processes' stores on one database; ``wc``'s cache is left
 behind by ``other``'s writes."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -24,6 +26,10 @@ from conftest import (
 )
 
 from workcenter.application import WorkCenter
+from workcenter.domain import action as act
+from workcenter.domain import work_item as wi
+from workcenter.domain.unit import Unit
+from workcenter.service_layer.handlers.run import run_actor
 
 
 @pytest.fixture(params=BACKENDS)
@@ -86,3 +92,50 @@ def test_input_queued_by_another_process_is_consumed_on_the_stored_state(
     after = wc.consume_input(claimed, [queued.id])
     assert not after.unconsumed_inputs
     assert action_events(wc, claimed.action_id)[-1] == "InputConsumed"
+
+
+def test_a_finish_on_an_old_state_after_another_renewal_is_decided_again(
+    wc: WorkCenter, other: WorkCenter
+) -> None:
+    create_linear(wc, stages=("implement",))
+    claimed = claim(wc)
+    assert other.renew_lease(claimed)  # the Action moved on in the other process
+    finished = wc.finish_run(claimed, report())
+    assert finished.status == "completed"
+    events = action_events(wc, claimed.action_id)
+    assert events[-2:] == ["LeaseRenewed", "RunFinished"]
+    assert events.count("RunFinished") == 1
+
+
+def test_a_finish_refused_on_an_old_state_is_decided_again_on_the_stored_one(
+    wc: WorkCenter, other: WorkCenter
+) -> None:
+    create_linear(wc, stages=("implement",))
+    claimed = claim(other, "worker-2")
+    assert _cached(wc, claimed.action_id).run(claimed.run_id) is None
+    assert wc.finish_run(claimed, report()).status == "completed"
+
+
+def test_a_decision_that_leaves_the_item_unwritten_is_decided_on_the_item_read(
+    wc: WorkCenter, other: WorkCenter, clock: FakeClock
+) -> None:
+    """The item's version is fenced only by an event on its stream: a decision on the
+    Action alone (a renewal, which records no status) is taken again on the item read."""
+    item = create_linear(wc, stages=("implement",))
+    claimed = claim(wc)
+    renamed = other.update_contract(
+        item.id, expected_version=other.work_item(item.id).version, title="renamed"
+    )
+    seen: list[int] = []
+
+    def renew(action: act.ActionState, state: wi.WorkItemState) -> Unit:
+        seen.append(state.version)
+        by = run_actor(claimed, action)
+        unit = Unit(state, {action.id: action}, clock.now(), by=by)
+        lease = timedelta(seconds=30)
+        unit.apply_action(act.renew(action, claimed.ref, lease=lease, at=clock.now(), by=by))
+        return unit
+
+    wc._repository.execute_on_run(renew, claimed.action_id)
+    assert seen == [renamed.version - 1, renamed.version]
+    assert action_events(wc, claimed.action_id)[-1] == "LeaseRenewed"

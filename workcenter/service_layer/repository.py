@@ -392,6 +392,38 @@ class Repository:
             return unit
         raise WriteContention("the aggregates kept changing; try again")
 
+    def execute_on_run(
+        self,
+        decide: Callable[[act.ActionState, wi.WorkItemState], Unit],
+        action_id: UUID,
+    ) -> Unit:
+        """``execute`` for a command on a Run: decided on its Action and WorkItem.
+
+        The first decision is on the states this process holds, unread (ADR-0078), when
+        its events reach both streams: each event takes its stream's next version, so
+        the save fails if either moved on. Otherwise (a stream the decision read but
+        does not write, a refusal, a lost race) it is decided again on the states read."""
+        action = self._cached(action_id)
+        item = self._cached(action.work_item_id) if isinstance(action, act.ActionState) else None
+        if isinstance(action, act.ActionState) and isinstance(item, wi.WorkItemState):
+            try:
+                unit: Unit | None = decide(action, item)
+            except WorkcenterError:
+                unit = None
+            if unit is not None and {action.id, item.id} <= {e.originator_id for e in unit.events}:
+                try:
+                    self.save(unit)
+                except IntegrityError:
+                    pass
+                else:
+                    return unit
+
+        def read_and_decide() -> Unit:
+            action, item, _ = self.run_states(action_id, with_ledger=False)
+            return decide(action, item)
+
+        return self.execute(read_and_decide)
+
     def save_action(
         self, decide: Callable[[act.ActionState], Sequence[DomainEvent]], action_id: UUID
     ) -> act.ActionState | None:

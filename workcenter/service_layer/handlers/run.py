@@ -113,12 +113,11 @@ class RunCommands:
         ref = run_ref(claim)
         chosen = chosen_actor(actor)
 
-        def attempt() -> Unit:
-            action, item, _ = self.repo.run_states(ref.action_id, with_ledger=False)
+        def attempt(action: act.ActionState, item: wi.WorkItemState) -> Unit:
             by = chosen or run_actor(claim, action)
             return decide(item, action, ref, self.clock.now(), by)
 
-        return self.repo.execute(attempt).action(ref.action_id)
+        return self.repo.execute_on_run(attempt, ref.action_id).action(ref.action_id)
 
     def renew_lease(
         self, claim: Claim | act.RunRef, lease_seconds: float, actor: Actor | str | None
