@@ -88,6 +88,15 @@ def wc(location: str, clock: FakeClock) -> Iterator[WorkCenter]:
     center.close()
 
 
+@pytest.fixture
+def other(wc: WorkCenter, location: str, clock: FakeClock) -> Iterator[WorkCenter]:
+    """A second store on ``wc``'s database: another worker process's connections and
+    cache."""
+    center = WorkCenter.open(location, clock=clock, boot_id=f"{BOOT_ID}-other", create=False)
+    yield center
+    center.close()
+
+
 def budget_commands(wc: WorkCenter) -> BudgetCommands:
     """The service layer's budget command handler over ``wc``'s store, built the way the
     facade builds it. The ledger's Coordinator side (a turn's requests, its settlement,

@@ -12,11 +12,10 @@ candidates a claim tried (instrumented, not timed); the 16-process test in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from uuid import UUID
 
 import pytest
-from conftest import BOOT_ID, FakeClock, create_linear
+from conftest import create_linear
 
 from workcenter.application import WorkCenter
 from workcenter.projections import sql
@@ -43,14 +42,6 @@ def test_claims_take_the_oldest_first_each_trying_one(wc: WorkCenter) -> None:
     assert [c.action_id for c in claims if c] == actions
     assert [c.candidates_tried for c in claims if c] == [1, 1, 1]
     assert wc.claim_next("w1") is None
-
-
-@pytest.fixture
-def other(location: str, clock: FakeClock) -> Iterator[WorkCenter]:
-    """A second store on the same database: another worker's connections."""
-    center = WorkCenter.open(location, clock=clock, boot_id=f"{BOOT_ID}-other")
-    yield center
-    center.close()
 
 
 # SQLite has one writer: its claims hold nothing.

@@ -7,7 +7,6 @@ behind by ``other``'s writes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -25,7 +24,7 @@ from conftest import (
     report,
 )
 
-from workcenter.application import WorkCenter
+from workcenter.application import Claim, WorkCenter
 from workcenter.domain import action as act
 from workcenter.domain import work_item as wi
 from workcenter.domain.unit import Unit
@@ -37,15 +36,17 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture
-def other(location: str, clock: FakeClock) -> Iterator[WorkCenter]:
-    center = WorkCenter.open(location, clock=clock, boot_id="other-process", create=False)
-    yield center
-    center.close()
-
-
 def _cached(wc: WorkCenter, action_id: UUID) -> Any:
     return wc._repository._cached(action_id)
+
+
+def _claimed_elsewhere(wc: WorkCenter, other: WorkCenter) -> Claim:
+    """A Run claimed by ``other`` on an Action ``wc`` created: ``wc`` holds the Action
+    ready, with no Run, and on that state refuses the Run's commands."""
+    create_linear(wc, stages=("implement",))
+    claimed = claim(other, "worker-2")
+    assert _cached(wc, claimed.action_id).run(claimed.run_id) is None
+    return claimed
 
 
 def test_a_renewal_on_an_old_state_of_a_run_since_finished_writes_nothing(
@@ -64,11 +65,7 @@ def test_a_renewal_on_an_old_state_of_a_run_since_finished_writes_nothing(
 def test_a_renewal_refused_on_an_old_state_is_decided_again_on_the_stored_one(
     wc: WorkCenter, other: WorkCenter
 ) -> None:
-    create_linear(wc, stages=("implement",))
-    claimed = claim(other, "worker-2")
-    # This process created the Action and holds it ready, with no Run: on that state a
-    # renewal is refused.
-    assert _cached(wc, claimed.action_id).run(claimed.run_id) is None
+    claimed = _claimed_elsewhere(wc, other)
     count = wc.event_count()
     assert wc.renew_lease(claimed) is True
     assert wc.event_count() == count + 1
@@ -110,9 +107,7 @@ def test_a_finish_on_an_old_state_after_another_renewal_is_decided_again(
 def test_a_finish_refused_on_an_old_state_is_decided_again_on_the_stored_one(
     wc: WorkCenter, other: WorkCenter
 ) -> None:
-    create_linear(wc, stages=("implement",))
-    claimed = claim(other, "worker-2")
-    assert _cached(wc, claimed.action_id).run(claimed.run_id) is None
+    claimed = _claimed_elsewhere(wc, other)
     assert wc.finish_run(claimed, report()).status == "completed"
 
 
