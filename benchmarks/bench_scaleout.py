@@ -233,14 +233,16 @@ def drain(
         started = time.time()  # wall clock: the workers' ends are read on the same one
         machine = MachineCPU()
         (d / "go").touch()
-        while not all((d / f"w{k}.json").exists() for k in range(workers)):
-            if any(p.poll() not in (None, 0) for p in procs):
-                raise RuntimeError("a worker failed")
-            time.sleep(0.01)
-        results = [json.loads((d / f"w{k}.json").read_text()) for k in range(workers)]
-        seconds = max(r["ended"] for r in results) - started
-        busy = machine.busy_seconds(started, started + seconds)
-        (d / "leave").touch()
+        try:
+            while not all((d / f"w{k}.json").exists() for k in range(workers)):
+                if any(p.poll() not in (None, 0) for p in procs):
+                    raise RuntimeError("a worker failed")
+                time.sleep(0.01)
+            results = [json.loads((d / f"w{k}.json").read_text()) for k in range(workers)]
+            seconds = max(r["ended"] for r in results) - started
+            busy = machine.busy_seconds(started, started + seconds)
+        finally:
+            (d / "leave").touch()  # also when one failed: the others must not wait on
         for p in procs:
             if p.wait() != 0:
                 raise RuntimeError(f"a worker exited with {p.returncode}")
