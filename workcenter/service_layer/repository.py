@@ -11,6 +11,7 @@ and the inline write through the ``TransactionArguments`` port.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import partial
 from typing import Any, TypeVar, cast
 from uuid import UUID
 
@@ -385,12 +386,19 @@ class Repository:
             if attempt:
                 backoff.pause(attempt - 1)
             unit = decide()
-            try:
-                self.save(unit)
-            except IntegrityError:
-                continue
-            return unit
+            if self._won(partial(self.save, unit)):
+                return unit
         raise WriteContention("the aggregates kept changing; try again")
+
+    @staticmethod
+    def _won(save: Callable[[], None]) -> bool:
+        """Whether ``save`` committed; False when it lost a race (a stream had moved on
+        past the version its events take)."""
+        try:
+            save()
+        except IntegrityError:
+            return False
+        return True
 
     def execute_on_run(
         self,
@@ -407,15 +415,12 @@ class Repository:
         item = self._cached(action.work_item_id) if isinstance(action, act.ActionState) else None
         if isinstance(action, act.ActionState) and isinstance(item, wi.WorkItemState):
             try:
-                unit: Unit | None = decide(action, item)
+                unit = decide(action, item)
             except WorkcenterError:
-                unit = None
-            if unit is not None and {action.id, item.id} <= {e.originator_id for e in unit.events}:
-                try:
-                    self.save(unit)
-                except IntegrityError:
-                    pass
-                else:
+                pass
+            else:
+                fenced = {action.id, item.id} <= {e.originator_id for e in unit.events}
+                if fenced and self._won(partial(self.save, unit)):
                     return unit
 
         def read_and_decide() -> Unit:
@@ -442,11 +447,7 @@ class Repository:
                 events = ()
             if events:
                 after = fold(cached, events, act.evolve)
-                try:
-                    self.save_events(events, {cached.id: after})
-                except IntegrityError:
-                    pass
-                else:
+                if self._won(partial(self.save_events, events, {cached.id: after})):
                     return after
         for attempt in range(SAVE_ATTEMPTS):
             if attempt:
@@ -454,11 +455,8 @@ class Repository:
             action = self.action(action_id)
             events = decide(action)
             after = fold(action, events, act.evolve)
-            try:
-                self.save_events(events, {action.id: after})
-            except IntegrityError:
-                continue
-            return after
+            if self._won(partial(self.save_events, events, {action.id: after})):
+                return after
         return None
 
     def check_expected(
