@@ -45,7 +45,8 @@ from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import USER, worker
 from workcenter.domain.outcome import normalise
-from workcenter.projections.detail import EVOLVE, DetailView, Kind, build_detail
+from workcenter.projections.detail import DetailView, build_detail
+from workcenter.projections.detail_states import EVOLVE, Kind
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 CRITERIA = ("The answer names the root cause", "The answer cites the failing test")

@@ -32,7 +32,7 @@ from test_projections import Scenario, fresh_center, programs
 from workcenter.application import WorkCenter
 from workcenter.domain import action as act
 from workcenter.domain.errors import WorkcenterError
-from workcenter.projections import detail, inline
+from workcenter.projections import detail, detail_states, inline
 from workcenter.projections.detail import Detail
 
 
@@ -57,6 +57,7 @@ def test_a_save_folds_none_of_its_own_events_in_the_detail_view(
         raise AssertionError("the view folded an event the command had the state after")
 
     monkeypatch.setattr(detail, "EVOLVE", dict.fromkeys(detail.EVOLVE, folded))
+    monkeypatch.setattr(detail_states, "EVOLVE", dict.fromkeys(detail_states.EVOLVE, folded))
     other = create_linear(wc, stages=("implement",))
     # Time passes before the claim: at the creation time its DTO would be left to a
     # read (ADR-0073), and the finish would load the streams the claim did not.

@@ -43,12 +43,8 @@ from workcenter.adapters.sqlite_settings import (
 )
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.model import AggregateState
-from workcenter.projections.detail import (
-    Detail,
-    DetailView,
-    EventStoreStates,
-    Kind,
-)
+from workcenter.projections.detail import Detail, DetailView
+from workcenter.projections.detail_states import EventStoreStates, Kind
 from workcenter.projections.mailbox import Mailbox, MailboxView
 from workcenter.projections.work_queue import WorkQueue, WorkQueueView
 from workcenter.service_layer.handlers.coordinator import CoordinatorCommands

@@ -28,12 +28,12 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar
 from uuid import UUID
 
 import orjson
 from eventsourcing.dispatch import singledispatchmethod
-from eventsourcing.persistence import StoredEvent, Tracking
+from eventsourcing.persistence import Tracking
 from eventsourcing.projection import Projection
 
 from workcenter.domain import action as act
@@ -42,63 +42,22 @@ from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.projections import sql
+from workcenter.projections.detail_states import (
+    EVENT_CLASS,
+    EVOLVE,
+    STATE_CLASS,
+    Ahead,
+    Kind,
+    StateSource,
+    kind_of,
+)
 from workcenter.projections.dto import detail_json
 from workcenter.projections.tracked import Batch, TrackedView
 
-Kind = Literal["item", "action", "ledger", "conversation"]
-EVOLVE: dict[Kind, Callable[[Any, Any], AggregateState]] = {
-    "item": wi.evolve,
-    "action": act.evolve,
-    "ledger": rl.evolve,
-    "conversation": conv.evolve,
-}
-STATE_CLASS: dict[Kind, type[AggregateState]] = {
-    "item": wi.WorkItemState,
-    "action": act.ActionState,
-    "ledger": rl.LedgerState,
-    "conversation": conv.ConversationState,
-}
-EVENT_CLASS: dict[Kind, type[DomainEvent]] = {
-    "item": wi.WorkItemEvent,
-    "action": act.ActionEvent,
-    "ledger": rl.LedgerEvent,
-    "conversation": conv.ConversationEvent,
-}
-# The conversation events that change what the detail shows of it (its messages and
-# the coordinator revision). Mailbox claims, leases and provider turns change neither,
-# so the view passes over them (read-models.md 2.4, ADR-0045).
-MESSAGE_EVENTS: tuple[type[conv.ConversationEvent], ...] = (
-    conv.CoordinatorTurnBegun,
-    conv.CoordinatorSpeakerAssigned,
-    conv.CoordinatorTurnDecided,
-    conv.CoordinatorTurnFailed,
-    conv.CoordinatorTurnInterrupted,
-    conv.CoordinatorTurnRetired,
-)
 CACHE_LIMIT = 20_000
 # What a row holds for an item whose DTO is built when read (a stored DTO is never
 # empty: it is deflated, sealed or JSON).
 DEFERRED = b""
-
-
-def stream_kind(event: DomainEvent) -> Kind | None:
-    """The kind of the stream an event belongs to."""
-    if isinstance(event, conv.ConversationEvent):
-        return "conversation"
-    return kind_of(event)
-
-
-def kind_of(event: DomainEvent) -> Kind | None:
-    """The kind of state an event changes for the view; None for events it passes over."""
-    if isinstance(event, wi.WorkItemEvent):
-        return "item"
-    if isinstance(event, act.ActionEvent):
-        return "action"
-    if isinstance(event, rl.LedgerEvent):
-        return "ledger"
-    if isinstance(event, MESSAGE_EVENTS):
-        return "conversation"
-    return None
 
 
 def defers_detail(event: DomainEvent) -> bool:
@@ -128,123 +87,6 @@ Wanted = dict[UUID, tuple[Kind, AggregateState | None]]
 PrebuiltRow = tuple[str, UUID, int, bytes]
 """A DTO row built before the lock: the item's id (hex), the stream and version of the
 event whose notification id is its position, the stored DTO (ADR-0070)."""
-
-
-@dataclass(frozen=True)
-class Ahead:
-    """What a write read ahead for the view: the streams asked for, and the newest state
-    of each that exists (one missing from ``states`` has no event yet)."""
-
-    asked: frozenset[UUID]
-    states: dict[UUID, AggregateState]
-    # Whether the read found anything newer than the states held (or could not use it).
-    changed: bool = True
-
-
-class StateSource(Protocol):
-    """The event store, as the view reads it: the newest version of streams, and a
-    stream's state at a version (snapshots and the fold are the store's)."""
-
-    def versions(
-        self, aggregate_ids: Sequence[UUID], c: Any | None = None, upto: int | None = None
-    ) -> dict[UUID, int]:
-        """The newest versions (of events at positions up to ``upto``, if given), read
-        with ``c`` if given (a cursor on the event store's own database), else in a read
-        transaction of the store's."""
-        ...
-
-    def holds_events_of(self, datastore: Any) -> bool: ...
-
-    def state(
-        self, kind: Kind, aggregate_id: UUID, version: int, c: Any | None = None
-    ) -> AggregateState | None:
-        """The state at ``version``, read with ``c`` if given, else through the store."""
-        ...
-
-
-class EventStoreStates:
-    """The ``StateSource`` of a store: its recorder's newest versions, and its loader.
-
-    Inside a write transaction (``c`` given) a state is folded from the stream's rows
-    read with that same cursor: asking the store's pool for a reader there would wait
-    for any writer queued behind this one, which waits for us (a deadlock)."""
-
-    def __init__(
-        self,
-        recorder: Any,
-        load: Callable[[Kind, UUID, int], AggregateState | None],
-        *,
-        mapper: Any,
-        snapshots_table: str | None,
-    ) -> None:
-        self.recorder = recorder
-        self.load = load
-        self.mapper = mapper
-        self.snapshots_table = snapshots_table
-
-    def versions(
-        self, aggregate_ids: Sequence[UUID], c: Any | None = None, upto: int | None = None
-    ) -> dict[UUID, int]:
-        if c is not None:
-            return self._versions(c, aggregate_ids, upto)
-        with sql.transaction(self.recorder.datastore, commit=False) as read:
-            return self._versions(read, aggregate_ids, upto)
-
-    def _versions(self, c: Any, aggregate_ids: Sequence[UUID], upto: int | None) -> dict[UUID, int]:
-        marks = ",".join("?" * len(aggregate_ids))
-        bound = "" if upto is None else f" AND {sql.position_column(self.recorder)} <= ?"
-        c.execute(
-            "SELECT originator_id, MAX(originator_version)"
-            f" FROM {self.recorder.events_table_name}"
-            f" WHERE originator_id IN ({marks}){bound} GROUP BY originator_id",
-            [*(i.hex for i in aggregate_ids), *(() if upto is None else (upto,))],
-        )
-        return {UUID(row[0]): int(row[1]) for row in c.fetchall()}
-
-    def holds_events_of(self, datastore: Any) -> bool:
-        return datastore is self.recorder.datastore
-
-    def state(
-        self, kind: Kind, aggregate_id: UUID, version: int, c: Any | None = None
-    ) -> AggregateState | None:
-        if c is None:
-            return self.load(kind, aggregate_id, version)
-        state: Any = None
-        after = 0
-        if self.snapshots_table is not None:
-            c.execute(
-                f"SELECT originator_version, topic, state FROM {self.snapshots_table}"
-                " WHERE originator_id = ? AND originator_version <= ?"
-                " ORDER BY originator_version DESC LIMIT 1",
-                (aggregate_id.hex, version),
-            )
-            row = c.fetchone()
-            if row is not None:
-                state = self._decode(aggregate_id, row).state
-                after = state.version
-        c.execute(
-            f"SELECT originator_version, topic, state FROM {self.recorder.events_table_name}"
-            " WHERE originator_id = ? AND originator_version > ? AND originator_version <= ?"
-            " ORDER BY originator_version",
-            (aggregate_id.hex, after, version),
-        )
-        evolve = EVOLVE[kind]
-        for row in c.fetchall():
-            event = self._decode(aggregate_id, row)
-            if stream_kind(event) != kind:
-                return None  # a stream of another aggregate type
-            state = evolve(state, event)
-        return state if state is not None and state.version == version else None
-
-    def _decode(self, aggregate_id: UUID, row: Any) -> Any:
-        return self.mapper.to_domain_event(
-            StoredEvent(
-                originator_id=aggregate_id,
-                originator_version=row[0],
-                topic=row[1],
-                state=bytes(row[2]),
-            )
-        )
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from workcenter.domain import work_item as wi
 from workcenter.domain.errors import NotFound, VersionConflict, WorkcenterError
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.unit import Unit
-from workcenter.projections.detail import Kind
+from workcenter.projections.detail_states import Kind
 from workcenter.projections.inline import InlineWrite
 from workcenter.service_layer import backoff
 from workcenter.service_layer.ports import StreamsAfter, TransactionArguments

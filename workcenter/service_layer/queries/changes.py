@@ -34,7 +34,7 @@ from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.model import DomainEvent
-from workcenter.projections.detail import Kind
+from workcenter.projections.detail_states import Kind
 from workcenter.service_layer.ports import NotificationReader
 from workcenter.service_layer.repository import Repository
 
