@@ -43,6 +43,12 @@ DYNAMIC = {
 }
 
 
+def versions_of(etag: str) -> str:
+    """The versions an item's ETag names, ``"<item version>.<control version>"``: what a
+    command checks, and what reads of one item share (each adds its own digest)."""
+    return '"' + ".".join(etag.strip('"').split(".")[:2]) + '"'
+
+
 def client(wc: WorkCenter, policy: Policy | None = None, base_url: str = LOCAL) -> TestClient:
     return TestClient(create_app(wc, policy), base_url=base_url, raise_server_exceptions=False)
 

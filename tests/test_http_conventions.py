@@ -171,6 +171,80 @@ def test_the_list_answers_304_until_something_is_written(api: TestClient) -> Non
     assert changed.status_code == 200 and changed.headers["ETag"] != etag
 
 
+ITEM_READS = ("", "/progress", "/budget", "/timeline", "/audit", "/conversation")
+
+
+def shown(read: Any) -> Any:
+    """What a read shows of the store: its body without the timeline's clock (``now``)."""
+    body = read.json()
+    return {key: value for key, value in body.items() if key != "now"}
+
+
+def test_an_item_read_answers_304_only_while_its_bytes_are_the_same(api: TestClient) -> None:
+    """A user message (the conversation's events) and a Run's reservation and settlement
+    (the ledger's usage) change no version a command expects, but they change what the
+    item's reads show: a read's ETag names its bytes too, so one read before them
+    earns a 200 with a new ETag, never a 304 for a body that changed (ADR-0079); a
+    read whose bytes are the same but for the timeline's own clock still earns a 304."""
+    item_id, _ = created(api)
+    base = f"/api/work-items/{item_id}"
+    fence = api.post("/api/worker/claim", json={"worker": "w", "bootId": "b"}).json()["fence"]
+    before = {path: api.get(base + path) for path in ITEM_READS}
+    for path, read in before.items():
+        same = api.get(base + path, headers={"If-None-Match": read.headers["ETag"]})
+        assert same.status_code == 304, path
+    request = {"messages": [{"role": "user", "content": "hi"}]}
+    reserved = api.post(
+        "/api/worker/requests/reserve", json={"fence": fence, "requestId": "q1", "request": request}
+    )
+    assert reserved.status_code == 200 and reserved.json()["allowed"], reserved.text
+    usage = {"input_tokens": 500, "output_tokens": 100}
+    settled = api.post(
+        "/api/worker/requests/settle", json={"fence": fence, "requestId": "q1", "usage": usage}
+    )
+    assert settled.status_code == 200, settled.text
+    etag = api.get(base).headers["ETag"]
+    posted = api.post(
+        base + "/messages", json={"text": "how is it going?"}, headers={"If-Match": etag}
+    )
+    assert posted.status_code == 202, posted.text
+    changed = set()
+    for path, old in before.items():
+        again = api.get(base + path, headers={"If-None-Match": old.headers["ETag"]})
+        now = api.get(base + path)
+        if shown(now) == shown(old):
+            assert again.status_code == 304, path
+        else:
+            assert again.status_code == 200 and again.headers["ETag"] != old.headers["ETag"], path
+            changed.add(path)
+    assert {"", "/budget", "/audit", "/conversation"} <= changed
+
+
+def test_a_reads_etag_and_its_versions_alone_both_serve_as_if_match(
+    api: TestClient, wc: WorkCenter
+) -> None:
+    """A command checks only the versions an ETag names: a read's full ETag and the
+    two versions alone are both accepted, and a message posted since (which moves no
+    version) does not make either stale (ADR-0030, ADR-0079)."""
+    item_id, _ = created(api)
+    read = api.get(f"/api/work-items/{item_id}").headers["ETag"]
+    item = wc.work_item(item_id)  # type: ignore[arg-type]
+    versions = f'"{item.version}.{wc.ledger(item.id).control_version}"'
+    assert read.startswith(versions[:-1] + ".")
+    posted = api.post(
+        f"/api/work-items/{item_id}/messages", json={"text": "hello"}, headers={"If-Match": read}
+    )
+    assert posted.status_code == 202, posted.text
+    for tag in (read, versions):
+        count = wc.event_count()
+        stale = api.post(
+            f"/api/work-items/{item_id}/cancel", json={}, headers={"If-Match": tag + "x"}
+        )
+        assert stale.status_code == 412 and wc.event_count() == count
+    cancelled = api.post(f"/api/work-items/{item_id}/cancel", json={}, headers={"If-Match": read})
+    assert cancelled.status_code == 200, cancelled.text
+
+
 def test_head_on_a_missing_item_is_404_without_a_body(api: TestClient) -> None:
     missing = api.head("/api/work-items/00000000-0000-0000-0000-000000000000")
     assert missing.status_code == 404 and missing.content == b""

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from workcenter.adapters.http import contract, fields
 from workcenter.adapters.http.conventions import refuse_repeated_keys
 from workcenter.adapters.http.deps import Center
-from workcenter.adapters.http.preconditions import Seen, detail_etag, seen
+from workcenter.adapters.http.preconditions import Seen, detail_versions, item_read, seen
 from workcenter.adapters.http.problems import UnsupportedMediaType
 from workcenter.adapters.http.responses import JSONBytes
 from workcenter.application import WorkCenter
@@ -109,10 +109,8 @@ class Guide(Body):
 
 def _answer(wc: WorkCenter, work_item_id: UUID, status: int = 200, **headers: str) -> JSONBytes:
     dto = wc.detail(work_item_id)
-    return JSONBytes(
-        dto,
-        status_code=status,
-        headers={"ETag": detail_etag(dto), "Cache-Control": "no-store", **headers},
+    return item_read(
+        dto, detail_versions(dto), status_code=status, cache="no-store", headers=headers
     )
 
 

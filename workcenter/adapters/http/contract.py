@@ -46,8 +46,9 @@ WHY: dict[int, str] = {
 # What the guard may answer on any route of the API.
 GUARDED = (401, 403, 421, 503)
 ETAG_HEADER = {
-    "description": 'The versions a command echoes back in If-Match, "<item version>.<control '
-    "version>\" (a list's: the position it was read at)",
+    "description": "An item's: the versions a command echoes back in If-Match and a digest of"
+    ' the body, "<item version>.<control version>.<digest>" (a list\'s: the position it was'
+    " read at)",
     "schema": {"type": "string"},
 }
 

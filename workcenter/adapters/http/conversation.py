@@ -23,7 +23,7 @@ from pydantic import Field
 from workcenter.adapters.http import contract, fields
 from workcenter.adapters.http.commands import Body, Expected, json_body
 from workcenter.adapters.http.deps import Center
-from workcenter.adapters.http.preconditions import item_etag, list_etag
+from workcenter.adapters.http.preconditions import item_etag, item_read, list_etag
 from workcenter.adapters.http.responses import JSONBytes
 from workcenter.adapters.http.schemas import ConversationRead, DecisionsRead, MessagePosted
 from workcenter.application import WorkCenter
@@ -54,8 +54,7 @@ def conversation(wc: Center, item_id: str) -> JSONBytes:
     with the decision an answer carried) and their turns. Provider requests and
     responses never leave the server."""
     body = wc.web_reads.conversation(inputs.aggregate_id(item_id, "WorkItem"))
-    etag = item_etag(body["itemVersion"], body["controlVersion"])
-    return JSONBytes(body, headers={"ETag": etag, "Cache-Control": "no-cache"})
+    return item_read(body, (body["itemVersion"], body["controlVersion"]))
 
 
 @router.get(

@@ -1,8 +1,12 @@
 """HTTP's own optimistic concurrency: an ETag names the versions a client must echo back.
 
-An item's ETag is ``"<item version>.<control version>"``: the WorkItem's version and
-its ledger's control version, the two expected versions its commands take. A
-command sends it back in ``If-Match``. As HTTP has it (RFC 9110 13.1.1), an ETag
+An item read's ETag is ``"<item version>.<control version>.<digest>"``: the WorkItem's
+version and its ledger's control version, the two expected versions its commands take,
+and a digest of the bytes served, so that a ``304`` answers only a client that holds
+those very bytes (a message or a ledger write changes what the reads show and no
+version, ADR-0079). A command sends the ETag back in ``If-Match``, and only its
+versions are checked; the versions alone, ``"<item version>.<control version>"``,
+serve as well. As HTTP has it (RFC 9110 13.1.1), an ETag
 that is no longer the item's current one is ``412 Precondition Failed``, as is an
 If-Match that is not one ETag of this shape; a command without If-Match is ``428
 Precondition Required``. Both are judged after the command's body has been checked
@@ -15,17 +19,24 @@ the position of the event sequence it was read at: it names no version to echo.
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any
 from uuid import UUID
 
+import orjson
 from fastapi import Header
 
 from workcenter.adapters.http.problems import PreconditionFailed, PreconditionRequired
+from workcenter.adapters.http.responses import JSONBytes
 from workcenter.application import WorkCenter
 
-ITEM_TAG = re.compile(r'^"([0-9]{1,18})\.([0-9]{1,18})"$')
+# A read's own clock (the timeline's ``now``, for the ages it shows): not what the store
+# holds, so left out of the digest, or no read of it would ever be answered 304.
+READ_CLOCK = "now"
+ITEM_TAG = re.compile(r'^"([0-9]{1,18})\.([0-9]{1,18})(?:\.[0-9a-f]{16})?"$')
 
 
 @dataclass(frozen=True)
@@ -48,7 +59,8 @@ class Seen:
         match = ITEM_TAG.fullmatch(value)
         if match is None:
             raise PreconditionFailed(
-                'If-Match must be one ETag of an item as this server sent it, such as "12.3"'
+                "If-Match must be one ETag of an item as this server sent it, such as"
+                ' "12.3.0f1e2d3c4b5a6978", or its versions alone, "12.3"'
             )
         return int(match[1]), int(match[2])
 
@@ -67,21 +79,46 @@ class Seen:
         current = item_etag(*wc.web_reads.versions(work_item_id))
         if current != seen:
             raise PreconditionFailed(
-                f"the item changed since {seen}: its ETag is now {current}; read it "
+                f"the item changed since {seen}: its versions are now {current}; read it "
                 "again and decide again",
                 current_etag=current,
             )
 
 
-def item_etag(item_version: int, control_version: int) -> str:
-    return f'"{item_version}.{control_version}"'
+def item_etag(item_version: int, control_version: int, served: bytes | None = None) -> str:
+    """The versions a command echoes back, and a digest of ``served``, the body read."""
+    if served is None:
+        return f'"{item_version}.{control_version}"'
+    digest = hashlib.blake2b(served, digest_size=8).hexdigest()
+    return f'"{item_version}.{control_version}.{digest}"'
 
 
-def detail_etag(dto: dict[str, Any]) -> str:
-    """The ETag of a detail DTO: its own planRevision (the item version) and its
+def detail_versions(dto: dict[str, Any]) -> tuple[int, int]:
+    """The versions a detail DTO shows: its own planRevision (the item version) and its
     execution control's revision (the ledger's control version)."""
     control = dto.get("executionControl") or {}
-    return item_etag(int(dto.get("planRevision", 0)), int(control.get("revision", 0)))
+    return int(dto.get("planRevision", 0)), int(control.get("revision", 0))
+
+
+def item_read(
+    body: Any,
+    versions: tuple[int, int],
+    *,
+    status_code: int = 200,
+    cache: str = "no-cache",
+    headers: Mapping[str, str] | None = None,
+) -> JSONBytes:
+    """``body`` served with its item ETag (the versions, and the digest of its bytes).
+    Reads say ``no-cache`` (always revalidate: the same bytes can show a lease that has
+    since expired), command answers ``no-store``."""
+    response = JSONBytes(
+        body, status_code=status_code, headers={"Cache-Control": cache, **(headers or {})}
+    )
+    served = bytes(response.body)
+    if isinstance(body, dict) and READ_CLOCK in body:
+        served = orjson.dumps({key: value for key, value in body.items() if key != READ_CLOCK})
+    response.headers["ETag"] = item_etag(*versions, served=served)
+    return response
 
 
 def list_etag(position: int) -> str:

@@ -19,7 +19,7 @@ from workcenter.adapters import presenters
 from workcenter.adapters.http import contract
 from workcenter.adapters.http.deps import Center
 from workcenter.adapters.http.guard import AUTHENTICATED
-from workcenter.adapters.http.preconditions import detail_etag, item_etag, list_etag
+from workcenter.adapters.http.preconditions import detail_versions, item_read, list_etag
 from workcenter.adapters.http.problems import Forbidden
 from workcenter.adapters.http.responses import JSONBytes
 from workcenter.adapters.http.schemas import (
@@ -49,13 +49,8 @@ Status = Literal["draft", "ready", "running", "waiting", "needs_attention", "don
 ITEM = "/work-items/{item_id}"
 
 
-def _etagged(body: dict[str, Any], etag: str) -> JSONBytes:
-    # Always revalidate: the same versions can show a lease that has since expired.
-    return JSONBytes(body, headers={"ETag": etag, "Cache-Control": "no-cache"})
-
-
-def _versions_etag(body: dict[str, Any]) -> JSONBytes:
-    return _etagged(body, item_etag(body["itemVersion"], body["controlVersion"]))
+def _versions_read(body: dict[str, Any]) -> JSONBytes:
+    return item_read(body, (body["itemVersion"], body["controlVersion"]))
 
 
 @router.get("/work-items", response_model=SummaryPage, responses=contract.read())
@@ -74,33 +69,34 @@ def list_work_items(
     read first: stream changes after it to stay current."""
     position = wc.changes.head()
     page = wc.web_reads.summaries(status, limit, after, q)
-    return _etagged(page.json() | {"position": position}, list_etag(position))
+    body = page.json() | {"position": position}
+    return JSONBytes(body, headers={"ETag": list_etag(position), "Cache-Control": "no-cache"})
 
 
 @router.get(ITEM, response_model=DetailDto, responses=contract.read(404))
 def detail(wc: Center, item_id: str) -> JSONBytes:
     """The item's detail DTO (read-models.md 2.4)."""
     dto = wc.detail(inputs.aggregate_id(item_id, "WorkItem"))
-    return _etagged(dto, detail_etag(dto))
+    return item_read(dto, detail_versions(dto))
 
 
 @router.get(ITEM + "/progress", response_model=ProgressRead, responses=contract.read(404))
 def progress(wc: Center, item_id: str) -> JSONBytes:
     """Goal progress: each criterion met, unmet or contradicted, with the Runs that
     prove or contradict it, the delivery and the blockers."""
-    return _versions_etag(wc.web_reads.progress(inputs.aggregate_id(item_id, "WorkItem")))
+    return _versions_read(wc.web_reads.progress(inputs.aggregate_id(item_id, "WorkItem")))
 
 
 @router.get(ITEM + "/budget", response_model=BudgetRead, responses=contract.read(404))
 def budget(wc: Center, item_id: str) -> JSONBytes:
     """The execution control: limits, usage, attempts per Action, the stop."""
-    return _versions_etag(wc.web_reads.budget(inputs.aggregate_id(item_id, "WorkItem")))
+    return _versions_read(wc.web_reads.budget(inputs.aggregate_id(item_id, "WorkItem")))
 
 
 @router.get(ITEM + "/timeline", response_model=TimelineRead, responses=contract.read(404))
 def timeline(wc: Center, item_id: str) -> JSONBytes:
     """The Actions in order, each with its newest Runs (status and times only)."""
-    return _versions_etag(wc.web_reads.timeline(inputs.aggregate_id(item_id, "WorkItem")))
+    return _versions_read(wc.web_reads.timeline(inputs.aggregate_id(item_id, "WorkItem")))
 
 
 def _row(row: AuditRow, raw: bool) -> dict[str, Any]:
@@ -176,7 +172,7 @@ def audit(
         }
     rows = wc.audit(work_item_id, limit=limit, action_id=action, run_id=run, type=type, until=until)
     body = {"workItemId": str(work_item_id), "events": [_row(r, raw) for r in rows]} | body
-    return _etagged(body, item_etag(item_version, control_version))
+    return item_read(body, (item_version, control_version))
 
 
 def _state(data: dict[str, Any], schema: type[Any], raw: bool) -> Any:
