@@ -142,9 +142,38 @@ def test_an_expired_lease_is_refused_before_anyone_recovers_it(
     claimed = claim(api, leaseSeconds=5)
     clock.advance(6)
     before = wc.event_count()
-    for verb in ("renew", "finish", "requests/reserve", "input/consume"):
+    for verb in (
+        "renew",
+        "finish",
+        "requests/reserve",
+        "requests/settle",
+        "input",
+        "input/consume",
+    ):
         response = api.post("/api/worker/" + verb, json=body_for(verb, claimed["fence"], claimed))
         refused(wc, response, 409, "StaleRun")
+    assert wc.event_count() == before
+
+
+@pytest.mark.parametrize("recovered", [False, True])
+def test_a_reservation_sent_again_by_a_run_no_longer_live_is_refused(
+    api: TestClient, wc: WorkCenter, clock: FakeClock, recovered: bool
+) -> None:
+    """``allowed`` tells a worker to send its model request: a Run whose lease expired
+    (recovered or not yet) is never told so, not even for a request id it reserved while
+    it was live; the replay answers the first admission only to a live Run."""
+    create(api)
+    claimed = claim(api, leaseSeconds=5)
+    reserve = body_for("requests/reserve", claimed["fence"], claimed)
+    first = api.post("/api/worker/requests/reserve", json=reserve)
+    assert first.status_code == 200 and first.json()["allowed"], first.text
+    again = api.post("/api/worker/requests/reserve", json=reserve)
+    assert again.json() == first.json() | {"replayed": True}
+    clock.advance(6)
+    if recovered:
+        claim(api, bootId="boot-2")
+    before = wc.event_count()
+    refused(wc, api.post("/api/worker/requests/reserve", json=reserve), 409, "StaleRun")
     assert wc.event_count() == before
 
 

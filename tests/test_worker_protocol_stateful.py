@@ -163,7 +163,7 @@ class Protocol(RuleBasedStateMachine):
             lambda: self.wc.worker_protocol.reserve(held.claim.ref, request_id, request)
         )
         event(f"reserve: {_kind(answer)}")
-        if request_id in held.reserved:
+        if request_id in held.reserved and live:
             assert not isinstance(answer, WorkcenterError), answer
             assert answer.replayed and answer.allowed and wrote == 0
         elif live:

@@ -95,9 +95,12 @@ def add_input(
     return unit
 
 
-def pending(action: act.ActionState, ref: act.RunRef) -> tuple[act.QueuedInput, ...]:
-    """The input waiting for the live Run ``ref`` (LRF): StaleRun for any other."""
-    act.live_run(action, ref, at=None)
+def pending(
+    action: act.ActionState, ref: act.RunRef, *, at: datetime | None = None
+) -> tuple[act.QueuedInput, ...]:
+    """The input waiting for the live Run ``ref`` (LRF; with ``at``, LRF+): StaleRun for
+    any other."""
+    act.live_run(action, ref, at=at)
     return action.unconsumed_inputs
 
 

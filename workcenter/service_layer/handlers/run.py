@@ -186,10 +186,14 @@ class RunCommands:
             lambda item, action, ref, at, by: runs.defer(item, action, ref, at=at, by=by),
         )
 
-    def pending_input(self, claim: Claim | act.RunRef) -> tuple[act.QueuedInput, ...]:
-        """Input queued for the Action that this live Run has not consumed yet."""
+    def pending_input(
+        self, claim: Claim | act.RunRef, *, unexpired: bool = False
+    ) -> tuple[act.QueuedInput, ...]:
+        """Input queued for the Action that this live Run has not consumed yet; with
+        ``unexpired``, only while the Run's lease has not expired (LRF+)."""
         ref = run_ref(claim)
-        return action_input.pending(self.repo.action(ref.action_id), ref)
+        at = self.clock.now() if unexpired else None
+        return action_input.pending(self.repo.action(ref.action_id), ref, at=at)
 
     def consume_input(
         self, claim: Claim | act.RunRef, input_ids: Sequence[UUID], actor: Actor | str | None

@@ -200,7 +200,9 @@ class WorkerProtocol:
         return self.runs.defer(ref, None)
 
     def pending_input(self, ref: act.RunRef) -> tuple[act.QueuedInput, ...]:
-        return self.runs.pending_input(ref)
+        """The input queued for the Run while its lease has not expired (LRF+): a remote
+        worker is told its input only while it may still work on it (ADR-0063)."""
+        return self.runs.pending_input(ref, unexpired=True)
 
     def consume_input(self, ref: act.RunRef, input_ids: Sequence[UUID]) -> act.ActionState:
         return self.runs.consume_input(ref, input_ids, None)
@@ -220,6 +222,8 @@ class WorkerProtocol:
         if known is not None:
             if known.run_id != run.id or known.estimated_tokens != estimate:
                 raise CommandRefused(f"request {request_id} was reserved for another request")
+            # ``allowed`` means "send it": only to a Run that may still (LRF+).
+            act.live_run(action, ref, at=self.clock.now())
             return Admitted(request_id, True, None, False, replayed=True)
         admission = self.budget.reserve_request(
             action.work_item_id,
