@@ -245,6 +245,30 @@ def test_a_reads_etag_and_its_versions_alone_both_serve_as_if_match(
     assert cancelled.status_code == 200, cancelled.text
 
 
+def test_a_refused_query_or_empty_body_is_said_with_its_subject_and_never_echoed(
+    api: TestClient, wc: WorkCenter
+) -> None:
+    """ADR-0057's rules for the reads' parameters too: a refusal names what it refuses in
+    the API's own words (``at``, ``atTime``, the body) and never repeats the input."""
+    item_id, _ = created(api)
+    too_big, not_a_time, past = "9007199254740992", "2222222222222", "99999999999999999999999"
+    count = wc.event_count()
+    for response, says in (
+        (api.get(f"/api/work-items/{item_id}/audit", params={"at": too_big}), "at must be"),
+        (api.get(f"/api/work-items/{item_id}/audit", params={"atTime": not_a_time}), "atTime"),
+        (api.get("/api/stream", params={"after": past}), "past the head"),
+        (api.post("/api/work-items", headers={"content-type": "application/json"}), "the body"),
+    ):
+        assert response.status_code == 422, response.text
+        detail = response.json()["detail"]
+        assert detail.startswith(says) or says in detail, detail
+        assert not any(given in detail for given in (too_big, not_a_time, past)), detail
+    assert wc.event_count() == count
+    audit = api.get("/openapi.json").json()["paths"]["/api/work-items/{item_id}/audit"]["get"]
+    (at,) = [p for p in audit["parameters"] if p["name"] == "at"]
+    assert at["schema"]["maximum"] == 2**53 - 1
+
+
 def test_head_on_a_missing_item_is_404_without_a_body(api: TestClient) -> None:
     missing = api.head("/api/work-items/00000000-0000-0000-0000-000000000000")
     assert missing.status_code == 404 and missing.content == b""

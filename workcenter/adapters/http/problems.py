@@ -200,6 +200,8 @@ def _field_error(error: Mapping[str, Any]) -> dict[str, Any]:
 
 def _said(loc: list[str], message: str) -> str:
     path = loc[1:] if loc[:1] in (["body"], ["query"], ["header"], ["path"]) else loc
+    if not path and loc[:1] == ["body"] and not message.startswith("the body"):
+        return f"the body {message}"  # the whole body: a request without one
     return f"{'.'.join(path)} {message}" if path else message
 
 

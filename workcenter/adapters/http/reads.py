@@ -29,7 +29,7 @@ from workcenter.adapters.http.schemas import (
     SummaryPage,
     TimelineRead,
 )
-from workcenter.domain import inputs
+from workcenter.domain import bounds, inputs
 from workcenter.domain.action import ActionState
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.work_item import WorkItemState
@@ -124,7 +124,7 @@ def _moment(value: str | None) -> datetime | None:
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
-        raise InvalidInput(f"atTime {value!r} is not an ISO time") from None
+        raise InvalidInput("atTime is not an ISO time, such as 2026-12-04T10:00:00Z") from None
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
@@ -137,7 +137,7 @@ def audit(
     action: UUID | None = None,
     run: UUID | None = None,
     type: Annotated[str | None, Query(max_length=128)] = None,
-    at: Annotated[int | None, Query(ge=1)] = None,
+    at: Annotated[int | None, Query(ge=1, le=bounds.INTEGER)] = None,
     at_time: Annotated[
         str | None,
         Query(

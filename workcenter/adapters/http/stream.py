@@ -139,7 +139,7 @@ def _start(last_event_id: str | None, after: int | None, head: Callable[[], int]
         return now
     if after > now:
         raise InvalidInput(
-            f"position {after} is past the head of the event sequence ({now}): read again"
+            f"the position is past the head of the event sequence ({now}): read again"
         )
     return after
 
