@@ -25,10 +25,19 @@ from workcenter.service_layer.history.hash_chain import Verdict
 from workcenter.service_layer.queries.decision_audit import ReplayReport, replay_events
 
 
-def export(wc: WorkCenter, work_item_id: UUID, to: str | os.PathLike[str]) -> int:
-    """Write the item's bundle to ``to`` (replaced whole, never half-written); the
-    number of events in it."""
+def export(
+    wc: WorkCenter, work_item_id: UUID, to: str | os.PathLike[str], *, replace: bool = False
+) -> int:
+    """Write the item's bundle to ``to`` (whole, never half-written); the number of events
+    in it. A file there is replaced only when ``replace`` says so, and never the store's
+    own files (ADR-0081)."""
+    if not str(to).strip():
+        raise InvalidInput("the bundle needs a file name")
     target = Path(to)
+    if target.resolve() in _store_files(wc):
+        raise InvalidInput(f"{target} is a file of the store itself: write the bundle elsewhere")
+    if target.exists() and not replace:
+        raise InvalidInput(f"{target} exists: give --force to replace it")
     partial = target.with_name(target.name + ".partial")
     count = -1
     try:
@@ -42,6 +51,17 @@ def export(wc: WorkCenter, work_item_id: UUID, to: str | os.PathLike[str]) -> in
     finally:
         partial.unlink(missing_ok=True)  # gone once renamed; a failed export leaves nothing
     return count
+
+
+def _store_files(wc: WorkCenter) -> set[Path]:
+    """The files of a SQLite store (its database, journal and WAL files); none for
+    PostgreSQL."""
+    pool = getattr(getattr(wc.store.factory, "datastore", None), "pool", None)
+    name = getattr(pool, "db_name", None)
+    if not isinstance(name, str) or name.startswith(("file:", ":memory:")):
+        return set()
+    base = Path(name).resolve()
+    return {base, *(base.with_name(base.name + end) for end in ("-wal", "-shm", "-journal"))}
 
 
 @dataclass(frozen=True)

@@ -140,15 +140,16 @@ def _print_replay(report: ReplayReport) -> None:
 @db_option
 @click.argument("item_id")
 @click.option("--to", "to", required=True, type=click.Path(dir_okay=False))
+@click.option("--force", is_flag=True, help="Replace a file already at --to.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def export(ctx: click.Context, item_id: str, to: str, as_json: bool) -> None:
+def export(ctx: click.Context, item_id: str, to: str, force: bool, as_json: bool) -> None:
     """Write one WorkItem's audit bundle: its events as stored, their links in the hash
     chain and the store's anchor, as JSON Lines that `audit verify --bundle` checks
-    without the store."""
+    without the store. A file already at --to is replaced only with --force."""
     with open_center(ctx, inline_projections=False) as wc:
         scope = work_item_id(wc, item_id)
-        count = audit_bundle.export(wc, scope, to)
+        count = audit_bundle.export(wc, scope, to, replace=force)
     if as_json:
         emit_json({"work_item_id": str(scope), "bundle": to, "events": count})
     else:

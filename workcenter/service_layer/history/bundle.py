@@ -30,6 +30,7 @@ from workcenter.service_layer.history.hash_chain import Anchor, Break, Link, Row
 FORMAT: Final = "workcenter-audit-bundle"
 VERSION: Final = 1
 HEADER_FIELDS: Final = ("format", "version", "work_item_id", "streams", "events", "anchor")
+WHOLE_FIELDS: Final = ("position", "previous", "originator_version")
 EVENT_FIELDS: Final = (
     "position",
     "previous",
@@ -107,8 +108,37 @@ def read(data: bytes) -> Bundle:
         raise BundleInvalid(f"line 1 is not the header of a {FORMAT}")
     if head.get("version") != VERSION:
         raise BundleInvalid(f"bundle version {head.get('version')!r}; this reads {VERSION}")
+    _check_header(head)
     rows = [_row(_object(line, number), number) for number, line in enumerate(raw_lines[1:], 2)]
+    if rows and head["anchor"] is None:
+        # An export with events always names the chain's head: without it nothing shows
+        # that no events were cut from the bundle's end.
+        raise BundleInvalid("line 1 names no anchor, though the bundle holds events")
     return Bundle(head, rows)
+
+
+def _check_header(head: dict[str, Any]) -> None:
+    """The header's fields as an export writes them, else ``BundleInvalid``."""
+    try:
+        UUID(str(head["work_item_id"]))
+    except ValueError:
+        raise BundleInvalid("line 1: work_item_id is not a WorkItem's id") from None
+    if not _whole(head["events"], 0):
+        raise BundleInvalid("line 1: events is not a count of events")
+    anchor = head["anchor"]
+    if anchor is not None:
+        if not isinstance(anchor, str):
+            raise BundleInvalid("line 1: the anchor is not DIGEST@POSITION")
+        try:
+            Anchor.parse(anchor)
+        except InvalidInput:
+            raise BundleInvalid("line 1: the anchor is not DIGEST@POSITION") from None
+
+
+def _whole(value: Any, least: int) -> bool:
+    """A JSON integer (not a string, a fraction or a boolean) from ``least`` up to the
+    largest the stores hold (signed 64 bits)."""
+    return type(value) is int and least <= value <= hash_chain.LARGEST
 
 
 def _object(line: bytes, number: int) -> dict[str, Any]:
@@ -123,6 +153,8 @@ def _object(line: bytes, number: int) -> dict[str, Any]:
 
 def _row(line: dict[str, Any], number: int) -> Row:
     try:
+        if not all(_whole(line[field], 0) for field in WHOLE_FIELDS):
+            raise ValueError
         previous_digest = line["previous_digest"]
         event = StoredEvent(
             originator_id=hash_chain.originator(str(line["originator_id"]).encode()),

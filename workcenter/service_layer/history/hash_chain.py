@@ -85,6 +85,11 @@ def _id_bytes(originator_id: UUID | str) -> bytes:
     return originator_id.encode(errors="surrogateescape")
 
 
+# The largest position or version a store holds (signed 64 bits, as SQLite's and
+# PostgreSQL's integers), and so the largest a digest packs.
+LARGEST: Final = 2**63 - 1
+
+
 def digest(
     position: int,
     previous: int,
