@@ -4,13 +4,18 @@ Coordinator steps beside Runs."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import create_dynamic
+from conftest import create_dynamic, create_linear
 
 from workcenter.adapters.cli import cli
 from workcenter.application import WorkCenter
@@ -99,3 +104,53 @@ def test_the_worker_runs_coordinator_steps_beside_runs(db_path: Path, item_id: s
         )
     )
     assert quiet["coordinator_steps"] == {}
+
+
+def test_an_empty_executor_is_no_executor_and_claims_nothing(db_path: Path) -> None:
+    """An unset variable in a service file (``--executor "$EXECUTOR"``) must not start a
+    worker whose every Run fails and spends its attempts."""
+    with WorkCenter.open(db_path) as wc:
+        create_linear(wc)
+    before = events(db_path)
+    for empty in ("", "  "):
+        result = run(db_path, "worker", "--executor", empty, "--exit-when-idle", "--no-coordinator")
+        assert result.exit_code == 2 and "--executor is required" in result.output, result.output
+    assert events(db_path) == before
+
+
+def test_sigterm_fails_the_turn_in_hand_as_a_shutdown_not_counted(
+    db_path: Path, item_id: str
+) -> None:
+    """coordinator.md 6.2: a shutdown fails the turn as interrupted, not counted. A
+    service manager stops with SIGTERM: the command treats it as Ctrl-C, prints its
+    JSON and exits 143, instead of dying with the turn left thinking (counted as a
+    failure once its lease ran out)."""
+    with socket.socket() as hanging:  # a model server that accepts and never answers
+        hanging.bind(("127.0.0.1", 0))
+        hanging.listen()
+        env = os.environ | {
+            "WORKCENTER_DB": str(db_path),
+            "WORKCENTER_LLM_BASE_URL": f"http://127.0.0.1:{hanging.getsockname()[1]}/v1",
+            "WORKCENTER_LLM_MODEL": "m",
+            "WORKCENTER_LLM_TIMEOUT": "60",
+        }
+        command = "from workcenter.adapters.cli import main; main()"
+        process = subprocess.Popen(
+            [sys.executable, "-c", command, "coordinate", "--provider", "openai", "--json"],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        hanging.settimeout(30)
+        connection, _ = hanging.accept()  # the turn's request: the turn is thinking
+        with connection:
+            process.send_signal(signal.SIGTERM)
+            out, err = process.communicate(timeout=30)
+    assert process.returncode == 143, out + err
+    assert json.loads(out) == {"steps": []}  # the step in hand did not end: it was stopped
+    with WorkCenter.open(db_path, create=False) as wc:
+        state = wc.conversation(item_id)  # type: ignore[arg-type]
+        assert state is not None and state.thinking_turn() is None
+        assert [t.status for t in state.turns.values()] == ["failed"]
+        assert wc.ledger(item_id).coordinator_failures == 0  # type: ignore[arg-type]

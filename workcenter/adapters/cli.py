@@ -435,7 +435,9 @@ def worker(
     """
     if no_coordinator and no_runs:
         raise click.UsageError("--no-coordinator and --no-runs leave nothing to do")
-    if not no_runs and executor_spec is None:
+    if not no_runs and not (executor_spec or "").strip():
+        # An empty value (an unset variable in a service file) is no executor: every
+        # Run claimed would fail and spend its attempts.
         raise click.UsageError("--executor is required unless --no-runs is given")
     try:
         executor = load_executor(executor_spec) if executor_spec else _no_executor

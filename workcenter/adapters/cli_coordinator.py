@@ -3,8 +3,8 @@ provider the command line uses (``--provider`` or ``$WORKCENTER_PROVIDER``)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
+import signal
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -106,13 +106,25 @@ def coordinate(
     lease_seconds: float,
     as_json: bool,
 ) -> None:
-    """Run due Coordinator steps: user messages and automatic wakes (Ctrl-C stops)."""
+    """Run due Coordinator steps: user messages and automatic wakes (Ctrl-C or SIGTERM
+    stops: a turn in hand fails as interrupted, not counted, and the command exits 130
+    or 143)."""
     provider = make_provider(provider_name)
     results: list[StepResult] = []
     stop = threading.Event()
+    stopped_by: list[int] = []
+
+    def stopping(signum: int, _frame: object) -> None:
+        # A service manager's stop is Ctrl-C's: coordinator.md 6.2 fails the turn in hand
+        # as a shutdown, uncounted, where the signal's default would kill the process
+        # and leave the turn thinking until its lease ran out, then count it.
+        stopped_by.append(signum)
+        raise KeyboardInterrupt
+
     with open_center(ctx) as wc:
         wc.recover_coordinator(at_open=True)
-        with contextlib.suppress(KeyboardInterrupt):
+        previous = signal.signal(signal.SIGTERM, stopping)
+        try:
             while True:
                 done = wc.coordinate_once(provider, lease_seconds=lease_seconds)
                 results += done
@@ -121,10 +133,17 @@ def coordinate(
                         console.print(text(step_line(result)), highlight=False)
                 if once or stop.wait(poll_seconds):
                     break
+        except KeyboardInterrupt:
+            if not stopped_by:
+                stopped_by.append(signal.SIGINT)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
     if as_json:
         emit_json({"steps": [step_json(r) for r in results]})
     elif once and not results:
         console.print("no Coordinator step was due")
+    if stopped_by:
+        ctx.exit(128 + stopped_by[0])
 
 
 @click.command()
