@@ -22,6 +22,7 @@ from conftest import (
     budget_commands,
     claim,
     create_dynamic,
+    create_linear,
     plan,
     refused,
     report,
@@ -35,7 +36,7 @@ from workcenter.adapters.worker import run_worker
 from workcenter.application import Actor, WorkCenter
 from workcenter.domain import actor as actors
 from workcenter.domain import work_item as wi
-from workcenter.domain.errors import InvalidInput
+from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.projections.audit import AuditRow
 
 WORKER_ID = f"{WORKER}@{BOOT_ID}"
@@ -439,3 +440,31 @@ def test_a_run_command_given_neither_a_claim_nor_a_run_ref_is_refused(wc: WorkCe
     ):
         with refused(wc, InvalidInput, "a Claim or a RunRef"):
             command()
+
+
+@pytest.mark.parametrize("agent", ["coordinator", "worker:w1@boot-1"])
+def test_no_agent_extends_a_budget_or_resumes(wc: WorkCenter, agent: str) -> None:
+    """resource-ledger.md 3: extend and resume are a user's (or an operator's) commands,
+    with no model or tool path: the Coordinator and a worker are refused, and nothing is
+    written (ADR-0081)."""
+    item = create_linear(wc)
+    ledger = wc.ledger(item.id)
+    with refused(wc, CommandRefused, "only a user"):
+        wc.extend_budget(
+            item.id, expected_version=ledger.version, additions={"max_requests": 1}, actor=agent
+        )
+    cancelled = wc.cancel(item.id)
+    with refused(wc, CommandRefused, "only a user"):
+        wc.resume(
+            item.id,
+            expected_version=cancelled.version,
+            expected_ledger_version=wc.ledger(item.id).version,
+            actor=agent,
+        )
+    resumed = wc.resume(
+        item.id,
+        expected_version=cancelled.version,
+        expected_ledger_version=wc.ledger(item.id).version,
+        actor="operator:ops",
+    )
+    assert resumed.status != "cancelled"

@@ -433,7 +433,8 @@ def validate_additions(state: LedgerState, additions: Mapping[str, Any]) -> dict
 def extend(
     state: LedgerState, additions: Mapping[str, Any], at: datetime, *, by: Actor
 ) -> list[LedgerEvent]:
-    """Raise limits. Clears no stop: only resume does."""
+    """Raise limits, by a person only. Clears no stop: only resume does."""
+    _by_a_person(by, "extends a budget")
     clean = validate_additions(state, additions)
     limits = state.limits.model_copy(
         update={name: getattr(state.limits, name) + value for name, value in clean.items()}
@@ -446,7 +447,8 @@ def extend(
 def resume(
     state: LedgerState, *, stopping_action_can_attempt: bool, at: datetime, by: Actor
 ) -> list[LedgerEvent]:
-    """Clear the stop; refused while a budget is still spent."""
+    """Clear the stop, by a person only; refused while a budget is still spent."""
+    _by_a_person(by, "resumes work its budget stopped")
     spent = state.spent()
     if spent is not None:
         raise CommandRefused(f"{spent} is exhausted: extend the budget first, then resume")
@@ -455,6 +457,14 @@ def resume(
     emit: Emitter[LedgerEvent] = Emitter.after(state, at, by)
     emit(ExecutionResumed)
     return emit.events
+
+
+def _by_a_person(by: Actor, does: str) -> None:
+    """resource-ledger.md 3: extend and resume are a user's commands, with no model or
+    tool path: the budget bounds what the agents spend, so neither the Coordinator nor a
+    worker may raise or lift it. An operator is a person too (ADR-0081)."""
+    if by.kind not in ("user", "operator"):
+        raise CommandRefused(f"only a user {does}, not the {by.kind}")
 
 
 # --- Coordinator turns -------------------------------------------------------------
