@@ -25,6 +25,7 @@ from workcenter.domain import conversation as conv
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
+from workcenter.domain.errors import InvalidInput
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.outcome import RunReport
@@ -117,6 +118,7 @@ class WorkCenter:
 
         ``sqlite_synchronous`` (FULL or NORMAL, else ``$WORKCENTER_SQLITE_SYNCHRONOUS``,
         else NORMAL) is what a commit waits for (ADR-0018)."""
+        bootstrap.check_open(db, clock, boot_id, inline_projections, create)
         return bootstrap.open_store(
             db,
             sqlite_synchronous,
@@ -175,6 +177,10 @@ class WorkCenter:
 
     def actions(self, item: wi.WorkItemState, *statuses: str) -> dict[UUID, act.ActionState]:
         """The item's Actions (only those whose mirrored status is in ``statuses``, if given)."""
+        if not isinstance(item, wi.WorkItemState):
+            raise InvalidInput(
+                f"actions takes a WorkItem's state (wc.work_item(id)), not {type(item).__name__}"
+            )
         return self._repository.actions(item, *statuses)
 
     def event_count(self) -> int:

@@ -52,7 +52,7 @@ from workcenter.service_layer.handlers.coordinator_rules import DecisionRules, D
 from workcenter.service_layer.handlers.resource_ledger import BudgetCommands
 from workcenter.service_layer.handlers.run import RunCommands
 from workcenter.service_layer.handlers.work_item import WorkItemCommands
-from workcenter.service_layer.handlers.worker_protocol import WorkerProtocol
+from workcenter.service_layer.handlers.worker_protocol import WorkerProtocol, boot_id
 from workcenter.service_layer.history import hash_chain
 from workcenter.service_layer.history.proof import HistoryProof
 from workcenter.service_layer.maintenance import Maintenance
@@ -286,3 +286,22 @@ def _open(env: dict[str, str], where: str, build: Callable[[EventStore], T]) -> 
             failure = error
             time.sleep(0.05 * (attempt + 1))
     raise StoreUnavailable(f"cannot open the store at {where}: {failure}") from None
+
+
+def check_open(
+    db: object, clock: object, given_boot_id: object, inline_projections: object, create: object
+) -> None:
+    """``InvalidInput`` for arguments of ``WorkCenter.open`` that are not what it takes,
+    before anything is opened: else they fail later, as another error, in the first
+    command that uses them."""
+    if db is not None and not isinstance(db, str | os.PathLike):
+        raise InvalidInput(f"db must be a path or a postgresql:// URL, not {type(db).__name__}")
+    if isinstance(db, os.PathLike) and not isinstance(os.fspath(db), str):
+        raise InvalidInput("db must be a path given as text, not bytes")
+    if clock is not None and not callable(getattr(clock, "now", None)):
+        raise InvalidInput(f"clock must have now(), not {type(clock).__name__}")
+    if given_boot_id is not None:
+        boot_id(given_boot_id)
+    for name, flag in (("inline_projections", inline_projections), ("create", create)):
+        if flag is not None and not isinstance(flag, bool):
+            raise InvalidInput(f"{name} must be True or False, not {flag!r}")

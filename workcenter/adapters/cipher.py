@@ -48,9 +48,10 @@ class StoreKeyRefused(StoreUnavailable):
     code = "store_key_refused"
 
 
-def configured_key() -> str | None:
-    """The key from ``$WORKCENTER_CIPHER_KEY``, checked; None when it is not set."""
-    key = os.environ.get(KEY_ENV, "").strip()
+def configured_key(name: str = KEY_ENV) -> str | None:
+    """The key from ``$WORKCENTER_CIPHER_KEY`` (or the variable ``name``), checked; None
+    when it is not set."""
+    key = os.environ.get(name, "").strip()
     if not key:
         return None
     try:
@@ -59,7 +60,7 @@ def configured_key() -> str | None:
         size = -1
     if size not in KEY_SIZES:
         raise InvalidInput(
-            f"${KEY_ENV} must be a base64-encoded 16, 24 or 32-byte key"
+            f"${name} must be a base64-encoded 16, 24 or 32-byte key"
             ' (make one with: python -c "import os, base64;'
             ' print(base64.b64encode(os.urandom(32)).decode())")'
         )
@@ -67,7 +68,7 @@ def configured_key() -> str | None:
         import Crypto  # noqa: F401  (the library's AES cipher needs pycryptodome)
     except ImportError:
         raise StoreUnavailable(
-            f"${KEY_ENV} is set, but the cipher is not installed: pip install 'workcenter[cipher]'"
+            f"${name} is set, but the cipher is not installed: pip install 'workcenter[cipher]'"
         ) from None
     return key
 

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from workcenter.adapters import cipher
 from workcenter.adapters.cipher import KEY_ENV
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput
@@ -68,7 +69,7 @@ def _key(value: str | None) -> Iterator[None]:
 def rekey(source: str, target: str, *, progress: Callable[[int], None] | None = None) -> Rekeyed:
     """Copy ``source`` (opened with ``$WORKCENTER_CIPHER_KEY``) into the empty ``target``
     under ``$WORKCENTER_NEW_CIPHER_KEY``."""
-    new_key = os.environ.get(NEW_KEY_ENV, "").strip() or None
+    new_key = cipher.configured_key(NEW_KEY_ENV)  # refused in its own name, before anything
     with WorkCenter.open(source, create=False, inline_projections=False) as old:
         with _key(new_key):
             new = WorkCenter.open(target, inline_projections=False)

@@ -182,14 +182,17 @@ class Repository:
         state_class: type[S],
     ) -> S | None:
         """The state, or None when the stream is missing, of another aggregate type, or
-        asked for at a version before its first."""
+        asked for at a version it never had (before its first, or past its newest: the
+        library would answer the newest)."""
         if version is not None and inputs.version(version, "version") < 1:
             return None
         try:
             state = self._load(aggregate_id, version, projector)
         except (AggregateNotFoundError, ForeignStream):
             return None
-        return state if isinstance(state, state_class) else None
+        if not isinstance(state, state_class):
+            return None
+        return state if version is None or state.version == version else None
 
     def state_at(self, kind: Kind, aggregate_id: UUID, version: int) -> AggregateState | None:
         """A stream's state at ``version``, for the detail view (which keeps no states)."""

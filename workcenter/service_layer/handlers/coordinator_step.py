@@ -78,6 +78,11 @@ class Coordinator:
         provider: CoordinatorProvider,
         lease_seconds: float = conv.DEFAULT_LEASE.total_seconds(),
     ) -> None:
+        if not callable(getattr(provider, "answer", None)):
+            # Refused before a turn is claimed: a turn whose provider cannot answer is a
+            # counted failure, which this caller's mistake is not.
+            kind = type(provider).__name__
+            raise InvalidInput(f"provider must be a CoordinatorProvider (answer()), not {kind}")
         self.commands = commands
         self.provider = provider
         lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))

@@ -77,6 +77,8 @@ class Reads:
     ) -> list[AuditRow]:
         if limit is not None:
             limit = inputs.version(limit, "limit")
+            if limit < 1:
+                raise InvalidInput(f"limit must be at least 1 (None for every event), not {limit}")
         if until is not None:
             until = inputs.version(until, "until")
         action_id = inputs.optional_id(action_id, "Action")

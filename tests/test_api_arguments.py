@@ -1,0 +1,77 @@
+"""Arguments of the Python API that are not what it takes are refused with the project's
+typed errors, before anything is written (found by an acceptance test, ADR-0081): no
+other exception leaves the API, and a mistake of the caller's is never recorded as a
+Coordinator failure."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import create_dynamic, create_linear, refused
+
+from workcenter.adapters import rekey
+from workcenter.application import WorkCenter
+from workcenter.domain.errors import InvalidInput, NotFound
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"db": 5},
+        {"db": {}},
+        {"db": b"x.db"},
+        {"boot_id": 5},
+        {"boot_id": "has space"},
+        {"clock": 5},
+        {"create": "no"},
+        {"inline_projections": 1},
+    ],
+)
+def test_open_refuses_arguments_it_does_not_take(tmp_path: Path, arguments: dict[str, Any]) -> None:
+    given = {"db": tmp_path / "x.db"} | arguments
+    with pytest.raises(InvalidInput):
+        WorkCenter.open(**given)
+    assert list(tmp_path.iterdir()) == []  # nothing was made
+
+
+def test_a_provider_that_is_none_is_refused_before_any_turn_is_claimed(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)  # its start woke the Coordinator
+    for junk in (0, None, "scripted"):
+        with refused(wc, InvalidInput, "provider"):
+            wc.coordinate_once(junk)  # type: ignore[arg-type]
+    assert wc.ledger(item.id).coordinator_failures == 0
+
+
+def test_reads_refuse_a_limit_below_one_and_a_version_never_had(wc: WorkCenter) -> None:
+    item = create_linear(wc)
+    for limit in (0, -1, -3):
+        with pytest.raises(InvalidInput, match="limit"):
+            wc.audit(item.id, limit=limit)
+    assert len(wc.audit(item.id, limit=1)) == 1
+    assert wc.work_item(item.id, version=item.version).version == item.version
+    for version in (item.version + 1, 999):
+        with pytest.raises(NotFound):
+            wc.work_item(item.id, version=version)
+    with pytest.raises(NotFound):
+        wc.ledger(item.id, version=999)
+
+
+def test_rekey_names_the_new_key_variable_it_refuses(
+    db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with WorkCenter.open(db_path) as wc:
+        create_linear(wc)
+    monkeypatch.setenv(rekey.NEW_KEY_ENV, "short")
+    with pytest.raises(InvalidInput, match=rf"\${rekey.NEW_KEY_ENV} must be"):
+        rekey.rekey(str(db_path), str(tmp_path / "new.db"))
+    assert not os.path.exists(tmp_path / "new.db")
+
+
+def test_actions_takes_an_items_state_not_its_id(wc: WorkCenter) -> None:
+    item = create_linear(wc)
+    with pytest.raises(InvalidInput, match="work_item"):
+        wc.actions(item.id)  # type: ignore[arg-type]
+    assert len(wc.actions(item)) == 1
