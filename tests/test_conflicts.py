@@ -129,6 +129,7 @@ def test_unknown_expected_version_conflicts(wc: WorkCenter, offset: int | None) 
     with _conflict(wc) as info:
         wc.update_contract(item.id, expected_version=expected, goal="x")
     assert info.value.conflicting == ["unknown version"]
+    assert f"is at version {item.version} and never had version {expected}" in str(info.value)
 
 
 # --- start: conflicts with another start or a cancellation -----------------------------

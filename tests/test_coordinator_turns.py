@@ -173,8 +173,10 @@ def test_a_stopped_item_refuses_a_message_with_the_resource_stop(wc: WorkCenter)
     item = create_dynamic(wc, start=False)
     for n in range(3):
         budget_commands(wc).record_coordinator_failure(item.id, turn_id=f"t{n}")
-    with refused(wc, ResourceStopError):
+    with refused(wc, ResourceStopError, "extends the budget and resumes") as info:
         wc.post_user_message(item.id, "hi")
+    assert info.value.code == "coordinator_failures_exhausted"  # type: ignore[attr-defined]
+    assert "LLM request" not in str(info.value)  # the user sent none
 
 
 def test_the_expected_version_refuses_only_on_its_conflict_class(wc: WorkCenter) -> None:

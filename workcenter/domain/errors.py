@@ -45,6 +45,10 @@ class NotFound(WorkcenterError, LookupError):
         self.aggregate_id = aggregate_id
 
 
+# What a conflict names when the version the caller gave is not one the stream had.
+UNKNOWN_VERSION = "unknown version"
+
+
 class VersionConflict(WorkcenterError):
     """What the caller saw has changed in a way that conflicts with its command."""
 
@@ -58,10 +62,11 @@ class VersionConflict(WorkcenterError):
         conflicting: list[str],
         subject: str = "",
     ) -> None:
-        super().__init__(
-            f"{subject or aggregate_id} changed from version {expected} to {actual} "
-            f"({', '.join(conflicting)}); refresh and try again"
-        )
+        if conflicting == [UNKNOWN_VERSION]:
+            said = f"is at version {actual} and never had version {expected}"
+        else:
+            said = f"changed from version {expected} to {actual} ({', '.join(conflicting)})"
+        super().__init__(f"{subject or aggregate_id} {said}; refresh and try again")
         self.aggregate_id = aggregate_id
         self.expected = expected
         self.actual = actual

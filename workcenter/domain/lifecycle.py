@@ -126,7 +126,10 @@ def start(
     if current is not None and current.status == "ready":
         return unit  # already started: a no-op (both modes, lifecycle.md 3.1)
     if item.status != "draft":
-        raise CommandRefused(f"WorkItem is {item.status}; it must be resumed with retry")
+        raise CommandRefused(
+            f"WorkItem is {item.status}; it must be resumed with retry (of a failed or"
+            " waiting Action), or with resume after a cancel or a budget stop"
+        )
     _start(unit)
     return unit
 

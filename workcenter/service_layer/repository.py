@@ -23,7 +23,7 @@ from workcenter.domain import conversation as conv
 from workcenter.domain import inputs
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
-from workcenter.domain.errors import NotFound, VersionConflict, WorkcenterError
+from workcenter.domain.errors import UNKNOWN_VERSION, NotFound, VersionConflict, WorkcenterError
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.unit import Unit
 from workcenter.projections.detail_states import Kind
@@ -477,7 +477,7 @@ class Repository:
         subject = "Execution control" if isinstance(state, rl.LedgerState) else ""
         if expected_version > state.version or expected_version < 1:
             raise VersionConflict(
-                state.id, expected_version, state.version, ["unknown version"], subject
+                state.id, expected_version, state.version, [UNKNOWN_VERSION], subject
             )
         later = self.events(state.id, after=expected_version)
         clashing = [

@@ -26,6 +26,7 @@ from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import (
+    UNKNOWN_VERSION,
     NotFound,
     ResourceStopError,
     TurnFenceLost,
@@ -136,7 +137,12 @@ class CoordinatorCommands:
                 return Unit(self.repo.work_item(work_item_id), {}, self.clock.now(), by=by)
             item = self.repo.work_item(work_item_id)
             if item.stopped:
-                raise ResourceStopError(item.stopped)
+                # The user sent no LLM request: say what stopped the item and the way on.
+                raise ResourceStopError(
+                    item.stopped,
+                    f"the WorkItem is stopped by its budget ({item.stopped}): no message is"
+                    " taken until a user extends the budget and resumes it",
+                )
             wi.refuse_if_terminal(item, "message")
             if expected_version is not None and expected_version != item.version:
                 self._check_message_version(item, expected_version)
@@ -162,7 +168,7 @@ class CoordinatorCommands:
 
     def _check_message_version(self, item: wi.WorkItemState, expected: int) -> None:
         if expected > item.version or expected < 1:
-            raise VersionConflict(item.id, expected, item.version, ["unknown version"])
+            raise VersionConflict(item.id, expected, item.version, [UNKNOWN_VERSION])
         clashing = message_conflicts(self.repo.events(item.id, after=expected))
         if clashing:
             raise VersionConflict(item.id, expected, item.version, clashing)
