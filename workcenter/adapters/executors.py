@@ -8,11 +8,13 @@ from workcenter.application import Claim
 
 
 def echo(claim: Claim) -> dict[str, Any]:
-    """Completes every Action, claiming each criterion with the brief as evidence.
+    """Completes every Action, claiming each criterion with the brief as evidence (a
+    review approves: a completed review must decide).
 
     Useful to exercise a store end to end; it proves nothing about real work.
     """
-    return {
+    decision = {"reviewDecision": "approved"} if claim.action_type == "review" else {}
+    return decision | {
         "outcome": "completed",
         "summary": f"{claim.action_type}: {claim.brief.objective}",
         "evidence": [f"echo executor ran {claim.action_type}"],

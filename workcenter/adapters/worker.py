@@ -367,6 +367,15 @@ def run_worker(
             reconnect.answered()
         if claim is None and not stepped:
             if exit_when_idle:
+                # A Run whose lease lapsed while this worker ran is ended (and its Action
+                # claimed again) before the worker leaves, not left running after every
+                # worker has exited; live leases of others are not waited for.
+                try:
+                    if runs and wc.recover(actor=by):
+                        continue
+                except StoreDisconnected as error:
+                    if reconnect.wait(error):
+                        continue
                 break
             stop.wait(poll_seconds)
             if runs:
