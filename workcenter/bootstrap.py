@@ -264,7 +264,9 @@ def _open_postgres(
             "PostgreSQL needs the postgres extra: pip install 'workcenter[postgres]'"
         ) from None
     target = PostgresTarget(url)
-    if not create:
+    if create:
+        target.require_server()
+    else:
         target.require_store()
     return _open(target.env(), target.where, build)
 

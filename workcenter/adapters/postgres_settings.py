@@ -90,6 +90,15 @@ class PostgresTarget:
             "APPLICATION_RECORDER_TOPIC": get_topic(OneCommitPostgresRecorder),
         }
 
+    def require_server(self) -> None:
+        """``StoreUnavailable`` in the server's own words unless it answers: a store about
+        to be made would otherwise wait out its pool's timeout at each try to open it
+        (two minutes in all), and name a lost connection that never was."""
+        try:
+            self._has_store()
+        except psycopg.Error as error:
+            raise StoreUnavailable(f"cannot open the store at {self.where}: {error}") from None
+
     def require_store(self) -> None:
         """``StoreUnavailable`` unless the server answers and the schema holds a store:
         reading never makes one."""
