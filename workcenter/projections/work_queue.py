@@ -168,13 +168,19 @@ class WorkQueueView(TrackedView):
                 (status, _ts(event.timestamp) if status == "ready" else None, aid),
             )
 
+    def _kept(self, title: str) -> str:
+        """The title as the row keeps it: PostgreSQL's text holds no NUL character, so a
+        NUL is kept as U+FFFD on both databases, whose lists then agree (the events
+        keep the title as it was given)."""
+        return self.titles.seal(title.replace("\x00", "\ufffd"))
+
     def _apply_item(self, c: Any, event: wi.WorkItemEvent) -> None:
         iid = event.originator_id.hex
         at = _ts(event.timestamp)
         if isinstance(event, wi.WorkItemCreated):
             c.execute(
                 "INSERT INTO wq_items VALUES (?, ?, 'draft', ?, ?, ?)",
-                (iid, self.titles.seal(event.title), event.mode, at, at),
+                (iid, self._kept(event.title), event.mode, at, at),
             )
             return
         if isinstance(event, wi.BudgetStopRecorded | wi.BudgetStopCleared):
@@ -186,7 +192,7 @@ class WorkQueueView(TrackedView):
         if isinstance(event, wi.TitleChanged):
             c.execute(
                 "UPDATE wq_items SET title = ? WHERE work_item_id = ?",
-                (self.titles.seal(event.title), iid),
+                (self._kept(event.title), iid),
             )
         # Not ``getattr(event, "status", None)`` on every event: a pydantic model's missing
         # attribute costs a raised and caught error, about 5 us (ADR-0038).

@@ -1,0 +1,48 @@
+"""A NUL character in a title, accepted as text by the API, is kept by both databases:
+PostgreSQL's text holds none, and its create failed with the database's own error (an
+HTTP 500), and a SQLite store holding one could not be moved to PostgreSQL (the copy's
+views failed, leaving a store no verb could open). The work queue keeps it as U+FFFD on
+both databases; the events keep the title as given."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import postgres
+import pytest
+from conftest import BACKENDS, create_linear
+
+from workcenter.adapters import rekey
+from workcenter.application import WorkCenter
+from workcenter.projections.work_queue import WorkQueue
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    if request.param == "postgresql":
+        postgres.require_server()
+    return str(request.param)
+
+
+def test_a_title_with_nul_is_listed_with_its_replacement(wc: WorkCenter) -> None:
+    item = create_linear(wc, title="a\x00b")
+    assert wc.work_item(item.id).title == "a\x00b"
+    (listed,) = wc.list_work_items()
+    assert listed["title"] == "a\ufffdb"
+    renamed = wc.update_contract(item.id, expected_version=item.version, title="c\x00d")
+    assert wc.list_work_items()[0]["title"] == "c\ufffdd" and renamed.title == "c\x00d"
+    live = wc.list_work_items()
+    wc.maintenance.rebuild_projection(WorkQueue.name)
+    assert wc.list_work_items() == live
+
+
+def test_a_sqlite_store_with_a_nul_title_moves_to_postgresql(db_path: Path) -> None:
+    postgres.require_server()
+    with WorkCenter.open(db_path) as wc:
+        item = create_linear(wc, title="a\x00b")
+    with postgres.fresh_schema() as url:
+        copied = rekey.rekey(str(db_path), url)
+        assert copied.events > 0
+        with WorkCenter.open(url, create=False) as moved:
+            assert moved.work_item(item.id).title == "a\x00b"
+            assert moved.list_work_items()[0]["title"] == "a\ufffdb"
