@@ -119,6 +119,8 @@ def test_an_unreachable_server_is_refused_without_showing_the_password(create: b
         "postgresql://u@h/db?schema=UPPER",
         "postgresql://u@h/db?role=admin",
         "postgresql://u@h:notaport/db",
+        "postgresql://u@h/db?schema=",  # an unset variable: not the default schema
+        "postgresql://u@h/db?schema=a&schema=b",
     ],
 )
 def test_a_malformed_url_is_invalid_input(bad: str) -> None:

@@ -63,14 +63,20 @@ class PostgresTarget:
         self.user = unquote(parts.username or "") or getpass.getuser()
         self.password = unquote(parts.password or "")
         self.dbname = unquote(parts.path.lstrip("/")) or self.user
-        query = parse_qs(parts.query)
+        # Blank values kept: ``?schema=`` (an unset variable in a script) is refused, not
+        # read as no schema, which would open the default one, perhaps another's.
+        query = parse_qs(parts.query, keep_blank_values=True)
         unknown = sorted(set(query) - {"schema"})
         if unknown:
             raise InvalidInput(f"unknown parameter {unknown[0]!r} in {self.url} (only schema)")
-        schema = (query.get("schema") or [os.environ.get(SCHEMA_ENV) or DEFAULT_SCHEMA])[-1]
+        given = query.get("schema", [])
+        if len(given) > 1:
+            raise InvalidInput(f"{self.url} names the schema {len(given)} times: name it once")
+        schema = given[0] if given else os.environ.get(SCHEMA_ENV) or DEFAULT_SCHEMA
         if not sql.SCHEMA_NAME.match(schema):
             raise InvalidInput(
-                f"schema {schema!r} is not a plain lower-case name (letters, digits, _)"
+                f"schema {schema!r} is not a plain lower-case name of 1 to 48 letters,"
+                " digits or _ (not starting with a digit)"
             )
         self.schema = schema
         self.where = f"{self.url} (schema {schema})"
