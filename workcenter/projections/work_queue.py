@@ -169,10 +169,12 @@ class WorkQueueView(TrackedView):
             )
 
     def _kept(self, title: str) -> str:
-        """The title as the row keeps it: PostgreSQL's text holds no NUL character, so a
-        NUL is kept as U+FFFD on both databases, whose lists then agree (the events
-        keep the title as it was given)."""
-        return self.titles.seal(title.replace("\x00", "\ufffd"))
+        """The title as the row keeps it: PostgreSQL's text holds no NUL character, so
+        there a NUL is kept as U+FFFD (the events keep the title as it was given, and
+        SQLite's rows too, ADR-0082)."""
+        if "\x00" in title and sql.is_postgres(self.datastore):
+            title = title.replace("\x00", "\ufffd")
+        return self.titles.seal(title)
 
     def _apply_item(self, c: Any, event: wi.WorkItemEvent) -> None:
         iid = event.originator_id.hex
