@@ -75,3 +75,15 @@ def test_actions_takes_an_items_state_not_its_id(wc: WorkCenter) -> None:
     with pytest.raises(InvalidInput, match="work_item"):
         wc.actions(item.id)  # type: ignore[arg-type]
     assert len(wc.actions(item)) == 1
+
+
+def test_the_operators_verbs_refuse_callbacks_and_rules_they_cannot_use(wc: WorkCenter) -> None:
+    create_linear(wc)
+    for call in (
+        lambda: wc.maintenance.rebuild_projection("detail", progress=5),  # type: ignore[arg-type]
+        lambda: wc.maintenance.verify_history(progress="yes"),  # type: ignore[arg-type]
+        lambda: wc.maintenance.replay_decisions(None, rules=5),  # type: ignore[arg-type]
+        lambda: wc.maintenance.replay_decisions(None, progress=5),  # type: ignore[arg-type]
+    ):
+        with refused(wc, InvalidInput):
+            call()

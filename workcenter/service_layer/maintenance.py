@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
 
+from workcenter.domain.errors import InvalidInput
 from workcenter.projections.lifecycle import Progress, ProjectionStatus, RebuildReport
 from workcenter.service_layer.handlers.coordinator_rules import DecisionRules
 from workcenter.service_layer.history.hash_chain import Anchor, Verdict
@@ -42,6 +43,7 @@ class Maintenance:
         """Walk the hash chain over the whole store (or one WorkItem's streams) and report
         the first broken link; with ``anchor`` (``DIGEST@POSITION`` from
         ``history_anchor``), also that nothing up to its position changed (ADR-0028)."""
+        _callable_or_none(progress, "progress")
         return self._proof.verify(work_item_id, anchor, progress)
 
     def history_anchor(self) -> Anchor | None:
@@ -64,6 +66,9 @@ class Maintenance:
         """Judge every stored reply of the item (or of every item) again with today's
         rules (or ``rules``) on the state rebuilt from the history, writing nothing, and
         compare with the recorded verdict and effects (ADR-0061)."""
+        if rules is not None and not callable(getattr(rules, "build_request", None)):
+            raise InvalidInput(f"rules must be DecisionRules, not {type(rules).__name__}")
+        _callable_or_none(progress, "progress")
         return self._decisions.replay(work_item_id, rules, progress)
 
     def export_bundle(self, work_item_id: UUID) -> Iterator[bytes]:
@@ -79,4 +84,12 @@ class Maintenance:
     ) -> list[RebuildReport]:
         """Replay one read model (default: every one) from zero into shadow tables and swap
         it in atomically: readers see the old view until the new one is complete."""
+        _callable_or_none(progress, "progress")
         return self._read_models.rebuild(name, progress)
+
+
+def _callable_or_none(value: object, name: str) -> None:
+    """``InvalidInput`` for a progress callback that cannot be called: it would fail only
+    once the work had begun, as another error."""
+    if value is not None and not callable(value):
+        raise InvalidInput(f"{name} must be a function or None, not {type(value).__name__}")
