@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from conftest import create_dynamic, create_linear, refused
 
 from workcenter.adapters import rekey
+from workcenter.adapters.cli import cli
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput, NotFound
 
@@ -87,3 +89,15 @@ def test_the_operators_verbs_refuse_callbacks_and_rules_they_cannot_use(wc: Work
     ):
         with refused(wc, InvalidInput):
             call()
+
+
+def test_show_state_without_json_is_a_usage_error(db_path: Path) -> None:
+    """``--state`` only chooses what ``--json`` prints: alone it was silently ignored."""
+    with WorkCenter.open(db_path) as wc:
+        item = create_linear(wc)
+    result = CliRunner().invoke(cli, ["--db", str(db_path), "show", str(item.id), "--state"])
+    assert result.exit_code == 2 and "--json" in result.output, result.output
+    shown = CliRunner().invoke(
+        cli, ["--db", str(db_path), "show", str(item.id), "--state", "--json"]
+    )
+    assert shown.exit_code == 0, shown.output

@@ -184,6 +184,8 @@ def list_items(ctx: click.Context, status: str | None, as_json: bool) -> None:
 @click.pass_context
 def show(ctx: click.Context, item_id: str, as_json: bool, state: bool) -> None:
     """Show one WorkItem with its Actions and goal progress (--json: its detail DTO)."""
+    if state and not as_json:
+        raise click.UsageError("--state prints JSON: give --json too")
     with _open(ctx) as wc:
         if as_json and not state:
             dto = wc.detail(work_item_id(wc, item_id))
