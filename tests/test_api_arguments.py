@@ -101,3 +101,17 @@ def test_show_state_without_json_is_a_usage_error(db_path: Path) -> None:
         cli, ["--db", str(db_path), "show", str(item.id), "--state", "--json"]
     )
     assert shown.exit_code == 0, shown.output
+
+
+def test_an_audit_that_matches_nothing_says_so(db_path: Path) -> None:
+    """A mistyped ``--type`` printed nothing at all, like a command that did not run."""
+    with WorkCenter.open(db_path) as wc:
+        item = create_linear(wc)
+    result = CliRunner().invoke(
+        cli, ["--db", str(db_path), "audit", str(item.id), "--type", "Nope"]
+    )
+    assert result.exit_code == 0 and "no event of the item matches" in result.output
+    found = CliRunner().invoke(
+        cli, ["--db", str(db_path), "audit", str(item.id), "--type", "WorkItemCreated"]
+    )
+    assert "WorkItemCreated" in found.output and "no event" not in found.output

@@ -155,6 +155,9 @@ def audit_trail(
     if as_json:
         emit_json({"events": events, "state": state} if state else {"events": events})
         return
+    if not events:
+        # Said, not silent: an empty answer to a mistyped --type looked like no output.
+        console.print("no event of the item matches these filters", highlight=False)
     # One event per two lines, so the history reads at any terminal width.
     for e in events:
         by = e["actor"]
