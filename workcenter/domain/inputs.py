@@ -11,13 +11,49 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 from uuid import UUID
 
 from pydantic import ValidationError
 
 from workcenter.domain import bounds
 from workcenter.domain.errors import InvalidInput, NotFound
+
+# Characters that show nothing (ADR-0083): white space, control and format characters
+# (zero-width spaces and joiners, direction marks, the byte-order mark, the soft hyphen),
+# and blank fillers (Hangul's, Braille's blank, variation selectors, the grapheme
+# joiner). A required text needs a character outside them. Spelled out, so that the HTTP
+# document's pattern is this very set (``tests/test_text_controls.py`` derives it from
+# ``unicodedata``); a character past U+FFFF counts as visible.
+INVISIBLE_RANGES: Final = (
+    (0x0000, 0x0020),
+    (0x007F, 0x00A0),
+    (0x00AD, 0x00AD),
+    (0x034F, 0x034F),
+    (0x061C, 0x061C),
+    (0x115F, 0x1160),
+    (0x1680, 0x1680),
+    (0x17B4, 0x17B5),
+    (0x180B, 0x180F),
+    (0x2000, 0x200F),
+    (0x2028, 0x202F),
+    (0x205F, 0x2064),
+    (0x2066, 0x206F),
+    (0x2800, 0x2800),
+    (0x3000, 0x3000),
+    (0x3164, 0x3164),
+    (0xFE00, 0xFE0F),
+    (0xFEFF, 0xFEFF),
+    (0xFFA0, 0xFFA0),
+    (0xFFF9, 0xFFFB),
+)
+INVISIBLE: Final = frozenset(chr(c) for a, b in INVISIBLE_RANGES for c in range(a, b + 1))
+
+
+def visible(value: str) -> bool:
+    """Whether ``value`` shows anything: a text of spaces and zero-width characters is
+    as empty to its reader as a blank one."""
+    return any(c not in INVISIBLE for c in value)
 
 
 def encodable(value: str, name: str) -> str:
@@ -35,8 +71,8 @@ def text(value: object, name: str, limit: int, *, required: bool = False) -> str
         raise InvalidInput(f"{name} must be a string, not {type(value).__name__}")
     encodable(value, name)
     stripped = value.strip()
-    if required and not stripped:
-        raise InvalidInput(f"{name} is required")
+    if required and not visible(stripped):
+        raise InvalidInput(f"{name} is required" + (" (it shows nothing)" if stripped else ""))
     if len(stripped) > limit:
         raise InvalidInput(f"{name} is longer than {limit} characters ({len(stripped)})")
     return stripped
@@ -56,10 +92,13 @@ def strings(value: object, name: str, *, limit: int, count: int) -> tuple[str, .
 
 
 def texts(value: object, name: str, *, limit: int, count: int) -> tuple[str, ...]:
-    """Like ``strings``, each stripped first and blank ones dropped."""
+    """Like ``strings``, each stripped first and blank ones (or ones that show nothing)
+    dropped."""
     if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
         value = [v.strip() for v in value]
-    return tuple(entry for entry in strings(value, name, limit=limit, count=count) if entry)
+    return tuple(
+        entry for entry in strings(value, name, limit=limit, count=count) if visible(entry)
+    )
 
 
 def version(value: object, name: str = "expected_version") -> int:

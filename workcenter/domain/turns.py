@@ -13,6 +13,7 @@ from typing import Any
 from uuid import UUID, uuid4
 
 from workcenter.domain import conversation as conv
+from workcenter.domain import inputs
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.domain.model import DomainEvent, Emitter
@@ -153,8 +154,10 @@ class Decider:
         ``message`` entry, bump the coordinator revision (1.2)."""
         if self.state is not None and self.state.thinking_turn() is not None:
             raise CommandRefused("a Coordinator turn is in progress; wait for it to end")
-        if not text:
-            raise InvalidInput("a message needs text")
+        if not inputs.visible(text):
+            raise InvalidInput(
+                "a message needs text" + (" (this one shows nothing)" if text else "")
+            )
         turn_id = uuid4()
         key = (
             f"client:message:{self.work_item_id}:{client_message_id}"

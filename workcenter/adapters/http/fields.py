@@ -4,8 +4,8 @@ document, so that a request the document allows is one the service accepts
 
 Texts are measured by the service once stripped; the document bounds the text as
 sent, which is never shorter, and says that a required one holds a character that
-is not white space. A JSON number with no fraction (``5.0``) is the integer it
-names, as JSON Schema's ``integer`` has it.
+shows something (not only spaces and zero-width characters). A JSON number with no
+fraction (``5.0``) is the integer it names, as JSON Schema's ``integer`` has it.
 """
 
 from __future__ import annotations
@@ -15,28 +15,24 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Field
 from typing_extensions import TypeAliasType
 
-from workcenter.domain import bounds
+from workcenter.domain import bounds, inputs
 from workcenter.domain.actor import ACTOR_ID_LIMIT
 from workcenter.service_layer.handlers.worker_protocol import BOOT_ID
 from workcenter.service_layer.queries.browser import CURSOR
 
 
-def _not_space() -> str:
-    """A character class of every character ``str.strip`` keeps, spelled out: regex
-    dialects (the document's, Python's, the validator's) disagree on ``\\s``."""
-    spaces = [c for c in range(0x10000) if chr(c).isspace()]
-    runs: list[tuple[int, int]] = []
-    for code in spaces:
-        if runs and runs[-1][1] == code - 1:
-            runs[-1] = (runs[-1][0], code)
-        else:
-            runs.append((code, code))
-    ranges = "".join(f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in runs)
+def _visible() -> str:
+    """A character class of every character that shows something
+    (``inputs.INVISIBLE_RANGES``'s complement), spelled out: regex dialects (the
+    document's, Python's, the validator's) disagree on ``\\s``."""
+    ranges = "".join(
+        f"\\u{a:04x}" if a == b else f"\\u{a:04x}-\\u{b:04x}" for a, b in inputs.INVISIBLE_RANGES
+    )
     return f"[^{ranges}]"
 
 
-# Holds a character that is not white space (searched, not anchored).
-NOT_BLANK = _not_space()
+# Holds a character that shows something (searched, not anchored).
+NOT_BLANK = _visible()
 # An event's position as a change stream sends it for its id (``Last-Event-ID``).
 POSITION = r"^[0-9]{1,18}$"
 # A linear stage's name as the service takes it (lowercase, not padded), in ASCII.
