@@ -105,12 +105,25 @@ def test_cli_start_with_the_version_seen(db_path: Path, wc: WorkCenter) -> None:
     assert no_version.exit_code == 2 and "--expected-version" in no_version.output
     done = runner.invoke(cli, [*base, "--expected-version", str(item.version), "--json"])
     assert done.exit_code == 0, done.output
-    assert json.loads(done.output)["item"]["status"] == "ready"
+    started = json.loads(done.output)
+    assert started["item"]["status"] == "ready" and started["changed"] is True
+    # Started again: nothing is written, and the CLI does not say it started anything.
+    events = wc.event_count()
+    version = ["--expected-version", str(started["item"]["version"])]
+    again = runner.invoke(cli, [*base, *version])
+    assert again.exit_code == 0 and again.output.startswith(
+        "already started (nothing written): WorkItem is ready"
+    )
+    assert json.loads(runner.invoke(cli, [*base, *version, "--json"]).output)["changed"] is False
+    assert wc.event_count() == events
     wc.cancel(item.id)
     events = wc.event_count()
     latest = wc.work_item(item.id).version
-    again = runner.invoke(cli, [*base, "--expected-version", str(latest)])
-    assert again.exit_code == 2 and again.output.startswith("CommandRefused: "), again.output
+    refused_start = runner.invoke(cli, [*base, "--expected-version", str(latest)])
+    assert refused_start.exit_code == 2, refused_start.output
+    assert refused_start.output.startswith(
+        "CommandRefused: Cannot start a WorkItem that is cancelled"
+    )
     assert wc.event_count() == events
 
 

@@ -222,14 +222,14 @@ def test_plan_actions_refuses_inactive_item(wc: WorkCenter, state: str) -> None:
     item = create_dynamic(wc, start=False)
     if state == "cancelled":
         wc.cancel(item.id)
-    with refused(wc, CommandRefused, f"in {state}"):
+    with refused(wc, CommandRefused, f"that is {state}"):
         _plan(wc, item.id, [action_spec()])
 
 
 def test_plan_actions_refuses_done_item(wc: WorkCenter) -> None:
     item, run_id = proven_item(wc)
     _complete(wc, item.id, completion([run_id], [run_id]))
-    with refused(wc, CommandRefused, "in done"):
+    with refused(wc, CommandRefused, "that is done"):
         _plan(wc, item.id, [action_spec(objective="more")])
 
 
@@ -392,7 +392,7 @@ def test_complete_refuses_inactive_item(wc: WorkCenter, state: str) -> None:
     item = create_dynamic(wc, start=False)
     if state == "cancelled":
         wc.cancel(item.id)
-    with refused(wc, CommandRefused, f"in {state}"):
+    with refused(wc, CommandRefused, f"that is {state}"):
         _complete(wc, item.id, completion([uuid.uuid4()], [uuid.uuid4()]))
 
 
@@ -407,7 +407,7 @@ def test_complete_refuses_item_without_criteria(wc: WorkCenter) -> None:
 def test_complete_refuses_twice_and_keeps_the_final_result(wc: WorkCenter) -> None:
     item, run_id = proven_item(wc)
     done = _complete(wc, item.id, completion([run_id], [run_id]))
-    with refused(wc, CommandRefused, "in done"):
+    with refused(wc, CommandRefused, "that is done"):
         _complete(wc, item.id, completion([run_id], [run_id], summary="Rewritten"))
     assert wc.work_item(item.id).final_result == done.final_result
 

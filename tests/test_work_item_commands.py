@@ -266,7 +266,7 @@ def test_update_refuses_invalid_contract(wc: WorkCenter) -> None:
 
 def test_update_refuses_cancelled_item(wc: WorkCenter) -> None:
     item = wc.cancel(create_linear(wc).id)
-    with refused(wc, CommandRefused, "Cannot update WorkItem in cancelled"):
+    with refused(wc, CommandRefused, "Cannot update a WorkItem that is cancelled"):
         wc.update_contract(item.id, expected_version=item.version, goal="Other")
 
 
@@ -275,7 +275,7 @@ def test_update_refuses_done_item(wc: WorkCenter) -> None:
     wc.finish_run(claim(wc), report())
     done = wc.work_item(item.id)
     assert done.status == "done"
-    with refused(wc, CommandRefused, "Cannot update WorkItem in done"):
+    with refused(wc, CommandRefused, "Cannot update a WorkItem that is done"):
         wc.update_contract(done.id, expected_version=done.version, title="Other")
 
 
@@ -342,7 +342,7 @@ def test_start_refuses_terminal_item(wc: WorkCenter, terminal: str) -> None:
         wc.cancel(item.id)
     else:
         wc.finish_run(claim(wc), report())
-    with refused(wc, CommandRefused, f"Cannot start WorkItem in {terminal}"):
+    with refused(wc, CommandRefused, f"Cannot start a WorkItem that is {terminal}"):
         wc.start(item.id)
 
 

@@ -36,10 +36,13 @@ def start(
     waits for its Coordinator to plan."""
     with open_center(ctx) as wc:
         item = wc.start(work_item_id(wc, item_id), expected_version=expected_version, actor=actor)
+    # A start of a started item writes nothing (lifecycle.md 3.1): its version stays.
+    changed = item.version != expected_version
     if as_json:
-        emit_json({"item": presenters.item_json(item)})
+        emit_json({"item": presenters.item_json(item), "changed": changed})
         return
-    console.print(f"started: WorkItem is {item.status} (version {item.version})", markup=False)
+    said = "started" if changed else "already started (nothing written)"
+    console.print(f"{said}: WorkItem is {item.status} (version {item.version})", markup=False)
     if item.mode == "dynamic":
         console.print(
             "its Coordinator plans the first Actions at its next step: run"

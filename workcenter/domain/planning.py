@@ -205,7 +205,7 @@ def refuse_unless_plannable(item: wi.WorkItemState, new_actions: int) -> None:
     if not modes.of(item).takes_plans:
         raise CommandRefused("Only dynamic WorkItems take planned Actions")
     if item.status not in wi.ACTIVE:
-        raise CommandRefused(f"Cannot plan Actions for a WorkItem in {item.status}")
+        raise CommandRefused(f"Cannot plan Actions for a WorkItem that is {item.status}")
     if item.stopped:
         raise CommandRefused(f"WorkItem is stopped by its budget ({item.stopped}); resume it first")
     if not 1 <= new_actions <= MAX_NEW_ACTIONS:
@@ -351,7 +351,7 @@ def complete(
     if not modes.of(item).takes_plans:
         raise CommandRefused("Linear WorkItems complete through their deliver stage")
     if item.status not in wi.ACTIVE:
-        raise CommandRefused(f"Cannot complete a WorkItem in {item.status}")
+        raise CommandRefused(f"Cannot complete a WorkItem that is {item.status}")
     if item.stopped:
         raise CommandRefused(f"WorkItem is stopped by its budget ({item.stopped}); resume it first")
     criteria = item.acceptance_criteria

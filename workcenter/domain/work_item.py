@@ -401,4 +401,4 @@ def create(
 
 def refuse_if_terminal(state: WorkItemState, verb: str) -> None:
     if state.status in TERMINAL:
-        raise CommandRefused(f"Cannot {verb} WorkItem in {state.status}")
+        raise CommandRefused(f"Cannot {verb} a WorkItem that is {state.status}")
