@@ -30,6 +30,13 @@ from workcenter.domain.errors import InvalidInput, NotFound
         {"clock": 5},
         {"create": "no"},
         {"inline_projections": 1},
+        {"coordinator_rules": 5},
+        {"coordinator_rules": "strict"},
+        {"coordinator_rules": object()},
+        # A URL of a scheme Workcenter does not open is not a SQLite file's name.
+        {"db": "postgresql+psycopg://postgres@127.0.0.1:5432/test"},
+        {"db": "mysql://root@127.0.0.1/test"},
+        {"db": "sqlite:///x.db"},
     ],
 )
 def test_open_refuses_arguments_it_does_not_take(tmp_path: Path, arguments: dict[str, Any]) -> None:
@@ -104,14 +111,31 @@ def test_show_state_without_json_is_a_usage_error(db_path: Path) -> None:
 
 
 def test_an_audit_that_matches_nothing_says_so(db_path: Path) -> None:
-    """A mistyped ``--type`` printed nothing at all, like a command that did not run."""
+    """A type that the item has no event of printed nothing at all, like a command that
+    did not run."""
     with WorkCenter.open(db_path) as wc:
         item = create_linear(wc)
     result = CliRunner().invoke(
-        cli, ["--db", str(db_path), "audit", str(item.id), "--type", "Nope"]
+        cli, ["--db", str(db_path), "audit", str(item.id), "--type", "RunFinished"]
     )
     assert result.exit_code == 0 and "no event of the item matches" in result.output
     found = CliRunner().invoke(
         cli, ["--db", str(db_path), "audit", str(item.id), "--type", "WorkItemCreated"]
     )
     assert "WorkItemCreated" in found.output and "no event" not in found.output
+
+
+def test_an_audit_type_that_names_no_event_is_refused(db_path: Path) -> None:
+    """A mistyped type is the caller's mistake, told with the names it may have meant
+    (ADR-0083), in the Python API, on the command line and over HTTP alike."""
+    with WorkCenter.open(db_path) as wc:
+        item = create_linear(wc)
+        for typo in ("RunFinishd", "runfinished", "Nope", "WorkItemEvent", "DomainEvent"):
+            with pytest.raises(InvalidInput, match="names no event"):
+                wc.audit(item.id, type=typo)
+        with pytest.raises(InvalidInput, match="RunFinished"):
+            wc.audit(item.id, type="RunFinishd")
+    result = CliRunner().invoke(
+        cli, ["--db", str(db_path), "audit", str(item.id), "--type", "RunFinishd"]
+    )
+    assert result.exit_code == 2 and "did you mean RunFinished" in result.output, result.output

@@ -347,6 +347,7 @@ def test_on_postgresql_the_replay_and_the_bundle_hold_too(clock: FakeClock, tmp_
 
 def test_the_api_serves_each_turns_provenance(wc: WorkCenter, clock: FakeClock) -> None:
     from http_client import client
+    from test_http_api import problem
 
     item_id = every_kind(wc, clock)
     api = client(wc)
@@ -357,6 +358,15 @@ def test_the_api_serves_each_turns_provenance(wc: WorkCenter, clock: FakeClock) 
     fenced = next(t for t in body["turns"] if t["verdict"]["kind"] == "fenced")
     one = api.get(f"/api/work-items/{item_id}/decisions", params={"turn": fenced["turn_id"]})
     assert one.json()["turns"] == [fenced]
+    # A turn id that is no id is the caller's mistake, not a filter that matched nothing.
+    for junk in ("zz", fenced["turn_id"][:-1]):
+        problem(
+            api.get(f"/api/work-items/{item_id}/decisions", params={"turn": junk}),
+            422,
+            "InvalidInput",
+        )
+    absent = api.get(f"/api/work-items/{item_id}/decisions", params={"turn": str(UUID(int=9))})
+    assert absent.status_code == 200 and absent.json()["turns"] == []
     assert api.get(f"/api/work-items/{UUID(int=7)}/decisions").status_code == 404
 
 

@@ -167,6 +167,7 @@ def test_audit_filters_and_the_state_at_a_version(api: TestClient, wc: WorkCente
     problem(api.get(url, params={"at": 1, "atTime": "2026-01-01"}), 422, "InvalidInput")
     problem(api.get(url, params={"atTime": "yesterday"}), 422, "InvalidInput")
     problem(api.get(url, params={"action": "x"}), 422, "InvalidInput")
+    problem(api.get(url, params={"type": "RunFinishd"}), 422, "InvalidInput")
 
 
 def test_raw_audit_needs_the_token_presented(wc: WorkCenter) -> None:

@@ -118,7 +118,7 @@ class WorkCenter:
 
         ``sqlite_synchronous`` (FULL or NORMAL, else ``$WORKCENTER_SQLITE_SYNCHRONOUS``,
         else NORMAL) is what a commit waits for (ADR-0018)."""
-        bootstrap.check_open(db, clock, boot_id, inline_projections, create)
+        bootstrap.check_open(db, clock, boot_id, inline_projections, create, coordinator_rules)
         return bootstrap.open_store(
             db,
             sqlite_synchronous,

@@ -28,8 +28,10 @@ from workcenter.adapters.one_commit import OneCommitArguments
 from workcenter.adapters.persistence import (
     SNAPSHOT_CLASSES,
     StoreUnavailable,
+    foreign_url_scheme,
     is_postgres_url,
     prepare_store_file,
+    refuse_when_closed,
     resolve_db_path,
     sqlite_env,
     store_env,
@@ -170,6 +172,7 @@ def compose(
             "the event store must use OneCommitSQLiteRecorder or OneCommitPostgresRecorder"
             " (see sqlite_env and PostgresTarget.env)"
         )
+    refuse_when_closed(store.recorder.datastore)  # type: ignore[attr-defined]  # both recorders have one
     if store.snapshots is not None:
         # A stream loaded from nothing starts at its newest snapshot (ADR-0069).
         store.recorder.snapshots_table_name = store.snapshots.recorder.events_table_name  # type: ignore[attr-defined]
@@ -242,6 +245,13 @@ def open_store(
     cipher.configured_key()
     if is_postgres_url(db_path):
         return _open_postgres(db_path, sqlite_synchronous, create, build)
+    if foreign_url_scheme(db_path):
+        # Else it would be taken as a file's relative path, and refused, if at all, as a
+        # missing directory.
+        raise InvalidInput(
+            f"{foreign_url_scheme(db_path)}:// is not a store Workcenter opens: give a SQLite"
+            " file's path or a postgresql:// URL"
+        )
     # A bad synchronous or checkpoint setting is InvalidInput before any file exists.
     validate_synchronous(sqlite_synchronous or os.environ.get(SYNCHRONOUS_ENV, "NORMAL"))
     if os.environ.get(WAL_AUTOCHECKPOINT_ENV):
@@ -290,8 +300,17 @@ def _open(env: dict[str, str], where: str, build: Callable[[EventStore], T]) -> 
     raise StoreUnavailable(f"cannot open the store at {where}: {failure}") from None
 
 
+# What the Coordinator's turns call on their rules (coordinator_rules.DecisionRules).
+RULES_METHODS = ("action_fingerprint", "conflicts_since", "build_request", "parse_reply")
+
+
 def check_open(
-    db: object, clock: object, given_boot_id: object, inline_projections: object, create: object
+    db: object,
+    clock: object,
+    given_boot_id: object,
+    inline_projections: object,
+    create: object,
+    coordinator_rules: object = None,
 ) -> None:
     """``InvalidInput`` for arguments of ``WorkCenter.open`` that are not what it takes,
     before anything is opened: else they fail later, as another error, in the first
@@ -304,6 +323,15 @@ def check_open(
         raise InvalidInput(f"clock must have now(), not {type(clock).__name__}")
     if given_boot_id is not None:
         boot_id(given_boot_id)
+    if coordinator_rules is not None:
+        missing = [
+            name for name in RULES_METHODS if not callable(getattr(coordinator_rules, name, None))
+        ]
+        if missing:
+            raise InvalidInput(
+                f"coordinator_rules must be DecisionRules (with {', '.join(RULES_METHODS)}),"
+                f" not {type(coordinator_rules).__name__}"
+            )
     for name, flag in (("inline_projections", inline_projections), ("create", create)):
         if flag is not None and not isinstance(flag, bool):
             raise InvalidInput(f"{name} must be True or False, not {flag!r}")

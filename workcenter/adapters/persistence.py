@@ -7,6 +7,7 @@ Adapted from the ``eventsourcing`` project's pydantic/orjson example
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -157,6 +158,18 @@ def is_postgres_url(db: str) -> bool:
     return urlsplit(db).scheme in POSTGRES_SCHEMES
 
 
+_URL_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def foreign_url_scheme(db: str) -> str | None:
+    """The scheme of a URL that names no store Workcenter opens (``mysql://...``,
+    ``postgresql+psycopg://...``), or None: a file's path, or a PostgreSQL URL."""
+    match = _URL_SCHEME.match(db)
+    if match is None or match.group(1).lower() in POSTGRES_SCHEMES:
+        return None
+    return match.group(1)
+
+
 def resolve_db_path(db: str | os.PathLike[str] | None) -> str:
     """``db`` if given, else ``$WORKCENTER_DB``, else ./workcenter.db (a file or a URL)."""
     return os.fspath(db) if db is not None else os.environ.get("WORKCENTER_DB") or DEFAULT_DB
@@ -179,6 +192,35 @@ class StoreUnavailable(WorkcenterError):
     """The store cannot be opened: no such file, not a Workcenter store, or not writable."""
 
     code = "store_unavailable"
+
+
+class StoreClosed(WorkcenterError):
+    """The WorkCenter was closed (``close()``, or its ``with`` block ended): open the
+    store again to go on."""
+
+    code = "store_closed"
+
+
+def refuse_when_closed(datastore: Any) -> None:
+    """Make every use of ``datastore`` after its ``close()`` ``StoreClosed``, on either
+    database: else SQLite's pool raises the library's own error, and PostgreSQL's reads as
+    a lost connection. The instance's methods are wrapped, as the library builds the
+    datastore (``postgres_connection.watch_connections`` does the same)."""
+    close, get_connection = datastore.close, datastore.get_connection
+    closed = False
+
+    def closing() -> None:
+        nonlocal closed
+        closed = True
+        close()
+
+    def connection(*args: Any, **kwargs: Any) -> Any:
+        if closed:
+            raise StoreClosed("this WorkCenter is closed: open the store again (WorkCenter.open)")
+        return get_connection(*args, **kwargs)
+
+    datastore.close = closing
+    datastore.get_connection = connection
 
 
 # The SQLite header marks a file as a Workcenter store (ADR-0014): ``application_id``

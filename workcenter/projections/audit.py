@@ -26,6 +26,28 @@ from workcenter.domain.goal_progress import GoalProgress, current_run, is_proof
 from workcenter.domain.model import DomainEvent
 
 DEFAULT_LIMIT = 500
+STREAM_EVENTS: tuple[type[DomainEvent], ...] = (
+    wi.WorkItemEvent,
+    act.ActionEvent,
+    rl.LedgerEvent,
+    conv.ConversationEvent,
+)
+
+
+def _concrete(base: type[DomainEvent]) -> Iterable[type[DomainEvent]]:
+    for sub in base.__subclasses__():
+        yield sub
+        yield from _concrete(sub)
+
+
+# What a row's type can be: the class names of the events of the item's streams (the
+# stream bases themselves name no event).
+EVENT_TYPES: frozenset[str] = frozenset(
+    cls.__name__
+    for base in STREAM_EVENTS
+    for cls in _concrete(base)
+    if cls.__module__.startswith("workcenter.domain.")
+)
 # Shown as columns of the row, so left out of its payload.
 ENVELOPE = {"originator_id", "originator_version", "timestamp", "actor"}
 

@@ -63,14 +63,14 @@ def conversation(wc: Center, item_id: str) -> JSONBytes:
     responses=contract.read(404),
     dependencies=[Depends(contract.revalidation)],
 )
-def decisions(wc: Center, item_id: str, turn: str | None = None) -> JSONBytes:
+def decisions(wc: Center, item_id: str, turn: UUID | None = None) -> JSONBytes:
     """Each Coordinator turn's provenance (ADR-0061): its wake, the versions its request
     was built from, its attempts and their cost, the decision, the verdict and the
     events it caused, masked as the audit is; ``turn`` keeps that turn only."""
     position = wc.changes.head()  # read first: the ETag is never newer than the body
     turns = wc.maintenance.decisions(inputs.aggregate_id(item_id, "WorkItem"))
     if turn is not None:
-        turns = [t for t in turns if t["turn_id"] == turn]
+        turns = [t for t in turns if t["turn_id"] == str(turn)]
     body = {"workItemId": item_id, "turns": turns}
     return JSONBytes(body, headers={"ETag": list_etag(position), "Cache-Control": "no-cache"})
 

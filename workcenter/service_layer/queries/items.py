@@ -3,6 +3,7 @@ audit trail and its state at a point of that trail."""
 
 from __future__ import annotations
 
+import difflib
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -84,7 +85,7 @@ class Reads:
         action_id = inputs.optional_id(action_id, "Action")
         run_id = inputs.optional_id(run_id, "Run")
         if type is not None:
-            type = inputs.text(type, "type", bounds.ACTION_TYPE)
+            type = _event_type(inputs.text(type, "type", bounds.ACTION_TYPE))
         return audit_rows.select(
             audit_trail.rows(self.repo, self.read_streams, work_item_id, until),
             limit=limit,
@@ -104,3 +105,20 @@ class Reads:
         return audit_trail.state_at(
             self.repo, self.read_streams, work_item_id, version=version, at=at
         )
+
+
+def _event_type(name: str) -> str:
+    """``name`` if it names an event of the audit, else ``InvalidInput`` with the names
+    it may have meant: a mistyped type would match nothing, like an item with no such
+    events (ADR-0083)."""
+    if name in audit_rows.EVENT_TYPES:
+        return name
+    alike = difflib.get_close_matches(name, sorted(audit_rows.EVENT_TYPES), n=3, cutoff=0.6)
+    folded = [t for t in sorted(audit_rows.EVENT_TYPES) if t.lower() == name.lower()]
+    hint = (
+        f"; did you mean {' or '.join(dict.fromkeys(folded + alike))}?" if folded or alike else ""
+    )
+    raise InvalidInput(
+        f"type {name!r} names no event (types are event names such as WorkItemCreated or"
+        f" RunFinished){hint}"
+    )
