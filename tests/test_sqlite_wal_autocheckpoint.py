@@ -1,5 +1,6 @@
-"""The WAL's automatic checkpoint interval (ADR-0042): default, environment, validation,
-in force on every connection, and a closed store checkpointed whatever the interval."""
+"""The WAL's checkpoint interval (ADR-0042, ADR-0084): default, environment, validation,
+in force on the store's checkpointing thread with the commits' own checkpoint at the
+backstop, and a closed store checkpointed whatever the interval."""
 
 from __future__ import annotations
 
@@ -16,14 +17,17 @@ from workcenter.adapters.sqlite_settings import (
     DEFAULT_WAL_AUTOCHECKPOINT,
     WAL_AUTOCHECKPOINT_ENV,
 )
+from workcenter.adapters.wal_checkpoint import BACKSTOP
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput
 
 
-def pooled_intervals(wc: WorkCenter) -> list[int]:
+def pooled_intervals(wc: WorkCenter) -> list[float]:
+    """The interval of each pooled connection: its own automatic checkpoint is at
+    BACKSTOP intervals, as a file store's thread checkpoints first (ADR-0084)."""
     datastore: Any = wc.store.factory.datastore  # type: ignore[attr-defined]
     return [
-        int(c._sqlite_conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+        int(c._sqlite_conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0]) / BACKSTOP
         for c in list(datastore.pool._pool)
     ]
 

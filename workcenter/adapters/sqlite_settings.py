@@ -1,5 +1,5 @@
 """SQLite settings of the store's connections: the ``synchronous`` pragma (ADR-0018)
-and the WAL's automatic checkpoint interval (ADR-0042); and whether its recorder
+and the WAL's checkpoint interval (ADR-0042, ADR-0084); and whether its recorder
 writes the hash chain (ADR-0028, on unless a benchmark turns it off).
 
 The library's SQLite datastore opens its connections in WAL mode and leaves
@@ -25,6 +25,7 @@ from eventsourcing.sqlite import (
 from eventsourcing.utils import Environment, EnvType, get_topic
 
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
+from workcenter.adapters.wal_checkpoint import BACKSTOP, WalCheckpointer
 from workcenter.domain.errors import InvalidInput
 from workcenter.service_layer.history import hash_chain
 
@@ -37,9 +38,10 @@ SYNCHRONOUS_ENV: Final = "WORKCENTER_SQLITE_SYNCHRONOUS"
 SYNCHRONOUS_KEY: Final = "SQLITE_SYNCHRONOUS"
 # A commit that leaves the WAL at least this many pages long copies the WAL into the
 # database file and syncs it (a checkpoint). SQLite's default is 1,000: a checkpoint
-# every ~57 creates. Pages rewritten between checkpoints are copied once, so 4,000
-# writes ~40 % fewer pages into the file with a fifth of the syncs, for a WAL of up
-# to ~16.5 MB (ADR-0042). Closing the store's last connection still checkpoints it all.
+# every ~57 creates; 4,000 writes ~40 % fewer pages with a fifth of the syncs
+# (ADR-0042). A file store's thread now checkpoints every quarter second, off the
+# writers' path, and the commits only at BACKSTOP times this (ADR-0084). Closing the
+# store still checkpoints it all.
 WAL_AUTOCHECKPOINT_ENV: Final = "WORKCENTER_SQLITE_WAL_AUTOCHECKPOINT"
 WAL_AUTOCHECKPOINT_KEY: Final = "SQLITE_WAL_AUTOCHECKPOINT"
 DEFAULT_WAL_AUTOCHECKPOINT: Final = 4000
@@ -100,6 +102,20 @@ class ConfiguredConnectionPool(SQLiteConnectionPool):
         super().__init__(**kwargs)
         self.synchronous = synchronous
         self.wal_autocheckpoint = wal_autocheckpoint
+        # A file's WAL is checkpointed by a thread, its commits' own checkpoint only at
+        # BACKSTOP intervals (ADR-0084); a database in memory has no WAL.
+        self.checkpointer: WalCheckpointer | None = None
+        self.commit_checkpoint = wal_autocheckpoint
+        if not self.is_sqlite_memory_mode:
+            self.checkpointer = WalCheckpointer(self.db_name)
+            self.commit_checkpoint = wal_autocheckpoint * BACKSTOP
+            self.checkpointer.start()
+
+    def close(self) -> None:
+        # First the thread, so that the last connection to close checkpoints everything.
+        if self.checkpointer is not None:
+            self.checkpointer.close()
+        super().close()
 
     def _create_connection(self) -> SQLiteConnection:
         # The library's own connection setup (eventsourcing 9.5.6), but for the cache size,
@@ -125,7 +141,7 @@ class ConfiguredConnectionPool(SQLiteConnectionPool):
         c.execute(f"PRAGMA synchronous={self.synchronous}")
         # Per connection: SQLite checkpoints after a commit of the connection that made
         # the WAL long enough, with that connection's setting.
-        c.execute(f"PRAGMA wal_autocheckpoint={self.wal_autocheckpoint:d}")
+        c.execute(f"PRAGMA wal_autocheckpoint={self.commit_checkpoint:d}")
         return SQLiteConnection(sqlite_conn=c, max_age=self.max_age)
 
 
