@@ -1,5 +1,6 @@
 """Workcenter: a durable, event-sourced work ledger for AI-agent orchestration."""
 
+from workcenter.adapters.persistence import StoreClosed
 from workcenter.application import Claim, SystemClock, WorkCenter, WriteContention
 from workcenter.bootstrap import StoreUnavailable
 from workcenter.domain.errors import (
@@ -21,6 +22,7 @@ __all__ = [
     "ResourceStopError",
     "RunReport",
     "StaleRun",
+    "StoreClosed",
     "StoreUnavailable",
     "SystemClock",
     "VersionConflict",

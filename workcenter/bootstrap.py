@@ -245,12 +245,12 @@ def open_store(
     cipher.configured_key()
     if is_postgres_url(db_path):
         return _open_postgres(db_path, sqlite_synchronous, create, build)
-    if foreign_url_scheme(db_path):
+    if (scheme := foreign_url_scheme(db_path)) is not None:
         # Else it would be taken as a file's relative path, and refused, if at all, as a
         # missing directory.
         raise InvalidInput(
-            f"{foreign_url_scheme(db_path)}:// is not a store Workcenter opens: give a SQLite"
-            " file's path or a postgresql:// URL"
+            f"{scheme}:// is not a store Workcenter opens: give a SQLite file's path or a"
+            " postgresql:// URL"
         )
     # A bad synchronous or checkpoint setting is InvalidInput before any file exists.
     validate_synchronous(sqlite_synchronous or os.environ.get(SYNCHRONOUS_ENV, "NORMAL"))

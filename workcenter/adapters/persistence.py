@@ -194,9 +194,10 @@ class StoreUnavailable(WorkcenterError):
     code = "store_unavailable"
 
 
-class StoreClosed(WorkcenterError):
+class StoreClosed(StoreUnavailable):
     """The WorkCenter was closed (``close()``, or its ``with`` block ended): open the
-    store again to go on."""
+    store again to go on (a server shutting down answers 503, as for a store it cannot
+    reach)."""
 
     code = "store_closed"
 
