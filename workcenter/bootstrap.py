@@ -50,7 +50,11 @@ from workcenter.projections.detail_states import EventStoreStates, Kind
 from workcenter.projections.mailbox import Mailbox, MailboxView
 from workcenter.projections.work_queue import WorkQueue, WorkQueueView
 from workcenter.service_layer.handlers.coordinator import CoordinatorCommands
-from workcenter.service_layer.handlers.coordinator_rules import DecisionRules, DomainRules
+from workcenter.service_layer.handlers.coordinator_rules import (
+    DecisionRules,
+    DomainRules,
+    check_rules,
+)
 from workcenter.service_layer.handlers.resource_ledger import BudgetCommands
 from workcenter.service_layer.handlers.run import RunCommands
 from workcenter.service_layer.handlers.work_item import WorkItemCommands
@@ -300,10 +304,6 @@ def _open(env: dict[str, str], where: str, build: Callable[[EventStore], T]) -> 
     raise StoreUnavailable(f"cannot open the store at {where}: {failure}") from None
 
 
-# What the Coordinator's turns call on their rules (coordinator_rules.DecisionRules).
-RULES_METHODS = ("action_fingerprint", "conflicts_since", "build_request", "parse_reply")
-
-
 def check_open(
     db: object,
     clock: object,
@@ -324,14 +324,7 @@ def check_open(
     if given_boot_id is not None:
         boot_id(given_boot_id)
     if coordinator_rules is not None:
-        missing = [
-            name for name in RULES_METHODS if not callable(getattr(coordinator_rules, name, None))
-        ]
-        if missing:
-            raise InvalidInput(
-                f"coordinator_rules must be DecisionRules (with {', '.join(RULES_METHODS)}),"
-                f" not {type(coordinator_rules).__name__}"
-            )
+        check_rules(coordinator_rules, "coordinator_rules")
     for name, flag in (("inline_projections", inline_projections), ("create", create)):
         if flag is not None and not isinstance(flag, bool):
             raise InvalidInput(f"{name} must be True or False, not {flag!r}")

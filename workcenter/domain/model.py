@@ -98,3 +98,12 @@ class Emitter(Generic[E]):
         )
         self.events.append(event)  # type: ignore[arg-type]  # F is a subtype of E by use
         return event
+
+
+def event_classes(base: type[DomainEvent] = DomainEvent) -> dict[str, type[DomainEvent]]:
+    """Every event class under ``base`` (subclasses of subclasses too), by name."""
+    found: dict[str, type[DomainEvent]] = {}
+    for sub in base.__subclasses__():
+        found[sub.__name__] = sub
+        found |= event_classes(sub)
+    return found

@@ -23,7 +23,7 @@ from workcenter.domain import conversation as conv
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.goal_progress import GoalProgress, current_run, is_proof
-from workcenter.domain.model import DomainEvent
+from workcenter.domain.model import DomainEvent, event_classes
 
 DEFAULT_LIMIT = 500
 STREAM_EVENTS: tuple[type[DomainEvent], ...] = (
@@ -33,19 +33,12 @@ STREAM_EVENTS: tuple[type[DomainEvent], ...] = (
     conv.ConversationEvent,
 )
 
-
-def _concrete(base: type[DomainEvent]) -> Iterable[type[DomainEvent]]:
-    for sub in base.__subclasses__():
-        yield sub
-        yield from _concrete(sub)
-
-
 # What a row's type can be: the class names of the events of the item's streams (the
 # stream bases themselves name no event).
 EVENT_TYPES: frozenset[str] = frozenset(
-    cls.__name__
+    name
     for base in STREAM_EVENTS
-    for cls in _concrete(base)
+    for name, cls in event_classes(base).items()
     if cls.__module__.startswith("workcenter.domain.")
 )
 # Shown as columns of the row, so left out of its payload.

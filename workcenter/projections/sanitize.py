@@ -33,7 +33,7 @@ from uuid import UUID
 
 from pydantic import BaseModel
 
-from workcenter.domain.model import DomainEvent
+from workcenter.domain.model import event_classes
 
 DIAGNOSTIC_LIMIT = 8 * 1024
 UNSAFE_SCAN_CHARS = 16_000
@@ -559,17 +559,9 @@ def sanitize_record(data: Any, schema: Any = Any) -> Any:
     return data
 
 
-def _event_classes(base: type[BaseModel]) -> dict[str, type[BaseModel]]:
-    found: dict[str, type[BaseModel]] = {}
-    for sub in base.__subclasses__():
-        found[sub.__name__] = sub
-        found |= _event_classes(sub)
-    return found
-
-
 def sanitize_event_payload(event_type: str, payload: Mapping[str, Any]) -> dict[str, Any]:
     """An audit row's payload for a person: the event class named ``event_type`` says
     which fields are closed-set; an unknown type is free-form throughout."""
-    schema: Any = _event_classes(DomainEvent).get(event_type, Any)
+    schema: Any = event_classes().get(event_type, Any)
     shown = sanitize_record(payload, schema)
     return shown if isinstance(shown, dict) else {}

@@ -14,7 +14,7 @@ from uuid import UUID
 
 from workcenter.domain.errors import InvalidInput
 from workcenter.projections.lifecycle import Progress, ProjectionStatus, RebuildReport
-from workcenter.service_layer.handlers.coordinator_rules import DecisionRules
+from workcenter.service_layer.handlers.coordinator_rules import DecisionRules, check_rules
 from workcenter.service_layer.history.hash_chain import Anchor, Verdict
 from workcenter.service_layer.history.proof import HistoryProof, VerifyProgress
 from workcenter.service_layer.queries.decision_audit import (
@@ -66,8 +66,8 @@ class Maintenance:
         """Judge every stored reply of the item (or of every item) again with today's
         rules (or ``rules``) on the state rebuilt from the history, writing nothing, and
         compare with the recorded verdict and effects (ADR-0061)."""
-        if rules is not None and not callable(getattr(rules, "build_request", None)):
-            raise InvalidInput(f"rules must be DecisionRules, not {type(rules).__name__}")
+        if rules is not None:
+            check_rules(rules, "rules")
         _callable_or_none(progress, "progress")
         return self._decisions.replay(work_item_id, rules, progress)
 

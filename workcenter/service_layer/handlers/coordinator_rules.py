@@ -21,7 +21,7 @@ from workcenter.domain import coordinator_request, decisions
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
-from workcenter.domain.errors import CommandRefused
+from workcenter.domain.errors import CommandRefused, InvalidInput
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.unit import Unit
@@ -46,6 +46,20 @@ class ParsedReply(Protocol):
 
     @property
     def reply(self) -> str: ...
+
+
+# What the Coordinator's turns and their replay call on their rules.
+RULES_METHODS = ("action_fingerprint", "conflicts_since", "build_request", "parse_reply")
+
+
+def check_rules(rules: object, name: str) -> None:
+    """``InvalidInput`` unless ``rules`` has DecisionRules' methods: else it fails only in
+    the first turn or replay that calls one, as another error."""
+    if any(not callable(getattr(rules, method, None)) for method in RULES_METHODS):
+        raise InvalidInput(
+            f"{name} must be DecisionRules (with {', '.join(RULES_METHODS)}),"
+            f" not {type(rules).__name__}"
+        )
 
 
 class DecisionRules(Protocol):
