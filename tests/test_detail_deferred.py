@@ -72,8 +72,10 @@ def test_the_next_command_on_the_item_stores_its_dto(wc: WorkCenter, clock: Fake
     clock.advance(1)
     claimed = claim(wc)
     assert claimed.work_item_id == item.id
-    stored = stored_detail(wc, item.id)
-    assert stored != DEFERRED
+    assert stored_detail(wc, item.id) == DEFERRED  # a Run's start leaves a marker (ADR-0086)
+    clock.advance(1)
+    wc.update_contract(item.id, expected_version=wc.work_item(item.id).version, title="Renamed")
+    assert stored_detail(wc, item.id) != DEFERRED
     assert wc.detail(item.id)["actions"][0]["status"] == "running"
     assert stored_detail(wc, other.id) == DEFERRED  # a command on one item builds no other's DTO
 
@@ -95,6 +97,7 @@ def test_a_rebuild_stores_the_rows_the_live_view_stored(wc: WorkCenter, clock: F
     draft = create_dynamic(wc, start=False, title="A draft")
     clock.advance(1)
     claim(wc)
+    wc.update_contract(worked.id, expected_version=wc.work_item(worked.id).version, title="Worked")
     live = stored_details(wc)
     assert live[worked.id.hex][1] != DEFERRED
     assert live[created.id.hex][1] == DEFERRED and live[draft.id.hex][1] == DEFERRED

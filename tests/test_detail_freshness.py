@@ -53,16 +53,18 @@ def statements(wc: WorkCenter) -> Iterator[list[str]]:
 def test_every_save_keeps_the_view_at_the_head_storing_a_dto_or_a_marker(
     wc: WorkCenter, clock: FakeClock
 ) -> None:
-    """Every save writes the view (ADR-0076): a claim and a finish store the item's DTO;
-    a heartbeat stores a marker, from which a read builds the DTO, writing nothing."""
+    """Every save writes the view (ADR-0076): a finish stores the item's DTO; a Run's
+    start and a heartbeat store a marker (ADR-0086), from which a read builds the DTO,
+    writing nothing."""
     item = create_linear(wc, stages=("implement",))
     assert detail_position(wc) == wc.event_count()
     clock.advance(1)
     claimed = claim(wc)
     assert detail_position(wc) == wc.event_count()
-    assert stored_detail(wc, item.id) != DEFERRED
+    assert stored_detail(wc, item.id) == DEFERRED  # a claim builds no DTO
     claimed_dto = wc.details.detail(item.id)
-    assert claimed_dto is not None
+    assert claimed_dto is not None and claimed_dto["actions"][0]["status"] == "running"
+    assert stored_detail(wc, item.id) == DEFERRED  # the read wrote nothing
     wc.renew_lease(claimed)
     assert detail_position(wc) == wc.event_count()
     assert stored_detail(wc, item.id) == DEFERRED  # a heartbeat builds no DTO
@@ -85,7 +87,9 @@ def test_a_read_of_a_current_view_is_one_read_transaction_and_writes_nothing(
 ) -> None:
     item = create_linear(wc, stages=("implement",))
     clock.advance(1)
-    claim(wc)  # a command after the create stores the DTO (ADR-0073)
+    claim(wc)
+    # A command after the create that is no Run's start stores the DTO (ADR-0073, ADR-0086).
+    wc.update_contract(item.id, expected_version=wc.work_item(item.id).version, title="Renamed")
     wc.detail(item.id)  # the pool now holds the connection the read uses
     with statements(wc) as seen:
         dto = wc.detail(item.id)

@@ -7,12 +7,15 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
+import orjson
 import pytest
 from conftest import (
     BACKENDS,
     FakeClock,
     claim,
+    create_dynamic,
     create_linear,
+    plan,
     report,
     stored_detail,
     stored_details,
@@ -20,6 +23,7 @@ from conftest import (
 
 from workcenter.application import WorkCenter
 from workcenter.projections.detail import DEFERRED, Detail
+from workcenter.projections.dto import detail_json
 
 REQUEST = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
 
@@ -85,8 +89,51 @@ def test_a_rebuild_stores_the_rows_the_saves_stored(
         clock.advance(1)
         steps[last]()
     live = stored_details(wc)
-    assert _marker(wc, item.id) == (last in ("renewal", "reservation"))
+    assert _marker(wc, item.id) == (last in ("renewal", "reservation", "claim"))
     read = wc.detail(item.id)
     wc.maintenance.rebuild_projection(Detail.name)
     assert stored_details(wc) == live
     assert wc.detail(item.id) == read
+
+
+def test_a_claim_leaves_a_marker_read_as_the_dto_it_would_have_stored(
+    wc: WorkCenter, clock: FakeClock
+) -> None:
+    """ADR-0086: a Run's first heartbeat replaced the claim's DTO by a marker anyway, so
+    the claim stores the marker itself; a read builds the DTO the claim stored before,
+    and the Run's finish stores its DTO."""
+    item = create_linear(wc, stages=("implement",))
+    clock.advance(1)
+    claimed = claim(wc)
+    assert _marker(wc, item.id)
+    state = wc.work_item(item.id)
+    as_stored_before = orjson.loads(
+        detail_json(
+            state, wc.actions(state), wc.ledger(item.id),
+            now=wc.history(item.id)[-1].timestamp, conversation=wc.conversation(item.id),
+        )
+    )  # fmt: skip
+    assert wc.detail(item.id) == as_stored_before
+    assert as_stored_before["actions"][0]["status"] == "running"
+    assert _marker(wc, item.id)  # the read wrote nothing
+    clock.advance(1)
+    wc.finish_run(claimed, report())
+    assert not _marker(wc, item.id)
+    assert getattr(wc.store.recorder, "fallbacks", 0) == 0
+
+
+def test_a_dynamic_items_finished_run_stores_its_dto(wc: WorkCenter, clock: FakeClock) -> None:
+    """A dynamic item goes back to ``running`` (a ``StatusChanged``) when its Run ends:
+    that is no Run's start, so the finish stores the DTO (ADR-0086)."""
+    item = create_dynamic(wc)
+    clock.advance(1)
+    plan(wc, item.id)
+    claimed = claim(wc)
+    assert _marker(wc, item.id)
+    clock.advance(1)
+    wc.finish_run(claimed, report())
+    assert wc.work_item(item.id).status == "running"
+    assert not _marker(wc, item.id)
+    live = stored_details(wc)
+    wc.maintenance.rebuild_projection(Detail.name)
+    assert stored_details(wc) == live

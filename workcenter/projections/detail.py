@@ -18,9 +18,11 @@ gives the same bytes however the log is paged.
 
 A WorkItem whose events since the last build all happened at its creation time
 (its create's, in practice) is stored as a marker, not a DTO: its first DTO is
-built when it is read, or stored by the next command that changes it, most often
-a worker's claim, which builds it anyway (ADR-0073). The rule depends on the
-events alone, so live and rebuilt views store the same rows.
+built when it is read, or stored by the next command that changes it (ADR-0073).
+So is one whose last event is a Run's start, a heartbeat or a ledger event
+(ADR-0076, ADR-0086): the DTOs of a running item are built when read, and a Run's
+end stores its item's. The rules depend on the events alone, so live and rebuilt
+views store the same rows.
 """
 
 from __future__ import annotations
@@ -62,12 +64,19 @@ DEFERRED = b""
 
 def defers_detail(event: DomainEvent) -> bool:
     """Whether an item's DTO is left to be built when read after a save whose last event
-    of the item is ``event``: a lease renewal (a heartbeat, many per Run) or a ledger
-    event (an LLM request reserved or settled, many per Run). The save stores a marker
+    of the item is ``event``: a lease renewal (a heartbeat, many per Run), a ledger
+    event (an LLM request reserved or settled, many per Run) or a Run's start (the
+    claim's ``RunClaimed`` and the item's ``ActionStatusRecorded`` of it: only a claim
+    makes an Action ``running``; an item's own ``StatusChanged`` to ``running`` also
+    follows a dynamic item's finished Run, and stores the DTO). The save stores a marker
     at that event's position, as a create does (ADR-0073), instead of building the DTO
-    once per heartbeat; the next other save of the item stores it (ADR-0076). Decided by
-    the event alone, so a rebuild's batches store the same rows as the saves did."""
-    return isinstance(event, (act.LeaseRenewed, rl.LedgerEvent))
+    once per heartbeat (ADR-0076); a claim's DTO would be replaced by the Run's first
+    heartbeat, so it served only the reads of the lease's first third (ADR-0086). The
+    Run's end, like any other save, stores the DTO. Decided by the event alone, so a
+    rebuild's batches store the same rows as the saves did."""
+    if isinstance(event, (act.LeaseRenewed, act.RunClaimed, rl.LedgerEvent)):
+        return True
+    return isinstance(event, wi.ActionStatusRecorded) and event.status == "running"
 
 
 def build_detail(
@@ -361,9 +370,10 @@ class DetailView(TrackedView):
         ahead: Ahead | None,
     ) -> bool:
         """Whether the item's row after a batch is a marker, its DTO built when read: its
-        last event in the batch is a heartbeat or a ledger event (ADR-0076), or every event
-        of it in the batch happened at its creation (ADR-0073). Decided from the batch's
-        events alone, so live saves and a rebuild's batches store the same rows."""
+        last event in the batch is a Run's start, a heartbeat or a ledger event (ADR-0076,
+        ADR-0086), or every event of it in the batch happened at its creation (ADR-0073).
+        Decided from the batch's events alone, so live saves and a rebuild's batches store
+        the same rows."""
         return defers_detail(last) or stamps[item_id] == {
             self._created_at(item_id, working, c, ahead)
         }
