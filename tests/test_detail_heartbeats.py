@@ -137,3 +137,19 @@ def test_a_dynamic_items_finished_run_stores_its_dto(wc: WorkCenter, clock: Fake
     live = stored_details(wc)
     wc.maintenance.rebuild_projection(Detail.name)
     assert stored_details(wc) == live
+
+
+def test_a_claim_by_a_process_that_never_read_the_items_conversation_writes_at_once(
+    wc: WorkCenter, other: WorkCenter, clock: FakeClock
+) -> None:
+    """A claim's marker is built from no stream, so its write assumes none: on
+    PostgreSQL another process's claim of an item with a conversation it never loaded
+    is not sent back to the two-exchange write (ADR-0086)."""
+    item = create_linear(wc, stages=("implement",))
+    wc.post_user_message(item.id, "Please keep the summary short")
+    clock.advance(1)
+    claimed = claim(other, "worker-2")
+    assert claimed.work_item_id == item.id
+    assert _marker(other, item.id)
+    assert getattr(other.store.recorder, "fallbacks", 0) == 0
+    assert other.detail(item.id)["actions"][0]["status"] == "running"

@@ -281,6 +281,14 @@ class DetailView(TrackedView):
                 return None
         return rows, streams
 
+    def assumed(self, prebuilt: Mapping[UUID, bytes], wanted: Wanted) -> list[tuple[UUID, int]]:
+        """Each stream of ``wanted`` at the version ``prebuild`` took it at (0: none), for
+        the write to check that the DTOs of ``prebuilt`` stand; none when every row is a
+        marker, which is built from no stream (ADR-0086)."""
+        if all(blob == DEFERRED for blob in prebuilt.values()):
+            return []
+        return [(i, held.version if held else 0) for i, (_, held) in wanted.items()]
+
     def remember_written(
         self, events: Sequence[DomainEvent], states: Mapping[UUID, AggregateState]
     ) -> None:

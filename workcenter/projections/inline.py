@@ -148,12 +148,13 @@ class InlineWrite:
             if self.reader is None or self.reader[1] is not view or not self.prebuilt:
                 return None
             assert self.states is not None  # streams_ahead set reader from them
-            found = view.prebuilt_rows(self.events, self.states, self.prebuilt)
+            detail: Any = view  # the detail view: prebuilt_rows, assumed
+            found = detail.prebuilt_rows(self.events, self.states, self.prebuilt)
             if found is None:
                 return None
             rows, streams = found
             lenient = name
-            wanted = [(i, held.version if held else 0) for i, (_, held) in self.reader[2].items()]
+            wanted = detail.assumed(self.prebuilt, self.reader[2])
 
         def send_rows(c: Any) -> None:
             for view in free:
