@@ -21,6 +21,8 @@ import argparse
 import statistics
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,30 @@ def server_ticks(url: str) -> int:
     return ticks
 
 
+@contextmanager
+def seeded_schema(url: str, items: int, prefix: str) -> Iterator[str]:
+    """A fresh schema seeded with ``items`` of bench_peer's items by one store, dropped
+    after: yields the store's location."""
+    schema = f"{prefix}_{uuid.uuid4().hex[:8]}"
+    store = f"{url}?schema={schema}"
+    try:
+        with WorkCenter.open(store, boot_id="seeder") as wc:
+            for i in range(items):
+                create(wc, i)
+        yield store
+    finally:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def cycle(wc: WorkCenter) -> None:
+    """One worker's run cycle: claim, renew, finish completed."""
+    claim = wc.claim_next("worker", lease_seconds=30)
+    assert claim is not None
+    wc.renew_lease(claim, lease_seconds=30)
+    wc.finish_run(claim, report(claim.action_id))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=300)
@@ -64,50 +90,37 @@ def main() -> None:
     )
     args = parser.parse_args()
     n = args.cycles
-    schema = f"bench_cycle_{uuid.uuid4().hex[:8]}"
-    store = f"{args.postgres}?schema={schema}"
-    try:
-        with WorkCenter.open(store, boot_id="seeder") as wc:
-            for i in range(n + 20):
-                create(wc, i)
-        with WorkCenter.open(store, boot_id="worker", create=False) as wc:
-            recorder: Any = wc.store.recorder
-            if args.two_exchange:
-                recorder.one_exchange = False
-
-            def cycle() -> None:
-                claim = wc.claim_next("worker", lease_seconds=30)
-                assert claim is not None
-                wc.renew_lease(claim, lease_seconds=30)
-                wc.finish_run(claim, report(claim.action_id))
-
-            for _ in range(20):
-                cycle()
-            holds: list[tuple[float, float]] = []
-            wc.store.recorder.lock_holds = holds  # type: ignore[attr-defined]
-            ticks = server_ticks(args.postgres)
-            wall, cpu = time.perf_counter(), time.process_time()
-            for _ in range(n):
-                cycle()
-            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            server = (server_ticks(args.postgres) - ticks) / 100  # USER_HZ
-            wc.store.recorder.lock_holds = None  # type: ignore[attr-defined]
-            created = time.perf_counter()
-            for i in range(n):
-                create(wc, n + 20 + i)
-            created = time.perf_counter() - created
-        hold = sorted(h[0] for h in holds)
-        print(
-            f"run cycle: wall {wall / n * 1000:.2f} ms, client CPU {cpu / n * 1000:.2f} ms,"
-            f" server CPU {server / n * 1000:.2f} ms;"
-            f" lock hold median {statistics.median(hold) * 1000:.2f} ms,"
-            f" p95 {hold[int(0.95 * (len(hold) - 1))] * 1000:.2f} ms;"
-            f" create: wall {created / n * 1000:.2f} ms;"
-            f" writes sent back to two exchanges {getattr(recorder, 'fallbacks', 0)}"
-        )
-    finally:
-        with psycopg.connect(args.postgres, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    with (
+        seeded_schema(args.postgres, n + 20, "bench_cycle") as store,
+        WorkCenter.open(store, boot_id="worker", create=False) as wc,
+    ):
+        recorder: Any = wc.store.recorder
+        if args.two_exchange:
+            recorder.one_exchange = False
+        for _ in range(20):
+            cycle(wc)
+        holds: list[tuple[float, float]] = []
+        wc.store.recorder.lock_holds = holds  # type: ignore[attr-defined]
+        ticks = server_ticks(args.postgres)
+        wall, cpu = time.perf_counter(), time.process_time()
+        for _ in range(n):
+            cycle(wc)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        server = (server_ticks(args.postgres) - ticks) / 100  # USER_HZ
+        wc.store.recorder.lock_holds = None  # type: ignore[attr-defined]
+        created = time.perf_counter()
+        for i in range(n):
+            create(wc, n + 20 + i)
+        created = time.perf_counter() - created
+    hold = sorted(h[0] for h in holds)
+    print(
+        f"run cycle: wall {wall / n * 1000:.2f} ms, client CPU {cpu / n * 1000:.2f} ms,"
+        f" server CPU {server / n * 1000:.2f} ms;"
+        f" lock hold median {statistics.median(hold) * 1000:.2f} ms,"
+        f" p95 {hold[int(0.95 * (len(hold) - 1))] * 1000:.2f} ms;"
+        f" create: wall {created / n * 1000:.2f} ms;"
+        f" writes sent back to two exchanges {getattr(recorder, 'fallbacks', 0)}"
+    )
 
 
 if __name__ == "__main__":

@@ -37,11 +37,10 @@ import statistics
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
-from bench_peer import create, find_kit, peer_rep, report
+from bench_peer import find_kit, peer_rep
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 VARIANTS = ("as-is", "chain-off", "no-dtos", "chain-off-no-dtos", "one-statement", "bound")
@@ -115,33 +114,20 @@ def run_variant(variant: str, n: int, url: str) -> dict[str, float]:
         detail.defers_detail = lambda event: True  # type: ignore[assignment]
     if variant in ("one-statement", "bound"):
         one_statement_write()
-    import psycopg
+    from bench_postgres_cycle import cycle, seeded_schema
 
     from workcenter.application import WorkCenter
 
-    schema = f"bench_floor_{uuid.uuid4().hex[:8]}"
-    store = f"{url}?schema={schema}"
-    try:
-        with WorkCenter.open(store, boot_id="seeder") as wc:
-            for i in range(n + 20):
-                create(wc, i)
-        with WorkCenter.open(store, boot_id="worker", create=False) as wc:
-
-            def cycle() -> None:
-                claim = wc.claim_next("worker", lease_seconds=30)
-                assert claim is not None
-                wc.renew_lease(claim, lease_seconds=30)
-                wc.finish_run(claim, report(claim.action_id))
-
-            for _ in range(20):
-                cycle()
-            wall, cpu = time.perf_counter(), time.process_time()
-            for _ in range(n):
-                cycle()
-            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    finally:
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    with (
+        seeded_schema(url, n + 20, "bench_floor") as store,
+        WorkCenter.open(store, boot_id="worker", create=False) as wc,
+    ):
+        for _ in range(20):
+            cycle(wc)
+        wall, cpu = time.perf_counter(), time.process_time()
+        for _ in range(n):
+            cycle(wc)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     return {"cycles_per_s": n / wall, "client_cpu_ms": cpu / n * 1000}
 
 
