@@ -48,7 +48,7 @@ VARIANTS = ("as-is", "chain-off", "no-dtos", "chain-off-no-dtos", "one-statement
 
 def one_statement_write() -> None:
     """Replace the recorder's one-exchange write by the ``one-statement`` bound."""
-    from workcenter.adapters import postgres_recorder
+    from workcenter.adapters import postgres_recorder, postgres_write
     from workcenter.adapters.recorders import SNAPSHOTS
 
     pipelined = postgres_recorder.OneCommitPostgresRecorder._write_once
@@ -68,19 +68,9 @@ def one_statement_write() -> None:
             return pipelined(self, conn, stored, once, **kwargs)
         rows = Collected()
         once.send_rows(rows)
-        params: list[Any] = [
-            [e.originator_id for e in stored],
-            [e.originator_version for e in stored],
-            [e.topic for e in stored],
-            [e.state for e in stored],
-            f"{self.datastore.lock_timeout}s",
-            self.chained,
-            list(once.views),
-            once.lenient,
-            list(once.lenient_streams),
-            [i for i, _ in once.wanted],
-            [v for _, v in once.wanted],
-        ]
+        params = list(
+            postgres_write.call_arguments(stored, self.datastore.lock_timeout, self.chained, once)
+        )
         marks = ", ".join(["%s"] * len(params))
         parts = [
             f'w AS MATERIALIZED (SELECT * FROM "{self.datastore.schema}".wc_write_events({marks}))'

@@ -15,12 +15,14 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import orjson
 import postgres
 import pytest
 
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain import action as act
 from workcenter.domain import work_item as wi
+from workcenter.projections.dto import detail_json
 from workcenter.service_layer.handlers.resource_ledger import BudgetCommands
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -288,6 +290,16 @@ def stored_detail(wc: WorkCenter, item_id: Any) -> bytes:
     rows = wc.details._rows("SELECT dto FROM dv_details WHERE work_item_id = ?", (item_id.hex,))
     assert rows, "the view has no row for the item"
     return bytes(rows[0][0])
+
+
+def detail_built(wc: WorkCenter, item_id: Any, now: datetime) -> dict[str, Any]:
+    """The item's detail DTO built from its current states with ``now`` as its time: what
+    the view stores, or builds from a marker, as of an event at ``now``."""
+    item = wc.work_item(item_id)
+    data = detail_json(
+        item, wc.actions(item), wc.ledger(item_id), now=now, conversation=wc.conversation(item_id)
+    )
+    return dict(orjson.loads(data))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

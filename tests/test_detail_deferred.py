@@ -8,7 +8,6 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-import orjson
 import pytest
 from conftest import (
     BACKENDS,
@@ -16,13 +15,13 @@ from conftest import (
     claim,
     create_dynamic,
     create_linear,
+    detail_built,
     stored_detail,
     stored_details,
 )
 
 from workcenter.application import WorkCenter
 from workcenter.projections.detail import DEFERRED, Detail
-from workcenter.projections.dto import detail_json
 
 
 @pytest.fixture(params=BACKENDS)
@@ -37,12 +36,7 @@ def _event_count(wc: WorkCenter) -> int:
 def _as_a_create_stored_it(wc: WorkCenter, item_id: UUID) -> dict[str, Any]:
     """The DTO the view stored for a create before ADR-0073: built from the states after
     it, its ``now`` the time of the create's events."""
-    item = wc.work_item(item_id)
-    data = detail_json(
-        item, wc.actions(item), wc.ledger(item_id), now=item.created_at,
-        conversation=wc.conversation(item_id),
-    )  # fmt: skip
-    return dict(orjson.loads(data))
+    return detail_built(wc, item_id, wc.work_item(item_id).created_at)
 
 
 @pytest.mark.parametrize(

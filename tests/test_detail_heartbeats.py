@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-import orjson
 import pytest
 from conftest import (
     BACKENDS,
@@ -15,6 +14,7 @@ from conftest import (
     claim,
     create_dynamic,
     create_linear,
+    detail_built,
     plan,
     report,
     stored_detail,
@@ -23,7 +23,6 @@ from conftest import (
 
 from workcenter.application import WorkCenter
 from workcenter.projections.detail import DEFERRED, Detail
-from workcenter.projections.dto import detail_json
 
 REQUEST = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 64}
 
@@ -106,13 +105,7 @@ def test_a_claim_leaves_a_marker_read_as_the_dto_it_would_have_stored(
     clock.advance(1)
     claimed = claim(wc)
     assert _marker(wc, item.id)
-    state = wc.work_item(item.id)
-    as_stored_before = orjson.loads(
-        detail_json(
-            state, wc.actions(state), wc.ledger(item.id),
-            now=wc.history(item.id)[-1].timestamp, conversation=wc.conversation(item.id),
-        )
-    )  # fmt: skip
+    as_stored_before = detail_built(wc, item.id, wc.history(item.id)[-1].timestamp)
     assert wc.detail(item.id) == as_stored_before
     assert as_stored_before["actions"][0]["status"] == "running"
     assert _marker(wc, item.id)  # the read wrote nothing

@@ -195,6 +195,25 @@ def install(datastore: Any, events: str, chain: str, channel: str) -> None:
             c.execute(statement)
 
 
+def call_arguments(
+    stored: Sequence[StoredEvent], lock_timeout: int, chained: bool, prebuilt: Prebuilt
+) -> tuple[Any, ...]:
+    """The eleven arguments of ``wc_write_events``, in its order."""
+    return (
+        [e.originator_id for e in stored],
+        [e.originator_version for e in stored],
+        [e.topic for e in stored],
+        [e.state for e in stored],
+        f"{lock_timeout}s",
+        chained,
+        list(prebuilt.views),
+        prebuilt.lenient,
+        list(prebuilt.lenient_streams),
+        [i for i, _ in prebuilt.wanted],
+        [v for _, v in prebuilt.wanted],
+    )
+
+
 def send(
     conn: Any,
     schema: str,
@@ -211,19 +230,7 @@ def send(
     call = conn.cursor()
     call.execute(
         f'SELECT * FROM "{schema}".wc_write_events(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)',
-        (
-            [e.originator_id for e in stored],
-            [e.originator_version for e in stored],
-            [e.topic for e in stored],
-            [e.state for e in stored],
-            f"{lock_timeout}s",
-            chained,
-            list(prebuilt.views),
-            prebuilt.lenient,
-            list(prebuilt.lenient_streams),
-            [i for i, _ in prebuilt.wanted],
-            [v for _, v in prebuilt.wanted],
-        ),
+        call_arguments(stored, lock_timeout, chained, prebuilt),
         prepare=True,
     )
     rows = sql.PortableCursor(conn.cursor())
