@@ -97,25 +97,32 @@ def test_together_gives_the_same_states_as_loading_each(
     assert loaded_item.id == item.id
 
 
-def _update_times(counts: SqlCounts) -> list[str]:
-    return [s for s in counts.statements if s.startswith("UPDATE wq_items SET updated_at")]
+def _item_writes(counts: SqlCounts) -> list[str]:
+    return [s for s in counts.statements if "wq_items" in s and not s.startswith("SELECT")]
 
 
-def test_the_work_queue_writes_an_items_update_time_once_per_save(
-    wc: WorkCenter, clock: FakeClock
-) -> None:
+def test_the_work_queue_writes_an_items_row_once_per_save(wc: WorkCenter, clock: FakeClock) -> None:
+    """An item's row is written once per save, whatever its events change (ADR-0038,
+    ADR-0087): a create's row is inserted with its status, a claim's status and update
+    time are one statement."""
     with traced(wc.store.factory.datastore) as counts:  # type: ignore[attr-defined]
         item = create_linear(wc)  # created, started, an Action added: three item events
-    # The row inserted by the create holds the time its events share (ADR-0038).
-    assert _update_times(counts) == []
+    assert len(_item_writes(counts)) == 1, _item_writes(counts)
+    assert _item_writes(counts)[0].startswith("INSERT INTO wq_items")
     [row] = [r for r in wc.work_queue.dump()["wq_items"] if r[0] == item.id.hex]
-    assert row[5] == wc.work_item(item.id).updated_at.timestamp()
+    stored = wc.work_item(item.id)
+    assert (row[2], row[5]) == (stored.status, stored.updated_at.timestamp())
     clock.advance(5)
     with traced(wc.store.factory.datastore) as counts:  # type: ignore[attr-defined]
-        claim(wc)  # the Action's status mirrored and the item's status: two item events
-    assert len(_update_times(counts)) == 1
+        claimed = claim(wc)  # the Action's status mirrored and the item's: two item events
+    assert len(_item_writes(counts)) == 1, _item_writes(counts)
     [row] = [r for r in wc.work_queue.dump()["wq_items"] if r[0] == item.id.hex]
-    assert row[5] == wc.work_item(item.id).updated_at.timestamp()
+    stored = wc.work_item(item.id)
+    assert (row[2], row[5]) == ("running", stored.updated_at.timestamp())
+    clock.advance(5)
+    with traced(wc.store.factory.datastore) as counts:  # type: ignore[attr-defined]
+        assert wc.renew_lease(claimed)
+    assert _item_writes(counts) == []  # no item event
 
 
 def test_together_refuses_a_cached_state_of_another_kind(wc: WorkCenter) -> None:

@@ -168,7 +168,7 @@ def test_a_failing_view_rolls_the_events_back(
     def broken(*_: Any) -> None:
         raise RuntimeError("view broke")
 
-    monkeypatch.setattr(wc.work_queue, "_apply", broken)
+    monkeypatch.setattr(wc.work_queue, "_apply_action", broken)
     before, views = wc.event_count(), dumps(wc)
     with pytest.raises(RuntimeError, match="view broke"):
         plan(wc, item.id)

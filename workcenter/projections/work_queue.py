@@ -21,7 +21,6 @@ from eventsourcing.projection import Projection
 
 from workcenter.domain import action as act
 from workcenter.domain import work_item as wi
-from workcenter.domain.model import DomainEvent
 from workcenter.projections import sql
 from workcenter.projections.tracked import Batch, TrackedView
 
@@ -62,6 +61,10 @@ ITEM_STATUS_AFTER: dict[type[wi.WorkItemEvent], str] = {
     wi.WorkItemCancelled: "cancelled",
     wi.WorkItemCompleted: "done",
 }
+
+
+# The columns of an item's row its later events change, in the order an update names them.
+ITEM_COLUMNS = ("title", "status", "updated_at")
 
 
 def _ts(moment: datetime) -> float:
@@ -115,28 +118,40 @@ class WorkQueueView(TrackedView):
     # under the lock.
 
     def _apply_batch(self, c: Any, batch: Batch) -> None:
-        # An item's ``updated_at`` is its latest event's time: written once per item of the
-        # batch, after the others, instead of once per event (a create has three).
-        # An item inserted by this batch holds its creation time already: a create's
-        # events share one time, so it needs no update (ADR-0038).
-        updated: dict[str, float] = {}
-        inserted: dict[str, float] = {}
+        # An item's row is written once per batch, after the others (nothing else reads
+        # it): inserted with its status if the batch created it, else one update of what
+        # its events changed, its update time (its latest event's) always (ADR-0038,
+        # ADR-0087). A claim's two item events were two updates; a create's, an insert
+        # and an update.
+        items: dict[str, dict[str, Any]] = {}
         for _, event in batch:
-            self._apply(c, event)
-            if isinstance(event, wi.WorkItemEvent):
+            if isinstance(event, act.ActionEvent):
+                self._apply_action(c, event)
+            elif isinstance(event, wi.WorkItemEvent):
                 iid = event.originator_id.hex
-                updated[iid] = _ts(event.timestamp)
-                if isinstance(event, wi.WorkItemCreated):
-                    inserted[iid] = updated[iid]
-        for iid, at in updated.items():
-            if inserted.get(iid) != at:
-                c.execute("UPDATE wq_items SET updated_at = ? WHERE work_item_id = ?", (at, iid))
-
-    def _apply(self, c: Any, event: DomainEvent) -> None:
-        if isinstance(event, act.ActionEvent):
-            self._apply_action(c, event)
-        elif isinstance(event, wi.WorkItemEvent):
-            self._apply_item(c, event)
+                row = items.setdefault(iid, {})
+                self._apply_item(c, event, row)
+                row["updated_at"] = _ts(event.timestamp)
+        for iid, row in items.items():
+            if "created_at" in row:
+                c.execute(
+                    "INSERT INTO wq_items VALUES (?, ?, ?, ?, ?, ?)",
+                    (
+                        iid,
+                        row["title"],
+                        row.get("status", "draft"),
+                        row["mode"],
+                        row["created_at"],
+                        row["updated_at"],
+                    ),
+                )
+            else:
+                changed = [column for column in ITEM_COLUMNS if column in row]
+                c.execute(
+                    f"UPDATE wq_items SET {', '.join(f'{column} = ?' for column in changed)}"
+                    " WHERE work_item_id = ?",
+                    (*(row[column] for column in changed), iid),
+                )
 
     def _apply_action(self, c: Any, event: act.ActionEvent) -> None:
         aid = event.originator_id.hex
@@ -176,26 +191,22 @@ class WorkQueueView(TrackedView):
             title = title.replace("\x00", "\ufffd")
         return self.titles.seal(title)
 
-    def _apply_item(self, c: Any, event: wi.WorkItemEvent) -> None:
-        iid = event.originator_id.hex
-        at = _ts(event.timestamp)
+    def _apply_item(self, c: Any, event: wi.WorkItemEvent, row: dict[str, Any]) -> None:
+        """Write what ``event`` changes of the Actions' rows; note in ``row`` what it
+        changes of its item's (``_apply_batch`` writes it)."""
         if isinstance(event, wi.WorkItemCreated):
-            c.execute(
-                "INSERT INTO wq_items VALUES (?, ?, 'draft', ?, ?, ?)",
-                (iid, self._kept(event.title), event.mode, at, at),
+            row.update(
+                title=self._kept(event.title), mode=event.mode, created_at=_ts(event.timestamp)
             )
             return
         if isinstance(event, wi.BudgetStopRecorded | wi.BudgetStopCleared):
             # A stopped item's Actions stay out of the claim queue until it resumes.
             c.execute(
                 "UPDATE wq_actions SET held = ? WHERE work_item_id = ?",
-                (int(isinstance(event, wi.BudgetStopRecorded)), iid),
+                (int(isinstance(event, wi.BudgetStopRecorded)), event.originator_id.hex),
             )
         if isinstance(event, wi.TitleChanged):
-            c.execute(
-                "UPDATE wq_items SET title = ? WHERE work_item_id = ?",
-                (self._kept(event.title), iid),
-            )
+            row["title"] = self._kept(event.title)
         # Not ``getattr(event, "status", None)`` on every event: a pydantic model's missing
         # attribute costs a raised and caught error, about 5 us (ADR-0038).
         if isinstance(event, wi.StatusChanged):
@@ -210,7 +221,7 @@ class WorkQueueView(TrackedView):
         else:
             status = ITEM_STATUS_AFTER.get(type(event))
         if status is not None:
-            c.execute("UPDATE wq_items SET status = ? WHERE work_item_id = ?", (status, iid))
+            row["status"] = status
 
     # --- reading --------------------------------------------------------------
 
