@@ -185,25 +185,57 @@ def test_a_write_is_its_call_its_rows_and_its_commit(
     wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The library's lock timeout, lock, notify and insert are done by the one call
-    (ADR-0075): a renewal sends BEGIN, the call, the work queue's row, the detail view's
-    marker (ADR-0076) and COMMIT (8 statements before, the library's four and the call
-    among them)."""
+    (ADR-0075), and each view's row is one statement: a renewal sends BEGIN, the call,
+    the work queue's row, the detail view's marker (ADR-0076) and COMMIT (8 statements
+    before, the library's four and the call among them). A claim and a finish write
+    their item's queue row once (ADR-0087; twice before, its status and its update
+    time)."""
     create_linear(wc, stages=("implement",))
-    claimed = wc.claim_next("worker-1")
-    assert claimed is not None
     sent: list[str] = []
     execute = psycopg.Cursor.execute
 
     def spy(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
         text = query if isinstance(query, str) else query.as_string(self)
-        sent.append(text.split("(")[0].split()[0].upper())
+        sent.append(" ".join(text.split("(")[0].split()[:3]).upper())
         return execute(self, query, *args, **kwargs)
 
     monkeypatch.setattr(psycopg.Cursor, "execute", spy)
+    claimed = wc.claim_next("worker-1")
+    assert claimed is not None
+    # After the claim's reads (its candidate, then the Action, item and ledger).
+    assert sent[sent.index("BEGIN", 1) :] == [
+        "BEGIN",
+        "SELECT * FROM",
+        "INSERT INTO WQ_RUNS",
+        "UPDATE WQ_ACTIONS SET",
+        "UPDATE WQ_ITEMS SET",
+        "INSERT INTO DV_DETAILS",
+        "COMMIT",
+        "COMMIT",  # the claim's read, which held its candidate (ADR-0054)
+    ], sent
+    sent.clear()
     wc.renew_lease(claimed)
     # The write alone: the renewal is decided on the Action the claim left in the
     # worker's cache, unread (ADR-0078; a read of it went first before).
-    assert sent == ["BEGIN", "SELECT", "UPDATE", "INSERT", "COMMIT"], sent
+    assert sent == [
+        "BEGIN",
+        "SELECT * FROM",
+        "UPDATE WQ_RUNS SET",
+        "INSERT INTO DV_DETAILS",
+        "COMMIT",
+    ], sent
+    sent.clear()
+    wc.finish_run(claimed, report())
+    assert sent == [
+        "BEGIN",
+        "SELECT * FROM",
+        "DELETE FROM WQ_RUNS",
+        "UPDATE WQ_ACTIONS SET",
+        "UPDATE WQ_ITEMS SET",
+        "UPDATE MB_ITEMS SET",  # the item's turns gated off: it is done
+        "INSERT INTO DV_DETAILS",
+        "COMMIT",
+    ], sent
 
 
 def test_a_lost_race_through_the_call_is_the_librarys_integrity_error(
