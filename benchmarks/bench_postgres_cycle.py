@@ -5,6 +5,7 @@ Run from the repository root (the local test server by default)::
 
     .venv/bin/python benchmarks/bench_postgres_cycle.py
     .venv/bin/python benchmarks/bench_postgres_cycle.py --cycles 300 --postgres URL
+    .venv/bin/python benchmarks/bench_postgres_cycle.py --per-command   # and on SQLite
 
 A fresh schema (dropped after) is seeded with bench_peer's items by one store; another
 store, as a worker process would, runs 20 warm-up cycles, then ``--cycles`` measured
@@ -13,12 +14,17 @@ server's CPU is read from ``/proc`` of the server's backends and background proc
 (so the server must run on this machine), the client's from ``time.process_time``, the
 hold from the recorder's ``lock_holds`` (ADR-0052). To compare two versions of the
 code, run each from its own checkout and virtual environment, alternating.
+
+``--per-command`` instead times each command of the cycle apart, the client's CPU and
+the wall clock, on PostgreSQL and then on a SQLite file with the same work: what a
+command pays for its exchanges with the server (ADR-0087).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -81,6 +87,53 @@ def cycle(wc: WorkCenter) -> None:
     wc.finish_run(claim, report(claim.action_id))
 
 
+COMMANDS = ("claim", "renew", "finish")
+
+
+def per_command(wc: WorkCenter, n: int) -> dict[str, tuple[float, float]]:
+    """(client CPU, wall) in seconds per command, over ``n`` cycles after 20 warm ones."""
+    spent = {command: [0.0, 0.0] for command in COMMANDS}
+
+    def timed(command: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+        cpu, wall = time.process_time(), time.perf_counter()
+        result = call(*args, **kwargs)
+        spent[command][0] += time.process_time() - cpu
+        spent[command][1] += time.perf_counter() - wall
+        return result
+
+    for measured in (False, True):
+        for _ in range(n if measured else 20):
+            claim = timed("claim", wc.claim_next, "worker", lease_seconds=30)
+            assert claim is not None
+            timed("renew", wc.renew_lease, claim, lease_seconds=30)
+            timed("finish", wc.finish_run, claim, report(claim.action_id))
+        if not measured:
+            spent = {command: [0.0, 0.0] for command in COMMANDS}
+    return {command: (cpu / n, wall / n) for command, (cpu, wall) in spent.items()}
+
+
+def print_per_command(url: str, n: int) -> None:
+    with (
+        seeded_schema(url, n + 20, "bench_cycle") as store,
+        WorkCenter.open(store, boot_id="worker", create=False) as wc,
+    ):
+        postgres = per_command(wc, n)
+    with (
+        tempfile.TemporaryDirectory() as directory,
+        WorkCenter.open(Path(directory) / "store.db", boot_id="worker") as wc,
+    ):
+        for i in range(n + 20):
+            create(wc, i)
+        sqlite = per_command(wc, n)
+    print(f"{n} cycles; client CPU / wall per command, in ms")
+    for command in COMMANDS:
+        (pc, pw), (sc, sw) = postgres[command], sqlite[command]
+        print(
+            f"{command:7s} PostgreSQL {pc * 1000:.2f} / {pw * 1000:.2f}"
+            f"   SQLite {sc * 1000:.2f} / {sw * 1000:.2f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=300)
@@ -88,8 +141,14 @@ def main() -> None:
     parser.add_argument(
         "--two-exchange", action="store_true", help="every write the ADR-0051 way (ADR-0070)"
     )
+    parser.add_argument(
+        "--per-command", action="store_true", help="each command timed apart, and on SQLite"
+    )
     args = parser.parse_args()
     n = args.cycles
+    if args.per_command:
+        print_per_command(args.postgres, n)
+        return
     with (
         seeded_schema(args.postgres, n + 20, "bench_cycle") as store,
         WorkCenter.open(store, boot_id="worker", create=False) as wc,
