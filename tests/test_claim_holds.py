@@ -14,11 +14,15 @@ from __future__ import annotations
 
 from uuid import UUID
 
+import postgres
+import psycopg
 import pytest
 from conftest import create_linear
 
+from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
 from workcenter.application import WorkCenter
 from workcenter.projections import sql
+from workcenter.projections.work_queue import CLAIM_LOCKS
 
 
 @pytest.fixture(params=("sqlite", "postgresql"))
@@ -89,3 +93,54 @@ def test_a_stale_candidate_is_tried_and_counted(wc: WorkCenter) -> None:
     claim = wc.claim_next("w1")
     assert claim is not None
     assert (claim.action_id, claim.candidates_tried) == (actions[1], 2)
+
+
+def free(*actions: UUID) -> list[bool]:
+    """Whether another session can take each Action's claim hold now (and gives it back):
+    a claim that ended holds none, whichever way it ended."""
+    with psycopg.connect(
+        host=postgres.HOST,
+        port=postgres.PORT,
+        user=postgres.USER,
+        dbname=postgres.DBNAME,
+        autocommit=True,
+    ) as conn:
+        taken = []
+        for action in actions:
+            row = conn.execute(
+                "SELECT pg_try_advisory_lock(%s, hashtext(%s))", (CLAIM_LOCKS, action.hex)
+            ).fetchone()
+            taken.append(bool(row and row[0]))
+        conn.execute("SELECT pg_advisory_unlock_all()")
+    return taken
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+@pytest.mark.parametrize("one_exchange", [True, False])
+def test_a_claim_ends_its_holds_however_it_ends(
+    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch, one_exchange: bool
+) -> None:
+    """A saved claim, one whose write the server sent back to two exchanges, one that
+    lost a race to a stale candidate first, one that saved nothing: each leaves no
+    candidate held once it ends."""
+    monkeypatch.setattr(OneCommitPostgresRecorder, "one_exchange", one_exchange)
+    actions = three_items(wc)
+    claimed = wc.claim_next("w1")
+    assert claimed is not None and claimed.action_id == actions[0]
+    assert free(actions[0]) == [True]
+    # A stale candidate first (its queue row put back to ready), then the next.
+    with sql.transaction(wc.work_queue.datastore, commit=True) as c:
+        c.execute(
+            "UPDATE wq_actions SET status = 'ready', ready_since = 0 WHERE action_id = ?",
+            (actions[0].hex,),
+        )
+    claimed = wc.claim_next("w1")
+    assert claimed is not None and claimed.candidates_tried == 2
+    assert free(actions[0], actions[1]) == [True, True]
+    with wc._runs.claim_candidates(16) as candidates:  # tried, and left unsaved
+        assert [next(candidates).action_id, next(candidates).action_id] == [
+            actions[0],  # still stale
+            actions[2],
+        ]
+        assert free(actions[2]) == [False]  # held meanwhile
+    assert free(actions[0], actions[2]) == [True, True]
