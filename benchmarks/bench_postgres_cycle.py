@@ -16,13 +16,17 @@ hold from the recorder's ``lock_holds`` (ADR-0052). To compare two versions of t
 code, run each from its own checkout and virtual environment, alternating.
 
 ``--per-command`` instead times each command of the cycle apart, the client's CPU and
-the wall clock, on PostgreSQL and then on a SQLite file with the same work: what a
-command pays for its exchanges with the server (ADR-0087).
+the wall clock, on PostgreSQL and then on a SQLite file with the same work, and on
+PostgreSQL the client CPU of a command's parts: its write's exchange (psycopg's
+pipeline exit: the sync and the answers), its statements (psycopg's ``execute``,
+parameters dumped; outside a pipeline the round trip's own CPU too), the detail view's
+rows built before the write, and the pool (ADR-0087).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import statistics
 import tempfile
 import time
@@ -33,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import psycopg_pool
 from bench_peer import create, report
 
 from workcenter.application import WorkCenter
@@ -88,17 +93,62 @@ def cycle(wc: WorkCenter) -> None:
 
 
 COMMANDS = ("claim", "renew", "finish")
+# The client CPU of a command's parts on PostgreSQL, when counted (``counting_parts``).
+PARTS: collections.defaultdict[str, float] = collections.defaultdict(float)
 
 
-def per_command(wc: WorkCenter, n: int) -> dict[str, tuple[float, float]]:
-    """(client CPU, wall) in seconds per command, over ``n`` cycles after 20 warm ones."""
+@contextmanager
+def counting_parts() -> Iterator[None]:
+    """Count into ``PARTS`` the client CPU spent in the parts of a PostgreSQL command."""
+    from psycopg import _pipeline
+
+    from workcenter.projections import inline
+
+    wrapped = [
+        (psycopg.Cursor, "execute", "statements (execute; alone, its exchange too)"),
+        (_pipeline.Pipeline, "__exit__", "pipelined exchanges (sync, answers)"),
+        (inline.InlineWrite, "streams_ahead", "detail rows built before the write"),
+        (inline.InlineWrite, "prebuilt_write", "the write's rows assembled"),
+        (psycopg_pool.ConnectionPool, "getconn", "the pool"),
+        (psycopg_pool.ConnectionPool, "putconn", "the pool"),
+    ]
+    originals = [getattr(owner, name) for owner, name, _ in wrapped]
+
+    def counted(function: Any, part: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            cpu = time.process_time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                PARTS[part] += time.process_time() - cpu
+
+        return call
+
+    for (owner, name, part), function in zip(wrapped, originals, strict=True):
+        setattr(owner, name, counted(function, part))
+    try:
+        yield
+    finally:
+        for (owner, name, _), function in zip(wrapped, originals, strict=True):
+            setattr(owner, name, function)
+
+
+def per_command(
+    wc: WorkCenter, n: int, parts: dict[str, dict[str, float]] | None = None
+) -> dict[str, tuple[float, float]]:
+    """(client CPU, wall) in seconds per command, over ``n`` cycles after 20 warm ones;
+    ``parts`` gets each command's ``PARTS``, in seconds per command."""
     spent = {command: [0.0, 0.0] for command in COMMANDS}
+    counted = {command: collections.defaultdict[str, float](float) for command in COMMANDS}
 
     def timed(command: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+        before = PARTS.copy()
         cpu, wall = time.process_time(), time.perf_counter()
         result = call(*args, **kwargs)
         spent[command][0] += time.process_time() - cpu
         spent[command][1] += time.perf_counter() - wall
+        for part, cpu_spent in PARTS.items():
+            counted[command][part] += cpu_spent - before.get(part, 0.0)
         return result
 
     for measured in (False, True):
@@ -109,15 +159,21 @@ def per_command(wc: WorkCenter, n: int) -> dict[str, tuple[float, float]]:
             timed("finish", wc.finish_run, claim, report(claim.action_id))
         if not measured:
             spent = {command: [0.0, 0.0] for command in COMMANDS}
+            counted = {command: collections.defaultdict(float) for command in COMMANDS}
+    if parts is not None:
+        for command in COMMANDS:
+            parts[command] = {part: cpu / n for part, cpu in counted[command].items() if cpu}
     return {command: (cpu / n, wall / n) for command, (cpu, wall) in spent.items()}
 
 
 def print_per_command(url: str, n: int) -> None:
+    parts: dict[str, dict[str, float]] = {}
     with (
         seeded_schema(url, n + 20, "bench_cycle") as store,
         WorkCenter.open(store, boot_id="worker", create=False) as wc,
+        counting_parts(),
     ):
-        postgres = per_command(wc, n)
+        postgres = per_command(wc, n, parts)
     with (
         tempfile.TemporaryDirectory() as directory,
         WorkCenter.open(Path(directory) / "store.db", boot_id="worker") as wc,
@@ -132,6 +188,8 @@ def print_per_command(url: str, n: int) -> None:
             f"{command:7s} PostgreSQL {pc * 1000:.2f} / {pw * 1000:.2f}"
             f"   SQLite {sc * 1000:.2f} / {sw * 1000:.2f}"
         )
+        for part, cpu in sorted(parts[command].items(), key=lambda p: -p[1]):
+            print(f"          {cpu * 1000:.3f} ms  {part}")
 
 
 def main() -> None:
