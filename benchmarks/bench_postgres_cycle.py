@@ -138,6 +138,8 @@ def per_command(
 ) -> dict[str, tuple[float, float]]:
     """(client CPU, wall) in seconds per command, over ``n`` cycles after 20 warm ones;
     ``parts`` gets each command's ``PARTS``, in seconds per command."""
+    for _ in range(20):
+        cycle(wc)
     spent = {command: [0.0, 0.0] for command in COMMANDS}
     counted = {command: collections.defaultdict[str, float](float) for command in COMMANDS}
 
@@ -151,15 +153,11 @@ def per_command(
             counted[command][part] += cpu_spent - before.get(part, 0.0)
         return result
 
-    for measured in (False, True):
-        for _ in range(n if measured else 20):
-            claim = timed("claim", wc.claim_next, "worker", lease_seconds=30)
-            assert claim is not None
-            timed("renew", wc.renew_lease, claim, lease_seconds=30)
-            timed("finish", wc.finish_run, claim, report(claim.action_id))
-        if not measured:
-            spent = {command: [0.0, 0.0] for command in COMMANDS}
-            counted = {command: collections.defaultdict(float) for command in COMMANDS}
+    for _ in range(n):
+        claim = timed("claim", wc.claim_next, "worker", lease_seconds=30)
+        assert claim is not None
+        timed("renew", wc.renew_lease, claim, lease_seconds=30)
+        timed("finish", wc.finish_run, claim, report(claim.action_id))
     if parts is not None:
         for command in COMMANDS:
             parts[command] = {part: cpu / n for part, cpu in counted[command].items() if cpu}

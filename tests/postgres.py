@@ -13,6 +13,7 @@ import socket
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import pytest
 
@@ -45,10 +46,15 @@ def url(schema: str) -> str:
     return f"postgresql://{USER}@{HOST}:{PORT}/{DBNAME}?schema={schema}"
 
 
-def drop_schema(schema: str) -> None:
+def connect() -> Any:
+    """A plain autocommit connection to the test server's database (no store's schema)."""
     import psycopg
 
-    with psycopg.connect(host=HOST, port=PORT, user=USER, dbname=DBNAME, autocommit=True) as conn:
+    return psycopg.connect(host=HOST, port=PORT, user=USER, dbname=DBNAME, autocommit=True)
+
+
+def drop_schema(schema: str) -> None:
+    with connect() as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
         # A rebuild's shadow schemas, left by a test that failed half way.
         rows = conn.execute(

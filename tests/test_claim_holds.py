@@ -15,7 +15,6 @@ from __future__ import annotations
 from uuid import UUID
 
 import postgres
-import psycopg
 import pytest
 from conftest import create_linear
 
@@ -98,13 +97,7 @@ def test_a_stale_candidate_is_tried_and_counted(wc: WorkCenter) -> None:
 def free(*actions: UUID) -> list[bool]:
     """Whether another session can take each Action's claim hold now (and gives it back):
     a claim that ended holds none, whichever way it ended."""
-    with psycopg.connect(
-        host=postgres.HOST,
-        port=postgres.PORT,
-        user=postgres.USER,
-        dbname=postgres.DBNAME,
-        autocommit=True,
-    ) as conn:
+    with postgres.connect() as conn:
         taken = []
         for action in actions:
             row = conn.execute(

@@ -121,8 +121,7 @@ class WorkQueueView(TrackedView):
         # An item's row is written once per batch, after the others (nothing else reads
         # it): inserted with its status if the batch created it, else one update of what
         # its events changed, its update time (its latest event's) always (ADR-0038,
-        # ADR-0087). A claim's two item events were two updates; a create's, an insert
-        # and an update.
+        # ADR-0087).
         items: dict[str, dict[str, Any]] = {}
         for _, event in batch:
             if isinstance(event, act.ActionEvent):
