@@ -33,8 +33,10 @@ dropped after). Writers keep the read models inline, as the reference store keep
 its rows (the default deployment). Each worker process keeps a pool of two
 connections (``POSTGRES_POOL_SIZE=2``): sixteen workers of the library's default
 five would hold 80 of the server's 100.
-PostgreSQL also runs at W = 0 with ``WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT=off``
-(``-commit-off``, ADR-0053) beside the durable default; each PostgreSQL row shows the
+PostgreSQL also runs at W = 0 with ``WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT`` set to
+``early-release`` (``-early-release``: the lock released before the flush, the command
+still durable at its return, ADR-0088) and to ``off`` (``-commit-off``, ADR-0053) beside
+the default; each PostgreSQL row shows the
 table lock's hold per write (median and p95 over every write of the run, from the
 reply that granted the lock to the commit's reply) and the ceiling it implies,
 1 / median (ADR-0052).
@@ -81,7 +83,12 @@ from workcenter.service_layer.handlers import claim as claiming
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 LEASE = 30.0
-COMMIT_OFF = {"WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT": "off"}
+# The commit modes other than the default, each run beside it at W = 0: the row's suffix,
+# the workers' environment (ADR-0053, ADR-0088).
+COMMIT_MODES = {
+    "early-release": {"WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT": "early-release"},
+    "commit-off": {"WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT": "off"},
+}
 WORKER_ENV = {"POSTGRES_POOL_SIZE": "2", "POSTGRES_MAX_OVERFLOW": "2"}
 # (label, workers, W ms, the worker count it is compared with, at least this ratio)
 GOALS = [
@@ -371,11 +378,11 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
                     runs.setdefault(key(backend, k, wait), []).append(
                         measure(stores, backend, k, n, "inline", wait)
                     )
-        for k in counts:
-            # ADR-0053's weaker setting, reported beside the durable default at W = 0.
-            runs.setdefault(f"{key('postgresql', k, 0)}-commit-off", []).append(
-                measure(stores, "postgresql", k, args.n, "inline", 0, COMMIT_OFF)
-            )
+        for suffix, env in COMMIT_MODES.items():
+            for k in counts:
+                runs.setdefault(f"{key('postgresql', k, 0)}-{suffix}", []).append(
+                    measure(stores, "postgresql", k, args.n, "inline", 0, env)
+                )
         print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr)
     reference = median(runs["reference"], "cycles_per_s")
     rows: dict[str, Any] = {

@@ -14,19 +14,14 @@ renewal 2 and a finish 2.
 
 from __future__ import annotations
 
-from typing import Any
-
 import postgres
-import psycopg
 import pytest
 from conftest import create_dynamic, create_linear
 from eventsourcing.persistence import IntegrityError
 
 from workcenter.adapters import round_trips
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
-from workcenter.adapters.postgres_settings import SYNCHRONOUS_COMMIT_ENV
 from workcenter.application import WorkCenter
-from workcenter.domain.errors import InvalidInput
 
 # A write whose rows were all built before the lock is one round trip (ADR-0070): the
 # server chains, checks and moves the views' positions; a finish's DTO is built from the
@@ -128,33 +123,3 @@ def test_lock_holds_are_collected_only_when_asked(wc: WorkCenter) -> None:
     assert len(holds) == 1
     held, before = holds[0]
     assert 0 < held < 10 and 0 < before < 10
-
-
-def test_synchronous_commit_is_on_unless_turned_off(
-    location: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv(SYNCHRONOUS_COMMIT_ENV, "sometimes")
-    with pytest.raises(InvalidInput, match="on or off"):
-        WorkCenter.open(location)
-    monkeypatch.setenv(SYNCHRONOUS_COMMIT_ENV, "OFF")
-    with WorkCenter.open(location) as wc:
-        assert wc.store.recorder.synchronous_commit is False  # type: ignore[attr-defined]
-        sent: list[str] = []
-        execute = psycopg.Cursor.execute
-
-        def recording(self: Any, *args: Any, **kwargs: Any) -> Any:
-            sent.append(str(args[0] if args else kwargs["query"]))
-            return execute(self, *args, **kwargs)
-
-        monkeypatch.setattr(psycopg.Cursor, "execute", recording)
-        create_dynamic(wc)
-        monkeypatch.setattr(psycopg.Cursor, "execute", execute)
-        begins = [i for i, statement in enumerate(sent) if statement == "BEGIN"]
-        assert begins
-        assert all(sent[i + 1] == "SET LOCAL synchronous_commit = off" for i in begins)
-        # No round trip more: the setting goes with the first exchange.
-        assert round_trips.per_command(wc, rounds=1)["create"] == CEILINGS["create"]
-        assert wc.maintenance.verify_history().ok
-    monkeypatch.delenv(SYNCHRONOUS_COMMIT_ENV)
-    with WorkCenter.open(location) as wc:
-        assert wc.store.recorder.synchronous_commit is True  # type: ignore[attr-defined]

@@ -42,10 +42,11 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
     # to the commit's reply, seconds from the write's start to that reply), for
     # benchmarks (ADR-0052); None, the default, collects nothing.
     lock_holds: list[tuple[float, float]] | None = None
-    # Off only by the operator's choice (ADR-0053): the commit then returns before its
-    # WAL is flushed, so a server crash may lose the last commands' writes (all of each,
-    # never part of one).
-    synchronous_commit = True
+    # How each write commits (postgres_write.CommitMode): "on" unless the operator chose
+    # "early-release" (the table lock released before the flush, ADR-0088) or "off" (no
+    # flush waited for: a server crash may lose the last commands' writes, all of each,
+    # never part of one, ADR-0053).
+    synchronous_commit: postgres_write.CommitMode = "on"
     # As on SQLite: set by the composition root (a stream loaded from version 0 starts at
     # its newest snapshot).
     snapshots_table_name: str | None = None
@@ -120,9 +121,7 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                 # pipeline syncs on entering and leaving, a round trip each.
                 with conn.pipeline() as pipeline:
                     insert = conn.cursor()
-                    insert.execute("BEGIN")
-                    if not self.synchronous_commit:
-                        insert.execute("SET LOCAL synchronous_commit = off")
+                    postgres_write.send_begin(insert, self.synchronous_commit)
                     self._insert_events(insert, stored_events, **kwargs)
                     self._insert_stored_events(insert, stored_events, **kwargs)  # lock, notify
                     head, digests = PortableCursor(conn.cursor()), PortableCursor(conn.cursor())
@@ -154,6 +153,7 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                     before = self._take_gap(gap) if gap is not None else None
                     self._insert_along(views, ids, positions, before, **kwargs)
                     insert.execute("COMMIT")
+                    postgres_write.send_flush(insert, self.synchronous_commit)
                 # Leaving the pipeline synced it: the commit's answer is in.
             except BaseException:
                 sql.roll_back(conn)
@@ -174,10 +174,7 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
         started = time.time()  # the wall clock: compared with the server's, on this machine
         try:
             with conn.pipeline(), postgres_write.held_back(conn):
-                begin = conn.cursor()
-                begin.execute("BEGIN")
-                if not self.synchronous_commit:
-                    begin.execute("SET LOCAL synchronous_commit = off")
+                postgres_write.send_begin(conn.cursor(), self.synchronous_commit)
                 call = postgres_write.send(
                     conn,
                     self.datastore.schema,
@@ -195,6 +192,7 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                     # The server's clock once the commit ended, the lock released.
                     released = conn.cursor()
                     released.execute("SELECT extract(epoch FROM clock_timestamp()) AS t")
+                postgres_write.send_flush(conn.cursor(), self.synchronous_commit)
             # Leaving the pipeline sends everything and one sync, and takes the answers.
         except psycopg.Error as raised:
             sql.roll_back(conn)

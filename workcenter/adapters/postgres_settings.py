@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import getpass
 import os
-from typing import Final
+from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import psycopg
-from eventsourcing.persistence import ApplicationRecorder
+from eventsourcing.persistence import ApplicationRecorder, PersistenceError
 from eventsourcing.postgres import PostgresFactory
 from eventsourcing.utils import Environment, EnvType, get_topic
 
+from workcenter.adapters import postgres_write
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.postgres_connection import watch_connections
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
@@ -31,8 +32,9 @@ from workcenter.projections import sql
 from workcenter.service_layer.history import hash_chain
 
 SCHEMA_ENV: Final = "WORKCENTER_SCHEMA"
-# PostgreSQL's synchronous_commit for a command's write: "on" (the default, durable at
-# the commit's reply) or "off" (ADR-0053).
+# How a command's write commits (postgres_write.COMMIT_MODES): "on" (the default, durable
+# at the commit's reply), "early-release" (durable at the reply, the lock released before
+# the flush, ADR-0088) or "off" (ADR-0053).
 SYNCHRONOUS_COMMIT_ENV: Final = "WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT"
 DEFAULT_SCHEMA: Final = "workcenter"
 # The library names the event tables after the application ("WorkCenter").
@@ -146,6 +148,8 @@ class WorkcenterPostgresFactory(PostgresFactory):
         recorder = super().application_recorder()
         if isinstance(recorder, OneCommitPostgresRecorder):
             recorder.synchronous_commit = synchronous_commit(os.environ.get(SYNCHRONOUS_COMMIT_ENV))
+            if recorder.synchronous_commit == "early-release":
+                flush_once(self.datastore)
             recorder.chained = hash_chain.enabled(self.env.get(hash_chain.HASH_CHAIN_KEY))
             if recorder.chained:
                 # A store written before the chain (or with it off) is chained on open.
@@ -153,13 +157,28 @@ class WorkcenterPostgresFactory(PostgresFactory):
         return recorder
 
 
-def synchronous_commit(value: str | None) -> bool:
-    """The synchronous-commit setting: on unless "off" (ADR-0053); anything else but "on"
-    is InvalidInput."""
+def synchronous_commit(value: str | None) -> postgres_write.CommitMode:
+    """The commit mode: "on" unless set (ADR-0053, ADR-0088); a value not among
+    ``postgres_write.COMMIT_MODES`` is InvalidInput."""
     text = (value or "on").strip().lower()
-    if text not in ("on", "off"):
-        raise InvalidInput(f"${SYNCHRONOUS_COMMIT_ENV} must be on or off, not {value!r}")
-    return text == "on"
+    for mode in postgres_write.COMMIT_MODES:
+        if text == mode:
+            return mode
+    raise InvalidInput(f"${SYNCHRONOUS_COMMIT_ENV} must be on, early-release or off, not {value!r}")
+
+
+def flush_once(datastore: Any) -> None:
+    """Run the flush that ends each early-released write once, when the store is opened:
+    a server that refuses it (a role without the right to write a WAL message) is
+    ``StoreUnavailable`` now, not a command that committed and then failed."""
+    try:
+        with datastore.get_connection() as conn, conn.cursor() as c:
+            for statement in postgres_write.FLUSH:
+                c.execute(statement)
+    except PersistenceError as error:
+        raise StoreUnavailable(
+            f"${SYNCHRONOUS_COMMIT_ENV}=early-release: the server refused its flush: {error}"
+        ) from None
 
 
 FACTORY_TOPIC: Final = get_topic(WorkcenterPostgresFactory)

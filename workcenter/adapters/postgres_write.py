@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from eventsourcing.persistence import StoredEvent
 
@@ -38,6 +38,22 @@ from workcenter.service_layer.history import hash_chain
 # mistaken for a server's own error.
 FALLBACK: Final = "WCF01"  # something the client's rows did not see: write the other way
 CUT: Final = "WCH01"  # the chain's head is gone: ``hash_chain.HistoryConflict``
+
+# How a command's write commits (ADR-0053, ADR-0088):
+# - "on": the COMMIT returns once its WAL is flushed, and the table lock is held until
+#   then, so no one sees a write before it is durable;
+# - "early-release": the COMMIT does not wait for the flush, so the lock is released
+#   before it; FLUSH then waits for it, in the same exchange, so the command still
+#   returns only once its write is durable, but others may see the write up to a flush
+#   earlier, and a server crash in that time loses it (never a write acknowledged);
+# - "off": no flush is waited for; a server crash may lose acknowledged writes.
+CommitMode = Literal["on", "early-release", "off"]
+COMMIT_MODES: Final[tuple[CommitMode, ...]] = ("on", "early-release", "off")
+# A transaction that writes WAL (a logical decoding message no one decodes) and commits
+# synchronously: its COMMIT returns once the WAL up to its own record is flushed, and
+# with it every commit before it, the write's included. A transaction that writes no
+# WAL commits without a flush, however synchronous_commit is set.
+FLUSH: Final = ("BEGIN", "SELECT pg_logical_emit_message(true, 'workcenter', '')", "COMMIT")
 
 _TAG_HEX: Final = hash_chain.TAG.hex()
 _GENESIS: Final = f"'\\x{hash_chain.GENESIS.hex()}'::bytea"
@@ -183,6 +199,22 @@ $f$"""
         "uuid[], bigint[], boolean, text[], text, uuid[], uuid[], bigint[])"
     )
     return [digest, write, drop]
+
+
+def send_begin(c: Any, mode: CommitMode) -> None:
+    """A write's ``BEGIN``, and its commit's setting (``SET LOCAL``: this transaction
+    only) unless the mode is "on"."""
+    c.execute("BEGIN")
+    if mode != "on":
+        c.execute("SET LOCAL synchronous_commit = off")
+
+
+def send_flush(c: Any, mode: CommitMode) -> None:
+    """After a write's ``COMMIT``, in its exchange: ``FLUSH`` if the mode is
+    "early-release"."""
+    if mode == "early-release":
+        for statement in FLUSH:
+            c.execute(statement)
 
 
 def install(datastore: Any, events: str, chain: str, channel: str) -> None:
