@@ -73,3 +73,22 @@ def fresh_schema(prefix: str = "wct") -> Iterator[str]:
         yield url(schema)
     finally:
         drop_schema(schema)
+
+
+@contextmanager
+def statements() -> Iterator[list[tuple[Any, Any]]]:
+    """Every statement psycopg executes meanwhile, with its parameters, in order."""
+    import psycopg
+
+    sent: list[tuple[Any, Any]] = []
+    execute = psycopg.Cursor.execute
+
+    def recording(self: psycopg.Cursor[Any], query: Any, params: Any = None, **kw: Any) -> Any:
+        sent.append((query, params))
+        return execute(self, query, params, **kw)
+
+    psycopg.Cursor.execute = recording  # type: ignore[method-assign]
+    try:
+        yield sent
+    finally:
+        psycopg.Cursor.execute = execute  # type: ignore[method-assign]

@@ -12,13 +12,10 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
 
 import postgres
-import psycopg
 import pytest
 from conftest import create_dynamic, create_linear
 from private_postgres import private_server
@@ -39,21 +36,9 @@ def backend() -> str:
     return "postgresql"
 
 
-@contextmanager
-def statements_sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Every statement executed on a psycopg cursor in the block, in order."""
-    sent: list[str] = []
-    execute = psycopg.Cursor.execute
-
-    def recording(self: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append(str(args[0] if args else kwargs["query"]))
-        return execute(self, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", recording)
-    try:
-        yield sent
-    finally:
-        monkeypatch.setattr(psycopg.Cursor, "execute", execute)
+def texts(sent: list[tuple[Any, Any]]) -> list[str]:
+    """The text of each statement ``postgres.statements`` saw."""
+    return [str(query) for query, _ in sent]
 
 
 def writes(sent: list[str]) -> list[list[str]]:
@@ -92,8 +77,9 @@ def test_off_sets_each_write_and_waits_for_no_flush(
 ) -> None:
     monkeypatch.setenv(SYNCHRONOUS_COMMIT_ENV, "off")
     with WorkCenter.open(location) as wc:
-        with statements_sent(monkeypatch) as sent:
+        with postgres.statements() as seen:
             create_dynamic(wc)
+        sent = texts(seen)
         begins = [i for i, statement in enumerate(sent) if statement == "BEGIN"]
         assert begins
         assert all(sent[i + 1] == SET_OFF for i in begins)
@@ -110,12 +96,12 @@ def test_early_release_commits_then_waits_for_the_flush_in_the_same_exchange(
     monkeypatch.setenv(SYNCHRONOUS_COMMIT_ENV, "early-release")
     with WorkCenter.open(location) as wc:
         wc.store.recorder.one_exchange = one_exchange  # type: ignore[attr-defined]
-        with statements_sent(monkeypatch) as sent:
+        with postgres.statements() as seen:
             item = create_linear(wc)
             claimed = wc.claim_next("worker")
             assert claimed is not None
             assert wc.renew_lease(claimed)
-        found = writes(sent)
+        found = writes(texts(seen))
         assert len(found) == 3  # the create, the claim and the renewal
         for write in found:
             assert write[:2] == ["BEGIN", SET_OFF]

@@ -33,23 +33,6 @@ def backend() -> str:
 
 
 @contextmanager
-def statements() -> Iterator[list[tuple[Any, Any]]]:
-    """Every statement psycopg executes meanwhile, with its parameters."""
-    sent: list[tuple[Any, Any]] = []
-    execute = psycopg.Cursor.execute
-
-    def recording(self: psycopg.Cursor[Any], query: Any, params: Any = None, **kw: Any) -> Any:
-        sent.append((query, params))
-        return execute(self, query, params, **kw)
-
-    psycopg.Cursor.execute = recording  # type: ignore[method-assign]
-    try:
-        yield sent
-    finally:
-        psycopg.Cursor.execute = execute  # type: ignore[method-assign]
-
-
-@contextmanager
 def server(schema: str) -> Iterator[psycopg.Connection[Any]]:
     """A plain connection to the store's schema."""
     with psycopg.connect(
@@ -80,7 +63,7 @@ def test_no_command_statement_scans_a_large_table(wc: WorkCenter) -> None:
     large = {name for name, tuples in rows if tuples >= LARGE}
     assert {"workcenter_events", "event_chain"} <= large, rows
 
-    with statements() as sent:
+    with postgres.statements() as sent:
         create_linear(wc)
         claimed = wc.claim_next("worker-1")
         assert claimed is not None
