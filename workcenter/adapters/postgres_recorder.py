@@ -115,7 +115,7 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                     if inline is not None:
                         inline.written_once()
                     return written
-            started = time.perf_counter()
+            started = time.time()  # the wall clock: compared with the server's, as below
             try:
                 # BEGIN and COMMIT as statements: psycopg's transaction() block inside a
                 # pipeline syncs on entering and leaving, a round trip each.
@@ -124,6 +124,11 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                     postgres_write.send_begin(insert, self.synchronous_commit)
                     self._insert_events(insert, stored_events, **kwargs)
                     self._insert_stored_events(insert, stored_events, **kwargs)  # lock, notify
+                    granted: Any = None
+                    released: Any = None
+                    if self.lock_holds is not None:
+                        granted = conn.cursor()
+                        granted.execute(postgres_write.CLOCK)
                     head, digests = PortableCursor(conn.cursor()), PortableCursor(conn.cursor())
                     if self.chained:
                         self.chain.send_reads(head, digests, streams)
@@ -139,7 +144,6 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                         gap = conn.cursor()
                         self._send_gap(gap, stored_events, names)
                     pipeline.sync()
-                    locked = time.perf_counter()
                     ids = self._fetch_ids_after_insert_events(insert, stored_events)
                     assert ids is not None
                     if self.chained:
@@ -153,13 +157,16 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                     before = self._take_gap(gap) if gap is not None else None
                     self._insert_along(views, ids, positions, before, **kwargs)
                     insert.execute("COMMIT")
+                    if self.lock_holds is not None:
+                        released = conn.cursor()
+                        released.execute(postgres_write.CLOCK)
                     postgres_write.send_flush(insert, self.synchronous_commit)
                 # Leaving the pipeline synced it: the commit's answer is in.
             except BaseException:
                 sql.roll_back(conn)
                 raise
-            if self.lock_holds is not None:
-                self.lock_holds.append((time.perf_counter() - locked, locked - started))
+            if granted is not None and released is not None:
+                self._hold(started, granted.fetchone()["t"], released.fetchone()["t"])
             return ids
 
     def _write_once(
@@ -191,7 +198,7 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                 if self.lock_holds is not None:
                     # The server's clock once the commit ended, the lock released.
                     released = conn.cursor()
-                    released.execute("SELECT extract(epoch FROM clock_timestamp()) AS t")
+                    released.execute(postgres_write.CLOCK)
                 postgres_write.send_flush(conn.cursor(), self.synchronous_commit)
             # Leaving the pipeline sends everything and one sync, and takes the answers.
         except psycopg.Error as raised:
@@ -210,12 +217,18 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
             raise
         answer = call.fetchone()
         if self.lock_holds is not None:
-            # The server's clock from the lock's grant to the commit's end: on the server,
-            # not up to the reply's arrival here (the lock is no longer held while this
-            # process waits to be scheduled to read it). The wall clock: the same machine's.
-            locked = float(answer["started"])
-            self.lock_holds.append((float(released.fetchone()["t"]) - locked, locked - started))
+            self._hold(started, answer["started"], released.fetchone()["t"])
         return list(answer["ids"])
+
+    def _hold(self, started: float, granted: Any, released: Any) -> None:
+        """Note a write's hold of the table lock: from its grant to its commit's end, on
+        the server's clock; not up to the reply's arrival here (the lock is no longer held
+        while this process waits to be scheduled to read it, nor while the server flushes
+        after an early release). Then the wait for the lock, from ``started`` (the wall
+        clock of this machine, which the server shares)."""
+        assert self.lock_holds is not None
+        locked = float(granted)
+        self.lock_holds.append((float(released) - locked, locked - started))
 
     def _insert_along(
         self,

@@ -55,6 +55,9 @@ COMMIT_MODES: Final[tuple[CommitMode, ...]] = ("on", "early-release", "off")
 # WAL commits without a flush, however synchronous_commit is set.
 FLUSH: Final = ("BEGIN", "SELECT pg_logical_emit_message(true, 'workcenter', '')", "COMMIT")
 
+# The server's clock, read by a benchmark's write to time its hold of the table lock.
+CLOCK: Final = "SELECT extract(epoch FROM clock_timestamp()) AS t"
+
 _TAG_HEX: Final = hash_chain.TAG.hex()
 _GENESIS: Final = f"'\\x{hash_chain.GENESIS.hex()}'::bytea"
 
