@@ -38,7 +38,7 @@ PostgreSQL also runs at W = 0 with ``WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT`` se
 still durable at its return, ADR-0088) and to ``off`` (``-commit-off``, ADR-0053) beside
 the default; each PostgreSQL row shows the
 table lock's hold per write (median and p95 over every write of the run, from the
-reply that granted the lock to the commit's reply) and the ceiling it implies,
+lock's grant to the commit's end, on the server's clock) and the ceiling it implies,
 1 / median (ADR-0052).
 
 Every figure carries the candidates a claim tried (``Claim.candidates_tried``,
@@ -353,7 +353,7 @@ def measure(
         measured["machine_cpu_ms"] = result["busy"] / n * 1000
         measured["workers_cpu_ms"] = result["workers_cpu"] / n * 1000
     if result["holds"]:
-        # The table lock's hold per write, from the reply that granted it to the commit's.
+        # The table lock's hold per write, from its grant to the commit's end (server clock).
         holds = sorted(result["holds"])
         measured["hold_median_ms"] = statistics.median(holds) * 1000
         measured["hold_p95_ms"] = holds[int(0.95 * (len(holds) - 1))] * 1000
