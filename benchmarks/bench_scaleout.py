@@ -36,8 +36,8 @@ five would hold 80 of the server's 100.
 PostgreSQL also runs at W = 0 with ``WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT`` set to
 ``early-release`` (``-early-release``: the lock released before the flush, the command
 still durable at its return, ADR-0088) and to ``off`` (``-commit-off``, ADR-0053) beside
-the default; each PostgreSQL row shows the
-table lock's hold per write (median and p95 over every write of the run, from the
+the default (``--modes`` chooses which, ``--modes-wait-ms`` at which W); each PostgreSQL
+row shows the table lock's hold per write (median and p95 over every write of the run, from the
 lock's grant to the commit's end, on the server's clock) and the ceiling it implies,
 1 / median (ADR-0052).
 
@@ -83,8 +83,9 @@ from workcenter.service_layer.handlers import claim as claiming
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 LEASE = 30.0
-# The commit modes other than the default, each run beside it at W = 0: the row's suffix,
-# the workers' environment (ADR-0053, ADR-0088).
+# The commit modes other than the default, each run beside it (at W = 0 unless
+# ``--modes-wait-ms`` says more): the row's suffix, the workers' environment (ADR-0053,
+# ADR-0088).
 COMMIT_MODES = {
     "early-release": {"WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT": "early-release"},
     "commit-off": {"WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT": "off"},
@@ -368,6 +369,13 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
     kit = find_kit(args.peer_kit)
     counts = [int(k) for k in args.workers.split(",")]
     waits = [int(w) for w in args.wait_ms.split(",")]
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = sorted(set(modes) - set(COMMIT_MODES))
+    if unknown:
+        raise SystemExit(
+            f"--modes: unknown {', '.join(unknown)} (known: {', '.join(COMMIT_MODES)})"
+        )
+    mode_waits = [int(w) for w in args.modes_wait_ms.split(",")]
     runs: dict[str, list[dict[str, float]]] = {}
     for rep in range(args.reps):
         runs.setdefault("reference", []).append(peer_rep(kit, args.n))
@@ -378,11 +386,13 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
                     runs.setdefault(key(backend, k, wait), []).append(
                         measure(stores, backend, k, n, "inline", wait)
                     )
-        for suffix, env in COMMIT_MODES.items():
-            for k in counts:
-                runs.setdefault(f"{key('postgresql', k, 0)}-{suffix}", []).append(
-                    measure(stores, "postgresql", k, args.n, "inline", 0, env)
-                )
+        for suffix in modes:
+            for wait in mode_waits:
+                for k in counts:
+                    n = args.n if wait == 0 else max(args.n_wait, CYCLES_PER_WORKER * k)
+                    runs.setdefault(f"{key('postgresql', k, wait)}-{suffix}", []).append(
+                        measure(stores, "postgresql", k, n, "inline", wait, COMMIT_MODES[suffix])
+                    )
         print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr)
     reference = median(runs["reference"], "cycles_per_s")
     rows: dict[str, Any] = {
@@ -532,6 +542,14 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--workers", default="1,4,16")
     parser.add_argument("--wait-ms", default="0,100,500", help="the executor's wait, W")
+    parser.add_argument(
+        "--modes",
+        default=",".join(COMMIT_MODES),
+        help="the commit modes run beside the default (comma-separated; empty for none)",
+    )
+    parser.add_argument(
+        "--modes-wait-ms", default="0", help="the values of W at which those modes run"
+    )
     parser.add_argument("--postgres", default=DEFAULT_POSTGRES)
     parser.add_argument("--peer-kit", default=None)
     parser.add_argument("--claims", action="store_true", help="ADR-0054's claim comparison")

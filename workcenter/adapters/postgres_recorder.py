@@ -127,6 +127,8 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                     granted: Any = None
                     released: Any = None
                     if self.lock_holds is not None:
+                        # The server's clock after the lock's grant and the insert (a hold
+                        # shorter by the insert than the one-exchange way times it).
                         granted = conn.cursor()
                         granted.execute(postgres_write.CLOCK)
                     head, digests = PortableCursor(conn.cursor()), PortableCursor(conn.cursor())
