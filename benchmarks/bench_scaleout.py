@@ -37,9 +37,9 @@ PostgreSQL also runs at W = 0 with ``WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT`` se
 ``early-release`` (``-early-release``: the lock released before the flush, the command
 still durable at its return, ADR-0088) and to ``off`` (``-commit-off``, ADR-0053) beside
 the default (``--modes`` chooses which, ``--modes-wait-ms`` at which W); each PostgreSQL
-row shows the table lock's hold per write (median and p95 over every write of the run, from the
-lock's grant to the commit's end, on the server's clock) and the ceiling it implies,
-1 / median (ADR-0052).
+row shows the table lock's hold per write (median and p95 over every write of the run,
+from the lock's grant to the commit's end, on the server's clock) and the ceiling it
+implies, 1 / median (ADR-0052).
 
 Every figure carries the candidates a claim tried (``Claim.candidates_tried``,
 counted, not timed): 1.0 means no claim lost a race to another worker. Each row
