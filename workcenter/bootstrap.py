@@ -272,12 +272,13 @@ def _open_postgres(
     if sqlite_synchronous is not None:
         raise InvalidInput("sqlite_synchronous applies to SQLite stores, not PostgreSQL")
     try:
-        from workcenter.adapters.postgres_settings import PostgresTarget
+        from workcenter.adapters.postgres_settings import PostgresTarget, check_settings
     except ImportError:
         raise StoreUnavailable(
             "PostgreSQL needs the postgres extra: pip install 'workcenter[postgres]'"
         ) from None
     target = PostgresTarget(url)
+    check_settings(os.environ)  # before the schema or any table is made
     if create:
         target.require_server()
     else:

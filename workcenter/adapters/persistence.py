@@ -155,7 +155,10 @@ POSTGRES_SCHEMES = ("postgresql", "postgres")
 
 def is_postgres_url(db: str) -> bool:
     """Whether ``db`` names a PostgreSQL store (``postgresql://...``), not a SQLite file."""
-    return urlsplit(db).scheme in POSTGRES_SCHEMES
+    try:
+        return urlsplit(db).scheme in POSTGRES_SCHEMES
+    except ValueError:  # a malformed address (``[::1:5432``): refused when parsed as one
+        return db.lower().startswith(tuple(f"{scheme}://" for scheme in POSTGRES_SCHEMES))
 
 
 _URL_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")

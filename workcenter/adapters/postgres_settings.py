@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import getpass
 import os
+from collections.abc import Mapping
 from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -36,6 +37,22 @@ SCHEMA_ENV: Final = "WORKCENTER_SCHEMA"
 # at the commit's reply), "early-release" (durable at the reply, the lock released before
 # the flush, ADR-0088) or "off" (ADR-0053).
 SYNCHRONOUS_COMMIT_ENV: Final = "WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT"
+# The library's own settings of its pool and sessions, read by it from the environment
+# (its key with the application's prefix first, then as it is), with the least value each
+# takes. The library refuses a malformed one as OSError or ValueError, some (a negative
+# lock timeout) only at the first write, and some (a negative idle timeout) not at all,
+# its connections then failing until the pool gives up; so they are checked first.
+LIBRARY_PREFIX: Final = "WORKCENTER_"
+WHOLE_SETTINGS: Final = {
+    "POSTGRES_POOL_SIZE": 0,
+    "POSTGRES_MAX_OVERFLOW": 0,
+    "POSTGRES_MAX_WAITING": 0,
+    "POSTGRES_CONNECT_TIMEOUT": 1,
+    "POSTGRES_LOCK_TIMEOUT": 0,
+    "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": 0,
+}
+TRUTH_SETTINGS: Final = ("POSTGRES_PRE_PING",)
+TRUTH_VALUES: Final = ("y", "yes", "t", "true", "on", "1", "n", "no", "f", "false", "off", "0")
 DEFAULT_SCHEMA: Final = "workcenter"
 # The library names the event tables after the application ("WorkCenter").
 EVENTS_TABLE: Final = "workcenter_events"
@@ -54,7 +71,10 @@ class PostgresTarget:
     """Where a PostgreSQL store is: the server, the database and the schema."""
 
     def __init__(self, db: str) -> None:
-        parts = urlsplit(db)
+        try:
+            parts = urlsplit(db)
+        except ValueError as error:
+            raise InvalidInput(f"not a valid PostgreSQL URL ({error})") from None
         try:
             port = parts.port or 5432
         except ValueError:
@@ -155,6 +175,36 @@ class WorkcenterPostgresFactory(PostgresFactory):
                 # A store written before the chain (or with it off) is chained on open.
                 recorder.chain_unchained()
         return recorder
+
+
+def check_settings(environ: Mapping[str, str]) -> None:
+    """``InvalidInput`` naming the first PostgreSQL setting in ``environ`` that is not one
+    a store opens with, before anything is opened or written."""
+    synchronous_commit(environ.get(SYNCHRONOUS_COMMIT_ENV))
+    for name, least in WHOLE_SETTINGS.items():
+        key, value = _library_setting(environ, name)
+        if not value:
+            continue  # unset or empty: the library's default
+        try:
+            number: int | None = int(value)
+        except ValueError:
+            number = None
+        if number is None or number < least:
+            raise InvalidInput(f"${key} must be a whole number of at least {least}, not {value!r}")
+    for name in TRUTH_SETTINGS:
+        key, value = _library_setting(environ, name)
+        if value and value.lower() not in TRUTH_VALUES:
+            raise InvalidInput(
+                f"${key} must be yes or no (or true/false, on/off, 1/0), not {value!r}"
+            )
+
+
+def _library_setting(environ: Mapping[str, str], name: str) -> tuple[str, str | None]:
+    """The key the library reads ``name`` by, and its value: the prefixed key wins."""
+    for key in (LIBRARY_PREFIX + name, name):
+        if key in environ:
+            return key, environ[key]
+    return name, None
 
 
 def synchronous_commit(value: str | None) -> postgres_write.CommitMode:
