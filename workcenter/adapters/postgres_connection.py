@@ -30,9 +30,6 @@ from workcenter.projections import sql
 
 log = logging.getLogger("workcenter.store")
 QUIET: Final = 30.0
-# Client-side failures have no SQLSTATE; class 08 is "connection exception"; 57P01 to
-# 57P03 are the server shutting down, crashing or not yet accepting connections.
-DISCONNECTED_STATES: Final = ("57P01", "57P02", "57P03")
 # A silent peer (a cut network, a frozen host) is declared dead after about 30 s.
 KEEPALIVES: Final = {
     "keepalives": 1,
@@ -54,9 +51,7 @@ def disconnected(error: BaseException) -> bool:
     not a refusal by a live server (a lock timeout, a serialisation failure, ...)."""
     if not isinstance(error, OperationalError | InterfaceError):
         return False
-    cause = error.__cause__
-    state = getattr(cause, "sqlstate", None)
-    return state is None or state.startswith("08") or state in DISCONNECTED_STATES
+    return sql.disconnected_state(getattr(error.__cause__, "sqlstate", None))
 
 
 def watch_connections(datastore: Any) -> None:

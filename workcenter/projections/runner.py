@@ -46,6 +46,14 @@ class Store(Protocol):
 
 
 DEFAULT_POLL = 0.5
+# While nothing arrives, the views are caught up this often all the same: a notification
+# can be missed (a write that commits after the subscription's first read and before its
+# LISTEN, as when it is made again after a lost database), and only the next one would
+# bring it. The views skip what they already have.
+CATCH_UP_EVERY = 5.0
+# The wait before following again after a lost database: doubling, at most the cap.
+RECONNECT_FIRST = 0.1
+RECONNECT_CAP = 5.0
 
 
 class ProjectionRunner:
@@ -84,14 +92,30 @@ class ProjectionRunner:
         return applied
 
     def run_forever(self) -> None:
-        """Follow until ``stop()``; an error in a view stops the loop and is kept in ``error``."""
-        try:
-            if self.subscribes:
-                self._follow()
-            else:
-                self._poll()
-        except Exception as error:  # kept for wait() and the caller
-            self.error = error
+        """Follow until ``stop()``. A lost database (restarted, failed over) is waited out
+        with backoff, then the views catch up and the following goes on; any other error
+        stops the loop and is kept in ``error``."""
+        delay = 0.0
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                if self.subscribes:
+                    self._follow()
+                else:
+                    self._poll()
+                return
+            except Exception as error:
+                if self._stop.is_set():
+                    return
+                if not sql.connection_lost(error):
+                    self.error = error  # kept for wait() and the caller
+                    return
+            # The store's connections log the outage (one line); a runner that had
+            # followed for a while starts its backoff again.
+            if time.monotonic() - started > RECONNECT_CAP:
+                delay = 0.0
+            delay = min(RECONNECT_CAP, delay * 2 or RECONNECT_FIRST)
+            self._stop.wait(delay)
 
     def _poll(self) -> None:
         while not self._stop.is_set():
@@ -109,10 +133,14 @@ class ProjectionRunner:
             )
             reader.start()
             try:
+                checked = time.monotonic()
                 while not self._stop.is_set():
                     try:
                         first = arrived.get(timeout=self.poll)
                     except queue.Empty:
+                        if time.monotonic() - checked >= CATCH_UP_EVERY:
+                            checked = time.monotonic()
+                            self.run_once()
                         continue
                     page = [first]
                     while len(page) < PAGE:

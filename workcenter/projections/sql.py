@@ -91,6 +91,31 @@ def is_postgres(datastore: Any) -> bool:
     return library is not None and isinstance(datastore, library.PostgresDatastore)
 
 
+# Class 08 is "connection exception"; 57P01 to 57P03 are the server shutting down,
+# crashing or not yet accepting connections; client-side failures have no SQLSTATE.
+DISCONNECTED_STATES = ("57P01", "57P02", "57P03")
+
+
+def connection_lost(error: BaseException) -> bool:
+    """Whether ``error``, or the first driver error it was raised from, is a lost or
+    refused PostgreSQL connection, not a live server's refusal (a lock timeout, ...)."""
+    psycopg = sys.modules.get("psycopg")  # optional: without it no connection was lost
+    seen: BaseException | None = error
+    while psycopg is not None and seen is not None:
+        if isinstance(seen, psycopg.Error):
+            if not isinstance(seen, psycopg.OperationalError | psycopg.InterfaceError):
+                return False
+            return disconnected_state(seen.sqlstate)
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def disconnected_state(state: str | None) -> bool:
+    """Whether a driver error's SQLSTATE (None: the client's own failure) says the
+    connection is lost or refused."""
+    return state is None or state.startswith("08") or state in DISCONNECTED_STATES
+
+
 @contextmanager
 def transaction(datastore: Any, *, commit: bool) -> Iterator[Any]:
     """The datastore's transaction, with a cursor that runs the views' SQL text.
