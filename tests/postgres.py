@@ -56,9 +56,11 @@ def connect() -> Any:
 def drop_schema(schema: str) -> None:
     with connect() as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        # A rebuild's shadow schemas, left by a test that failed half way.
+        # A rebuild's shadow schemas, left by a test that failed half way (named after the
+        # schema's first 31 characters).
         rows = conn.execute(
-            "SELECT nspname FROM pg_namespace WHERE nspname LIKE %s", (f"{schema}_rebuild_%",)
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE %s",
+            (f"{schema[:31]}_rebuild_%",),
         ).fetchall()
         for (shadow,) in rows:
             conn.execute(f'DROP SCHEMA IF EXISTS "{shadow}" CASCADE')

@@ -179,7 +179,9 @@ def _shadow_schema(live: Any, name: str) -> Any:
     """A datastore on the live one's database, in a new schema of its own."""
     from eventsourcing.postgres import PostgresDatastore  # an optional extra
 
-    schema = f"{live.schema}_rebuild_{uuid.uuid4().hex[:8]}"
+    # The live schema's name cut to 31 characters, so that the shadow's is one a store may
+    # have (sql.SCHEMA_NAME: at most 48); the random part keeps it apart from others.
+    schema = f"{live.schema[:31]}_rebuild_{uuid.uuid4().hex[:8]}"
     params = sql.connection_params(live)
     datastore = PostgresDatastore(
         dbname=params["dbname"],
