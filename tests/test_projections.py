@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from workcenter.application import Claim, WorkCenter
-from workcenter.domain.errors import NotFound, WorkcenterError
+from workcenter.domain.errors import InvalidInput, NotFound, WorkcenterError
 from workcenter.projections import lifecycle
 from workcenter.projections.dto import detail_dto
 from workcenter.projections.runner import ProjectionRunner
@@ -344,6 +344,29 @@ def test_inline_projections_can_be_turned_off_by_the_environment(
         assert wc.inline_projections is False
         create_dynamic(wc)
         assert lags(wc)["detail"] == wc.event_count()
+
+
+@pytest.mark.parametrize("value", ["disabled", "none", "O", "2"])
+def test_a_views_setting_that_says_neither_on_nor_off_is_refused_before_anything_is_made(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    """Found by acceptance testing: any value but 0/false/no/off left inline views on, so a
+    typo made the mixed writers that cost every write a second try."""
+    with WorkCenter.open(db_path) as wc:
+        create_dynamic(wc)
+        before = wc.event_count()
+    monkeypatch.setenv("WORKCENTER_INLINE_PROJECTIONS", value)
+    with pytest.raises(InvalidInput, match="WORKCENTER_INLINE_PROJECTIONS must be"):
+        WorkCenter.open(db_path)
+    new_store = db_path.with_name("new.db")
+    with pytest.raises(InvalidInput):
+        WorkCenter.open(new_store)
+    assert not new_store.exists()
+    for accepted, inline in (("", True), (" On ", True), ("YES", True), ("false", False)):
+        monkeypatch.setenv("WORKCENTER_INLINE_PROJECTIONS", accepted)
+        with WorkCenter.open(db_path) as wc:
+            assert wc.inline_projections is inline
+            assert wc.event_count() == before
 
 
 # --- rebuilds are atomic -------------------------------------------------------------

@@ -94,8 +94,17 @@ class EventStore(Application[UUID]):
 
 
 def inline_from_env() -> bool:
-    """Inline projections are on unless ``$WORKCENTER_INLINE_PROJECTIONS`` says 0/false/no/off."""
-    return os.environ.get(INLINE_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+    """Inline projections are on unless ``$WORKCENTER_INLINE_PROJECTIONS`` says 0/false/no/off;
+    a value that says neither is InvalidInput (a typo would leave them on, unseen)."""
+    given = os.environ.get(INLINE_ENV, "")
+    value = given.strip().lower()
+    if value in ("", "1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise InvalidInput(
+        f"${INLINE_ENV} must be 1, true, yes or on, or 0, false, no or off, not {given!r}"
+    )
 
 
 LoadState = Callable[[Kind, UUID, int], AggregateState | None]
@@ -245,8 +254,10 @@ def open_store(
     ``StoreUnavailable`` if it cannot be opened, or is another application's file; a
     refused file is left as it was."""
     db_path = resolve_db_path(db)
-    # A malformed cipher key is InvalidInput before anything is opened or made.
+    # A malformed cipher key or views setting is InvalidInput before anything is opened or
+    # made.
     cipher.configured_key()
+    inline_from_env()
     if is_postgres_url(db_path):
         return _open_postgres(db_path, sqlite_synchronous, create, build)
     if (scheme := foreign_url_scheme(db_path)) is not None:
