@@ -147,6 +147,28 @@ def demo(ctx: click.Context, as_json: bool, max_tokens: int | None) -> None:
     console.print(f"budget: {_budget_line(budget)}", soft_wrap=True)
 
 
+@cli.command()
+@db_option
+@click.option("--json", "as_json", is_flag=True, help="Print whether it was made, as JSON.")
+@click.pass_context
+def init(ctx: click.Context, as_json: bool) -> None:
+    """Make the store at --db (default: $WORKCENTER_DB or ./workcenter.db) if there is none.
+
+    Every other verb but demo refuses a store that does not exist, so a deployment runs
+    this once before its workers and runner. On a store that exists it changes nothing.
+    """
+    try:
+        with _open(ctx) as wc:
+            created, events = False, wc.event_count()
+    except StoreUnavailable:
+        with _open(ctx, create=True) as wc:
+            created, events = True, wc.event_count()
+    if as_json:
+        _emit_json({"created": created, "events": events})
+        return
+    console.print("made the store" if created else f"the store exists ({events} events)")
+
+
 @cli.command(name="list")
 @db_option
 @click.option(
