@@ -559,8 +559,12 @@ class WorkCenter:
     def goal_progress(self, work_item_id: UUID) -> GoalProgress:
         return self._reads.goal_progress(work_item_id)
 
-    def list_work_items(self, status: str | None = None) -> list[dict[str, Any]]:
-        return self._reads.list_work_items(status)
+    def list_work_items(
+        self, status: str | None = None, *, limit: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The WorkItems (in ``status`` only, if given), oldest first: every one, or the
+        first ``limit``."""
+        return self._reads.list_work_items(status, limit)
 
     def detail(self, work_item_id: UUID) -> dict[str, Any]:
         """The item's detail DTO from the detail read model (as of the item's latest event):

@@ -169,17 +169,30 @@ def init(ctx: click.Context, as_json: bool) -> None:
     console.print("made the store" if created else f"the store exists ({events} events)")
 
 
+LIST_LIMIT = 1000  # items `list` shows unless told
+
+
 @cli.command(name="list")
 @db_option
 @click.option(
     "--status", type=click.Choice(get_args(WorkItemStatus)), help="Only items in this status."
 )
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=LIST_LIMIT,
+    show_default=True,
+    help="Show at most this many, oldest first (a line on stderr says when there are more).",
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def list_items(ctx: click.Context, status: str | None, as_json: bool) -> None:
-    """List WorkItems."""
+def list_items(ctx: click.Context, status: str | None, limit: int, as_json: bool) -> None:
+    """List WorkItems, oldest first."""
     with _open(ctx) as wc:
-        rows = wc.list_work_items(status)
+        rows = wc.list_work_items(status, limit=limit + 1)
+    if len(rows) > limit:
+        rows = rows[:limit]
+        click.echo(f"showing the first {limit} items; there are more (--limit N)", err=True)
     if as_json:
         _emit_json([{**r, "id": str(r["id"])} for r in rows])
         return

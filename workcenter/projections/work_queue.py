@@ -300,16 +300,20 @@ class WorkQueueView(TrackedView):
         return [(UUID(r[0]), UUID(r[1]), r[2], r[3], r[4]) for r in rows]
 
     def work_items(
-        self, status: str | None = None, limit: int = 1000, offset: int = 0
+        self, status: str | None = None, limit: int | None = None, offset: int = 0
     ) -> list[dict[str, Any]]:
+        """Items oldest first (creation time, then id): all, or ``limit`` of them from the
+        ``offset``-th."""
         sql = "SELECT work_item_id, title, status, mode, created_at, updated_at FROM wq_items"
         params: list[Any] = []
         if status:
             sql += " WHERE status = ?"
             params.append(status)
-        rows = self._rows(
-            sql + " ORDER BY created_at, work_item_id LIMIT ? OFFSET ?", [*params, limit, offset]
-        )
+        sql += " ORDER BY created_at, work_item_id"
+        if limit is not None:
+            sql += " LIMIT ? OFFSET ?"
+            params += [limit, offset]
+        rows = self._rows(sql, params)
         return [
             {
                 "id": UUID(r[0]),

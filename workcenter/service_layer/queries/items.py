@@ -38,10 +38,12 @@ class Reads:
         item = self.repo.work_item(work_item_id)
         return planning.progress(item, self.repo.actions(item))
 
-    def list_work_items(self, status: str | None) -> list[dict[str, Any]]:
+    def list_work_items(self, status: str | None, limit: int | None) -> list[dict[str, Any]]:
         if status is not None and (not isinstance(status, str) or status not in wi.STATUSES):
             raise InvalidInput(f"status must be one of {', '.join(wi.STATUSES)}, not {status!r}")
-        return self.read_models.fresh(WorkQueue.name).work_items(status)  # type: ignore[no-any-return]
+        if limit is not None and (type(limit) is not int or limit < 1):
+            raise InvalidInput(f"limit must be a whole number of at least 1, not {limit!r}")
+        return self.read_models.fresh(WorkQueue.name).work_items(status, limit)  # type: ignore[no-any-return]
 
     def detail(self, work_item_id: UUID) -> dict[str, Any]:
         """See ``WorkCenter.detail``: the stored DTO, caught up first if it is behind the
