@@ -21,7 +21,9 @@ from eventsourcing.persistence import IntegrityError
 from test_read_ahead import assert_views_equal_a_rebuild, writes_without_views
 
 from workcenter.adapters import postgres_write
+from workcenter.adapters.executors import echo
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
+from workcenter.adapters.worker import run_worker
 from workcenter.application import WorkCenter
 from workcenter.projections import sql
 from workcenter.service_layer.history.hash_chain import HistoryConflict
@@ -62,6 +64,20 @@ def test_a_run_cycle_writes_in_one_exchange_each(wc: WorkCenter, exchanges: list
     assert wc.detail(item.id)["status"] == "done"  # type: ignore[index]
     assert wc.maintenance.verify_history().ok
     assert_views_equal_a_rebuild(wc)
+
+
+def test_a_worker_counts_its_writes_sent_back(
+    wc: WorkCenter, location: str, clock: FakeClock
+) -> None:
+    """What deployment.md tells operators to watch is in ``workcenter worker``'s summary
+    (found by acceptance testing: it was in the process only)."""
+    create_linear(wc, stages=("implement",))
+    writes_without_views(location, clock, items=2)  # every view is now behind
+    stats = run_worker(wc, echo, worker="w1", exit_when_idle=True, max_runs=1)
+    assert stats.finished == 1
+    assert stats.writes_sent_back >= 1
+    assert stats.json()["writes_sent_back"] == stats.writes_sent_back
+    assert f"writes sent back to two exchanges: {stats.writes_sent_back}" in stats.summary()
 
 
 def test_views_behind_send_the_write_back_to_two_exchanges(

@@ -75,6 +75,10 @@ class WorkerStats:
     errors: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
     coordinator_steps: dict[str, int] = field(default_factory=dict)
+    # PostgreSQL: this worker's writes the server sent back to the two-exchange way
+    # (ADR-0070); more than a few per hundred commands means writers with and without
+    # inline views share the store (docs/deployment.md).
+    writes_sent_back: int = 0
 
     def json(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,6 +93,8 @@ class WorkerStats:
                 f"{n} {status}" for status, n in sorted(self.coordinator_steps.items())
             )
             line += f"; coordinator turns: {steps}"
+        if self.writes_sent_back:
+            line += f"; writes sent back to two exchanges: {self.writes_sent_back}"
         return line
 
 
@@ -334,6 +340,7 @@ def run_worker(
     ``coordinator`` provider, run the due Coordinator steps too (``runs=False``: only
     them)."""
     stats = WorkerStats()
+    sent_back = _writes_sent_back(wc)
     stop = signals.event if signals else (stop or threading.Event())
     reconnect = Reconnect(stop)
     # The loop recovers dead Runs (expired leases only, ADR-0048) itself, so the
@@ -383,7 +390,13 @@ def run_worker(
                     wc.recover(actor=by)
                 except StoreDisconnected as error:
                     reconnect.wait(error)
+    stats.writes_sent_back = _writes_sent_back(wc) - sent_back
     return stats
+
+
+def _writes_sent_back(wc: WorkCenter) -> int:
+    """The store's count of writes sent back to two exchanges (none on SQLite)."""
+    return int(getattr(wc.store.recorder, "fallbacks", 0))
 
 
 def _coordinate(
