@@ -14,7 +14,7 @@ from eventsourcing.utils import Environment
 
 from workcenter.adapters import cipher
 from workcenter.adapters.compression import SmallBlobZlibCompressor
-from workcenter.adapters.persistence import OrjsonTranscoder, PydanticMapper
+from workcenter.adapters.persistence import OrjsonTranscoder, PydanticMapper, is_in_memory
 from workcenter.application import WorkCenter
 from workcenter.bootstrap import decision_rules
 from workcenter.domain.errors import InvalidInput
@@ -58,7 +58,7 @@ def _store_files(wc: WorkCenter) -> set[Path]:
     PostgreSQL."""
     pool = getattr(getattr(wc.store.factory, "datastore", None), "pool", None)
     name = getattr(pool, "db_name", None)
-    if not isinstance(name, str) or name.startswith(("file:", ":memory:")):
+    if not isinstance(name, str) or is_in_memory(name):
         return set()
     base = Path(name).resolve()
     return {base, *(base.with_name(base.name + end) for end in ("-wal", "-shm", "-journal"))}

@@ -236,8 +236,9 @@ SCHEMA_VERSION = 1
 LEGACY_TABLES = frozenset({"stored_events", "tracking", "wq_items"})
 
 
-def _is_in_memory(db_path: str) -> bool:
-    return db_path == ":memory:" or db_path.startswith("file:")
+def is_in_memory(db_path: str) -> bool:
+    """Whether the library keeps the store at ``db_path`` in memory (as it decides)."""
+    return ":memory:" in db_path or "mode=memory" in db_path
 
 
 def _read_header(path: Path) -> tuple[int, int, set[str]]:
@@ -268,8 +269,15 @@ def prepare_store_file(db_path: str, *, create: bool) -> None:
 
     Without ``create`` a missing or empty file is refused: reading never makes a store.
     """
-    if _is_in_memory(db_path):
+    if is_in_memory(db_path):
         return
+    if db_path.startswith("file:"):
+        # The library opens names as URIs, so this one names a file, with options (mode,
+        # vfs, immutable) that the checks below could not honour (ADR-0090).
+        raise StoreUnavailable(
+            f"{db_path} is a SQLite URI: give the file's path instead (a store in memory"
+            " is :memory:)"
+        )
     try:
         _prepare(Path(db_path), create=create)
     except OSError as error:  # e.g. a directory on the way that this user may not enter
