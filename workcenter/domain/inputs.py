@@ -162,8 +162,14 @@ def mapping(value: object, name: str) -> Mapping[str, Any]:
     return value
 
 
+# Keys a JSON object can carry (numbers and the like are written as their text), and ids
+# (UUIDs, as the Python API takes them) go as their text too.
+JSON_KEYS = (str, int, float, bool, type(None), UUID)
+
+
 def payload(value: object, name: str) -> None:
-    """A JSON-like payload within the raw ceilings, every text encodable.
+    """A JSON payload within the raw ceilings, every text encodable: nothing but objects,
+    lists, texts, numbers, booleans, nulls and ids, else it would fail later as it is stored.
 
     Run reports and planning decisions are parsed and normalised later; this only
     keeps a hostile payload from costing unbounded work or failing at save.
@@ -185,8 +191,14 @@ def payload(value: object, name: str) -> None:
         elif isinstance(node, Mapping | list | tuple):
             if len(node) > bounds.PAYLOAD_ITEMS:
                 raise InvalidInput(f"{name} holds a list longer than {bounds.PAYLOAD_ITEMS}")
-            children = [*node.keys(), *node.values()] if isinstance(node, Mapping) else node
-            pending.extend((child, depth + 1) for child in children)
+            if isinstance(node, Mapping):
+                if not all(isinstance(key, JSON_KEYS) for key in node):
+                    raise InvalidInput(f"{name} holds a key that is not JSON")
+                pending.extend((child, depth + 1) for child in [*node.keys(), *node.values()])
+            else:
+                pending.extend((child, depth + 1) for child in node)
+        elif node is not None and not isinstance(node, bool | UUID):
+            raise InvalidInput(f"{name} holds a {type(node).__name__}, which is not JSON")
 
 
 def describe(error: ValidationError) -> str:
