@@ -4,15 +4,19 @@ test failed on the code before its fix, and every refusal leaves the store as it
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from conftest import action_spec, claim, create_dynamic, plan, refused, run_of
 
 from workcenter.adapters.cli import cli
 from workcenter.adapters.persistence import StoreUnavailable
-from workcenter.application import WorkCenter
+from workcenter.application import Claim, WorkCenter
+from workcenter.domain.errors import InvalidInput
 
 
 def invoke(*args: str) -> Result:
@@ -71,3 +75,68 @@ def test_stores_in_memory_still_open() -> None:
     for name in (":memory:", "file:acceptance?mode=memory&cache=shared"):
         with WorkCenter.open(name) as wc:
             assert wc.event_count() == 0
+
+
+# --- a report that is not JSON is refused, and the worker gives its Run back ----------
+
+NOT_JSON: dict[str, Any] = {
+    "an object": {"x": object()},
+    "a set": {"x": {1, 2}},
+    "bytes": {"x": b"raw"},
+    "a tuple key": {(1, 2): "x"},
+}
+
+
+@pytest.mark.parametrize("outputs", NOT_JSON.values(), ids=NOT_JSON.keys())
+def test_a_report_holding_a_value_json_cannot_carry_is_refused(
+    wc: WorkCenter, outputs: dict[Any, Any]
+) -> None:
+    item = create_dynamic(wc)
+    plan(wc, item.id, action_spec())
+    claimed = claim(wc)
+    with refused(wc, InvalidInput, "not JSON"):
+        wc.finish_run(claimed, {"outcome": "completed", "summary": "done", "outputs": outputs})
+    assert run_of(wc, claimed).status == "running"
+
+
+def reports_an_object(claim: Claim) -> Any:
+    return {"outcome": "completed", "summary": "done", "outputs": {"x": object()}}
+
+
+def test_the_worker_interrupts_a_run_whose_report_is_not_json(db_path: Path) -> None:
+    with WorkCenter.open(db_path) as wc:
+        item = create_dynamic(wc)
+        plan(wc, item.id, action_spec())
+    result = invoke(
+        "--db", str(db_path), "worker", "--executor", f"{__name__}:reports_an_object",
+        "--exit-when-idle", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    stats = json.loads(result.stdout)
+    with WorkCenter.open(db_path) as wc:
+        (action,) = wc.actions(wc.work_item(item.id)).values()
+    assert stats["errors"] == stats["interrupted"] == stats["claimed"] == len(action.runs) > 1
+    assert {run.status for run in action.runs} == {"interrupted"}
+    assert all("malformed executor report" in (run.end_reason or "") for run in action.runs)
+
+
+# --- a limit past 2^53 - 1 is refused, not an overflow -------------------------------
+
+
+def test_a_list_limit_past_the_integer_bound_is_refused(wc: WorkCenter) -> None:
+    create_dynamic(wc)
+    for limit in (2**53, 2**63, 2**64):
+        with refused(wc, InvalidInput, "at most 9007199254740991"):
+            wc.list_work_items(limit=limit)
+    assert len(wc.list_work_items(limit=2**53 - 1)) == 1
+
+
+def test_list_limit_past_the_bound_is_a_usage_error(db_path: Path) -> None:
+    with WorkCenter.open(db_path) as wc:
+        create_dynamic(wc)
+    for limit in ("9223372036854775807", "9007199254740992"):
+        result = invoke("--db", str(db_path), "list", "--limit", limit)
+        assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+        assert "1<=x<=9007199254740991" in result.stderr
+    result = invoke("--db", str(db_path), "list", "--limit", "9007199254740991", "--json")
+    assert result.exit_code == 0 and len(json.loads(result.stdout)) == 1

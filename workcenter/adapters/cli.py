@@ -33,6 +33,7 @@ from workcenter.adapters.terminal import safe, text
 from workcenter.adapters.wording import plain
 from workcenter.adapters.worker import StopSignals, default_name, load_executor, run_worker
 from workcenter.application import Claim
+from workcenter.domain import bounds
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import InvalidInput, WorkcenterError
 from workcenter.domain.work_item import WorkItemStatus
@@ -179,7 +180,7 @@ LIST_LIMIT = 1000  # items `list` shows unless told
 )
 @click.option(
     "--limit",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=bounds.INTEGER),
     default=LIST_LIMIT,
     show_default=True,
     help="Show at most this many, oldest first (a line on stderr says when there are more).",
@@ -189,7 +190,7 @@ LIST_LIMIT = 1000  # items `list` shows unless told
 def list_items(ctx: click.Context, status: str | None, limit: int, as_json: bool) -> None:
     """List WorkItems, oldest first."""
     with _open(ctx) as wc:
-        rows = wc.list_work_items(status, limit=limit + 1)
+        rows = wc.list_work_items(status, limit=min(limit + 1, bounds.INTEGER))
     if len(rows) > limit:
         rows = rows[:limit]
         click.echo(f"showing the first {limit} items; there are more (--limit N)", err=True)

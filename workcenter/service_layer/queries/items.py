@@ -41,7 +41,7 @@ class Reads:
     def list_work_items(self, status: str | None, limit: int | None) -> list[dict[str, Any]]:
         if status is not None and (not isinstance(status, str) or status not in wi.STATUSES):
             raise InvalidInput(f"status must be one of {', '.join(wi.STATUSES)}, not {status!r}")
-        if limit is not None and (type(limit) is not int or limit < 1):
+        if limit is not None and (inputs.version(limit, "limit") < 1):
             raise InvalidInput(f"limit must be a whole number of at least 1, not {limit!r}")
         return self.read_models.fresh(WorkQueue.name).work_items(status, limit)  # type: ignore[no-any-return]
 
