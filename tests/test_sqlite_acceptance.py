@@ -15,6 +15,7 @@ from conftest import action_spec, claim, create_dynamic, plan, refused, run_of
 
 from workcenter.adapters.cli import cli
 from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.adapters.worker import run_worker
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain.errors import InvalidInput
 
@@ -140,3 +141,50 @@ def test_list_limit_past_the_bound_is_a_usage_error(db_path: Path) -> None:
         assert "1<=x<=9007199254740991" in result.stderr
     result = invoke("--db", str(db_path), "list", "--limit", "9007199254740991", "--json")
     assert result.exit_code == 0 and len(json.loads(result.stdout)) == 1
+
+
+# --- seconds that are not finite are a usage error, not a traceback or a busy loop ----
+
+SECONDS_OPTIONS = [
+    ["worker", "--exit-when-idle", "--poll"],
+    ["worker", "--exit-when-idle", "--lease"],
+    ["worker", "--exit-when-idle", "--no-runs", "--poll"],
+    ["coordinate", "--poll"],
+    ["coordinate", "--lease"],
+    ["projections", "run", "--poll"],
+    ["projections", "run", "--report"],
+    ["serve", "--poll"],
+]
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "1e308"])
+@pytest.mark.parametrize("option", SECONDS_OPTIONS, ids=" ".join)
+def test_seconds_must_be_a_finite_number(db_path: Path, option: list[str], value: str) -> None:
+    with WorkCenter.open(db_path):
+        pass
+    before = digest(db_path)
+    result = invoke("--db", str(db_path), *option, value)
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), result.output
+    assert "Invalid value for" in result.stderr
+    assert digest(db_path) == before
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"lease_seconds": float("nan")},
+        {"lease_seconds": float("inf")},
+        {"poll_seconds": float("nan")},
+        {"poll_seconds": 1e308},
+        {"poll_seconds": 0},
+        {"poll_seconds": True},
+    ],
+    ids=repr,
+)
+def test_run_worker_refuses_seconds_out_of_bounds_before_it_claims(
+    wc: WorkCenter, arguments: dict[str, Any]
+) -> None:
+    item = create_dynamic(wc)
+    plan(wc, item.id, action_spec())
+    with refused(wc, InvalidInput, "_seconds must be a number"):
+        run_worker(wc, reports_an_object, worker="w", exit_when_idle=True, **arguments)

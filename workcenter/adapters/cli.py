@@ -18,6 +18,8 @@ from rich.table import Table
 
 from workcenter.adapters import cli_coordinator, cli_tables, presenters
 from workcenter.adapters.cli_common import (
+    MAX_POLL,
+    Seconds,
     actor_option,
     command_hint,
     console,
@@ -436,13 +438,13 @@ def _say_what_next(status: str, mode: str, actions: list[dict[str, Any]]) -> Non
 @click.option(
     "--lease",
     "lease_seconds",
-    type=click.FloatRange(min=1, max=86_400),
+    type=Seconds(min=1, max=86_400),
     default=60.0,
     show_default=True,
     help="Lease length in seconds (1 to 86400).",
 )
 @click.option(
-    "--poll", "poll_seconds", type=click.FloatRange(min=0.01), default=2.0, show_default=True
+    "--poll", "poll_seconds", type=Seconds(min=0.01, max=MAX_POLL), default=2.0, show_default=True
 )
 @click.option("--max-runs", type=click.IntRange(min=1), default=None)
 @click.option("--exit-when-idle", is_flag=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shlex
 import sys
 from collections.abc import Callable, Iterable
@@ -14,6 +15,7 @@ from rich.console import Console, ConsoleDimensions
 
 from workcenter.adapters.terminal import escape_json
 from workcenter.application import WorkCenter
+from workcenter.domain import bounds
 from workcenter.domain.errors import InvalidInput, NotFound
 
 if TYPE_CHECKING:
@@ -51,6 +53,22 @@ def progress_bar(*, transient: bool = True) -> Progress:
         console=console,
         transient=transient,
     )
+
+
+MAX_POLL = float(bounds.POLL_MAX_SECONDS)
+
+
+class Seconds(click.FloatRange):
+    """A length of time in seconds within the range, and finite: NaN passes click's own
+    range check (it compares as nothing), and a wait of 1e308 overflows the sleep."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return seconds
 
 
 def emit_json(data: Any) -> None:

@@ -12,7 +12,9 @@ from typing import Any
 import click
 
 from workcenter.adapters.cli_common import (
+    MAX_POLL,
     F,
+    Seconds,
     actor_option,
     command_hint,
     console,
@@ -65,7 +67,7 @@ def lease_option(help_text: str) -> Callable[[F], F]:
     return click.option(
         "--lease",
         "lease_seconds",
-        type=click.FloatRange(min=5, max=86_400),
+        type=Seconds(min=5, max=86_400),
         default=60.0,
         show_default=True,
         help=help_text,
@@ -93,7 +95,7 @@ def step_json(result: StepResult) -> dict[str, Any]:
 @provider_option
 @click.option("--once", is_flag=True, help="Run the due Coordinator steps once, then exit.")
 @click.option(
-    "--poll", "poll_seconds", type=click.FloatRange(min=0.01), default=2.0, show_default=True
+    "--poll", "poll_seconds", type=Seconds(min=0.01, max=MAX_POLL), default=2.0, show_default=True
 )
 @lease_option("Mailbox lease in seconds (renewed while the model works).")
 @click.option("--json", "as_json", is_flag=True, help="Print the steps as JSON.")

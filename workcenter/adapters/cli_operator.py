@@ -15,6 +15,8 @@ from rich.text import Text
 
 from workcenter.adapters import audit_bundle, presenters
 from workcenter.adapters.cli_common import (
+    MAX_POLL,
+    Seconds,
     console,
     db_option,
     emit_json,
@@ -450,7 +452,7 @@ def _positions(positions: dict[str, int]) -> str:
 @click.option(
     "--poll",
     "poll_seconds",
-    type=click.FloatRange(min=0.01),
+    type=Seconds(min=0.01, max=MAX_POLL),
     default=0.5,
     show_default=True,
     help="SQLite: seconds between polls. PostgreSQL is notified of new events.",
@@ -458,7 +460,7 @@ def _positions(positions: dict[str, int]) -> str:
 @click.option(
     "--report",
     "report_seconds",
-    type=click.FloatRange(min=0.1),
+    type=Seconds(min=0.1, max=86_400),
     default=None,
     help="Print each read model's position, the head and the lag every S seconds.",
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from workcenter.adapters.cli_common import console, db_option, open_center
+from workcenter.adapters.cli_common import MAX_POLL, Seconds, console, db_option, open_center
 from workcenter.adapters.cli_coordinator import (
     lease_option,
     make_provider,
@@ -53,7 +53,7 @@ def _print_error(error: str) -> None:
 @click.option(
     "--poll",
     "poll_seconds",
-    type=click.FloatRange(min=0.01),
+    type=Seconds(min=0.01, max=MAX_POLL),
     default=1.0,
     show_default=True,
     help="With --coordinate: seconds between looks for due wakes (a message posted "

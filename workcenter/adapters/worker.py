@@ -33,6 +33,7 @@ from typing import Any
 from workcenter.adapters.postgres_connection import StoreDisconnected
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain import actor as actors
+from workcenter.domain import bounds, inputs
 from workcenter.domain.errors import CommandRefused, InvalidInput, StaleRun, WorkcenterError
 from workcenter.domain.outcome import RunReport
 from workcenter.projections.sanitize import sanitize_personal
@@ -339,6 +340,15 @@ def run_worker(
     """Loop until stopped, idle (if asked) or ``max_runs`` Runs were handled; with a
     ``coordinator`` provider, run the due Coordinator steps too (``runs=False``: only
     them)."""
+    # Refused here, not at each claim: there a refusal counts as contention, silently.
+    inputs.lease_seconds(lease_seconds)
+    if isinstance(poll_seconds, bool) or not (
+        isinstance(poll_seconds, int | float) and 0 < poll_seconds <= bounds.POLL_MAX_SECONDS
+    ):
+        raise InvalidInput(
+            f"poll_seconds must be a number above 0, at most {bounds.POLL_MAX_SECONDS}, not"
+            f" {poll_seconds!r}"
+        )
     stats = WorkerStats()
     sent_back = _writes_sent_back(wc)
     stop = signals.event if signals else (stop or threading.Event())
