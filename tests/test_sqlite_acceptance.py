@@ -188,3 +188,27 @@ def test_run_worker_refuses_seconds_out_of_bounds_before_it_claims(
     plan(wc, item.id, action_spec())
     with refused(wc, InvalidInput, "_seconds must be a number"):
         run_worker(wc, reports_an_object, worker="w", exit_when_idle=True, **arguments)
+
+
+# --- a start that writes nothing says so, whatever version it was given ---------------
+
+
+def test_start_with_an_older_version_of_a_started_item_says_nothing_was_written(
+    db_path: Path,
+) -> None:
+    with WorkCenter.open(db_path) as wc:
+        item = create_dynamic(wc, start=False)
+        started = wc.start(item.id, expected_version=item.version)
+        plan(wc, item.id, action_spec())
+        after = wc.work_item(item.id)
+        count = wc.event_count()
+    assert after.version > started.version
+    command = ["--db", str(db_path), "start", str(item.id)]
+    seen = ["--expected-version", str(started.version)]
+    result = invoke(*command, *seen, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["changed"] is False
+    text = invoke(*command, *seen)
+    assert text.stdout.startswith("already started (nothing written)"), text.output
+    with WorkCenter.open(db_path) as wc:
+        assert wc.event_count() == count

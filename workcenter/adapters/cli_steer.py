@@ -35,9 +35,12 @@ def start(
     """Start a draft WorkItem: a linear one's first stage is ready to claim, a dynamic one
     waits for its Coordinator to plan."""
     with open_center(ctx) as wc:
-        item = wc.start(work_item_id(wc, item_id), expected_version=expected_version, actor=actor)
-    # A start of a started item writes nothing (lifecycle.md 3.1): its version stays.
-    changed = item.version != expected_version
+        work_item = work_item_id(wc, item_id)
+        before = wc.work_item(work_item)
+        item = wc.start(work_item, expected_version=expected_version, actor=actor)
+    # A start of a started item writes nothing (lifecycle.md 3.1), whatever version it was
+    # given; a draft started by another in between is started all the same.
+    changed = before.status == "draft" and item.status != "draft"
     if as_json:
         emit_json({"item": presenters.item_json(item), "changed": changed})
         return
