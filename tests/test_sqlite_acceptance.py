@@ -212,3 +212,39 @@ def test_start_with_an_older_version_of_a_started_item_says_nothing_was_written(
     assert text.stdout.startswith("already started (nothing written)"), text.output
     with WorkCenter.open(db_path) as wc:
         assert wc.event_count() == count
+
+
+# --- a caller's plan is refused when malformed, as a linear item's stages are ---------
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"maxAttempts": 0},
+        {"maxAttempts": 6},
+        {"maxAttempts": "2"},
+        {"maxAttempts": True},
+        {"maxAttempts": 2.0},
+        {"workspaceMode": "bogus"},
+    ],
+    ids=repr,
+)
+def test_a_planned_action_out_of_bounds_is_refused(wc: WorkCenter, field: dict[str, Any]) -> None:
+    item = create_dynamic(wc)
+    with refused(wc, InvalidInput):
+        plan(wc, item.id, action_spec() | field)
+
+
+def test_a_planned_action_within_bounds_keeps_what_it_asked_for(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    plan(wc, item.id, action_spec(workspace_mode="read") | {"maxAttempts": 5})
+    (action,) = wc.actions(wc.work_item(item.id)).values()
+    assert (action.max_attempts, action.workspace_mode) == (5, "read")
+
+
+def test_stages_given_to_a_dynamic_item_are_refused(wc: WorkCenter) -> None:
+    with refused(wc, InvalidInput, "stages are for linear WorkItems"):
+        wc.create_work_item(
+            title="t", goal="g", acceptance_criteria=["c"], mode="dynamic", stages=["implement"]
+        )
+

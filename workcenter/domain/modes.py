@@ -15,6 +15,7 @@ from typing import Literal, Protocol
 from workcenter.domain import action as act
 from workcenter.domain import action_generation as generation
 from workcenter.domain import work_item as wi
+from workcenter.domain.errors import InvalidInput
 from workcenter.domain.unit import Unit
 from workcenter.domain.workflow import Stage, parse_stages
 
@@ -109,6 +110,10 @@ class Dynamic:
     guidable_statuses: tuple[str, ...] = ("ready", "running", "waiting")
 
     def workflow(self, stages: StageInput | None) -> tuple[Stage, ...]:
+        if stages is not None:  # else they would be dropped without a word
+            raise InvalidInput(
+                "stages are for linear WorkItems: a dynamic item's Actions are planned"
+            )
         return ()
 
     def wake(self, unit: Unit, kind: str, source_key: str, **trigger: object) -> None:

@@ -32,7 +32,6 @@ MAX_ACTIONS_PER_ITEM = 64
 BRIEF_LIMIT = bounds.BRIEF_FIELD
 SUMMARY_LIMIT = bounds.COMPLETION_SUMMARY
 RATIONALE_MIN = 20
-WORKSPACE_MODES: tuple[str, ...] = ("read", "shared", "isolated-write", "integrate")
 _SLUG = re.compile(r"[^a-z0-9_]+")
 
 
@@ -54,8 +53,10 @@ class ActionSpec(_Input):
     objective: _Brief
     approach: _Brief
     expected_outcome: _Brief
-    workspace_mode: Annotated[str, Field(max_length=bounds.ACTION_TYPE)] = "shared"
-    max_attempts: int = act.DEFAULT_MAX_ATTEMPTS
+    # A caller's plan is refused when malformed, as a linear item's stages are; the
+    # Coordinator's replies are clamped before they get here (coordinator.md 9.2).
+    workspace_mode: act.WorkspaceMode = "shared"
+    max_attempts: Annotated[int, Field(strict=True, ge=1, le=5)] = act.DEFAULT_MAX_ATTEMPTS
     source_action_ids: _Ids = ()
 
 
@@ -144,18 +145,15 @@ def _brief(spec: ActionSpec, rationale: str = "") -> act.Brief:
 
 
 def prepare(spec: ActionSpec, rationale: str = "") -> PreparedAction:
-    """The Action ``spec`` asks for; an unknown workspace mode becomes ``shared``."""
+    """The Action ``spec`` asks for."""
     kind = slug(spec.type) or "custom"
     if kind == "triage":
         raise InvalidInput("dynamic plans never create triage Actions")
-    mode: act.WorkspaceMode = (
-        spec.workspace_mode if spec.workspace_mode in WORKSPACE_MODES else "shared"  # type: ignore[assignment]
-    )
     return PreparedAction(
         type=kind,
         brief=_brief(spec, rationale),
-        workspace_mode=mode,
-        max_attempts=min(5, max(1, spec.max_attempts)),
+        workspace_mode=spec.workspace_mode,
+        max_attempts=spec.max_attempts,
         source_action_ids=tuple(dict.fromkeys(spec.source_action_ids)),
     )
 
