@@ -248,3 +248,22 @@ def test_stages_given_to_a_dynamic_item_are_refused(wc: WorkCenter) -> None:
             title="t", goal="g", acceptance_criteria=["c"], mode="dynamic", stages=["implement"]
         )
 
+
+# --- a worker's name is its own, never silently the default ---------------------------
+
+
+def test_an_empty_worker_name_is_refused(db_path: Path) -> None:
+    with WorkCenter.open(db_path) as wc:
+        item = create_dynamic(wc)
+        plan(wc, item.id, action_spec())
+        count = wc.event_count()
+        with refused(wc, InvalidInput, "worker is required"):
+            run_worker(wc, reports_an_object, worker="  ", exit_when_idle=True)
+    for name in ("", " "):
+        result = invoke(
+            "--db", str(db_path), "worker", "--executor", f"{__name__}:reports_an_object",
+            "--name", name, "--exit-when-idle",
+        )  # fmt: skip
+        assert one_line_error(result, "InvalidInput") == "InvalidInput: worker is required"
+    with WorkCenter.open(db_path) as wc:
+        assert wc.event_count() == count

@@ -499,7 +499,7 @@ def worker(
         stats = run_worker(
             wc,
             executor,
-            worker=name or default_name(),
+            worker=default_name() if name is None else name,
             lease_seconds=lease_seconds,
             poll_seconds=poll_seconds,
             max_runs=max_runs,

@@ -341,6 +341,7 @@ def run_worker(
     ``coordinator`` provider, run the due Coordinator steps too (``runs=False``: only
     them)."""
     # Refused here, not at each claim: there a refusal counts as contention, silently.
+    worker = inputs.text(worker, "worker", bounds.WORKER, required=True)
     inputs.lease_seconds(lease_seconds)
     if isinstance(poll_seconds, bool) or not (
         isinstance(poll_seconds, int | float) and 0 < poll_seconds <= bounds.POLL_MAX_SECONDS
