@@ -267,3 +267,31 @@ def test_an_empty_worker_name_is_refused(db_path: Path) -> None:
         assert one_line_error(result, "InvalidInput") == "InvalidInput: worker is required"
     with WorkCenter.open(db_path) as wc:
         assert wc.event_count() == count
+
+
+# --- an LLM request handed to the budget encodes as JSON ------------------------------
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [
+        {"messages": [], "x": object()},
+        {"messages": [], "temperature": float("nan")},
+        {"messages": [], "stop": {"a", "b"}},
+        {"messages": [{"role": "user", "content": float("inf")}]},
+    ],
+    ids=["an object", "NaN", "a set", "infinity"],
+)
+def test_a_request_that_is_not_json_is_refused(wc: WorkCenter, request_: dict[str, Any]) -> None:
+    item = create_dynamic(wc)
+    with refused(wc, InvalidInput, "the request holds"):
+        wc.reserve_request(item.id, request=request_)
+
+
+def test_a_large_request_is_still_admitted_at_its_cost(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    text = "x" * 2_000_000  # past a run report's ceiling; the budget charges it instead
+    admission = wc.reserve_request(
+        item.id, request={"messages": [{"role": "user", "content": text}], "max_tokens": 10}
+    )
+    assert admission.allowed

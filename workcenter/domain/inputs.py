@@ -165,6 +165,7 @@ def mapping(value: object, name: str) -> Mapping[str, Any]:
 # Keys a JSON object can carry (numbers and the like are written as their text), and ids
 # (UUIDs, as the Python API takes them) go as their text too.
 JSON_KEYS = (str, int, float, bool, type(None), UUID)
+ORJSON_DEPTH = 254  # the deepest nesting orjson writes
 
 
 def payload(value: object, name: str) -> None:
@@ -174,22 +175,35 @@ def payload(value: object, name: str) -> None:
     Run reports and planning decisions are parsed and normalised later; this only
     keeps a hostile payload from costing unbounded work or failing at save.
     """
+    _json(value, name, bounded=True)
+
+
+def json_document(value: object, name: str) -> None:
+    """JSON as ``payload`` takes it, without its ceilings (an LLM request: its size is
+    what the budget charges), bar the nesting orjson can write."""
+    _json(value, name, bounded=False)
+
+
+def _json(value: object, name: str, *, bounded: bool) -> None:
+    depth_limit = bounds.PAYLOAD_DEPTH if bounded else ORJSON_DEPTH
     pending: list[tuple[object, int]] = [(value, 0)]
     seen = 0
     while pending:
         node, depth = pending.pop()
         seen += 1
-        if depth > bounds.PAYLOAD_DEPTH or seen > bounds.PAYLOAD_VALUES:
+        if depth > depth_limit or (bounded and seen > bounds.PAYLOAD_VALUES):
             raise InvalidInput(f"{name} is nested too deeply or holds too many values")
         if isinstance(node, str):
             encodable(node, name)
-            if len(node) > bounds.PAYLOAD_TEXT:
+            if bounded and len(node) > bounds.PAYLOAD_TEXT:
                 raise InvalidInput(f"{name} holds a text longer than {bounds.PAYLOAD_TEXT}")
         elif isinstance(node, int | float) and not isinstance(node, bool):
-            if not abs(node) <= bounds.INTEGER:  # NaN too: it compares as nothing
+            if isinstance(node, float) and not math.isfinite(node):
+                raise InvalidInput(f"{name} holds a number that is not finite ({node})")
+            if bounded and abs(node) > bounds.INTEGER:
                 raise InvalidInput(f"{name} holds a number past {bounds.INTEGER}")
         elif isinstance(node, Mapping | list | tuple):
-            if len(node) > bounds.PAYLOAD_ITEMS:
+            if bounded and len(node) > bounds.PAYLOAD_ITEMS:
                 raise InvalidInput(f"{name} holds a list longer than {bounds.PAYLOAD_ITEMS}")
             if isinstance(node, Mapping):
                 if not all(isinstance(key, JSON_KEYS) for key in node):
