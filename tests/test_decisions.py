@@ -419,7 +419,10 @@ def test_close_and_supersede_targets_are_checked_at_parse() -> None:
     (ready,) = h.plan(brief())
     cases = [
         ({"closeActions": [{"actionId": str(ready.id), "reason": "x"}]}, "not waiting or failed"),
-        ({"supersedeActionIds": [str(uuid4())]}, "not ready, waiting or failed"),
+        (
+            {"supersedeActionIds": [str(uuid4())]},
+            "supersedeActionIds must name Actions of this WorkItem",
+        ),
         (
             {
                 "closeActions": [

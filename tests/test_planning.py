@@ -307,7 +307,7 @@ def test_plan_actions_refuses_invalid_closures(wc: WorkCenter) -> None:
         _plan(wc, item.id, new, close_actions=[{"actionId": str(a.id), "reason": "  "}])
     with refused(wc, CommandRefused, "cannot close"):
         _plan(wc, item.id, new, close_actions=[{"actionId": str(b.id), "reason": "x"}])
-    with refused(wc, CommandRefused, "cannot close"):
+    with refused(wc, InvalidInput, "closeActions must name Actions of this WorkItem"):
         _plan(wc, item.id, new, close_actions=[{"actionId": str(uuid.uuid4()), "reason": "x"}])
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -214,32 +215,29 @@ def test_start_with_an_older_version_of_a_started_item_says_nothing_was_written(
         assert wc.event_count() == count
 
 
-# --- a caller's plan is refused when malformed, as a linear item's stages are ---------
+# --- a caller's plan is clamped as the Coordinator's is; stages of a dynamic item ------
 
 
 @pytest.mark.parametrize(
-    "field",
+    ("field", "kept"),
     [
-        {"maxAttempts": 0},
-        {"maxAttempts": 6},
-        {"maxAttempts": "2"},
-        {"maxAttempts": True},
-        {"maxAttempts": 2.0},
-        {"workspaceMode": "bogus"},
+        ({"maxAttempts": 0}, (1, "read")),
+        ({"maxAttempts": 6}, (5, "read")),
+        ({"maxAttempts": "3"}, (2, "read")),  # not an integer: the default
+        ({"maxAttempts": True}, (2, "read")),
+        ({"maxAttempts": 3.0}, (2, "read")),
+        ({"maxAttempts": 4, "workspaceMode": "bogus"}, (4, "shared")),
+        ({"maxAttempts": 5, "workspaceMode": "read"}, (5, "read")),
     ],
     ids=repr,
 )
-def test_a_planned_action_out_of_bounds_is_refused(wc: WorkCenter, field: dict[str, Any]) -> None:
+def test_a_planned_action_is_clamped_as_the_coordinators_are(
+    wc: WorkCenter, field: dict[str, Any], kept: tuple[int, str]
+) -> None:
     item = create_dynamic(wc)
-    with refused(wc, InvalidInput):
-        plan(wc, item.id, action_spec() | field)
-
-
-def test_a_planned_action_within_bounds_keeps_what_it_asked_for(wc: WorkCenter) -> None:
-    item = create_dynamic(wc)
-    plan(wc, item.id, action_spec(workspace_mode="read") | {"maxAttempts": 5})
+    plan(wc, item.id, action_spec() | field)
     (action,) = wc.actions(wc.work_item(item.id)).values()
-    assert (action.max_attempts, action.workspace_mode) == (5, "read")
+    assert (action.max_attempts, action.workspace_mode) == kept
 
 
 def test_stages_given_to_a_dynamic_item_are_refused(wc: WorkCenter) -> None:
@@ -295,3 +293,20 @@ def test_a_large_request_is_still_admitted_at_its_cost(wc: WorkCenter) -> None:
         item.id, request={"messages": [{"role": "user", "content": text}], "max_tokens": 10}
     )
     assert admission.allowed
+
+
+# --- ids in a plan that name no Action of the item, and flags that are not booleans ---
+
+
+def test_a_plan_superseding_an_unknown_action_is_refused_as_malformed(wc: WorkCenter) -> None:
+    item = plan(wc, create_dynamic(wc).id)
+    stranger = uuid.uuid4()
+    with refused(wc, InvalidInput, f"supersedeActionIds must name .*unknown: {stranger}"):
+        plan(wc, item.id, action_spec(objective="b"), supersede_action_ids=[stranger])
+
+
+@pytest.mark.parametrize("at_open", ["x", 1, None])
+def test_recover_coordinator_takes_only_a_boolean(wc: WorkCenter, at_open: object) -> None:
+    create_dynamic(wc)
+    with refused(wc, InvalidInput, "at_open must be true or false"):
+        wc.recover_coordinator(at_open=at_open)  # type: ignore[arg-type]

@@ -41,15 +41,15 @@ def _cut(limit: int) -> BeforeValidator:
     return BeforeValidator(lambda v: v[:limit] if isinstance(v, str) else v)
 
 
-def _max_attempts(value: object) -> int:
-    # Missing or invalid gives the default; any integer is then bounded to 1..5.
+def clamp_max_attempts(value: object) -> int:
+    """Missing or invalid gives the default; any integer is then bounded to 1..5 (4.3)."""
     if isinstance(value, bool) or not isinstance(value, int):
         return DEFAULT_MAX_ATTEMPTS
     return min(5, max(1, value))
 
 
-def _workspace_mode(value: object) -> object:
-    # An unknown mode becomes shared; an absent one stays absent (it counts as mutating).
+def clamp_workspace_mode(value: object) -> object:
+    """An unknown mode becomes shared; an absent one stays absent (it counts as mutating)."""
     return value if value is None or value in WIRE_WORKSPACE_MODES else "shared"
 
 
@@ -110,10 +110,10 @@ class ActionBrief(Wire):
     objective: BriefText
     approach: BriefText
     expected_outcome: BriefText
-    workspace_mode: Annotated[WireWorkspaceMode | None, BeforeValidator(_workspace_mode)] = Field(
-        default=None, description="absent counts as mutating"
+    workspace_mode: Annotated[WireWorkspaceMode | None, BeforeValidator(clamp_workspace_mode)] = (
+        Field(default=None, description="absent counts as mutating")
     )
-    max_attempts: Annotated[int, BeforeValidator(_max_attempts)] = Field(
+    max_attempts: Annotated[int, BeforeValidator(clamp_max_attempts)] = Field(
         default=DEFAULT_MAX_ATTEMPTS, description="1 to 5"
     )
     goal_refs: GoalRefs | None = None

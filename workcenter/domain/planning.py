@@ -9,17 +9,17 @@ any WorkItem event after the expected version refuses them.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any
 from uuid import UUID
 
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from workcenter.domain import action as act
 from workcenter.domain import action_generation as generation
-from workcenter.domain import bounds, inputs, modes
+from workcenter.domain import bounds, decision_models, inputs, modes
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
@@ -53,10 +53,13 @@ class ActionSpec(_Input):
     objective: _Brief
     approach: _Brief
     expected_outcome: _Brief
-    # A caller's plan is refused when malformed, as a linear item's stages are; the
-    # Coordinator's replies are clamped before they get here (coordinator.md 9.2).
-    workspace_mode: act.WorkspaceMode = "shared"
-    max_attempts: Annotated[int, Field(strict=True, ge=1, le=5)] = act.DEFAULT_MAX_ATTEMPTS
+    # Clamped as the Coordinator's create_actions are (coordinator.md 4.3), not refused.
+    workspace_mode: Annotated[
+        act.WorkspaceMode | None, BeforeValidator(decision_models.clamp_workspace_mode)
+    ] = "shared"
+    max_attempts: Annotated[int, BeforeValidator(decision_models.clamp_max_attempts)] = (
+        act.DEFAULT_MAX_ATTEMPTS
+    )
     source_action_ids: _Ids = ()
 
 
@@ -152,7 +155,7 @@ def prepare(spec: ActionSpec, rationale: str = "") -> PreparedAction:
     return PreparedAction(
         type=kind,
         brief=_brief(spec, rationale),
-        workspace_mode=spec.workspace_mode,
+        workspace_mode=spec.workspace_mode or "shared",
         max_attempts=spec.max_attempts,
         source_action_ids=tuple(dict.fromkeys(spec.source_action_ids)),
     )
@@ -169,15 +172,27 @@ def check_sources(item: wi.WorkItemState, prepared: PreparedAction) -> None:
         )
 
 
+def _refuse_strangers(
+    field: str, ids: Iterable[UUID], actions: Mapping[UUID, act.ActionState]
+) -> None:
+    """Like sourceActionIds: an id that is no Action of this item is malformed input,
+    not an Action in the wrong status."""
+    strangers = [str(i) for i in ids if i not in actions]
+    if strangers:
+        raise InvalidInput(
+            f"{field} must name Actions of this WorkItem; unknown: {', '.join(strangers)}"
+        )
+
+
 def check_closures(closes: Sequence[CloseAction], actions: Mapping[UUID, act.ActionState]) -> None:
     ids = [c.action_id for c in closes]
     if len(set(ids)) != len(ids):
         raise InvalidInput("closeActions names an Action twice")
+    _refuse_strangers("closeActions", ids, actions)
     for close in closes:
-        target = actions.get(close.action_id)
         if not close.reason.strip():
             raise InvalidInput("closeActions needs a reason for every Action")
-        if target is None or target.status not in ("waiting", "failed"):
+        if actions[close.action_id].status not in ("waiting", "failed"):
             raise CommandRefused(
                 f"Action {close.action_id} is not waiting or failed; it cannot close"
             )
@@ -188,12 +203,12 @@ def check_supersedes(
     closes: Sequence[CloseAction],
     actions: Mapping[UUID, act.ActionState],
 ) -> None:
+    _refuse_strangers("supersedeActionIds", action_ids, actions)
     closing = {c.action_id for c in closes}
     for action_id in action_ids:
-        target = actions.get(action_id)
         if action_id in closing:
             raise InvalidInput(f"Action {action_id} cannot be both closed and superseded")
-        if target is None or target.status not in ("ready", "waiting", "failed"):
+        if actions[action_id].status not in ("ready", "waiting", "failed"):
             raise CommandRefused(f"Action {action_id} is not ready, waiting or failed")
 
 

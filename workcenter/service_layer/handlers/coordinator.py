@@ -495,6 +495,7 @@ class CoordinatorCommands:
         active claim unknown; at store open, orphaned thinking turns interrupted
         (counted); and thinking turns of stopped or closed items failed. Returns the
         number of Conversations changed."""
+        at_open = inputs.flag(at_open, "at_open")
         changed = 0
         for work_item_id in self.mailbox().to_recover(self.clock.now(), at_open=at_open):
 

@@ -264,5 +264,6 @@ class BudgetCommands:
 def _estimate(request: object) -> int:
     """The request's estimate. Its size is not bounded here: a large request is
     what the budget is there to charge (a request that is no JSON is refused)."""
-    inputs.json_document(inputs.mapping(request, "request"), "the request")
-    return rl.estimate_tokens(request)
+    mapping = inputs.mapping(request, "request")
+    inputs.json_document(mapping, "the request")
+    return rl.estimate_tokens(mapping)
