@@ -310,3 +310,18 @@ def test_recover_coordinator_takes_only_a_boolean(wc: WorkCenter, at_open: objec
     create_dynamic(wc)
     with refused(wc, InvalidInput, "at_open must be true or false"):
         wc.recover_coordinator(at_open=at_open)  # type: ignore[arg-type]
+
+
+# --- a text view says where it shortened a text; --json has it whole -------------------
+
+
+def test_history_marks_where_it_shortened_an_events_data(db_path: Path) -> None:
+    goal = "Ship the feature " + "and keep every old caller working " * 10
+    with WorkCenter.open(db_path) as wc:
+        item = create_dynamic(wc, goal=goal.strip())
+    shown = invoke("--db", str(db_path), "history", str(item.id))
+    assert shown.exit_code == 0, shown.output
+    created = next(line for line in shown.stdout.splitlines() if "WorkItemCreated" in line)
+    assert created.rstrip(" │").endswith("…")
+    whole = json.loads(invoke("--db", str(db_path), "history", str(item.id), "--json").stdout)
+    assert goal.strip() in json.dumps(whole["events"][0]["data"])

@@ -21,6 +21,7 @@ from workcenter.adapters.cli_common import (
     MAX_POLL,
     Seconds,
     actor_option,
+    clip,
     command_hint,
     console,
     db_option,
@@ -274,7 +275,7 @@ def history(ctx: click.Context, item_id: str, at_version: int | None, as_json: b
             text(e["at"]),
             text(e["type"]),
             text(str(by or "")),
-            text(json.dumps(data)[:120]),
+            text(clip(json.dumps(data), 120)),
         )
     console.print(table)
     if state:

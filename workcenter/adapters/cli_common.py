@@ -71,6 +71,12 @@ class Seconds(click.FloatRange):
         return seconds
 
 
+def clip(value: str, limit: int) -> str:
+    """``value`` shortened for a text view, marked where it was cut (``--json`` has it
+    whole)."""
+    return value if len(value) <= limit else value[: limit - 1] + "…"
+
+
 def emit_json(data: Any) -> None:
     serialised = orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
     sys.stdout.write(escape_json(serialised) + "\n")

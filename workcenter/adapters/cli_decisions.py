@@ -11,6 +11,7 @@ from rich.text import Text
 
 from workcenter.adapters import audit_bundle
 from workcenter.adapters.cli_common import (
+    clip,
     console,
     db_option,
     emit_json,
@@ -85,12 +86,12 @@ def _print_turns(turns: list[dict[str, Any]]) -> None:
                 text(f"{turn['position']:>5} ", "bold"),
                 text(f"turn {turn['turn_id'][:8]}  woken by {wake['kind']}  "),
                 text(verdict["kind"], "green" if verdict["kind"] == "applied" else "red"),
-                text(f"  {verdict['reason'][:120]}" if verdict["reason"] else ""),
+                text(f"  {clip(verdict['reason'], 120)}" if verdict["reason"] else ""),
             ),
             highlight=False,
         )
         if wake["user_message"]:
-            console.print(text(f"      user: {wake['user_message'][:200]}"), highlight=False)
+            console.print(text(f"      user: {clip(wake['user_message'], 200)}"), highlight=False)
         console.print(
             text(
                 f"      request {str(request['hash'])[:12]} {request['size']} bytes from item "
@@ -105,14 +106,14 @@ def _print_turns(turns: list[dict[str, Any]]) -> None:
                     f"      attempt {attempt['attempt']}: {attempt['status']}, "
                     f"{attempt['requests']} request(s), {attempt['charged']} tokens charged, "
                     f"response {str(attempt['response_hash'])[:12]}"
-                    + (f", {attempt['error'][:120]}" if attempt["error"] else "")
+                    + (f", {clip(attempt['error'], 120)}" if attempt["error"] else "")
                 ),
                 highlight=False,
             )
         decision = turn["decision"]
         if decision:
             console.print(
-                text(f"      decision {decision['kind']}: {str(decision['reason'])[:160]}"),
+                text(f"      decision {decision['kind']}: {clip(str(decision['reason']), 160)}"),
                 highlight=False,
             )
         if turn["effects"]:
@@ -128,7 +129,7 @@ def _print_replay(report: ReplayReport) -> None:
             continue
         console.print(text(f"{line}: differs ({replayed.cause} changed)", "red"), highlight=False)
         for difference in replayed.differences:
-            console.print(text(f"      {difference[:300]}"), highlight=False)
+            console.print(text(f"      {clip(difference, 300)}"), highlight=False)
     summary = (
         f"{len(report.results)} decisions of {report.items} items replayed from "
         f"{report.events} events: {len(report.differing)} differ"

@@ -17,6 +17,7 @@ from workcenter.adapters import audit_bundle, presenters
 from workcenter.adapters.cli_common import (
     MAX_POLL,
     Seconds,
+    clip,
     console,
     db_option,
     emit_json,
@@ -187,7 +188,7 @@ def audit_trail(
             ),
             highlight=False,
         )
-        console.print(text(f"      {e['summary'][:SUMMARY_CHARS]}"), highlight=False)
+        console.print(text(f"      {clip(e['summary'], SUMMARY_CHARS)}"), highlight=False)
     if state:
         emit_json(state)
 
@@ -261,7 +262,7 @@ def _verify_bundle(
             console.print(text(shown, "green" if replay.same else "red"), highlight=False)
             for _, replayed in replay.differing:
                 for difference in replayed.differences:
-                    console.print(text(f"      {difference[:300]}"), highlight=False)
+                    console.print(text(f"      {clip(difference, 300)}"), highlight=False)
         if verdict.note:
             console.print(text(verdict.note, "red"), highlight=False)
     if not verdict.ok:
@@ -360,7 +361,7 @@ def _print_progress(title: str, data: dict[str, Any]) -> None:
         table.add_row(
             f"blocker {blocker['action_id'][:8]}",
             text(blocker["status"]),
-            text(blocker["reason"][:80]),
+            text(clip(blocker["reason"], 80)),
         )
     console.print(table)
     run_table = Table(title="Runs")
