@@ -116,8 +116,9 @@ def test_the_detail_dto_carries_the_versions_to_echo_as_its_etag(
 @pytest.mark.parametrize("suffix", ["", "/progress", "/budget", "/timeline", "/audit"])
 def test_every_item_read_is_404_for_an_unknown_item(api: TestClient, suffix: str) -> None:
     create(api)
-    problem(api.get(f"/api/work-items/{uuid4()}{suffix}"), 404, "NotFound")
-    problem(api.get(f"/api/work-items/not-an-id{suffix}"), 404, "NotFound")
+    for unknown in (str(uuid4()), "not-an-id", "zzzz"):
+        body = problem(api.get(f"/api/work-items/{unknown}{suffix}"), 404, "NotFound")
+        assert unknown not in body["detail"]  # a refused input is never echoed (ADR-0057)
 
 
 def test_progress_budget_and_timeline_after_a_worker_finished(

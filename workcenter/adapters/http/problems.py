@@ -161,7 +161,9 @@ def from_error(error: WorkcenterError) -> JSONResponse:
     elif isinstance(error, ResourceStopError):
         extra = {"stopCode": error.code}  # the instance's code is the denial's
     kind = type(error)
-    response = problem(status_of(error), kind.__name__, api_words(str(error)), kind.code, **extra)
+    # The id is the caller's own path segment, whatever it holds: never echoed (ADR-0057).
+    detail = f"{error.kind} not found" if isinstance(error, NotFound) else str(error)
+    response = problem(status_of(error), kind.__name__, api_words(detail), kind.code, **extra)
     if isinstance(error, PreconditionFailed) and error.current_etag is not None:
         response.headers["ETag"] = error.current_etag
     return response
