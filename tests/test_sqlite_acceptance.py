@@ -247,6 +247,13 @@ def test_stages_given_to_a_dynamic_item_are_refused(wc: WorkCenter) -> None:
         )
 
 
+def test_an_empty_list_of_stages_is_no_stage_for_a_dynamic_item(wc: WorkCenter) -> None:
+    item = wc.create_work_item(
+        title="t", goal="g", acceptance_criteria=["c"], mode="dynamic", stages=[]
+    )
+    assert wc.work_item(item.id).mode == "dynamic"
+
+
 # --- a worker's name is its own, never silently the default ---------------------------
 
 

@@ -110,7 +110,9 @@ class Dynamic:
     guidable_statuses: tuple[str, ...] = ("ready", "running", "waiting")
 
     def workflow(self, stages: StageInput | None) -> tuple[Stage, ...]:
-        if stages is not None:  # else they would be dropped without a word
+        # An empty list asks for nothing; any stage given would be dropped without a word.
+        asks_for_nothing = stages is None or (isinstance(stages, list | tuple) and not stages)
+        if not asks_for_nothing:
             raise InvalidInput(
                 "stages are for linear WorkItems: a dynamic item's Actions are planned"
             )

@@ -12,7 +12,7 @@ Each answers with the item's detail DTO and its new ETag.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 from uuid import UUID
 
 from fastapi import APIRouter, Depends, Request
@@ -76,7 +76,19 @@ class Stage(Body):
 Criterion = Annotated[str, Field(max_length=bounds.CRITERION)]
 
 
+# Stages are for linear items: any other item takes none, which the document states
+# (the service refuses stages given to a dynamic item, ADR-0090).
+STAGES_ONLY_WHEN_LINEAR: Final[dict[str, Any]] = {
+    "if": {"required": ["mode"], "properties": {"mode": {"const": "linear"}}},
+    "else": {
+        "properties": {"stages": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}}
+    },
+}
+
+
 class CreateWorkItem(Body):
+    model_config = ConfigDict(json_schema_extra=STAGES_ONLY_WHEN_LINEAR)
+
     title: str = fields.text(bounds.TITLE, required=True)
     goal: str = fields.text(bounds.GOAL, required=True)
     acceptance_criteria: list[Criterion] = Field(
