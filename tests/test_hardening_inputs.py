@@ -244,7 +244,7 @@ def test_malformed_arguments_are_typed_errors(wc: WorkCenter) -> None:
     claimed = claim(wc)
     with refused(wc, InvalidInput, "a run report must be a mapping"):
         wc.finish_run(claimed, None)  # type: ignore[arg-type]
-    with refused(wc, InvalidInput, "the request is not JSON"):
+    with refused(wc, InvalidInput, "the request holds a value of type object, which is not JSON"):
         wc.reserve_request(item.id, request={"messages": [object()]})
 
 

@@ -212,7 +212,9 @@ def _json(value: object, name: str, *, bounded: bool) -> None:
             else:
                 pending.extend((child, depth + 1) for child in node)
         elif node is not None and not isinstance(node, bool | UUID):
-            raise InvalidInput(f"{name} holds a {type(node).__name__}, which is not JSON")
+            raise InvalidInput(
+                f"{name} holds a value of type {type(node).__name__}, which is not JSON"
+            )
 
 
 def describe(error: ValidationError) -> str:
