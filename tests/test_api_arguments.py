@@ -64,7 +64,7 @@ def test_reads_refuse_a_limit_below_one_and_a_version_never_had(wc: WorkCenter) 
     for version in (item.version + 1, 999):
         with pytest.raises(NotFound):
             wc.work_item(item.id, version=version)
-    with pytest.raises(NotFound):
+    with pytest.raises(NotFound, match="not found at version 999"):
         wc.ledger(item.id, version=999)
 
 

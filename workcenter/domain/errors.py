@@ -35,12 +35,13 @@ class StaleRun(CommandRefused):
 
 
 class NotFound(WorkcenterError, LookupError):
-    """No WorkItem or Action has this id."""
+    """No WorkItem or Action has this id (or had the version asked for)."""
 
     code = "not_found"
 
-    def __init__(self, kind: str, aggregate_id: UUID | str) -> None:
-        super().__init__(f"{kind} {aggregate_id} not found")
+    def __init__(self, kind: str, aggregate_id: UUID | str, version: int | None = None) -> None:
+        at = "" if version is None else f" at version {version}"
+        super().__init__(f"{kind} {aggregate_id} not found{at}")
         self.kind = kind
         self.aggregate_id = aggregate_id
 

@@ -145,14 +145,14 @@ class Repository:
         work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
         state = self._load_state(work_item_id, version, self.project_work_item, wi.WorkItemState)
         if state is None:
-            raise NotFound("WorkItem", work_item_id)
+            raise NotFound("WorkItem", work_item_id, version)
         return state
 
     def action(self, action_id: UUID, version: int | None = None) -> act.ActionState:
         action_id = inputs.aggregate_id(action_id, "Action")
         state = self._load_state(action_id, version, self.project_action, act.ActionState)
         if state is None:
-            raise NotFound("Action", action_id)
+            raise NotFound("Action", action_id, version)
         return state
 
     def ledger(self, work_item_id: UUID, version: int | None = None) -> rl.LedgerState:
@@ -161,7 +161,7 @@ class Repository:
         ledger_id = rl.ledger_id_for(work_item_id)
         state = self._load_state(ledger_id, version, self.project_ledger, rl.LedgerState)
         if state is None:
-            raise NotFound("ResourceLedger of WorkItem", work_item_id)
+            raise NotFound("ResourceLedger of WorkItem", work_item_id, version)
         return state
 
     def conversation(self, work_item_id: UUID) -> conv.ConversationState | None:
