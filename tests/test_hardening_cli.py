@@ -227,15 +227,26 @@ def test_a_read_only_store_is_one_line_and_untouched(verb: list[str]) -> None:
     with tempfile.TemporaryDirectory(prefix="workcenter-ro-") as name:
         directory = Path(name)
         directory.chmod(0o755)
-        _check_read_only(directory, verb)
+        _check_read_only(directory, verb, 0o644, "ro.db is read-only")
 
 
-def _check_read_only(directory: Path, verb: list[str]) -> None:
+@pytest.mark.skipif(
+    not hasattr(os, "setuid") or os.geteuid() != 0,
+    reason="needs root to become another user that cannot write the store's directory",
+)
+def test_a_writable_store_in_a_read_only_directory_names_the_directory() -> None:
+    with tempfile.TemporaryDirectory(prefix="workcenter-ro-") as name:
+        directory = Path(name)
+        directory.chmod(0o755)
+        _check_read_only(directory, ["list"], 0o666, "ro.db's directory is read-only")
+
+
+def _check_read_only(directory: Path, verb: list[str], mode: int, says: str) -> None:
     db = directory / "ro.db"
     with WorkCenter.open(db) as wc:
         create_dynamic(wc)
     for path in directory.iterdir():
-        path.chmod(0o644)
+        path.chmod(mode)
     before = {p.name: digest(p) for p in directory.iterdir()}
     result = subprocess.run(
         [sys.executable, "-c", READ_ONLY_SCRIPT, "--db", str(db), *verb],
@@ -247,7 +258,7 @@ def _check_read_only(directory: Path, verb: list[str]) -> None:
     )
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith("StoreUnavailable: ") and result.stderr.count("\n") == 1
-    assert "read-only" in result.stderr
+    assert says in result.stderr
     assert {p.name: digest(p) for p in directory.iterdir()} == before
 
 

@@ -332,3 +332,13 @@ def test_history_marks_where_it_shortened_an_events_data(db_path: Path) -> None:
     assert created.rstrip(" │").endswith("…")
     whole = json.loads(invoke("--db", str(db_path), "history", str(item.id), "--json").stdout)
     assert goal.strip() in json.dumps(whole["events"][0]["data"])
+
+
+# --- a refusal names what is wrong -----------------------------------------------------
+
+
+def test_an_empty_store_path_is_named_as_empty_not_as_a_directory() -> None:
+    line = one_line_error(invoke("--db", "", "list"), "StoreUnavailable")
+    assert "path is empty" in line
+    with pytest.raises(StoreUnavailable, match="path is empty"):
+        WorkCenter.open("")

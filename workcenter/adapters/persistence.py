@@ -258,11 +258,6 @@ def _read_header(path: Path) -> tuple[int, int, set[str]]:
     return application_id, user_version, tables
 
 
-def _writable(path: Path) -> bool:
-    # SQLite writes a journal next to the file, so its directory must be writable too.
-    return os.access(path, os.W_OK) and os.access(path.parent, os.W_OK | os.X_OK)
-
-
 def prepare_store_file(db_path: str, *, create: bool) -> None:
     """Refuse, before anything is written, a path that cannot hold a Workcenter store,
     then mark a new store (or one made before the marker existed) as Workcenter's.
@@ -271,6 +266,8 @@ def prepare_store_file(db_path: str, *, create: bool) -> None:
     """
     if is_in_memory(db_path):
         return
+    if not db_path:  # else taken for the current directory
+        raise StoreUnavailable("the store's path is empty: give a file's path or a URL")
     if db_path.startswith("file:"):
         # The library opens names as URIs, so this one names a file, with options (mode,
         # vfs, immutable) that the checks below could not honour (ADR-0090).
@@ -298,8 +295,12 @@ def _prepare(path: Path, *, create: bool) -> None:
             raise StoreUnavailable(f"cannot create a store at {path}: its directory is read-only")
         _stamp(path)
         return
-    if not _writable(path):
+    if not os.access(path, os.W_OK):
         raise StoreUnavailable(f"{path} is read-only; Workcenter writes to its store")
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise StoreUnavailable(
+            f"{path}'s directory is read-only; SQLite writes its journal beside the store"
+        )
     application_id, user_version, tables = _read_header(path)
     if application_id == APPLICATION_ID:
         if user_version > SCHEMA_VERSION:
