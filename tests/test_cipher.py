@@ -223,8 +223,18 @@ def test_rekey_copies_the_store_under_a_new_key(
         assert {row["id"]: wc.detail(row["id"]) for row in items} == details
         assert wc.event_count() == count
     assert not _holds(target, TITLE)
-    # A second copy into a store that is not empty is refused.
+    # A second copy into a store that is not empty is refused, and a copy into itself
+    # says so (not that the key does not open it), however its path is written.
     again = CliRunner().invoke(
-        cli, ["--db", target, "rekey", "--to", target], env={"WORKCENTER_NEW_CIPHER_KEY": new}
+        cli,
+        ["--db", location, "rekey", "--to", target],
+        env={KEY_ENV: key, "WORKCENTER_NEW_CIPHER_KEY": new},
     )
     assert again.exit_code == 2 and "is not empty" in again.output
+    itself = str(tmp_path / "." / "rekeyed.db")
+    again = CliRunner().invoke(
+        cli, ["--db", target, "rekey", "--to", itself], env={"WORKCENTER_NEW_CIPHER_KEY": ""}
+    )
+    assert again.exit_code == 2 and "is the store being copied" in again.output
+    with WorkCenter.open(target) as wc:
+        assert wc.event_count() == count

@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from workcenter.adapters import cipher
 from workcenter.adapters.cipher import KEY_ENV
+from workcenter.adapters.persistence import is_in_memory, is_postgres_url
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput
 
@@ -70,6 +71,8 @@ def rekey(source: str, target: str, *, progress: Callable[[int], None] | None = 
     """Copy ``source`` (opened with ``$WORKCENTER_CIPHER_KEY``) into the empty ``target``
     under ``$WORKCENTER_NEW_CIPHER_KEY``."""
     new_key = cipher.configured_key(NEW_KEY_ENV)  # refused in its own name, before anything
+    if _same_store(source, target):
+        raise InvalidInput(f"the new store at {target} is the store being copied: name another")
     with WorkCenter.open(source, create=False, inline_projections=False) as old:
         with _key(new_key):
             new = WorkCenter.open(target, inline_projections=False)
@@ -83,6 +86,20 @@ def rekey(source: str, target: str, *, progress: Callable[[int], None] | None = 
             new.close()
         after = old.store.recorder.max_notification_id() or 0
     return Rekeyed(events=copied, encrypted=new_key is not None, position=head, source_head=after)
+
+
+def _same_store(source: str, target: str) -> bool:
+    """Whether both name one store: the same URL, or the same file however it is written."""
+    if is_postgres_url(source) or is_postgres_url(target):
+        return source == target
+    if is_in_memory(source) or is_in_memory(target):
+        return False  # each opening of one is a store of its own
+    try:
+        return os.path.samefile(source, target)
+    except OSError:  # one does not exist yet (or cannot be reached): not the same file
+        return os.path.abspath(source) == os.path.abspath(target)
+    except ValueError:  # a NUL byte: refused when the store is opened
+        return False
 
 
 def _copy(
