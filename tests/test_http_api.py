@@ -4,6 +4,7 @@ command, an event count left unchanged."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -416,6 +417,19 @@ def test_serve_refuses_another_host_without_a_token(
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.startswith("UnsafeServer: serving on 0.0.0.0")
     assert "WORKCENTER_API_TOKEN" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_serve_on_a_port_in_use_says_so_in_one_line_and_shows_no_address(db_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(
+            cli, ["serve", "--db", str(db_path), "--create", "--port", str(port)]
+        )
+    assert result.exit_code == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"PortUnavailable: cannot serve on 127.0.0.1 port {port}")
+    assert len(result.stderr.splitlines()) == 1
 
 
 def test_serve_says_how_to_install_the_web_extra(

@@ -88,7 +88,7 @@ def serve(
     try:
         from workcenter.adapters.http.coordinator_loop import CoordinatorLoop
         from workcenter.adapters.http.guard import Policy
-        from workcenter.adapters.http.server import Terminated
+        from workcenter.adapters.http.server import Terminated, bind
         from workcenter.adapters.http.server import serve as run_server
     except ImportError as missing:
         raise MissingExtra(missing.name or str(missing)) from None
@@ -105,13 +105,14 @@ def serve(
                 on_step=_print_step,
                 on_error=_print_error,
             )
+        sock = bind(policy.host, port)  # PortUnavailable: one line, before any address is shown
         shown = f"[{host}]" if ":" in host else host
         with_coordinator = " with the Coordinator" if loop else ""
         console.print(
             f"Workcenter dashboard on http://{shown}:{port}/{with_coordinator} (Ctrl-C stops)"
         )
         try:
-            run_server(wc, policy, port, log_level=log_level, coordinator=loop)
+            run_server(wc, policy, port, log_level=log_level, coordinator=loop, sock=sock)
         except Terminated:  # SIGTERM with the Coordinator: its turn in hand was released
             ctx.exit(143)
         except KeyboardInterrupt:  # uvicorn stopped gracefully, then re-raised Ctrl-C

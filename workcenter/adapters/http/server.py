@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -17,11 +18,33 @@ from workcenter.adapters.http.coordinator_loop import CoordinatorLoop
 from workcenter.adapters.http.guard import Policy
 from workcenter.adapters.http.stream import HeadWatcher
 from workcenter.application import WorkCenter
+from workcenter.domain.errors import WorkcenterError
 
 # Change streams end when the server is told to stop; anything still open after this
 # long is cut (a browser reconnects with Last-Event-ID and loses nothing).
 GRACEFUL_SECONDS = 2
 STOP_SECONDS = GRACEFUL_SECONDS + 10
+
+
+class PortUnavailable(WorkcenterError):
+    """The address to serve on cannot be listened on (its port in use, say)."""
+
+    code = "port_unavailable"
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound as uvicorn binds it, but before the dashboard's
+    address is announced: a port in use is one line, not a URL and then a log."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family=family)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as error:
+        sock.close()
+        raise PortUnavailable(f"cannot serve on {host} port {port}: {error.strerror}") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 class Terminated(KeyboardInterrupt):
@@ -36,8 +59,11 @@ def serve(
     *,
     log_level: str = "info",
     coordinator: CoordinatorLoop | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
-    """Serve until interrupted by Ctrl-C or SIGTERM (``Terminated`` with a Coordinator)."""
+    """Serve until interrupted by Ctrl-C or SIGTERM (``Terminated`` with a Coordinator),
+    on ``sock`` if it is given (bound by ``bind``), else on the policy's host and ``port``."""
+    sockets = [sock if sock is not None else bind(policy.host, port)]
     app = create_app(wc, policy, on_message=coordinator.nudge if coordinator else None)
     config = uvicorn.Config(
         app,
@@ -50,15 +76,17 @@ def serve(
     )
     server = StreamEndingServer(config, app.state.head_watcher)
     if coordinator is None:
-        server.run()
+        server.run(sockets)
     else:
-        serve_beside(server, coordinator)
+        serve_beside(server, sockets, coordinator)
 
 
-def serve_beside(server: StreamEndingServer, coordinator: CoordinatorLoop) -> None:
+def serve_beside(
+    server: StreamEndingServer, sockets: list[socket.socket], coordinator: CoordinatorLoop
+) -> None:
     """The server in a thread, the Coordinator's loop in this one; whichever ends
     first (a signal, the loop stopped, the server failing) ends the other."""
-    http = threading.Thread(target=server.run, name="workcenter-http", daemon=True)
+    http = threading.Thread(target=server.run, args=(sockets,), name="workcenter-http", daemon=True)
     with _terminate_as_interrupt():
         coordinator.wc.recover_coordinator(at_open=True)
         http.start()
@@ -68,7 +96,7 @@ def serve_beside(server: StreamEndingServer, coordinator: CoordinatorLoop) -> No
             if not server.started:
                 if coordinator.stopping:
                     return
-                raise SystemExit(1)  # uvicorn has logged why (the port in use, say)
+                raise SystemExit(1)  # uvicorn has logged why
             coordinator.run(serving=http.is_alive)
             if not (coordinator.stopping or server.should_exit):
                 raise SystemExit(1)  # the server ended on its own: uvicorn has logged why
