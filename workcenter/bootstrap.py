@@ -36,6 +36,7 @@ from workcenter.adapters.persistence import (
     sqlite_env,
     store_env,
 )
+from workcenter.adapters.postgres_connection import watch_connections
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.adapters.sqlite_settings import (
     SYNCHRONOUS_ENV,
@@ -198,7 +199,9 @@ def compose(
     def load_state(kind: Kind, aggregate_id: UUID, version: int) -> AggregateState | None:
         return repository[0].state_at(kind, aggregate_id, version)
 
-    read_models = ReadModels(store, read_model_registry(store, load_state), inline=inline)
+    read_models = ReadModels(
+        store, read_model_registry(store, load_state), inline=inline, watch=watch_connections
+    )
     repository.append(Repository(store, read_models, OneCommitArguments(store), SNAPSHOT_CLASSES))
     repo = repository[0]
     clock = clock or SystemClock()

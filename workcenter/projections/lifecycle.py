@@ -145,14 +145,20 @@ def _swap_postgres(live: Any, name: str, shadow: Any, shadow_position: int) -> N
             c.execute("INSERT INTO tracking VALUES (?, ?)", (name, shadow_position))
 
 
+# What the store does to a PostgreSQL datastore so that a lost connection is its typed
+# error (the application passes it in: projections import no adapter).
+Watch = Callable[[Any], None]
+
+
 class _Shadow:
     """Where a rebuild builds its copy: a temporary SQLite file, or a temporary schema."""
 
-    def __init__(self, live: Any, name: str) -> None:
+    def __init__(self, live: Any, name: str, watch: Watch) -> None:
         self.live = live
         self.directory: str | None = None
         if sql.is_postgres(live.datastore):
             self.datastore: Any = _shadow_schema(live.datastore, name)
+            watch(self.datastore)
         else:
             self.directory = tempfile.mkdtemp(prefix="workcenter-rebuild-")
             self.path = str(Path(self.directory) / f"{name}.sqlite")
@@ -168,8 +174,21 @@ class _Shadow:
 
     def close(self) -> None:
         if self.directory is None:
-            with sql.transaction(self.datastore, commit=True) as c:
-                c.execute(f'DROP SCHEMA IF EXISTS "{self.datastore.schema}" CASCADE')
+            schema = self.datastore.schema
+            try:
+                with sql.transaction(self.datastore, commit=True) as c:
+                    c.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+            except Exception as error:
+                if not sql.connection_lost(error):
+                    raise
+                self.datastore.close()
+                # The same error (the store's typed one: ``watch``), saying what the
+                # operator must remove by hand once the database is back.
+                left = (
+                    f"the rebuild's schema {schema} is left in the database: remove it with"
+                    f' DROP SCHEMA "{schema}" CASCADE once the database is back'
+                )
+                raise type(error)(f"{str(error).rstrip('.')}; {left}") from error
         self.datastore.close()
         if self.directory is not None:
             shutil.rmtree(self.directory, ignore_errors=True)
@@ -203,10 +222,11 @@ def rebuild(
     mapper: Any,
     name: str,
     progress: Progress | None = None,
+    watch: Watch = lambda datastore: None,
 ) -> RebuildReport:
     """Replay the log from zero into a shadow of view ``name`` and swap it in atomically."""
     live: Any = projections.views[name]  # a TrackedView with TABLES
-    shadow = _Shadow(live, name)
+    shadow = _Shadow(live, name, watch)
     try:
         total = count_after(recorder, 0, recorder.max_notification_id() or 0)
         applied = position = 0

@@ -54,10 +54,16 @@ class ReadModels:
     """The registered read models of one event store and how each is kept current."""
 
     def __init__(
-        self, store: Application[UUID], registry: Sequence[ReadModel], *, inline: bool
+        self,
+        store: Application[UUID],
+        registry: Sequence[ReadModel],
+        *,
+        inline: bool,
+        watch: projection_lifecycle.Watch = lambda datastore: None,
     ) -> None:
         self.store = store
         self.inline = inline
+        self.watch = watch  # given a rebuild's PostgreSQL datastore, as the store's is
         self.registry = {model.name: model for model in registry}
         self.projections = InlineProjections(
             store.recorder, store.mapper, {name: m.view for name, m in self.registry.items()}
@@ -124,7 +130,7 @@ class ReadModels:
             raise InvalidInput(f"no read model named {unknown[0]!r} (known: {known})")
         return [
             projection_lifecycle.rebuild(
-                self.projections, self.store.recorder, self.store.mapper, n, progress
+                self.projections, self.store.recorder, self.store.mapper, n, progress, self.watch
             )
             for n in names
         ]
