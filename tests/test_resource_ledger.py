@@ -74,9 +74,15 @@ def test_estimate_reads_only_system_messages_and_tools() -> None:
     assert rl.estimate_tokens({**noise, "max_tokens": 7}) == 1 + 7  # "{}"
 
 
-@pytest.mark.parametrize("out", [100.0, 99.5, "100", True, None, 0, -5, math.inf])
+@pytest.mark.parametrize("out", [99.5, "100", True, None, 0, -5, 0.0, math.inf, math.nan])
 def test_estimate_accepts_only_positive_integer_max_tokens(out: Any) -> None:
     assert rl.estimate_tokens({"max_tokens": out}) == 1 + 16_384
+
+
+def test_a_max_tokens_with_no_fraction_is_the_integer_it_names() -> None:
+    # As JSON has it (and the original's numbers: 100.0 is an integer there); over HTTP
+    # a worker's 100.0 was charged as an unknown output budget and stopped its item.
+    assert rl.estimate_tokens({"max_tokens": 100.0}) == 1 + 100
 
 
 # --- pure: usage -------------------------------------------------------------------
@@ -127,6 +133,11 @@ def test_snake_case_usage_and_computed_total() -> None:
         ({"cache_write_tokens": 2, "cache_creation_input_tokens": 3}, "cache_write_tokens", 2),
         ({"cache_creation_input_tokens": 3}, "cache_write_tokens", 3),
         ({"totalTokens": 9, "total_tokens": 100}, "total_tokens", 9),
+        # OpenAI's names, as a worker settles with its provider's usage, come last
+        ({"input_tokens": 7, "prompt_tokens": 100}, "input_tokens", 7),
+        ({"prompt_tokens": 100}, "input_tokens", 100),
+        ({"output_tokens": 7, "completion_tokens": 100}, "output_tokens", 7),
+        ({"completion_tokens": 100}, "output_tokens", 100),
         # None is skipped; the first non-None wins even when it is bad
         ({"inputTokens": None, "input_tokens": 5}, "input_tokens", 5),
         ({"inputTokens": "12", "input_tokens": 5}, "input_tokens", 0),

@@ -41,6 +41,8 @@ def estimate_tokens(request: Mapping[str, Any]) -> int:
     except orjson.JSONEncodeError as error:
         raise InvalidInput(f"the request is not JSON: {error}") from None
     out = request.get("max_tokens", request.get("maxTokens"))
+    if isinstance(out, float) and out.is_integer():
+        out = int(out)  # 5.0 is the integer 5, as JSON and the original's numbers have it
     if isinstance(out, bool) or not isinstance(out, int) or out <= 0:
         out = UNKNOWN_REQUEST_TOKENS
     if out > bounds.INTEGER:
@@ -72,8 +74,10 @@ def normalize_usage(payload: Mapping[str, Any] | None) -> Usage | None:
     """A provider's usage payload in the five keys; None stays None (no usage is not zero)."""
     if payload is None:
         return None
-    input_tokens = _count(_first(payload, "inputTokens", "input_tokens"))
-    output_tokens = _count(_first(payload, "outputTokens", "output_tokens"))
+    # OpenAI's names last: a worker may settle with its provider's usage as reported
+    # (its prompt tokens include the cached ones, which it reports only in details).
+    input_tokens = _count(_first(payload, "inputTokens", "input_tokens", "prompt_tokens"))
+    output_tokens = _count(_first(payload, "outputTokens", "output_tokens", "completion_tokens"))
     cache_read = _count(
         _first(payload, "cacheReadTokens", "cache_read_tokens", "cache_read_input_tokens")
     )
