@@ -92,7 +92,8 @@ def test_a_user_token_cannot_claim_nor_finish_a_run(api: TestClient, wc: WorkCen
 def test_raw_audit_is_the_operators(api: TestClient, wc: WorkCenter) -> None:
     item_id, _ = create(api)
     raw = f"/api/work-items/{item_id}/audit?raw=true"
-    assert api.get(raw, headers=bearer(USER)).status_code == 403
+    refusal = api.get(raw, headers=bearer(USER))
+    assert refusal.status_code == 403 and "operator token" in refusal.json()["detail"]
     assert api.get(raw, headers=bearer(WORKER)).status_code == 403
     for token in (OPERATOR, API):
         assert api.get(raw, headers=bearer(token)).status_code == 200
@@ -106,10 +107,15 @@ def test_the_api_token_keeps_every_scope_and_an_unknown_token_is_401(
     claim_as_api = api.post("/api/worker/claim", json={"worker": "w"}, headers=bearer(API))
     assert claim_as_api.status_code == 200
     before = wc.event_count()
-    for headers in ({}, bearer("not-a-token-of-this-server"), {"Authorization": f"Basic {USER}"}):
+    for headers, says in (
+        ({}, "a bearer token is required"),
+        (bearer("not-a-token-of-this-server"), "not one this server takes"),
+        ({"Authorization": f"Basic {USER}"}, "not one this server takes"),
+    ):
         response = api.get(f"/api/work-items/{item_id}", headers=headers)
         refused(wc, response, 401, before)
         assert response.headers["WWW-Authenticate"].startswith("Bearer")
+        assert says in response.json()["detail"]
     for token in (WORKER, USER):
         assert api.get("/openapi.json", headers=bearer(token)).status_code == 200
     assert api.get("/", headers={}).status_code == 200  # the page itself holds no data

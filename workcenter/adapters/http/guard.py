@@ -222,12 +222,15 @@ class Guard:
         scope.setdefault("state", {})[AUTHENTICATED] = "operator" in granted
         if self._grants and not public:
             if not granted:
+                presented = bool((_header(scope, b"authorization") or b"").strip())
                 await _refuse(
                     send,
                     401,
                     "Unauthorized",
                     "unauthorized",
-                    "a bearer token is required (Authorization: Bearer <token>)",
+                    "the bearer token is not one this server takes"
+                    if presented
+                    else "a bearer token is required (Authorization: Bearer <token>)",
                     WWW_Authenticate='Bearer realm="workcenter"',
                 )
                 return

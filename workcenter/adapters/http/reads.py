@@ -154,7 +154,7 @@ def audit(
     ``atTime`` also the item and its Actions as they were then. ``raw`` (payloads as
     stored) only for a request that carried the API token."""
     if raw and not request.scope.get("state", {}).get(AUTHENTICATED):
-        raise Forbidden("raw audit payloads need WORKCENTER_API_TOKEN set and presented")
+        raise Forbidden("raw audit payloads need an operator token (or the API token)")
     if at is not None and at_time is not None:
         raise InvalidInput("give at or atTime, not both")
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
