@@ -342,3 +342,18 @@ def test_an_empty_store_path_is_named_as_empty_not_as_a_directory() -> None:
     assert "path is empty" in line
     with pytest.raises(StoreUnavailable, match="path is empty"):
         WorkCenter.open("")
+
+
+@pytest.mark.parametrize(
+    ("outputs", "says"),
+    [({str(i): i for i in range(1_001)}, "an object of"), (list(range(1_001)), "a list of")],
+    ids=["object", "list"],
+)
+def test_a_report_past_its_entries_names_what_holds_too_many(
+    wc: WorkCenter, outputs: Any, says: str
+) -> None:
+    item = create_dynamic(wc)
+    plan(wc, item.id, action_spec())
+    claimed = claim(wc)
+    with refused(wc, InvalidInput, f"holds {says} more than 1000 entries"):
+        wc.finish_run(claimed, {"outcome": "completed", "summary": "done", "outputs": outputs})

@@ -204,7 +204,10 @@ def _json(value: object, name: str, *, bounded: bool) -> None:
                 raise InvalidInput(f"{name} holds a number past {bounds.INTEGER}")
         elif isinstance(node, Mapping | list | tuple):
             if bounded and len(node) > bounds.PAYLOAD_ITEMS:
-                raise InvalidInput(f"{name} holds a list longer than {bounds.PAYLOAD_ITEMS}")
+                kind = "an object" if isinstance(node, Mapping) else "a list"
+                raise InvalidInput(
+                    f"{name} holds {kind} of more than {bounds.PAYLOAD_ITEMS} entries"
+                )
             if isinstance(node, Mapping):
                 if not all(isinstance(key, JSON_KEYS) for key in node):
                     raise InvalidInput(f"{name} holds a key that is not JSON")
