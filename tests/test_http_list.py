@@ -66,6 +66,18 @@ def test_newest_first_and_every_item_once_across_pages(
     assert walk(api, limit=100) == ids[::-1]
 
 
+def test_a_cursor_goes_in_a_query_string_as_it_was_given(
+    store: tuple[WorkCenter, list[str]],
+) -> None:
+    # A "+" in the cursor, unencoded, read as a space and was refused.
+    wc, ids = store
+    api = client(wc)
+    cursor = page(api, limit=3)["next"]
+    response = api.get(f"/api/work-items?limit=3&after={cursor}")
+    assert response.status_code == 200, response.text
+    assert [row["id"] for row in response.json()["items"]] == ids[-4:-7:-1]
+
+
 def test_pages_stay_put_while_items_are_created(store: tuple[WorkCenter, list[str]]) -> None:
     wc, ids = store
     api = client(wc)

@@ -51,7 +51,9 @@ class SummaryPage:
 
 def _cursor(row: dict[str, Any]) -> str:
     # The row's creation time, exactly (float.hex), and its id: where the next page starts.
-    return f"{float(row['created_at']).hex()}~{row['key']}"
+    # The exponent's "+" is left out (fromhex takes it so), or a cursor sent in a query
+    # string as it was given would read as a space.
+    return f"{float(row['created_at']).hex().replace('p+', 'p')}~{row['key']}"
 
 
 def _before(after: str | None) -> tuple[float, str] | None:
