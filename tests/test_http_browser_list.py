@@ -226,7 +226,9 @@ def test_a_user_works_through_500_items_on_the_page(wc: WorkCenter, browser: Any
         page.check("#create-start")
         page.click("#create-submit")
         page.wait_for_selector("#create-error:visible", timeout=TIMEOUT_MS)
-        assert page.text_content("#create-error") == "Refused: InvalidInput: goal is required"
+        assert page.text_content("#create-error") == (
+            "Refused: InvalidInput: goal is required (it is blank)"
+        )
         page.fill("#create-goal", "Uploads never fail on a slow network")
         page.screenshot(path=str(ARTIFACTS / "dashboard-create.png"))
         page.click("#create-submit")

@@ -264,12 +264,15 @@ def test_an_empty_worker_name_is_refused(db_path: Path) -> None:
         count = wc.event_count()
         with refused(wc, InvalidInput, "worker is required"):
             run_worker(wc, reports_an_object, worker="  ", exit_when_idle=True)
-    for name in ("", " "):
+    for name, why in (("", "empty"), (" ", "blank")):
         result = invoke(
             "--db", str(db_path), "worker", "--executor", f"{__name__}:reports_an_object",
             "--name", name, "--exit-when-idle",
         )  # fmt: skip
-        assert one_line_error(result, "InvalidInput") == "InvalidInput: worker is required"
+        assert (
+            one_line_error(result, "InvalidInput")
+            == f"InvalidInput: worker is required (it is {why})"
+        )
     with WorkCenter.open(db_path) as wc:
         assert wc.event_count() == count
 
@@ -357,3 +360,15 @@ def test_a_report_past_its_entries_names_what_holds_too_many(
     claimed = claim(wc)
     with refused(wc, InvalidInput, f"holds {says} more than 1000 entries"):
         wc.finish_run(claimed, {"outcome": "completed", "summary": "done", "outputs": outputs})
+
+
+@pytest.mark.parametrize(
+    ("title", "why"),
+    [("", "it is empty"), ("   ", "it is blank"), ("\u200b\u2060 ", "it shows nothing")],
+    ids=["empty", "blank", "invisible"],
+)
+def test_a_required_text_given_blank_says_how_it_is_blank(
+    wc: WorkCenter, title: str, why: str
+) -> None:
+    with refused(wc, InvalidInput, rf"title is required \({why}\)"):
+        wc.create_work_item(title=title, goal="g", acceptance_criteria=["c"])

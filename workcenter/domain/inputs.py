@@ -72,7 +72,9 @@ def text(value: object, name: str, limit: int, *, required: bool = False) -> str
     encodable(value, name)
     stripped = value.strip()
     if required and not visible(stripped):
-        raise InvalidInput(f"{name} is required" + (" (it shows nothing)" if stripped else ""))
+        # Given, so say what was wrong with it, not that it is missing.
+        why = "it shows nothing" if stripped else "it is blank" if value else "it is empty"
+        raise InvalidInput(f"{name} is required ({why})")
     if len(stripped) > limit:
         raise InvalidInput(f"{name} is longer than {limit} characters ({len(stripped)})")
     return stripped

@@ -84,7 +84,7 @@ JsonObject = TypeAliasType(
 
 # What a text that does not match a pattern lacks, in the API's words.
 PATTERN_WORDS: dict[str, str] = {
-    NOT_BLANK: "is required",
+    NOT_BLANK: "is required (it is blank)",
     STAGE_NAME: "must be a lowercase name of printable ASCII, not padded",
     PRINTABLE: "must be printable ASCII, not blank",
     BOOT_ID.pattern: "must be 1 to 64 letters, digits, '.', '-' or '_'",
