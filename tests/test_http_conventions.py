@@ -314,6 +314,21 @@ def test_a_key_named_twice_is_refused_and_writes_nothing(
     assert wc.event_count() == before
 
 
+@pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity"])
+def test_nan_and_infinity_are_not_json_numbers(api: TestClient, wc: WorkCenter, token: str) -> None:
+    # Python's parser takes them; they reached the bounds and read as out of range.
+    created(api)
+    before = wc.event_count()
+    response = api.post(
+        "/api/worker/claim",
+        content=b'{"worker": "w", "leaseSeconds": ' + token.encode() + b"}",
+        headers={"Content-Type": "application/json"},
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"] == f"the body holds {token}, which is not a JSON number"
+    assert wc.event_count() == before
+
+
 def test_a_command_with_a_key_named_twice_is_refused(api: TestClient, wc: WorkCenter) -> None:
     item_id, etag = created(api)
     before = wc.event_count()

@@ -19,7 +19,7 @@ from fastapi import APIRouter, Depends, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from workcenter.adapters.http import contract, fields
-from workcenter.adapters.http.conventions import refuse_repeated_keys
+from workcenter.adapters.http.conventions import refuse_what_json_has_not
 from workcenter.adapters.http.deps import Center
 from workcenter.adapters.http.preconditions import Seen, detail_versions, item_read, seen
 from workcenter.adapters.http.problems import UnsupportedMediaType
@@ -34,7 +34,7 @@ async def json_body(request: Request) -> None:
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type != "application/json":
         raise UnsupportedMediaType("commands take a JSON body (Content-Type: application/json)")
-    refuse_repeated_keys(await request.body())
+    refuse_what_json_has_not(await request.body())
 
 
 router = APIRouter(

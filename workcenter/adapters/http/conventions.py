@@ -99,11 +99,16 @@ def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
-def refuse_repeated_keys(body: bytes) -> None:
-    """``InvalidInput`` if a JSON object in ``body`` names a key twice (a body that is
-    not JSON is left to the request's own validation, which says so)."""
+def _no_such_number(token: str) -> None:
+    raise InvalidInput(f"the body holds {token}, which is not a JSON number")
+
+
+def refuse_what_json_has_not(body: bytes) -> None:
+    """``InvalidInput`` if a JSON object in ``body`` names a key twice, or the body holds
+    ``NaN`` or ``Infinity`` (which Python's parser takes; a body that is not JSON is left
+    to the request's own validation, which says so)."""
     try:
-        json.loads(body, object_pairs_hook=_no_repeated_keys)
+        json.loads(body, object_pairs_hook=_no_repeated_keys, parse_constant=_no_such_number)
     except InvalidInput:
         raise
     except ValueError:
