@@ -152,7 +152,7 @@ def audit(
     """The item's events (its Actions' and ledger's too) in write order, the newest
     ``limit`` that match the filters, as the CLI's ``audit`` shows them; with ``at`` or
     ``atTime`` also the item and its Actions as they were then. ``raw`` (payloads as
-    stored) only for a request that carried the API token."""
+    stored) only for a request that carried an operator token (or the API token)."""
     if raw and not request.scope.get("state", {}).get(AUTHENTICATED):
         raise Forbidden("raw audit payloads need an operator token (or the API token)")
     if at is not None and at_time is not None:
