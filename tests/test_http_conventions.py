@@ -329,6 +329,35 @@ def test_nan_and_infinity_are_not_json_numbers(api: TestClient, wc: WorkCenter, 
     assert wc.event_count() == before
 
 
+@pytest.mark.parametrize(
+    ("request_", "says"),
+    [
+        ({"a": 1e20}, "request.a must be at most 9007199254740991"),
+        ({"a": {"b": -1e17}}, "request.a.b must be at least -9007199254740991"),
+        (
+            {"a": [[1]]},
+            "request.a.0 must be a string, true or false, an integer, a valid number or an object",
+        ),
+    ],
+    ids=["number", "inside an object", "a list in a list"],
+)
+def test_free_form_json_is_refused_for_one_reason(
+    api: TestClient, wc: WorkCenter, request_: dict[str, Any], says: str
+) -> None:
+    # Each member of the JSON union said what it wanted: "must be a string; must be true
+    # or false; must be an integer; must be at most 9007199254740991.0; ...".
+    created(api)
+    fence = api.post("/api/worker/claim", json={"worker": "w"}).json()["fence"]
+    before = wc.event_count()
+    response = api.post(
+        "/api/worker/requests/reserve",
+        json={"fence": fence, "requestId": "r", "request": request_},
+    )
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"] == says
+    assert wc.event_count() == before
+
+
 def test_a_command_with_a_key_named_twice_is_refused(api: TestClient, wc: WorkCenter) -> None:
     item_id, etag = created(api)
     before = wc.event_count()

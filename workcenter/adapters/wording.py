@@ -68,8 +68,13 @@ def field_message(kind: str, library_message: str, context: Mapping[str, Any] | 
     if kind in _NEEDS:
         return _NEEDS[kind]
     if kind in _BOUNDS and context:
+        # A number's bound as the integer it is (2^53 - 1 bounds floats too).
+        bounds = {
+            key: int(value) if isinstance(value, float) and value.is_integer() else value
+            for key, value in context.items()
+        }
         try:
-            return _BOUNDS[kind].format(**context)
+            return _BOUNDS[kind].format(**bounds)
         except (KeyError, IndexError):
             pass
     if kind == "literal_error" and context and "expected" in context:

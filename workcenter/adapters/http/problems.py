@@ -207,10 +207,55 @@ def _said(loc: list[str], message: str) -> str:
     return f"{'.'.join(path)} {message}" if path else message
 
 
+# The failures that say only "the input is not this member's type".
+_NOT_THIS_TYPE = frozenset(
+    {
+        "int_type", "int_parsing", "int_from_float", "float_type", "float_parsing",
+        "string_type", "bool_type", "bool_parsing", "list_type", "dict_type", "model_type",
+        "model_attributes_type",
+    }
+)  # fmt: skip
+
+
+def _reasons(fields: list[dict[str, Any]], kinds: list[str]) -> list[dict[str, Any]]:
+    """One reason a place failed, where a union's members each said what they wanted
+    (free-form JSON: a text, a boolean, a number, an object or a list): a member that
+    only says the input is not its type is left out when the member of the input's type
+    says more, at that place (a bound) or inside it (an object's or a list's contents);
+    what is left at one place is said once ("must be a string, true or false or ...")."""
+    places = [tuple(f["loc"]) for f in fields]
+
+    def says_more(place: tuple[str, ...]) -> bool:
+        return any(
+            other[: len(place)] == place and (len(other) > len(place) or kind not in _NOT_THIS_TYPE)
+            for other, kind in zip(places, kinds, strict=True)
+        )
+
+    kept: dict[tuple[str, ...], list[str]] = {}
+    for place, field, kind in zip(places, fields, kinds, strict=True):
+        if kind in _NOT_THIS_TYPE and says_more(place):
+            continue
+        messages = kept.setdefault(place, [])
+        if field["msg"] not in messages:
+            messages.append(field["msg"])
+    return [{"loc": list(place), "msg": _either(messages)} for place, messages in kept.items()]
+
+
+def _either(messages: list[str]) -> str:
+    """``must be a string``, ``must be true or false``: ``must be a string or true or
+    false``; anything else is said in turn."""
+    if len(messages) == 1 or not all(m.startswith("must be ") for m in messages):
+        return "; ".join(messages)
+    needs = [m.removeprefix("must be ") for m in messages]
+    return f"must be {', '.join(needs[:-1])} or {needs[-1]}"
+
+
 async def _validation_error(_: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
     # Where and why only, in the API's words: the offending input is not echoed back.
-    fields = [_field_error(e) for e in error.errors()[:MAX_FIELD_ERRORS]]
+    errors = error.errors()
+    kinds = [str(e.get("type", "")) for e in errors]
+    fields = _reasons([_field_error(e) for e in errors], kinds)[:MAX_FIELD_ERRORS]
     detail = "; ".join(_said(f["loc"], f["msg"]) for f in fields)
     return problem(422, InvalidInput.__name__, detail, InvalidInput.code, errors=fields)
 
