@@ -344,6 +344,11 @@ def test_a_token_guards_every_request_but_the_static_page(wc: WorkCenter) -> Non
     page = api.get("/")
     assert page.status_code == 200 and "Content-Security-Policy" in page.headers
     assert api.get("/static/dashboard.js").status_code == 200
+    # The page names its icon, so a browser does not ask for /favicon.ico (a 404 it
+    # logged as a console error on every load).
+    assert '<link rel="icon" href="/static/favicon.svg"' in page.text
+    icon = api.get("/static/favicon.svg")
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml"
 
 
 def test_a_loopback_server_answers_loopback_hosts_only(wc: WorkCenter) -> None:
