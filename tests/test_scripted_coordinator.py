@@ -97,6 +97,19 @@ def test_a_stage_that_changes_files_waits_for_a_delivery_target_the_user_names()
     assert [a["type"] for a in planned["actions"]] == ["implement"]
 
 
+def test_criteria_proven_without_a_delivery_target_asks_in_words() -> None:
+    # It read "yet the delivery (None) is not": the missing target as Python wrote it.
+    walk = Walk(criteria=CRITERIA, delivery_target=None)
+    walk.wake("work_item_started", contract_revision=1)
+    walk.run(completed("passed", "passed"))
+    asked = walk.wake("action_settled")
+    assert asked["kind"] == "request_human"
+    assert asked["question"] == (
+        "Every criterion shown is proven, yet the delivery (no target named) is not. "
+        "How should I go on?"
+    )
+
+
 def test_a_refused_first_reply_makes_the_second_attempt_ask_the_human(
     db_path: Path, clock: FakeClock
 ) -> None:

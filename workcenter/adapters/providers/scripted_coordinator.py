@@ -238,9 +238,10 @@ def decide(turn: Turn) -> dict[str, Any]:
     if stage is None:
         delivery = turn.progress["delivery"]
         left_out = turn.snapshot["workItem"]["criteriaLeftOut"]
+        target = delivery["target"] or "no target named"
         missing = f"{left_out} criteria past the snapshot" if left_out else "the delivery"
         return _ask(
-            f"Every criterion shown is proven, yet {missing} ({delivery['target']}) is not. "
+            f"Every criterion shown is proven, yet {missing} ({target}) is not. "
             "How should I go on?",
             "the playbook has nothing left to prove and the goal is not met",
         )
