@@ -204,6 +204,8 @@ def test_after_a_resume_it_asks_and_a_user_message_lets_it_plan_again() -> None:
 
     asked = walk.wake("work_item_resumed", ledger_control=h.ledger.control_version)
     assert asked["kind"] == "request_human" and "implement" in asked["question"]
+    # Cancelled, not stopped by its budget (the question said "The budget stopped...").
+    assert asked["question"].startswith("This WorkItem was stopped (cancelled, or by its budget)")
     again = walk.say("Yes, the budget is raised: carry on")
     assert again["kind"] == "create_actions"
     (implement,) = walk.only("ready")

@@ -433,11 +433,11 @@ def _ask_after_correction(correction: str) -> dict[str, Any]:
 def _ask_after_resume(turn: Turn) -> dict[str, Any]:
     stage = _next_stage(turn)
     plan = f"go on with {stage.type}" if stage else "go on"
+    # A resume follows a cancel or a budget stop, and the wake does not say which.
     return _ask(
-        "The budget stopped this WorkItem and its unfinished work was set aside. Now that it "
-        f"is resumed, shall I {plan}?",
-        "a budget stop means the work cost more than expected; the human decides before "
-        "more is spent",
+        "This WorkItem was stopped (cancelled, or by its budget) and its unfinished work "
+        f"was set aside. Now that it is resumed, shall I {plan}?",
+        "after a stop the human decides before more is spent",
     )
 
 
