@@ -197,3 +197,23 @@ def test_a_message_posted_on_the_page_gets_the_coordinators_reply_without_a_relo
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-conversation.png"))
     assert errors == []
+
+
+def test_a_bookmarked_id_that_names_no_item_is_said_on_the_page(
+    browser: tuple[Any, str], wc: WorkCenter
+) -> None:
+    # The page stayed empty, the 404s only in the console, read again on every refresh.
+    chromium_browser, base = browser
+    item = wc.create_work_item(title="Kept", goal="g", acceptance_criteria=["c"])
+    page = chromium_browser.new_page(viewport={"width": 1280, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    unknown = "00000000-0000-0000-0000-000000000000"
+    page.goto(f"{base}/#{unknown}")
+    page.wait_for_selector("#not-found:visible", timeout=TIMEOUT_MS)
+    assert page.text_content("#not-found") == f"No work item has the id {unknown}."
+    assert page.is_hidden("#detail")
+    page.click(f"#item-list li[data-id='{item.id}']")
+    page.wait_for_selector("#detail:visible", timeout=TIMEOUT_MS)
+    assert page.is_hidden("#not-found")
+    assert errors == []

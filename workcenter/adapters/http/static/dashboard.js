@@ -116,14 +116,29 @@ async function refreshDetail() {
   const id = state.selected;
   if (!id) return;
   const base = "/api/work-items/" + encodeURIComponent(id);
-  const [shown, timeline, audit, talk, decided] = await Promise.all([
-    read(base),
+  let shown;
+  try {
+    shown = await read(base);
+  } catch (failure) {
+    // A bookmarked or typed id that names no item: said on the page, and not read again.
+    if (!(failure instanceof Problem && failure.status === 404) || id !== state.selected) {
+      throw failure;
+    }
+    state.selected = null;
+    $("detail").hidden = true;
+    const note = $("not-found");
+    note.textContent = "No work item has the id " + visible(id.slice(0, 80)) + ".";
+    note.hidden = false;
+    return;
+  }
+  const [timeline, audit, talk, decided] = await Promise.all([
     api(base + "/timeline"),
     api(base + "/audit?limit=100"),
     read(base + "/conversation"),
     api(base + "/decisions"),
   ]);
   if (id !== state.selected) return;
+  $("not-found").hidden = true;
   const detail = shown.body;
   state.itemEtag = shown.etag;
   state.detail = detail;
