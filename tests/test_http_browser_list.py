@@ -207,6 +207,12 @@ def test_a_user_works_through_500_items_on_the_page(wc: WorkCenter, browser: Any
         ), refusal
         page.click("#extend:enabled", timeout=TIMEOUT_MS)
         assert note(page, "ok") == "Budget extended."
+        # Raised enough: it said "by at least 1" still, whatever was added.
+        page.wait_for_function(
+            "() => document.querySelector('#budget-stop').textContent.endsWith("
+            "'(limit 4). Its limit now allows it: Resume.')",
+            timeout=TIMEOUT_MS,
+        )
         page.click("#resume:enabled", timeout=TIMEOUT_MS)
         assert note(page, "ok") == "Resumed."
         page.wait_for_selector("#budget-stop", state="hidden", timeout=TIMEOUT_MS)

@@ -99,7 +99,7 @@ const STOPS = {
     const charged = control.usage.chargedTokens || 0;
     const max = control.limits.maxTokens || 0;
     const asked = stop.estimatedNextTokens || 0;
-    const need = Math.max(charged + asked - max, charged - max + 1, 1);
+    const need = Math.max(charged + asked - max, charged - max + 1, 0);
     const refused = asked ? "; the refused request needed " + number(asked) + " tokens" : "";
     return {
       limit: "maxTokens",
@@ -112,7 +112,7 @@ const STOPS = {
     const max = control.limits.maxRequests || 0;
     return {
       limit: "maxRequests",
-      need: Math.max(made - max + 1, 1),
+      need: Math.max(made - max + 1, 0),
       text: "the LLM request limit: " + number(made) + " of " + number(max) + " requests made",
     };
   },
@@ -140,7 +140,7 @@ const STOPS = {
     const max = control.limits.maxCoordinatorFailures || 0;
     return {
       limit: "maxCoordinatorFailures",
-      need: Math.max(failures - max + 1, 1),
+      need: Math.max(failures - max + 1, 0),
       text:
         "the Coordinator failure limit: the Coordinator failed " + number(failures) +
         " times in a row (limit " + number(max) + ")",
@@ -175,13 +175,19 @@ function renderStop(control) {
   const { limit, need, text } = explain(control, stop);
   node.dataset.limit = limit;
   node.dataset.need = String(need);
-  const lifted = need > 0 ? " Extend " + LIMIT_WORDS[limit] + " by at least " + number(need) + ", then Resume." : "";
+  // Once the limit was raised enough (need 0), the stop stays until the resume: say so.
+  const lifted =
+    need > 0
+      ? " Extend " + LIMIT_WORDS[limit] + " by at least " + number(need) + ", then Resume."
+      : " Its limit now allows it: Resume.";
   node.textContent = visible("Stopped by " + text + "." + lifted);
   // Pre-filled once per stop: a live update must not overwrite what the user typed.
   const key = stop.code + "@" + stop.at;
   if (state.prefilledStop !== key) {
     state.prefilledStop = key;
-    for (const input of LIMIT_INPUTS()) input.value = input.dataset.limit === limit ? String(need) : "";
+    for (const input of LIMIT_INPUTS()) {
+      input.value = input.dataset.limit === limit && need > 0 ? String(need) : "";
+    }
   }
 }
 
