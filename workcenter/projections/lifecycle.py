@@ -221,8 +221,8 @@ def rebuild(
     recorder: Any,
     mapper: Any,
     name: str,
-    progress: Progress | None = None,
-    watch: Watch = lambda datastore: None,
+    progress: Progress | None,
+    watch: Watch,
 ) -> RebuildReport:
     """Replay the log from zero into a shadow of view ``name`` and swap it in atomically."""
     live: Any = projections.views[name]  # a TrackedView with TABLES

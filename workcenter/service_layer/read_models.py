@@ -59,7 +59,7 @@ class ReadModels:
         registry: Sequence[ReadModel],
         *,
         inline: bool,
-        watch: projection_lifecycle.Watch = lambda datastore: None,
+        watch: projection_lifecycle.Watch,
     ) -> None:
         self.store = store
         self.inline = inline

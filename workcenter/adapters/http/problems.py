@@ -224,16 +224,17 @@ def _reasons(fields: list[dict[str, Any]], kinds: list[str]) -> list[dict[str, A
     says more, at that place (a bound) or inside it (an object's or a list's contents);
     what is left at one place is said once ("must be a string, true or false or ...")."""
     places = [tuple(f["loc"]) for f in fields]
-
-    def says_more(place: tuple[str, ...]) -> bool:
-        return any(
-            other[: len(place)] == place and (len(other) > len(place) or kind not in _NOT_THIS_TYPE)
-            for other, kind in zip(places, kinds, strict=True)
-        )
+    # The places something says more about: each failure's enclosing places, and its own
+    # where it is more than a type mismatch (one pass: a body may fail thousands of times).
+    told: set[tuple[str, ...]] = set()
+    for place, kind in zip(places, kinds, strict=True):
+        told.update(place[:n] for n in range(len(place)))
+        if kind not in _NOT_THIS_TYPE:
+            told.add(place)
 
     kept: dict[tuple[str, ...], list[str]] = {}
     for place, field, kind in zip(places, fields, kinds, strict=True):
-        if kind in _NOT_THIS_TYPE and says_more(place):
+        if kind in _NOT_THIS_TYPE and place in told:
             continue
         messages = kept.setdefault(place, [])
         if field["msg"] not in messages:
