@@ -519,3 +519,48 @@ def test_every_turn_step_under_a_lost_claim_is_refused_and_writes_nothing(
     with refused_nothing(wc):
         assert commands.fail_turn(turn, "late") is False
     assert wc.ledger(item.id).reservations == {}
+
+
+def test_after_a_token_stop_room_for_one_more_request_lets_the_next_turn_through(
+    wc: WorkCenter,
+) -> None:
+    """ADR-0091, as acceptance testing found it: the least extension lets the refused
+    request through, but the Coordinator's next request, after the resume, is a little
+    larger; room for one more request of the refused one's size lets it through."""
+    item = wc.create_work_item(
+        title="Budgeted", goal="g", acceptance_criteria=["c"], start=True,
+        limits={"max_tokens": 19_000},
+    )  # fmt: skip
+    # A turn's request is estimated at 16,384 tokens of reply and some of prompt: after
+    # the first, charged 2,800, a second cannot fit in 19,000.
+    drain(wc, Reply(create_actions(action_spec()), usage={"total_tokens": 2_800}))
+    wc.post_user_message(item.id, "What is the plan?")
+    drain(wc, answer_text("never sent"))
+    ledger = wc.ledger(item.id)
+    assert ledger.request_count == 1 and ledger.stop_reason is not None
+    asked = ledger.stop_reason.details["estimated_next_tokens"]
+    assert isinstance(asked, int) and asked > 16_384
+    need = ledger.charged_tokens + asked - ledger.limits.max_tokens
+    assert 0 < need < asked
+    with refused(wc, CommandRefused, f"needs {need} more tokens"):
+        wc.resume(
+            item.id,
+            expected_version=wc.work_item(item.id).version,
+            expected_ledger_version=ledger.version,
+        )
+    extended = wc.extend_budget(
+        item.id, expected_version=ledger.version, additions={"max_tokens": need + asked}
+    )
+    wc.resume(
+        item.id,
+        expected_version=wc.work_item(item.id).version,
+        expected_ledger_version=extended.version,
+    )
+    wc.post_user_message(item.id, "Carry on")
+    drain(wc, Reply(answer_text("carrying on"), usage={"total_tokens": 2_500}))
+    after = wc.ledger(item.id)
+    assert after.stop_reason is None and after.coordinator_failures == 1
+    assert assistant(wc, item.id).status == "completed"
+    *_, resumed = after.reservations.values()
+    assert resumed.status == "reported"
+    assert resumed.estimated_tokens > asked  # larger: the least would have stopped it again

@@ -121,6 +121,7 @@ class LedgerMachine(RuleBasedStateMachine):
         self.rows: dict[str, Row] = {}
         self.crashed: set[str] = set()
         self.stop: str | None = None
+        self.refused_tokens = 0  # the estimate of the request a token stop refused
         self.failures = 0
         self.version = 1  # the ledger's version: LedgerOpened
         self.control = [1]  # versions of LedgerOpened, stops, extensions, resumes
@@ -141,16 +142,24 @@ class LedgerMachine(RuleBasedStateMachine):
     def charged(self) -> int:
         return sum(r.charged for r in self.rows.values())
 
+    def shortfall(self) -> int:
+        """What max_tokens lacks for the request the stop refused (ADR-0091)."""
+        if self.stop != "work_item_tokens_exhausted" or not self.refused_tokens:
+            return 0
+        return max(self.charged() + self.refused_tokens - self.limits["max_tokens"], 0)
+
     def spent(self) -> bool:
+        """A budget is spent, or the refused request does not fit: resume is refused."""
         return (
             len(self.rows) >= self.limits["max_requests"]
             or self.charged() >= self.limits["max_tokens"]
             or self.failures >= self.limits["max_coordinator_failures"]
+            or self.shortfall() > 0
         )
 
-    def record_stop(self, code: str) -> None:
+    def record_stop(self, code: str, refused_tokens: int = 0) -> None:
         if self.stop is None:
-            self.stop = code
+            self.stop, self.refused_tokens = code, refused_tokens
             self.version += 1
             self.control.append(self.version)
             STATS[f"stop_{code}"] += 1
@@ -179,7 +188,7 @@ class LedgerMachine(RuleBasedStateMachine):
             return name, ADDITIONS[name]
         deficits = {
             "max_requests": len(self.rows) - self.limits["max_requests"],
-            "max_tokens": self.charged() - self.limits["max_tokens"],
+            "max_tokens": max(self.charged() - self.limits["max_tokens"], self.shortfall() - 1),
             "max_coordinator_failures": self.failures - self.limits["max_coordinator_failures"],
         }
         spent = [(k, d) for k, d in deficits.items() if d >= 0]
@@ -227,7 +236,7 @@ class LedgerMachine(RuleBasedStateMachine):
             assert self.wc.event_count() == count  # denials 1 to 3 write nothing
             STATS["reserve_denied_quietly"] += 1
         else:
-            self.record_stop(expected)
+            self.record_stop(expected, refused_tokens=tokens)
             assert self.wc.event_count() == count + 3  # the stop and the WorkItem status
         return False
 
@@ -412,6 +421,9 @@ class LedgerMachine(RuleBasedStateMachine):
             else:
                 assert self.spent() and "extend the budget first" in str(error)
                 outcome = "resume_spent"
+                if self.charged() < self.limits["max_tokens"] and self.shortfall():
+                    assert f"needs {self.shortfall()} more tokens" in str(error)
+                    outcome = "resume_short"  # nothing is spent; the refused request lacks room
         else:
             assert not self.conflicts(seen) and self.stop is not None and not self.spent()
             self.stop = None
@@ -520,6 +532,7 @@ def test_the_ledger_agrees_with_its_model(monkeypatch: pytest.MonkeyPatch) -> No
         "resume",
         "resume_conflict",
         "resume_spent",
+        "resume_short",
         "resume_not_stopped",
         "unblock",
     ]

@@ -830,7 +830,10 @@ def assert_attempts_stop(
     assert_nothing_claimable(wc)
 
 
-def test_a_third_run_after_retryable_and_retry_is_refused(wc: WorkCenter) -> None:
+def test_a_retry_with_no_attempt_left_is_refused_until_attempts_are_extended(
+    wc: WorkCenter,
+) -> None:
+    """ADR-0091: taken, the retry would only stop the item at its next claim."""
     item = make(wc)
     plan(wc, item.id)
     first = claim(wc)
@@ -838,24 +841,64 @@ def test_a_third_run_after_retryable_and_retry_is_refused(wc: WorkCenter) -> Non
     assert wc.action(first.action_id).status == "ready"
     wc.finish_run(claim(wc), report("retryable"))
     assert wc.action(first.action_id).status == "failed"
-    wc.retry(item.id, first.action_id, expected_version=wc.work_item(item.id).version)
-    assert wc.action(first.action_id).status == "ready"
-    assert_attempts_stop(wc, item.id, first.action_id, 2, 2, 2)
+    for answer in ("", "Try the other parser"):
+        with refused(
+            wc,
+            CommandRefused,
+            r"Action 1 has no attempt left \(used 2 of 2\): extend max_action_attempts first, "
+            "then retry",
+        ):
+            wc.retry(
+                item.id,
+                first.action_id,
+                expected_version=wc.work_item(item.id).version,
+                answer=answer,
+            )
+    extend(wc, item.id, max_action_attempts=1)
+    wc.retry(
+        item.id,
+        first.action_id,
+        expected_version=wc.work_item(item.id).version,
+        answer="Try the other parser",
+    )
+    third = claim(wc)
+    assert (third.action_id, len(wc.action(third.action_id).runs)) == (first.action_id, 3)
+    assert wc.action(first.action_id).context[-1].text == "Try the other parser"
+    assert wc.ledger(item.id).stop_reason is None
+
+
+def test_a_linear_retry_is_a_new_action_with_its_own_attempts(wc: WorkCenter) -> None:
+    item = make(wc, "linear", stages=("implement",))
+    for _ in range(2):
+        failed = claim(wc)
+        wc.finish_run(failed, report("retryable"))
+    assert wc.action(failed.action_id).status == "failed"
+    wc.retry(item.id, failed.action_id, expected_version=wc.work_item(item.id).version)
+    replacement = claim(wc)
+    assert replacement.action_id != failed.action_id
+    assert len(wc.action(replacement.action_id).runs) == 1
 
 
 def test_guidance_resets_do_not_reset_the_attempt_count(wc: WorkCenter) -> None:
     item = make(wc)
     plan(wc, item.id)
-    for _ in range(2):
-        claimed = claim(wc)
+    claimed = claim(wc)
+    wc.guide(
+        item.id,
+        claimed.action_id,
+        expected_version=wc.work_item(item.id).version,
+        guidance="Look at the parser first",
+    )
+    claimed = claim(wc)  # the second of two attempts, running
+    with refused(wc, CommandRefused, r"no attempt left \(used 2 of 2\).*then guide it"):
         wc.guide(
             item.id,
             claimed.action_id,
             expected_version=wc.work_item(item.id).version,
-            guidance="Look at the parser first",
+            guidance="Look at the lexer instead",
         )
-    assert wc.action(claimed.action_id).generation == 3
-    assert_attempts_stop(wc, item.id, claimed.action_id, 2, 2, 2)
+    action = wc.action(claimed.action_id)
+    assert (action.generation, action.status, len(action.runs)) == (2, "running", 2)
 
 
 def test_the_limit_caps_a_larger_planned_maximum(wc: WorkCenter) -> None:
@@ -1234,15 +1277,17 @@ def stop_by_failures(wc: WorkCenter, item_id: UUID) -> None:
 
 
 @pytest.mark.parametrize(
-    ("stop", "limit"),
+    ("stop", "limit", "need"),
     [
-        (stop_by_requests, "max_requests"),
-        (stop_by_tokens, "max_tokens"),
-        (stop_by_failures, "max_coordinator_failures"),
+        (stop_by_requests, "max_requests", 1),
+        (stop_by_tokens, "max_tokens", 2),  # room for the refused request of 2 tokens
+        (stop_by_failures, "max_coordinator_failures", 1),
     ],
     ids=["requests", "tokens", "failures"],
 )
-def test_resume_is_refused_while_a_budget_is_spent(wc: WorkCenter, stop: Any, limit: str) -> None:
+def test_resume_is_refused_while_a_budget_is_spent(
+    wc: WorkCenter, stop: Any, limit: str, need: int
+) -> None:
     """Invariant 8: refused while spent, works after extend."""
     item = make(wc, max_requests=3)
     stop(wc, item.id)
@@ -1251,9 +1296,41 @@ def test_resume_is_refused_while_a_budget_is_spent(wc: WorkCenter, stop: Any, li
     wc.cancel(item.id)  # cancelling changes nothing: still spent
     with refused(wc, CommandRefused, EXTEND_FIRST):
         resume(wc, item.id)
-    extend(wc, item.id, **{limit: 1})
+    extend(wc, item.id, **{limit: need})
     resumed = resume(wc, item.id)
     assert (resumed.status, resumed.stopped) == ("running", None)
+
+
+def test_a_token_stop_resumes_only_once_the_request_it_refused_fits(wc: WorkCenter) -> None:
+    """ADR-0091: a resume while the refused request still does not fit would stop the
+    item again at its next request, and count a Coordinator failure for nothing."""
+    item = make(wc, max_tokens=1_000)
+    assert wc.reserve_request(item.id, request=req(900)).allowed
+    denied = wc.reserve_request(item.id, request=req(300))
+    assert denied.code == "work_item_tokens_exhausted"
+    assert wc.ledger(item.id).charged_tokens < 1_000  # nothing is spent, yet it cannot go on
+    with refused(wc, CommandRefused, r"extend the budget first.*needs 200 more tokens"):
+        resume(wc, item.id)
+    extend(wc, item.id, max_tokens=199)
+    with refused(wc, CommandRefused, r"needs 1 more tokens"):
+        resume(wc, item.id)
+    extend(wc, item.id, max_tokens=1)
+    assert resume(wc, item.id).status == "running"
+    assert wc.reserve_request(item.id, request=req(300)).allowed  # the refused one fits
+
+
+def test_a_token_stop_by_an_overrun_names_no_request_and_resumes_once_under_the_limit(
+    wc: WorkCenter,
+) -> None:
+    item = make(wc, max_tokens=1_000)
+    allowed = wc.reserve_request(item.id, request=req(900))
+    assert wc.settle_request(item.id, allowed.request_id, usage={"total_tokens": 1_200})
+    stop = wc.ledger(item.id).stop_reason
+    assert stop is not None and stop.details == {}
+    with refused(wc, CommandRefused, f"max_tokens is exhausted: {EXTEND_FIRST}"):
+        resume(wc, item.id)
+    extend(wc, item.id, max_tokens=201)
+    assert resume(wc, item.id).status == "running"
 
 
 def test_a_cancelled_item_with_a_spent_budget_needs_an_extend(wc: WorkCenter) -> None:

@@ -292,17 +292,30 @@ def _target(
 def _next_generation(
     unit: Unit,
     target: act.ActionState,
+    ledger: rl.LedgerState,
     reason: Literal["guided", "retried"],
     entries: tuple[act.ContextEntry, ...],
 ) -> Unit:
-    """The mode's next attempt at ``target`` (see ``ModePolicy.next_generation``)."""
-    modes.of(unit.item).next_generation(unit, target, reason, entries)
+    """The mode's next attempt at ``target`` (see ``ModePolicy.next_generation``).
+
+    Refused up front when it would run the Action again with no attempt left: taken,
+    it would only stop the item at its next claim (ADR-0091)."""
+    policy = modes.of(unit.item)
+    allowed = ledger.effective_max_attempts(target.max_attempts)
+    if policy.next_generation_reuses_attempts and target.counted_attempts >= allowed:
+        verb = "retry" if reason == "retried" else "guide it"
+        raise CommandRefused(
+            f"Action {target.sequence} has no attempt left (used {target.counted_attempts} "
+            f"of {allowed}): extend max_action_attempts first, then {verb}"
+        )
+    policy.next_generation(unit, target, reason, entries)
     return unit
 
 
 def retry(
     item: wi.WorkItemState,
     actions: Mapping[UUID, act.ActionState],
+    ledger: rl.LedgerState,
     *,
     action_id: UUID,
     expected_generation: int | None,
@@ -327,12 +340,13 @@ def retry(
         )
         if e is not None
     )
-    return _next_generation(Unit(item, actions, at, by=by), target, "retried", entries)
+    return _next_generation(Unit(item, actions, at, by=by), target, ledger, "retried", entries)
 
 
 def guide(
     item: wi.WorkItemState,
     actions: Mapping[UUID, act.ActionState],
+    ledger: rl.LedgerState,
     *,
     action_id: UUID,
     expected_generation: int | None,
@@ -353,4 +367,5 @@ def guide(
     ):
         raise CommandRefused(f"Action is {target.status}; no active Action for guidance")
     entry = act.ContextEntry(kind="guidance", text=guidance)
-    return _next_generation(Unit(item, actions, at, by=by), target, "guided", (entry,))
+    unit = Unit(item, actions, at, by=by)
+    return _next_generation(unit, target, ledger, "guided", (entry,))

@@ -47,6 +47,9 @@ class ModePolicy(Protocol):
     # The item statuses in which an Action can be guided, and the Action statuses.
     guidance_item_statuses: tuple[str, ...]
     guidable_statuses: tuple[str, ...]
+    # A retried or guided Action runs again as itself, on the attempts it has left
+    # (dynamic); a linear item's replacement is a new Action with none used.
+    next_generation_reuses_attempts: bool
 
     def workflow(self, stages: StageInput | None) -> tuple[Stage, ...]:
         """The item's stages, from the ones asked for at creation."""
@@ -108,6 +111,7 @@ class Dynamic:
     current_action_only = False
     guidance_item_statuses: tuple[str, ...] = tuple(wi.ACTIVE)
     guidable_statuses: tuple[str, ...] = ("ready", "running", "waiting")
+    next_generation_reuses_attempts = True
 
     def workflow(self, stages: StageInput | None) -> tuple[Stage, ...]:
         # An empty list asks for nothing; any stage given would be dropped without a word.
@@ -202,6 +206,7 @@ class Linear:
     current_action_only = True
     guidance_item_statuses: tuple[str, ...] = ("ready", "running")
     guidable_statuses: tuple[str, ...] = ("ready", "running")
+    next_generation_reuses_attempts = False
 
     def workflow(self, stages: StageInput | None) -> tuple[Stage, ...]:
         return parse_stages(stages or wi.DEFAULT_STAGES)

@@ -123,6 +123,19 @@ class LedgerState(AggregateState):
             return "max_coordinator_failures"
         return None
 
+    def refused_request_shortfall(self) -> int:
+        """Tokens the limit still lacks for the request a token stop refused, else 0.
+
+        A resume before that request fits would stop the item again at its next
+        request (ADR-0091); a stop from an overrun names no request and has none."""
+        reason = self.stop_reason
+        if reason is None or reason.code != "work_item_tokens_exhausted":
+            return 0
+        asked = reason.details.get("estimated_next_tokens")
+        if not isinstance(asked, int):
+            return 0
+        return max(self.charged_tokens + asked - self.limits.max_tokens, 0)
+
 
 # --- events ------------------------------------------------------------------------
 
@@ -447,8 +460,15 @@ def extend(
 def resume(
     state: LedgerState, *, stopping_action_can_attempt: bool, at: datetime, by: Actor
 ) -> list[LedgerEvent]:
-    """Clear the stop, by a person only; refused while a budget is still spent."""
+    """Clear the stop, by a person only; refused while a budget is still spent, or
+    while the request a token stop refused would be refused again."""
     _by_a_person(by, "resumes work its budget stopped")
+    shortfall = state.refused_request_shortfall()
+    if shortfall:
+        raise CommandRefused(
+            "max_tokens is exhausted: extend the budget first, then resume (the request "
+            f"its stop refused needs {shortfall} more tokens)"
+        )
     spent = state.spent()
     if spent is not None:
         raise CommandRefused(f"{spent} is exhausted: extend the budget first, then resume")

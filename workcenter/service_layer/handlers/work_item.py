@@ -221,9 +221,10 @@ class WorkItemCommands:
             action_id,
             expected_version,
             actors.resolve(actor, actors.USER),
-            lambda item, actions, at, by: lifecycle.retry(
+            lambda item, actions, ledger, at, by: lifecycle.retry(
                 item,
                 actions,
+                ledger,
                 action_id=action_id,
                 expected_generation=expected_generation,
                 answer=answer,
@@ -249,9 +250,10 @@ class WorkItemCommands:
             action_id,
             expected_version,
             actors.resolve(actor, actors.USER),
-            lambda item, actions, at, by: lifecycle.guide(
+            lambda item, actions, ledger, at, by: lifecycle.guide(
                 item,
                 actions,
+                ledger,
                 action_id=action_id,
                 expected_generation=expected_generation,
                 guidance=guidance,
@@ -266,9 +268,13 @@ class WorkItemCommands:
         action_id: UUID,
         expected_version: int,
         by: Actor,
-        decide: Callable[[wi.WorkItemState, dict[UUID, act.ActionState], datetime, Actor], Unit],
+        decide: Callable[
+            [wi.WorkItemState, dict[UUID, act.ActionState], rl.LedgerState, datetime, Actor],
+            Unit,
+        ],
     ) -> wi.WorkItemState:
-        """Retry and guidance: the open Actions plus the target, whatever its status."""
+        """Retry and guidance: the open Actions plus the target, whatever its status, and
+        the ledger, which says whether the target has an attempt left."""
         expected_version = inputs.version(expected_version)
         action_id = inputs.aggregate_id(action_id, "Action")
         return self._item_command(
@@ -276,7 +282,11 @@ class WorkItemCommands:
             expected_version,
             lifecycle.ACTION_INPUT_CONFLICTS,
             lambda item, actions, at, by: decide(
-                item, actions | {action_id: self.repo.action(action_id)}, at, by
+                item,
+                actions | {action_id: self.repo.action(action_id)},
+                self.repo.ledger(work_item_id),
+                at,
+                by,
             ),
             *act.OPEN_STATUSES,
             by=by,
