@@ -10,15 +10,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 import httpx
 import pytest
-from http_client import LINEAR, served
+from http_client import DYNAMIC, LINEAR, served
 from test_http_api import fail_current_action
 from test_http_browser import ARTIFACTS, TIMEOUT_MS, chromium, playwright_api
 
 from workcenter.adapters.http.app import create_app
+from workcenter.adapters.providers.scripted import Failure, ScriptedProvider
 from workcenter.application import WorkCenter
+from workcenter.domain.errors import ProviderFailed
 
 REQUESTS_SHOWN = "document.querySelector('#gauge-requests .gauge-value').textContent"
 
@@ -170,4 +173,58 @@ def test_a_stale_etag_is_shown_as_changed_meanwhile_and_the_page_reloads(
     refusal = note(page, "refused")
     assert refusal.startswith("Refused: InvalidInput: "), refusal
     assert page.evaluate("window.loadedOnce") is True
+    assert errors == []
+
+
+def test_an_attempts_stop_reads_the_attempts_allowed_now(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    """After attempts are raised the stop says the limit allows a resume; it kept saying
+    "used 2 of 2" and asked for one more, the figures of the moment it stopped."""
+    page, base, errors = served_page
+    item_id = open_item(page, base, LINEAR | {"limits": {"maxActionAttempts": 2}})
+    item = UUID(item_id)
+    for _ in range(2):  # two attempts spent by cancel and resume rounds
+        assert wc.claim_next("worker-1") is not None
+        wc.cancel(item)
+        wc.resume(
+            item,
+            expected_version=wc.work_item(item).version,
+            expected_ledger_version=wc.ledger(item).version,
+        )
+    assert wc.claim_next("worker-1") is None  # the gate stops the item
+    page.wait_for_selector(
+        "#budget-stop[data-code='action_attempts_exhausted']:visible", timeout=TIMEOUT_MS
+    )
+    said = page.text_content("#budget-stop") or ""
+    assert said == (
+        "Stopped by the Action attempt limit: Action 1 used 2 of 2 attempts. Extend Action"
+        " attempts by at least 1, then Resume."
+    ), said
+    assert page.input_value("#extend-action-attempts") == "1"
+    page.click("#extend:enabled", timeout=TIMEOUT_MS)
+    assert note(page, "ok") == "Budget extended."
+    page.wait_for_function(
+        "() => document.querySelector('#budget-stop').textContent.endsWith("
+        "'used 2 of 3 attempts. Its limit now allows it: Resume.')",
+        timeout=TIMEOUT_MS,
+    )
+    page.click("#resume:enabled", timeout=TIMEOUT_MS)
+    assert note(page, "ok") == "Resumed."
+    page.wait_for_selector("#budget-stop", state="hidden", timeout=TIMEOUT_MS)
+    assert wc.claim_next("worker-1") is not None  # the third attempt
+    assert errors == []
+
+
+def test_a_failed_turn_shows_failed_once(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    """Its verdict says "failed": the message's own status badge said it again."""
+    page, base, errors = served_page
+    open_item(page, base, DYNAMIC)
+    wc.coordinate_once(ScriptedProvider([Failure(ProviderFailed("503", transient=False))]))
+    failed = "#conversation li.msg.assistant[data-status='failed']"
+    page.wait_for_selector(failed + " .verdict", timeout=TIMEOUT_MS)
+    head = page.text_content(failed + " .msg-head") or ""
+    assert head.count("failed") == 1, head
     assert errors == []

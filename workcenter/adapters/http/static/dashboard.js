@@ -58,6 +58,14 @@ function short(id) {
   return id ? String(id).slice(0, 8) : "";
 }
 
+// An Action as the timeline numbers it ("Action 2"); by its short id only when the
+// detail does not list it.
+function actionName(id) {
+  const actions = (state.detail && state.detail.actions) || [];
+  const action = actions.find((a) => a.id === id);
+  return "Action " + (action ? action.sequence : short(id));
+}
+
 function headers(extra) {
   const h = Object.assign({ Accept: "application/json" }, extra || {});
   if (state.token) h.Authorization = "Bearer " + state.token;
@@ -204,7 +212,7 @@ function renderProgress(progress) {
   body.append(tr);
   for (const blocker of progress.blockers || []) {
     blockers.append(
-      el("li", "Action " + short(blocker.actionId) + " " + blocker.status + ": " + blocker.reason),
+      el("li", actionName(blocker.actionId) + " " + blocker.status + ": " + blocker.reason),
     );
   }
 }
@@ -240,7 +248,9 @@ function renderTimeline(timeline) {
     const row = el("div", null, "tl-row");
     row.dataset.status = action.status;
     const label = el("div", null, "tl-label");
-    label.append(el("span", action.sequence + " " + action.type + " "));
+    const name = el("span", action.sequence + " " + action.type + " ");
+    name.title = "Action " + action.sequence + " (" + short(action.id) + ")";
+    label.append(name);
     label.append(el("span", action.status, "status " + action.status));
     label.append(...actionButtons(action));
     row.append(label);
@@ -308,7 +318,10 @@ function renderMessage(message, turns, base) {
   const head = el("div", null, "msg-head");
   head.append(el("span", speaker(message)));
   head.append(el("span", new Date(message.createdAt).toLocaleTimeString()));
-  if (message.status !== "completed") {
+  const turn = message.role === "assistant" && turns ? turns.get(message.turnId) : null;
+  const shown = turn && turn.verdict.kind !== "thinking";
+  // A failed turn's verdict says "failed" already.
+  if (message.status !== "completed" && !(shown && turn.verdict.kind === message.status)) {
     head.append(el("span", message.status, "status " + message.status));
   }
   if (message.decision) {
@@ -317,8 +330,7 @@ function renderMessage(message, turns, base) {
     kind.title = visible(message.decision.reason || "");
     head.append(kind);
   }
-  const turn = message.role === "assistant" && turns ? turns.get(message.turnId) : null;
-  if (turn && turn.verdict.kind !== "thinking") head.append(...verdict(turn, base));
+  if (shown) head.append(...verdict(turn, base));
   item.append(head);
   const words = message.status === "thinking" ? "thinking…" : message.text;
   if (words) item.append(el("div", words, "msg-text"));

@@ -92,8 +92,9 @@ $("extend-form").addEventListener("submit", async (event) => {
 
 // --- what stopped the item, and what lifts the stop ------------------------------
 
-// Each stop code: the limit it ran into, what the item used of it, and the least
-// addition after which a resume is accepted (and the refused request fits).
+// Each stop code: the limit it ran into, what the item used of it, the least addition
+// after which a resume is accepted (and the refused request fits), and what to pre-fill
+// when that least is not enough to go on with (ADR-0091).
 const STOPS = {
   work_item_tokens_exhausted(control, stop) {
     const charged = control.usage.chargedTokens || 0;
@@ -101,9 +102,13 @@ const STOPS = {
     const asked = stop.estimatedNextTokens || 0;
     const need = Math.max(charged + asked - max, charged - max + 1, 0);
     const refused = asked ? "; the refused request needed " + number(asked) + " tokens" : "";
+    // A Coordinator's next request is a little larger than the refused one: the least
+    // would stop the item again at once, so the field holds room for one more as well.
+    const suggest = need > 0 && asked ? need + asked : need;
     return {
       limit: "maxTokens",
       need,
+      suggest,
       text: "the token limit: " + number(charged) + " of " + number(max) + " tokens charged" + refused,
     };
   },
@@ -125,13 +130,16 @@ const STOPS = {
     };
   },
   action_attempts_exhausted(control, stop) {
-    const used = stop.attempts || 0;
-    const allowed = stop.effectiveMaxAttempts || control.limits.maxActionAttempts || 0;
+    // The Action's attempts as they are now: the stop's own figures are those of the
+    // moment it stopped, before any extension.
+    const now = (control.actionAttempts || []).find((a) => a.actionId === stop.actionId) || {};
+    const used = now.attempts ?? stop.attempts ?? 0;
+    const allowed = now.effectiveMaxAttempts ?? stop.effectiveMaxAttempts ?? 0;
     return {
       limit: "maxActionAttempts",
-      need: Math.max(used - allowed + 1, 1),
+      need: Math.max(used - allowed + 1, 0),
       text:
-        "the Action attempt limit: Action " + short(stop.actionId) + " used " + number(used) +
+        "the Action attempt limit: " + actionName(stop.actionId) + " used " + number(used) +
         " of " + number(allowed) + " attempts",
     };
   },
@@ -172,13 +180,15 @@ function renderStop(control) {
     node.textContent = visible("Stopped: " + stop.code);
     return;
   }
-  const { limit, need, text } = explain(control, stop);
+  const { limit, need, text, suggest = need } = explain(control, stop);
   node.dataset.limit = limit;
   node.dataset.need = String(need);
   // Once the limit was raised enough (need 0), the stop stays until the resume: say so.
+  const room =
+    suggest > need ? " (" + number(suggest) + " leaves room for one more such request)" : "";
   const lifted =
     need > 0
-      ? " Extend " + LIMIT_WORDS[limit] + " by at least " + number(need) + ", then Resume."
+      ? " Extend " + LIMIT_WORDS[limit] + " by at least " + number(need) + room + ", then Resume."
       : " Its limit now allows it: Resume.";
   node.textContent = visible("Stopped by " + text + "." + lifted);
   // Pre-filled once per stop: a live update must not overwrite what the user typed.
@@ -186,7 +196,7 @@ function renderStop(control) {
   if (state.prefilledStop !== key) {
     state.prefilledStop = key;
     for (const input of LIMIT_INPUTS()) {
-      input.value = input.dataset.limit === limit && need > 0 ? String(need) : "";
+      input.value = input.dataset.limit === limit && need > 0 ? String(suggest) : "";
     }
   }
 }
