@@ -1,6 +1,7 @@
 """A rebuild cut short by an outage is the store's typed error, says which schema it left
 behind and how to remove it, and leaves the live view as it was (found by acceptance
-testing: the shadow schema stayed, nothing said so, and the library's own error escaped)."""
+testing: the shadow schema stayed, nothing said so, and the library's own error escaped),
+and the next rebuild removes it."""
 
 from __future__ import annotations
 
@@ -38,7 +39,13 @@ def test_a_rebuild_cut_short_names_the_schema_it_leaves(monkeypatch: pytest.Monk
         [left] = shadows(server)
         message = str(refusal.value)
         assert f'DROP SCHEMA "{left}" CASCADE' in message, message
+        assert "the next rebuild removes it" in message, message
         assert views_once_back(wc) == live
+        # Its lock went with its session: the next rebuild drops it (ADR-0092).
+        [report] = wc.maintenance.rebuild_projection("work_queue")
+        assert report.removed_schemas == (left,)
+        assert shadows(server) == []
+        assert wc.projections.views["work_queue"].dump() == live
 
 
 def views_once_back(wc: WorkCenter) -> object:

@@ -20,15 +20,15 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore
 
-from workcenter.projections import sql
+from workcenter.projections import shadow_schema, sql
 from workcenter.projections.inline import PAGE, InlineProjections
 
 Progress = Callable[[str, int, int], None]
@@ -53,6 +53,8 @@ class RebuildReport:
     events: int
     seconds: float
     position: int
+    # Shadow schemas of rebuilds cut short (PostgreSQL) that this one dropped first.
+    removed_schemas: tuple[str, ...] = ()
 
     @property
     def events_per_second(self) -> float:
@@ -150,70 +152,35 @@ def _swap_postgres(live: Any, name: str, shadow: Any, shadow_position: int) -> N
 Watch = Callable[[Any], None]
 
 
-class _Shadow:
+@contextmanager
+def _shadow(live: Any, name: str, watch: Watch) -> Iterator[_Built]:
     """Where a rebuild builds its copy: a temporary SQLite file, or a temporary schema."""
-
-    def __init__(self, live: Any, name: str, watch: Watch) -> None:
-        self.live = live
-        self.directory: str | None = None
-        if sql.is_postgres(live.datastore):
-            self.datastore: Any = _shadow_schema(live.datastore, name)
-            watch(self.datastore)
-        else:
-            self.directory = tempfile.mkdtemp(prefix="workcenter-rebuild-")
-            self.path = str(Path(self.directory) / f"{name}.sqlite")
-            self.datastore = SQLiteDatastore(self.path)
-        self.view = live.shadow(self.datastore)
-        self.view.create_table()
-
-    def swap(self, name: str, position: int) -> None:
-        if self.directory is None:
-            _swap_postgres(self.live, name, self.view, position)
-        else:
-            _swap(self.live, name, self.path, position)
-
-    def close(self) -> None:
-        if self.directory is None:
-            schema = self.datastore.schema
-            try:
-                with sql.transaction(self.datastore, commit=True) as c:
-                    c.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-            except Exception as error:
-                if not sql.connection_lost(error):
-                    raise
-                self.datastore.close()
-                # The same error (the store's typed one: ``watch``), saying what the
-                # operator must remove by hand once the database is back.
-                left = (
-                    f"the rebuild's schema {schema} is left in the database: remove it with"
-                    f' DROP SCHEMA "{schema}" CASCADE once the database is back'
-                )
-                raise type(error)(f"{str(error).rstrip('.')}; {left}") from error
-        self.datastore.close()
-        if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
+    if sql.is_postgres(live.datastore):
+        with shadow_schema.held(live.datastore, watch) as schema:
+            view = live.shadow(schema.datastore)
+            view.create_table()
+            yield _Built(
+                view, lambda position: _swap_postgres(live, name, view, position), schema.removed
+            )
+        return
+    directory = tempfile.mkdtemp(prefix="workcenter-rebuild-")
+    path = str(Path(directory) / f"{name}.sqlite")
+    datastore = SQLiteDatastore(path)
+    try:
+        view = live.shadow(datastore)
+        view.create_table()
+        yield _Built(view, lambda position: _swap(live, name, path, position), ())
+    finally:
+        datastore.close()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
-def _shadow_schema(live: Any, name: str) -> Any:
-    """A datastore on the live one's database, in a new schema of its own."""
-    from eventsourcing.postgres import PostgresDatastore  # an optional extra
-
-    # The live schema's name cut to 31 characters, so that the shadow's is one a store may
-    # have (sql.SCHEMA_NAME: at most 48); the random part keeps it apart from others.
-    schema = f"{live.schema[:31]}_rebuild_{uuid.uuid4().hex[:8]}"
-    params = sql.connection_params(live)
-    datastore = PostgresDatastore(
-        dbname=params["dbname"],
-        host=params["host"],
-        port=params["port"],
-        user=params["user"],
-        password=params["password"],
-        schema=schema,
-    )
-    sql.pin_search_path(datastore)
-    with sql.transaction(datastore, commit=True) as c:
-        c.execute(f'CREATE SCHEMA "{schema}"')
-    return datastore
+@dataclass(frozen=True)
+class _Built:
+    view: Any
+    swap: Callable[[int], None]
+    # Shadow schemas that rebuilds cut short had left, dropped before this one began.
+    removed: tuple[str, ...]
 
 
 def rebuild(
@@ -226,8 +193,7 @@ def rebuild(
 ) -> RebuildReport:
     """Replay the log from zero into a shadow of view ``name`` and swap it in atomically."""
     live: Any = projections.views[name]  # a TrackedView with TABLES
-    shadow = _Shadow(live, name, watch)
-    try:
+    with _shadow(live, name, watch) as shadow:
         total = count_after(recorder, 0, recorder.max_notification_id() or 0)
         applied = position = 0
         started = time.perf_counter()
@@ -243,12 +209,11 @@ def rebuild(
                 if progress is not None:
                     progress(name, applied, total)
             try:
-                shadow.swap(name, position)
+                shadow.swap(position)
             except _LiveMovedOn:
                 continue
             break
         else:  # pragma: no cover - writers outran five catch-ups in a row
             raise RuntimeError(f"could not swap in the rebuilt {name} view: writers kept ahead")
-        return RebuildReport(name, applied, time.perf_counter() - started, position)
-    finally:
-        shadow.close()
+        seconds = time.perf_counter() - started
+        return RebuildReport(name, applied, seconds, position, shadow.removed)
