@@ -1048,12 +1048,15 @@ class Ledger(RuleBasedStateMachine):
         self.tick()
         generation = prior.generation + (1 if wrong_generation else 0)
         linear = item.mode == "linear"
+        allowed = wc.ledger(item.id).effective_max_attempts(prior.max_attempts)
         ok = (
             not wrong_generation
             and item.status in (("ready", "running") if linear else wi.ACTIVE)
             and prior.status
             in (("ready", "running") if linear else ("ready", "running", "waiting"))
             and (not linear or item.current_action_id == prior.id)
+            # A dynamic Action guided runs again on the attempts it has left (ADR-0091).
+            and (linear or prior.counted_attempts < allowed)
         )
         after = self.attempt(
             wc,
@@ -1130,9 +1133,7 @@ class Ledger(RuleBasedStateMachine):
         wc = self.wcs[worker]
         item, prior = self.pick_action(
             data,
-            lambda item, e: (
-                item.status in ("waiting", "needs_attention") and e.status in ("waiting", "failed")
-            ),
+            lambda item, e: item.status in wi.ACTIVE and e.status in ("waiting", "failed"),
         )
         self.retry_action(wc, item, prior, answer, wrong_generation)
 
@@ -1145,11 +1146,16 @@ class Ledger(RuleBasedStateMachine):
         wrong_generation: bool,
     ) -> None:
         generation = prior.generation + (1 if wrong_generation else 0)
+        # A dynamic item's Actions run side by side, and its retried Action runs again
+        # on the attempts it has left (ADR-0091); a linear retry plans a new Action.
+        dynamic = item.mode == "dynamic"
+        allowed = wc.ledger(item.id).effective_max_attempts(prior.max_attempts)
         ok = (
             not wrong_generation
-            and item.status in ("waiting", "needs_attention")
+            and item.status in (wi.ACTIVE if dynamic else ("waiting", "needs_attention"))
             and prior.status in ("waiting", "failed")
             and (prior.status != "waiting" or bool(answer.strip()))
+            and (not dynamic or prior.counted_attempts < allowed)
         )
         after = self.attempt(
             wc,

@@ -644,13 +644,39 @@ def test_retry_refuses_generation_mismatch(wc: WorkCenter) -> None:
         )
 
 
-@pytest.mark.parametrize("mode", ["linear", "dynamic"])
-def test_retry_refuses_item_that_does_not_need_retry(wc: WorkCenter, mode: str) -> None:
+@pytest.mark.parametrize(
+    ("mode", "refusal"),
+    [
+        ("linear", "WorkItem is ready; it does not need retry"),
+        # Actions side by side: the item's status says nothing of this one (ADR-0091).
+        ("dynamic", "Action is ready; only waiting or failed Actions retry"),
+    ],
+)
+def test_retry_refuses_item_that_does_not_need_retry(
+    wc: WorkCenter, mode: str, refusal: str
+) -> None:
     item = create_linear(wc) if mode == "linear" else plan(wc, create_dynamic(wc).id)
     item = wc.work_item(item.id)
     assert item.status == "ready"
-    with refused(wc, CommandRefused, "does not need retry"):
+    with refused(wc, CommandRefused, refusal):
         wc.retry(item.id, item.plan[0].action_id, expected_version=item.version)
+
+
+def test_a_waiting_action_is_answered_while_another_runs(wc: WorkCenter) -> None:
+    """A dynamic item's Actions run side by side: its status is running while one of
+    them waits for an answer, which was refused as "does not need retry" (ADR-0091)."""
+    item = plan(wc, create_dynamic(wc).id, action_spec(objective="a"), action_spec(objective="b"))
+    a, b = actions_by_sequence(wc, item.id)
+    first = claim(wc)
+    assert first.action_id == a.id
+    wc.finish_run(first, report("waiting", waitingReason="Which Python versions?"))
+    claim(wc)  # b runs
+    running = wc.work_item(item.id)
+    assert (running.status, wc.action(a.id).status) == ("running", "waiting")
+    wc.retry(item.id, a.id, expected_version=running.version, answer="3.11 and 3.12")
+    answered = wc.action(a.id)
+    assert (answered.status, answered.context[-1].text) == ("ready", "3.11 and 3.12")
+    assert wc.action(b.id).status == "running"
 
 
 def test_retry_refuses_action_that_is_not_waiting_or_failed(wc: WorkCenter) -> None:

@@ -324,7 +324,7 @@ def retry(
     by: Actor,
 ) -> Unit:
     """Retry a waiting or failed Action with the previous Run as context."""
-    if item.status not in ("waiting", "needs_attention"):
+    if item.status not in modes.of(item).retry_item_statuses:
         raise CommandRefused(f"WorkItem is {item.status}; it does not need retry")
     target = _target(item, actions, action_id, expected_generation, "input")
     if target.status not in ("waiting", "failed"):

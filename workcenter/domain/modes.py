@@ -47,6 +47,9 @@ class ModePolicy(Protocol):
     # The item statuses in which an Action can be guided, and the Action statuses.
     guidance_item_statuses: tuple[str, ...]
     guidable_statuses: tuple[str, ...]
+    # The item statuses in which a waiting or failed Action can be retried or answered:
+    # with Actions side by side, also while another one is ready or running.
+    retry_item_statuses: tuple[str, ...]
     # A retried or guided Action runs again as itself, on the attempts it has left
     # (dynamic); a linear item's replacement is a new Action with none used.
     next_generation_reuses_attempts: bool
@@ -111,6 +114,7 @@ class Dynamic:
     current_action_only = False
     guidance_item_statuses: tuple[str, ...] = tuple(wi.ACTIVE)
     guidable_statuses: tuple[str, ...] = ("ready", "running", "waiting")
+    retry_item_statuses: tuple[str, ...] = tuple(wi.ACTIVE)
     next_generation_reuses_attempts = True
 
     def workflow(self, stages: StageInput | None) -> tuple[Stage, ...]:
@@ -206,6 +210,7 @@ class Linear:
     current_action_only = True
     guidance_item_statuses: tuple[str, ...] = ("ready", "running")
     guidable_statuses: tuple[str, ...] = ("ready", "running")
+    retry_item_statuses: tuple[str, ...] = ("waiting", "needs_attention")
     next_generation_reuses_attempts = False
 
     def workflow(self, stages: StageInput | None) -> tuple[Stage, ...]:
