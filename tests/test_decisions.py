@@ -1004,3 +1004,8 @@ def test_a_brief_may_name_source_actions_of_the_item_and_only_those() -> None:
         h.parse(stranger)
     with rejected(h, DecisionRefused, "sourceActionIds"):
         h.apply(decisions.CoordinatorReply.model_validate(stranger))
+    # An integrate Action merges completed isolated-write work (4.3): a ready read
+    # Action is no source of it.
+    merge = brief("merge", workspaceMode="integrate", sourceActionIds=[str(source.id)])
+    with rejected(h, DecisionInvalid, "completed isolated-write"):
+        h.parse(decision("create_actions", actions=[merge]))

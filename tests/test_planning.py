@@ -579,6 +579,36 @@ def test_plan_actions_keeps_source_action_ids_as_audit_links(wc: WorkCenter) -> 
     assert planned.source_action_ids == (source.id,)  # type: ignore[attr-defined]
 
 
+def test_an_integrate_action_integrates_completed_isolated_write_actions(wc: WorkCenter) -> None:
+    """coordinator.md 4.3: "integrate needs completed isolated-write sources"; any source
+    of the item was taken, and none at all."""
+    item = create_dynamic(wc)
+    plan(wc, item.id, action_spec(objective="Shared work", workspace_mode="shared"))
+    plan(wc, item.id, action_spec(objective="Branch work", workspace_mode="isolated-write"))
+    shared, isolated = actions_by_sequence(wc, item.id)
+
+    def integrate(*sources: UUID) -> list[dict[str, Any]]:
+        ids = [str(s) for s in sources]
+        return [
+            action_spec(
+                "merge", "Merge the branch", workspace_mode="integrate", sourceActionIds=ids
+            )
+        ]
+
+    with refused(wc, InvalidInput, "an integrate Action needs sourceActionIds"):
+        _plan(wc, item.id, integrate())
+    with refused(wc, CommandRefused, f"Action {isolated.id} is ready isolated-write"):
+        _plan(wc, item.id, integrate(isolated.id))
+    for _ in range(2):
+        wc.finish_run(claim(wc), report())
+    assert wc.action(isolated.id).status == "completed"
+    with refused(wc, CommandRefused, f"Action {shared.id} is completed shared"):
+        _plan(wc, item.id, integrate(isolated.id, shared.id))
+    _plan(wc, item.id, integrate(isolated.id))
+    merge = actions_by_sequence(wc, item.id)[-1]
+    assert (merge.workspace_mode, merge.source_action_ids) == ("integrate", (isolated.id,))
+
+
 def test_plan_actions_refuses_source_action_ids_that_are_not_actions_of_the_item(
     wc: WorkCenter,
 ) -> None:

@@ -225,7 +225,7 @@ def check_create_actions(
             # follows: an absent or unknown mode is prepared as shared.
             planning.refuse_mutating_without_target(item, brief.workspace_mode)
             action = planning.prepare(_spec(brief), _rationale(brief))
-            planning.check_sources(item, action)
+            planning.check_sources(item, action, actions)
             if brief.goal_refs is not None:
                 planning.check_goal_refs(_goal_refs(brief.goal_refs), goal)
             key = (action.type, action.brief.objective)

@@ -161,15 +161,37 @@ def prepare(spec: ActionSpec, rationale: str = "") -> PreparedAction:
     )
 
 
-def check_sources(item: wi.WorkItemState, prepared: PreparedAction) -> None:
+def check_sources(
+    item: wi.WorkItemState, prepared: PreparedAction, actions: Mapping[UUID, act.ActionState]
+) -> None:
     """sourceActionIds must name Actions of this item (coordinator.md 4.3); they are
-    audit links only, so a source's status does not matter and nothing waits on it."""
+    audit links only, so nothing waits on them. An ``integrate`` Action merges what
+    isolated-write Actions made, so its sources must be those, completed."""
     known = {entry.action_id for entry in item.plan}
-    strangers = [str(i) for i in prepared.source_action_ids if i not in known]
+    sources = prepared.source_action_ids
+    strangers = [str(i) for i in sources if i not in known]
     if strangers:
         raise InvalidInput(
             f"sourceActionIds must name Actions of this WorkItem; unknown: {', '.join(strangers)}"
         )
+    if prepared.workspace_mode != "integrate":
+        return
+    if not sources:
+        raise InvalidInput(
+            "an integrate Action needs sourceActionIds: the completed isolated-write Actions "
+            "whose work it integrates"
+        )
+    for source in sources:
+        action = actions.get(source)
+        if action is None or (action.status, action.workspace_mode) != (
+            "completed",
+            "isolated-write",
+        ):
+            shown = f"{action.status} {action.workspace_mode}" if action else "not loaded"
+            raise CommandRefused(
+                f"an integrate Action's sources must be completed isolated-write Actions; "
+                f"Action {source} is {shown}"
+            )
 
 
 def _refuse_strangers(
@@ -335,8 +357,8 @@ def plan_actions(
     new: list[PreparedAction] = []
     for spec in plan.actions:
         prepared = prepare(spec)
-        check_sources(item, prepared)
         refuse_mutating_without_target(item, prepared.workspace_mode)
+        check_sources(item, prepared, actions)
         key = (prepared.type, prepared.brief.objective)
         if key in live and (plan.goal_refs is None or len(plan.rationale.strip()) < RATIONALE_MIN):
             raise InvalidInput(
