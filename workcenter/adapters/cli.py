@@ -531,7 +531,11 @@ cli_operator.audit.add_command(cli_decisions.decisions)
 cli_operator.audit.add_command(cli_decisions.export)
 
 for _command in (
+    cli_steer.create,
     cli_steer.start,
+    cli_steer.cancel,
+    cli_steer.retry,
+    cli_steer.guide,
     cli_operator.audit,
     cli_operator.progress,
     cli_operator.projections,

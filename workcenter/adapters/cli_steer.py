@@ -1,31 +1,136 @@
-"""``workcenter start``: a draft's start, under the version the user saw, as every
-writing verb takes it (``--expected-version``, the item version ``show`` prints)."""
+"""The verbs that steer one WorkItem as a user does on the dashboard: ``create``,
+``start``, ``cancel``, ``retry`` (a waiting Action's answer too) and ``guide``. Each
+writing verb but ``create`` takes the version the user saw (``--expected-version``, the
+item version ``show`` prints) and is refused, writing nothing, if the item changed
+since. An Action is named as ``show`` numbers it, or by its id or an id's prefix."""
 
 from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
 
 import click
 
 from workcenter.adapters import presenters
 from workcenter.adapters.cli_common import (
+    MIN_PREFIX,
     actor_option,
     command_hint,
     console,
     db_option,
     emit_json,
     open_center,
+    resolve_id,
     work_item_id,
 )
+from workcenter.domain import work_item as wi
+from workcenter.domain.errors import NotFound
 
-
-@click.command()
-@db_option
-@click.argument("item_id")
-@click.option(
+expected_version_option = click.option(
     "--expected-version",
     type=int,
     required=True,
     help="The WorkItem version you saw (`show` prints it); refused if it changed since.",
 )
+expected_generation_option = click.option(
+    "--expected-generation",
+    type=int,
+    default=None,
+    help="The Action's generation you saw (`show` prints it); refused if it changed since.",
+)
+
+
+def action_id(item: wi.WorkItemState, value: str) -> UUID:
+    """The Action ``value`` names: its number as ``show`` prints it, or its id or a
+    prefix of one (of this item's Actions only)."""
+    if value.isdigit() and len(value) < MIN_PREFIX:
+        number = int(value)
+        for entry in item.plan:
+            if entry.sequence == number:
+                return entry.action_id
+        raise NotFound(f"Action number {number} of WorkItem", str(item.id))
+    return resolve_id(value, "Action", lambda: (e.action_id for e in item.plan))
+
+
+def _said(as_json: bool, item: wi.WorkItemState, done: str, **extra: Any) -> None:
+    if as_json:
+        emit_json({"item": presenters.item_json(item)} | extra)
+        return
+    console.print(f"{done}: WorkItem is {item.status} (version {item.version})", markup=False)
+
+
+@click.command()
+@db_option
+@click.option("--title", required=True, help="What the work is called.")
+@click.option("--goal", required=True, help="What the work must achieve.")
+@click.option(
+    "--criterion",
+    "criteria",
+    multiple=True,
+    help="An acceptance criterion; give it once per criterion.",
+)
+@click.option(
+    "--delivery-target",
+    default=None,
+    help="Where the result goes (response, artifact, pull_request, ...); a dynamic item"
+    " without one asks the user before it changes anything.",
+)
+@click.option("--mode", type=click.Choice(["dynamic", "linear"]), default="dynamic")
+@click.option(
+    "--stage", "stages", multiple=True, help="A linear item's stage, in order; once per stage."
+)
+@click.option("--start", "start_now", is_flag=True, help="Start it at once (else a draft).")
+@click.option("--max-tokens", type=int, default=None)
+@click.option("--max-requests", type=int, default=None)
+@click.option("--max-run-requests", type=int, default=None)
+@click.option("--max-action-attempts", type=int, default=None)
+@click.option("--max-coordinator-failures", type=int, default=None)
+@actor_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def create(
+    ctx: click.Context,
+    /,
+    title: str,
+    goal: str,
+    criteria: tuple[str, ...],
+    delivery_target: str | None,
+    mode: wi.Mode,
+    stages: tuple[str, ...],
+    start_now: bool,
+    actor: str | None,
+    as_json: bool,
+    **limits: int | None,
+) -> None:
+    """Create a WorkItem (a draft unless --start) with its budget: the defaults, or the
+    limits given."""
+    with open_center(ctx, create=True) as wc:
+        item = wc.create_work_item(
+            title=title,
+            goal=goal,
+            acceptance_criteria=list(criteria),
+            delivery_target=delivery_target,
+            mode=mode,
+            stages=list(stages) or None,
+            start=start_now,
+            limits={name: value for name, value in limits.items() if value is not None},
+            actor=actor,
+        )
+    if as_json:
+        emit_json({"item": presenters.item_json(item)})
+        return
+    console.print(
+        f"created WorkItem {item.id}: {item.status} (version {item.version})", markup=False
+    )
+    if item.status == "draft":
+        hint = command_hint(ctx, "start", str(item.id), "--expected-version", str(item.version))
+        console.print(f"start it with `{hint}`", soft_wrap=True, markup=False)
+
+
+@click.command()
+@db_option
+@click.argument("item_id")
+@expected_version_option
 @actor_option
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
@@ -53,3 +158,102 @@ def start(
             soft_wrap=True,
             markup=False,
         )
+
+
+@click.command()
+@db_option
+@click.argument("item_id")
+@expected_version_option
+@click.option("--reason", default="", help="Why, kept with the cancellation.")
+@actor_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def cancel(
+    ctx: click.Context,
+    item_id: str,
+    expected_version: int,
+    reason: str,
+    actor: str | None,
+    as_json: bool,
+) -> None:
+    """Cancel a WorkItem: its open Actions and running Runs end (`resume` undoes it)."""
+    with open_center(ctx) as wc:
+        item = wc.cancel(
+            work_item_id(wc, item_id),
+            reason=reason,
+            expected_version=expected_version,
+            actor=actor,
+        )
+    _said(as_json, item, "cancelled")
+
+
+@click.command()
+@db_option
+@click.argument("item_id")
+@click.argument("action")
+@expected_version_option
+@expected_generation_option
+@click.option("--answer", default="", help="The answer a waiting Action asked for.")
+@actor_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def retry(
+    ctx: click.Context,
+    item_id: str,
+    action: str,
+    expected_version: int,
+    expected_generation: int | None,
+    answer: str,
+    actor: str | None,
+    as_json: bool,
+) -> None:
+    """Run a failed ACTION again, or answer a waiting one (--answer), with its last Run's
+    result as context. ACTION is its number as `show` prints it, or its id."""
+    with open_center(ctx) as wc:
+        work_item = work_item_id(wc, item_id)
+        target = action_id(wc.work_item(work_item), action)
+        item = wc.retry(
+            work_item,
+            target,
+            expected_version=expected_version,
+            expected_generation=expected_generation,
+            answer=answer,
+            actor=actor,
+        )
+    _said(as_json, item, "answered" if answer.strip() else "retried", action_id=str(target))
+
+
+@click.command()
+@db_option
+@click.argument("item_id")
+@click.argument("action")
+@click.argument("guidance")
+@expected_version_option
+@expected_generation_option
+@actor_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def guide(
+    ctx: click.Context,
+    item_id: str,
+    action: str,
+    guidance: str,
+    expected_version: int,
+    expected_generation: int | None,
+    actor: str | None,
+    as_json: bool,
+) -> None:
+    """Give a ready or running ACTION your GUIDANCE: a new generation of it (a linear
+    item's: a replacement) with your words in its context."""
+    with open_center(ctx) as wc:
+        work_item = work_item_id(wc, item_id)
+        target = action_id(wc.work_item(work_item), action)
+        item = wc.guide(
+            work_item,
+            target,
+            expected_version=expected_version,
+            expected_generation=expected_generation,
+            guidance=guidance,
+            actor=actor,
+        )
+    _said(as_json, item, "guided", action_id=str(target))

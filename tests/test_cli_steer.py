@@ -1,0 +1,154 @@
+"""Steering one WorkItem from the command line as from the dashboard: ``create``,
+``cancel``, ``retry`` (an answer too) and ``guide``, each under the version the user saw;
+an Action named by its number as ``show`` prints it or by its id. Every refusal is one
+line on stderr, exit 2, and writes nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner, Result
+from conftest import action_spec, claim, create_dynamic, plan, report
+
+from workcenter.adapters.cli import cli
+from workcenter.application import WorkCenter
+
+
+def invoke(db: Path, *args: str) -> Result:
+    return CliRunner().invoke(cli, ["--db", str(db), *args])
+
+
+def as_json(result: Result) -> Any:
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def refused(db: Path, name: str, *args: str) -> str:
+    """The verb's refusal: one line naming the error, exit 2, no event written."""
+    with WorkCenter.open(db) as wc:
+        before = wc.event_count()
+    result = invoke(db, *args)
+    assert result.exit_code == 2, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"{name}: "), result.stderr
+    with WorkCenter.open(db) as wc:
+        assert wc.event_count() == before, "a refused verb wrote events"
+    return lines[0]
+
+
+def test_create_a_draft_then_start_it_as_the_cli_suggests(tmp_path: Path) -> None:
+    db = tmp_path / "steer.db"
+    made = invoke(
+        db, "create", "--title", "Fix the upload", "--goal", "Uploads never time out",
+        "--criterion", "100 uploads pass", "--criterion", "The cause is written down",
+        "--delivery-target", "response", "--mode", "linear", "--stage", "triage",
+        "--stage", "implement", "--max-tokens", "50000", "--max-action-attempts", "4",
+    )  # fmt: skip
+    assert made.exit_code == 0, made.output
+    assert "draft (version 1)" in made.stdout
+    hint = made.stdout.split("`")[1].split()
+    assert hint[:3] == ["workcenter", "--db", str(db)]
+    started = invoke(db, *hint[3:])
+    assert "started: WorkItem is ready" in started.stdout, started.output
+    with WorkCenter.open(db) as wc:
+        [row] = wc.list_work_items()
+        item = wc.work_item(row["id"])
+        assert (item.title, item.acceptance_criteria, item.mode) == (
+            "Fix the upload",
+            ("100 uploads pass", "The cause is written down"),
+            "linear",
+        )
+        assert item.stages == ("triage", "implement")
+        limits = wc.ledger(item.id).limits
+        assert (limits.max_tokens, limits.max_action_attempts) == (50_000, 4)
+
+
+def test_create_started_as_json_and_a_bad_one_refused(tmp_path: Path) -> None:
+    db = tmp_path / "steer.db"
+    body = as_json(
+        invoke(db, "create", "--title", "Plan it", "--goal", "g", "--criterion", "c", "--start",
+               "--json")
+    )  # fmt: skip
+    assert (body["item"]["status"], body["item"]["mode"]) == ("running", "dynamic")
+    refusal = refused(db, "InvalidInput", "create", "--title", "  ", "--goal", "g")
+    assert "title" in refusal
+    refused(db, "InvalidInput", "create", "--title", "t", "--goal", "g", "--max-tokens", "0")
+    refused(db, "InvalidInput", "create", "--title", "t", "--goal", "g", "--stage", "x")
+
+
+def test_cancel_under_the_version_seen(tmp_path: Path) -> None:
+    db = tmp_path / "steer.db"
+    with WorkCenter.open(db) as wc:
+        item = create_dynamic(wc)
+        plan(wc, item.id)
+        seen = wc.work_item(item.id).version
+        wc.cancel(item.id)
+        wc.resume(
+            item.id,
+            expected_version=wc.work_item(item.id).version,
+            expected_ledger_version=wc.ledger(item.id).version,
+        )
+    refused(db, "VersionConflict", "cancel", str(item.id), "--expected-version", str(seen))
+    with WorkCenter.open(db) as wc:
+        now = wc.work_item(item.id).version
+    done = invoke(db, "cancel", str(item.id)[:8], "--expected-version", str(now), "--reason", "no")
+    assert done.exit_code == 0 and "cancelled: WorkItem is cancelled" in done.stdout, done.output
+    with WorkCenter.open(db) as wc:
+        now = wc.work_item(item.id).version
+    refused(db, "CommandRefused", "guide", str(item.id), "1", "x", "--expected-version", str(now))
+
+
+def test_retry_a_failed_action_by_its_number_and_answer_a_waiting_one(tmp_path: Path) -> None:
+    db = tmp_path / "steer.db"
+    with WorkCenter.open(db) as wc:
+        item = create_dynamic(wc)
+        plan(wc, item.id, action_spec(objective="a"), action_spec(objective="b"))
+        first = claim(wc)
+        wc.finish_run(first, report("failed"))
+        second = claim(wc)
+        wc.finish_run(second, report("waiting", waitingReason="Which database?"))
+        version = str(wc.work_item(item.id).version)
+    item_id = str(item.id)
+    refused(db, "NotFound", "retry", item_id, "7", "--expected-version", version)
+    refused(db, "InvalidInput", "retry", item_id, "2", "--expected-version", version)
+    refused(
+        db, "CommandRefused", "retry", item_id, "1", "--expected-version", version,
+        "--expected-generation", "2",
+    )  # fmt: skip
+    retried = as_json(invoke(db, "retry", item_id, "1", "--expected-version", version, "--json"))
+    assert retried["action_id"] == str(first.action_id)
+    with WorkCenter.open(db) as wc:
+        version = str(wc.work_item(item.id).version)
+    answered = invoke(
+        db, "retry", item_id, str(second.action_id)[:8], "--expected-version", version,
+        "--answer", "PostgreSQL",
+    )  # fmt: skip
+    assert "answered: WorkItem is" in answered.stdout, answered.output
+    with WorkCenter.open(db) as wc:
+        assert wc.action(first.action_id).status == "ready"
+        waiting = wc.action(second.action_id)
+        assert (waiting.status, waiting.context[-1].text) == ("ready", "PostgreSQL")
+
+
+def test_guide_a_ready_action(tmp_path: Path) -> None:
+    db = tmp_path / "steer.db"
+    with WorkCenter.open(db) as wc:
+        item = plan(wc, create_dynamic(wc).id)
+        [entry] = item.plan
+    guided = invoke(
+        db, "guide", str(item.id), "1", "Read the parser first",
+        "--expected-version", str(item.version), "--expected-generation", "1",
+    )  # fmt: skip
+    assert "guided: WorkItem is ready" in guided.stdout, guided.output
+    with WorkCenter.open(db) as wc:
+        action = wc.action(entry.action_id)
+        assert (action.generation, action.context[-1].text) == (2, "Read the parser first")
+    refused(
+        db, "CommandRefused", "guide", str(item.id), "1", "again",
+        "--expected-version", str(item.version), "--expected-generation", "1",
+    )  # fmt: skip
+    with WorkCenter.open(db) as wc:
+        now = str(wc.work_item(item.id).version)
+    refused(db, "InvalidInput", "guide", str(item.id), "1", "   ", "--expected-version", now)
