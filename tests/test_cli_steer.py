@@ -152,3 +152,41 @@ def test_guide_a_ready_action(tmp_path: Path) -> None:
     with WorkCenter.open(db) as wc:
         now = str(wc.work_item(item.id).version)
     refused(db, "InvalidInput", "guide", str(item.id), "1", "   ", "--expected-version", now)
+
+
+def test_input_to_a_ready_action_and_to_a_running_one(tmp_path: Path) -> None:
+    db = tmp_path / "steer.db"
+    with WorkCenter.open(db) as wc:
+        item = plan(
+            wc, create_dynamic(wc).id, action_spec(objective="a"), action_spec(objective="b")
+        )
+        first, second = (e.action_id for e in item.plan)
+        running = claim(wc)
+        assert running.action_id == first
+        version = str(wc.work_item(item.id).version)
+    item_id = str(item.id)
+    ready = invoke(
+        db, "input", item_id, "2", "Check Windows too", "--expected-version", version,
+        "--expected-generation", "1",
+    )  # fmt: skip
+    assert "input sent to Action 2: its generation 2 is ready" in ready.stdout, ready.output
+    with WorkCenter.open(db) as wc:
+        version = str(wc.work_item(item.id).version)
+    refused(
+        db, "NotFound", "input", item_id, "1", "x", "--expected-version", version,
+        "--expected-generation", "1", "--run", "abcdef12",
+    )  # fmt: skip
+    queued = as_json(
+        invoke(
+            db, "input", item_id, "1", "Use the staging data", "--expected-version", version,
+            "--expected-generation", "1", "--run", str(running.run_id)[:8], "--json",
+        )
+    )  # fmt: skip
+    assert queued["action"]["status"] == "running"
+    with WorkCenter.open(db) as wc:
+        assert [i.text for i in wc.pending_input(running)] == ["Use the staging data"]
+        assert wc.action(second).context[-1].text == "Check Windows too"
+    refused(
+        db, "CommandRefused", "input", item_id, "1", "late", "--expected-version", version,
+        "--expected-generation", "7",
+    )  # fmt: skip

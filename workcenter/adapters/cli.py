@@ -536,6 +536,7 @@ for _command in (
     cli_steer.cancel,
     cli_steer.retry,
     cli_steer.guide,
+    cli_steer.add_input,
     cli_operator.audit,
     cli_operator.progress,
     cli_operator.projections,

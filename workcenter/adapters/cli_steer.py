@@ -1,5 +1,6 @@
 """The verbs that steer one WorkItem as a user does on the dashboard: ``create``,
-``start``, ``cancel``, ``retry`` (a waiting Action's answer too) and ``guide``. Each
+``start``, ``cancel``, ``retry`` (a waiting Action's answer too), ``guide``, and
+``input`` to an Action, which only the Python API had. Each
 writing verb but ``create`` takes the version the user saw (``--expected-version``, the
 item version ``show`` prints) and is refused, writing nothing, if the item changed
 since. An Action is named as ``show`` numbers it, or by its id or an id's prefix."""
@@ -257,3 +258,57 @@ def guide(
             actor=actor,
         )
     _said(as_json, item, "guided", action_id=str(target))
+
+
+@click.command(name="input")
+@db_option
+@click.argument("item_id")
+@click.argument("action")
+@click.argument("text")
+@expected_version_option
+@click.option(
+    "--expected-generation",
+    type=int,
+    required=True,
+    help="The Action's generation you saw (`show` prints it); refused if it changed since.",
+)
+@click.option("--run", "run", default=None, help="A running Action's Run (its id or a prefix).")
+@actor_option
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def add_input(
+    ctx: click.Context,
+    item_id: str,
+    action: str,
+    text: str,
+    expected_version: int,
+    expected_generation: int,
+    run: str | None,
+    actor: str | None,
+    as_json: bool,
+) -> None:
+    """Send TEXT to ACTION: a ready one starts a new generation with it in its context; a
+    running one's Run gets it queued (name the Run with --run)."""
+    with open_center(ctx) as wc:
+        work_item = work_item_id(wc, item_id)
+        target = action_id(wc.work_item(work_item), action)
+        runs = [r.id for r in wc.action(target).runs]
+        run_id = resolve_id(run, "Run", lambda: runs) if run is not None else None
+        after = wc.add_input(
+            work_item,
+            target,
+            expected_version=expected_version,
+            expected_generation=expected_generation,
+            text=text,
+            expected_run_id=run_id,
+            actor=actor,
+        )
+    if as_json:
+        emit_json({"action": presenters.action_json(after)})
+        return
+    where = (
+        "queued for its running Run"
+        if after.status == "running"
+        else f"its generation {after.generation} is {after.status}"
+    )
+    console.print(f"input sent to Action {after.sequence}: {where}", markup=False)
