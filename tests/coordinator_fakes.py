@@ -36,10 +36,15 @@ class Invalid(InvalidInput):
 class Body:
     messages: tuple[dict[str, str], ...]
     reply_schema: dict[str, Any]
+    max_output_tokens: int | None = None
 
     def canonical(self) -> bytes:
         return json.dumps(
-            {"messages": list(self.messages), "schema": self.reply_schema},
+            {
+                "messages": list(self.messages),
+                "schema": self.reply_schema,
+                "max": self.max_output_tokens,
+            },
             sort_keys=True,
             separators=(",", ":"),
         ).encode()
@@ -70,6 +75,7 @@ class FakeRules(DomainRules):
         turn: conv.Turn,
         prompt: str,
         correction: str | None,
+        max_output_tokens: int | None = None,
     ) -> Body:
         snapshot = {
             "item": {"id": str(item.id), "status": item.status, "goal": item.goal},
@@ -83,7 +89,11 @@ class FakeRules(DomainRules):
         ]
         if correction:
             chat.append({"role": "user", "content": f"Correction: {correction}"})
-        return Body(messages=tuple(chat), reply_schema={"type": "object"})
+        return Body(
+            messages=tuple(chat),
+            reply_schema={"type": "object"},
+            max_output_tokens=max_output_tokens,
+        )
 
     def parse_reply(
         self,

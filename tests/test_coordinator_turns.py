@@ -25,6 +25,7 @@ from coordinator_fakes import FakeRules, answer_text, create_actions, decision
 from workcenter.adapters.providers.scripted import Failure, Reply, ScriptedProvider, Step
 from workcenter.application import WorkCenter
 from workcenter.domain import conversation as conv
+from workcenter.domain import resource_ledger as rl
 from workcenter.domain.errors import (
     CommandRefused,
     InvalidInput,
@@ -564,3 +565,34 @@ def test_after_a_token_stop_room_for_one_more_request_lets_the_next_turn_through
     *_, resumed = after.reservations.values()
     assert resumed.status == "reported"
     assert resumed.estimated_tokens > asked  # larger: the least would have stopped it again
+
+
+def test_a_provider_that_bounds_its_replies_is_reserved_that_bound(wc: WorkCenter) -> None:
+    """Without a bound a turn is reserved at 16,384 tokens of reply (the ledger's unknown
+    output); a provider that declares ``max_output_tokens`` gets requests carrying it,
+    and the budget reserves it instead."""
+    bounded = create_dynamic(wc, title="Bounded")
+    provider = drain(wc, create_actions(action_spec()), max_output_tokens=1_000)
+    [sent] = provider.requests
+    assert sent.max_output_tokens == 1_000
+    [reserved] = wc.ledger(bounded.id).reservations.values()
+    prompt = rl.estimate_tokens({"messages": list(sent.messages)}) - rl.UNKNOWN_REQUEST_TOKENS
+    assert reserved.estimated_tokens == prompt + 1_000
+    [prepared] = wc.audit(bounded.id, type="ProviderTurnPrepared")
+    assert prepared.payload["request"]["maxOutputTokens"] == 1_000  # the hashed body holds it
+    unbounded = create_dynamic(wc, title="Unbounded")
+    [sent] = drain(wc, create_actions(action_spec())).requests
+    assert sent.max_output_tokens is None
+    [reserved] = wc.ledger(unbounded.id).reservations.values()
+    assert reserved.estimated_tokens > rl.UNKNOWN_REQUEST_TOKENS
+
+
+@pytest.mark.parametrize("bound", [0, -5, True, 2.5, "1000", 2**53])
+def test_a_provider_declaring_a_bound_that_is_no_count_is_refused(
+    wc: WorkCenter, bound: object
+) -> None:
+    create_dynamic(wc)
+    provider = ScriptedProvider([create_actions(action_spec())])
+    provider.max_output_tokens = bound  # type: ignore[assignment]
+    with refused(wc, InvalidInput, "max_output_tokens"):
+        wc.coordinate_once(provider)

@@ -50,7 +50,9 @@ DECISION = {"reply": "Nothing to do yet.", "decision": {"kind": "answer"}}
 USAGE = {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150}
 
 
-def request(attempt: int = 1, correction: str | None = None) -> ProviderTurnRequest:
+def request(
+    attempt: int = 1, correction: str | None = None, max_output_tokens: int | None = None
+) -> ProviderTurnRequest:
     messages = [
         {"role": "system", "content": "You coordinate one WorkItem."},
         {"role": "user", "content": "What next?"},
@@ -58,7 +60,11 @@ def request(attempt: int = 1, correction: str | None = None) -> ProviderTurnRequ
     if correction is not None:
         messages.append({"role": "user", "content": correction})
     return ProviderTurnRequest(
-        turn_id="turn-1", attempt=attempt, messages=tuple(messages), reply_schema=SCHEMA
+        turn_id="turn-1",
+        attempt=attempt,
+        messages=tuple(messages),
+        reply_schema=SCHEMA,
+        max_output_tokens=max_output_tokens,
     )
 
 
@@ -191,6 +197,19 @@ def test_a_structured_decision_comes_back_as_its_text_with_usage(stub: Stub) -> 
     assert sent["headers"]["authorization"] == "Bearer sk-test"
     assert sent["body"]["model"] == "stub-model"
     assert sent["body"]["messages"] == list(request().messages)
+
+
+def test_a_bounded_request_sends_its_bound_and_an_unbounded_one_none(stub: Stub) -> None:
+    """The bound the provider declared reaches the server as the request carries it
+    (the Coordinator reserved that much for the reply)."""
+    llm = provider(stub, max_output_tokens=2_048)
+    assert llm.max_output_tokens == 2_048
+    for _ in range(2):
+        stub.reply(json.dumps(DECISION))
+    llm.answer(request(max_output_tokens=2_048), Counter())
+    llm.answer(request(), Counter())
+    assert stub.bodies[0]["max_tokens"] == 2_048
+    assert "max_tokens" not in stub.bodies[1]
 
 
 def test_the_request_asks_for_the_reply_schema(stub: Stub) -> None:
@@ -385,6 +404,9 @@ def test_without_the_openai_package_the_error_says_what_to_install(
         {"max_retries": -1},
         {"max_retries": 11},
         {"max_retries": 1.5},
+        {"max_output_tokens": 0},
+        {"max_output_tokens": True},
+        {"max_output_tokens": 1.5},
     ],
 )
 def test_bad_settings_are_invalid_input(options: dict[str, Any]) -> None:
@@ -401,9 +423,11 @@ def test_settings_from_the_environment(stub: Stub) -> None:
             "WORKCENTER_LLM_API_KEY": "sk-env",
             "WORKCENTER_LLM_TIMEOUT": "7.5",
             "WORKCENTER_LLM_MAX_RETRIES": "0",
+            "WORKCENTER_LLM_MAX_OUTPUT_TOKENS": "4096",
         }
     )
     assert (llm.model, llm.timeout, llm.max_retries) == ("local-model", 7.5, 0)
+    assert llm.max_output_tokens == 4_096
     stub.reply(json.dumps(DECISION))
     llm.answer(request(), Counter())
     assert stub.received[0]["headers"]["authorization"] == "Bearer sk-env"

@@ -84,14 +84,19 @@ class ConversationLine(Immutable):
 
 
 class CoordinatorRequestBody(Immutable):
-    """The chat messages and the reply schema sent to the provider; immutable once
-    prepared, and hashed as canonical JSON (3.1)."""
+    """The chat messages, the reply schema and the reply's bound in tokens (when the
+    provider declares one) sent to the provider; immutable once prepared, and hashed
+    as canonical JSON (3.1)."""
 
     messages: tuple[dict[str, str], ...]
     reply_schema: dict[str, Any]
+    max_output_tokens: int | None = None
 
     def canonical(self) -> bytes:
-        return canonical_json({"messages": list(self.messages), "reply_schema": self.reply_schema})
+        body: dict[str, Any] = {"messages": list(self.messages), "reply_schema": self.reply_schema}
+        if self.max_output_tokens is not None:  # absent, the hashes of earlier turns hold
+            body["max_output_tokens"] = self.max_output_tokens
+        return canonical_json(body)
 
     def hash(self) -> str:
         return hashlib.sha256(self.canonical()).hexdigest()
@@ -296,6 +301,7 @@ def build_request(
     correction: str | None,
     *,
     kinds: tuple[str, ...] = DECISION_KINDS,
+    max_output_tokens: int | None = None,
 ) -> CoordinatorRequestBody:
     """The request of one provider turn: the fixed instructions, then the snapshot under
     a fixed heading, the turn's input (the latest user text, or the automatic trigger as
@@ -314,4 +320,5 @@ def build_request(
             {"role": "user", "content": "\n\n".join(parts)},
         ),
         reply_schema=reply_schema(kinds),
+        max_output_tokens=max_output_tokens,
     )

@@ -100,6 +100,12 @@ class ProviderRequest(Protocol):
     @property
     def reply_schema(self) -> dict[str, Any]: ...
 
+    @property
+    def max_output_tokens(self) -> int | None:
+        """The bound on the reply's tokens the provider declared and the budget reserved
+        (send it as the server's ``max_tokens``); None: no bound, reserved at 16,384."""
+        ...
+
 
 class ProviderReply(Protocol):
     """What the model answered: its text (a JSON decision, or text around one) and
@@ -121,6 +127,10 @@ class CoordinatorProvider(Protocol):
     when the request must not be sent, which the provider lets propagate. A
     provider that cannot see its own retries calls it once. Failures raise
     ``ProviderFailed`` with ``transient`` set for rate limits and server errors.
+
+    A provider may declare ``max_output_tokens`` (a whole number of at least 1): each
+    request it is given then carries that bound on the reply, which the budget reserves
+    instead of 16,384 tokens, and which the provider sends to its server.
     """
 
     def answer(
@@ -137,6 +147,7 @@ class ProviderTurnRequest:
     attempt: int
     messages: tuple[dict[str, str], ...]
     reply_schema: dict[str, Any]
+    max_output_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ MODEL_ENV = "WORKCENTER_LLM_MODEL"
 API_KEY_ENV = "WORKCENTER_LLM_API_KEY"
 TIMEOUT_ENV = "WORKCENTER_LLM_TIMEOUT"
 MAX_RETRIES_ENV = "WORKCENTER_LLM_MAX_RETRIES"
+MAX_OUTPUT_TOKENS_ENV = "WORKCENTER_LLM_MAX_OUTPUT_TOKENS"
 # Local servers take any key, the client needs one (vLLM's docs use "EMPTY").
 NO_KEY = "EMPTY"
 
@@ -70,11 +71,15 @@ class OpenAICompatibleProvider:
         api_key: str | None = None,
         timeout: float = 120.0,
         max_retries: int = 2,
+        max_output_tokens: int | None = None,
     ) -> None:
         self.base_url = _checked_url(base_url)
         self.model = _checked_text("model", model)
         self.timeout = _checked_timeout(timeout)
         self.max_retries = _checked_retries(max_retries)
+        # Declared to the Coordinator, which puts it in every request: the server's
+        # max_tokens, and what the budget reserves for a reply instead of 16,384 tokens.
+        self.max_output_tokens = _checked_bound(max_output_tokens)
         module = _openai()
         self._openai = module
         self._before: ContextVar[Callable[[], None]] = ContextVar("before_request")
@@ -89,7 +94,8 @@ class OpenAICompatibleProvider:
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> OpenAICompatibleProvider:
         """Configured by ``WORKCENTER_LLM_BASE_URL``, ``_MODEL``, ``_API_KEY`` (else
-        ``OPENAI_API_KEY``), ``_TIMEOUT`` (seconds) and ``_MAX_RETRIES``."""
+        ``OPENAI_API_KEY``), ``_TIMEOUT`` (seconds), ``_MAX_RETRIES`` and
+        ``_MAX_OUTPUT_TOKENS``."""
         env = os.environ if environ is None else environ
         missing = [name for name in (BASE_URL_ENV, MODEL_ENV) if not env.get(name)]
         if missing:
@@ -100,12 +106,16 @@ class OpenAICompatibleProvider:
             api_key=env.get(API_KEY_ENV) or env.get("OPENAI_API_KEY"),
             timeout=_number(env, TIMEOUT_ENV, float, 120.0),
             max_retries=_number(env, MAX_RETRIES_ENV, int, 2),
+            max_output_tokens=_number(env, MAX_OUTPUT_TOKENS_ENV, int, None),
         )
 
     def answer(
         self, request: ProviderRequest, before_request: Callable[[], None]
     ) -> ProviderTurnReply:
         token = self._before.set(before_request)
+        # The request's bound, as reserved; without one the server's own applies.
+        bound = request.max_output_tokens
+        options: dict[str, Any] = {} if bound is None else {"max_tokens": bound}
         try:
             completion = self._client.chat.completions.create(
                 model=self.model,
@@ -118,6 +128,7 @@ class OpenAICompatibleProvider:
                         "strict": False,
                     },
                 },
+                **options,
             )
             return _reply(completion)
         except _Stopped as stopped:
@@ -229,6 +240,14 @@ def _checked_timeout(value: object) -> float:
 def _checked_retries(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_RETRIES:
         raise InvalidInput(f"max_retries must be an integer from 0 to {MAX_RETRIES}, not {value!r}")
+    return value
+
+
+def _checked_bound(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput(f"max_output_tokens must be a whole number of at least 1, not {value!r}")
     return value
 
 

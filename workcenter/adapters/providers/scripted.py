@@ -60,6 +60,7 @@ class ScriptedProvider:
 
     ``requests`` lists every simulated HTTP attempt that was sent, in order (a
     step of three attempts appears three times); ``calls`` counts ``answer`` calls.
+    ``max_output_tokens`` is declared to the Coordinator as a real provider's is.
     """
 
     def __init__(
@@ -67,7 +68,9 @@ class ScriptedProvider:
         script: Iterable[Step] = (),
         *,
         respond: Callable[[ProviderRequest], Step] | None = None,
+        max_output_tokens: int | None = None,
     ) -> None:
+        self.max_output_tokens = max_output_tokens
         self._script: deque[Reply | Failure] = deque()
         self._respond = respond
         self._lock = threading.Lock()

@@ -323,7 +323,12 @@ class CoordinatorCommands:
 
     def prepare(self, claim: conv.ClaimRef, attempt: int, body: RequestBody) -> conv.ProviderTurn:
         prepared: list[conv.ProviderTurn] = []
-        request = {"messages": list(body.messages), "replySchema": body.reply_schema}
+        request: dict[str, Any] = {
+            "messages": list(body.messages),
+            "replySchema": body.reply_schema,
+        }
+        if body.max_output_tokens is not None:
+            request["maxOutputTokens"] = body.max_output_tokens
 
         def decide(unit: Unit, talk: turns.Decider, turn: conv.Turn) -> None:
             prepared[:] = [
@@ -340,7 +345,9 @@ class CoordinatorCommands:
         write, before any byte is sent (3.3), renewing the claim's lease for the call. A
         denial raises ResourceStopError (a stopping denial is saved first); a lost claim
         raises TurnFenceLost."""
-        estimate = rl.estimate_tokens({"messages": list(body.messages)})
+        estimate = rl.estimate_tokens(
+            {"messages": list(body.messages), "max_tokens": body.max_output_tokens}
+        )
         admissions: list[rl.Admission] = []
 
         def decide(unit: Unit, talk: turns.Decider, turn: conv.Turn) -> None:

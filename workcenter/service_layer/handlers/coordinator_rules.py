@@ -28,13 +28,17 @@ from workcenter.domain.unit import Unit
 
 
 class RequestBody(Protocol):
-    """The request of one attempt: chat messages and the reply schema, hashed canonically."""
+    """The request of one attempt: chat messages, the reply schema and the reply's
+    bound in tokens (None: none), hashed canonically."""
 
     @property
     def messages(self) -> Sequence[dict[str, str]]: ...
 
     @property
     def reply_schema(self) -> dict[str, Any]: ...
+
+    @property
+    def max_output_tokens(self) -> int | None: ...
 
     def canonical(self) -> bytes: ...
 
@@ -80,9 +84,11 @@ class DecisionRules(Protocol):
         turn: conv.Turn,
         prompt: str,
         correction: str | None,
+        max_output_tokens: int | None = None,
     ) -> RequestBody:
         """Raises ``CommandRefused`` when the turn may take no decision on the item, so
-        it fails before any request is paid for."""
+        it fails before any request is paid for. ``max_output_tokens`` is the provider's
+        bound on a reply, which the body carries and the budget reserves."""
         ...
 
     def parse_reply(
@@ -137,6 +143,7 @@ class DomainRules:
         turn: conv.Turn,
         prompt: str,
         correction: str | None,
+        max_output_tokens: int | None = None,
     ) -> RequestBody:
         kinds = decisions.offered_kinds(_authority(turn), item)
         if not kinds:
@@ -151,7 +158,14 @@ class DomainRules:
             for m in messages
         ]
         return coordinator_request.build_request(
-            item, actions, progress, lines, prompt, correction, kinds=kinds
+            item,
+            actions,
+            progress,
+            lines,
+            prompt,
+            correction,
+            kinds=kinds,
+            max_output_tokens=max_output_tokens,
         )
 
     def parse_reply(

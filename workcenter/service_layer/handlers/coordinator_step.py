@@ -48,6 +48,7 @@ class PreparedRequest:
     attempt: int
     messages: Sequence[dict[str, str]]
     reply_schema: dict[str, Any]
+    max_output_tokens: int | None
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class Coordinator:
             raise InvalidInput(f"provider must be a CoordinatorProvider (answer()), not {kind}")
         self.commands = commands
         self.provider = provider
+        self.max_output_tokens = _declared_bound(provider)
         lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))
         self.lease = max(lease, conv.MIN_LEASE)
 
@@ -167,6 +169,7 @@ class Coordinator:
                 turn,
                 _prompt(turn),
                 state.correction,
+                self.max_output_tokens,
             )
         except WorkcenterError as error:  # the snapshot cannot be built (too large)
             return self._fail(claim, str(error), retry=False)
@@ -196,6 +199,7 @@ class Coordinator:
             attempt=provider_turn.attempt,
             messages=tuple(body.messages),
             reply_schema=body.reply_schema,
+            max_output_tokens=body.max_output_tokens,
         )
 
         ours: list[BaseException] = []
@@ -325,3 +329,17 @@ def _lines(conversation: conv.ConversationState) -> list[conv.Message]:
     """The last 20 finished messages, newest first (9.6)."""
     finished = [m for m in conversation.messages if m.status != "thinking"]
     return list(reversed(finished[-20:]))
+
+
+def _declared_bound(provider: CoordinatorProvider) -> int | None:
+    """The bound on a reply's tokens the provider declares (``max_output_tokens``), if
+    any: its requests carry it, and the budget reserves it instead of 16,384 tokens."""
+    bound = getattr(provider, "max_output_tokens", None)
+    if bound is None:
+        return None
+    if isinstance(bound, bool) or not isinstance(bound, int) or not 1 <= bound <= bounds.INTEGER:
+        raise InvalidInput(
+            f"the provider's max_output_tokens must be a whole number from 1 to {bounds.INTEGER},"
+            f" not {bound!r}"
+        )
+    return bound
