@@ -24,6 +24,7 @@ from workcenter.adapters.cli_common import (
     resolve_id,
     work_item_id,
 )
+from workcenter.application import WorkCenter
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import NotFound
 
@@ -51,6 +52,11 @@ def action_id(item: wi.WorkItemState, value: str) -> UUID:
                 return entry.action_id
         raise NotFound(f"Action number {number} of WorkItem", str(item.id))
     return resolve_id(value, "Action", lambda: (e.action_id for e in item.plan))
+
+
+def _item_and_action(wc: WorkCenter, item_id: str, action: str) -> tuple[UUID, UUID]:
+    work_item = work_item_id(wc, item_id)
+    return work_item, action_id(wc.work_item(work_item), action)
 
 
 def _said(as_json: bool, item: wi.WorkItemState, done: str, **extra: Any) -> None:
@@ -211,8 +217,7 @@ def retry(
     """Run a failed ACTION again, or answer a waiting one (--answer), with its last Run's
     result as context. ACTION is its number as `show` prints it, or its id."""
     with open_center(ctx) as wc:
-        work_item = work_item_id(wc, item_id)
-        target = action_id(wc.work_item(work_item), action)
+        work_item, target = _item_and_action(wc, item_id, action)
         item = wc.retry(
             work_item,
             target,
@@ -247,8 +252,7 @@ def guide(
     """Give a ready or running ACTION your GUIDANCE: a new generation of it (a linear
     item's: a replacement) with your words in its context."""
     with open_center(ctx) as wc:
-        work_item = work_item_id(wc, item_id)
-        target = action_id(wc.work_item(work_item), action)
+        work_item, target = _item_and_action(wc, item_id, action)
         item = wc.guide(
             work_item,
             target,
@@ -290,8 +294,7 @@ def add_input(
     """Send TEXT to ACTION: a ready one starts a new generation with it in its context; a
     running one's Run gets it queued (name the Run with --run)."""
     with open_center(ctx) as wc:
-        work_item = work_item_id(wc, item_id)
-        target = action_id(wc.work_item(work_item), action)
+        work_item, target = _item_and_action(wc, item_id, action)
         runs = [r.id for r in wc.action(target).runs]
         run_id = resolve_id(run, "Run", lambda: runs) if run is not None else None
         after = wc.add_input(
