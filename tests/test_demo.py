@@ -215,7 +215,7 @@ def test_demo_under_a_small_token_budget_stops_and_sends_nothing_past_it(tmp_pat
         assert last.status == "failed" and "work_item_tokens_exhausted" in (last.error or "")
 
 
-def test_the_demo_recovers_from_the_stop_and_the_coordinator_plans_again(tmp_path: Path) -> None:
+def test_the_demo_recovers_from_the_stop_and_completes_the_item(tmp_path: Path) -> None:
     db = str(tmp_path / "demo.db")
     result = _invoke(db, "demo", "--max-tokens", str(SMALL_BUDGET), "--json")
     assert result.exit_code == 0, result.output
@@ -223,30 +223,38 @@ def test_the_demo_recovers_from_the_stop_and_the_coordinator_plans_again(tmp_pat
     item, budget, talk = detail["item"], detail["budget"], detail["conversation"]
     assert item["stopped"] is None and budget["stop_reason"] is None
     assert budget["limits"]["max_tokens"] == SMALL_BUDGET + EXTENSION_TOKENS
-    assert _assistant(detail) == [
+    turns = _assistant(detail)
+    assert turns[:5] == [
         ("completed", "create_actions"),
         ("completed", "create_actions"),
         ("failed", None),  # its request was refused by the budget: never sent
         ("completed", "request_human"),  # woken by the resume: asks before spending again
         ("completed", "create_actions"),  # the user's message: it plans again
     ]
-    assert [e["kind"] for e in talk["mailbox"]][-2:] == ["work_item_resumed", "message"]
+    # Then the rest of the work runs, on the raised budget, to the Coordinator's complete.
+    assert turns[-1] == ("completed", "complete")
+    assert ("failed", None) not in turns[3:]
+    assert "work_item_resumed" in [e["kind"] for e in talk["mailbox"]]
     assert {e["status"] for e in talk["mailbox"]} == {"acked"}
-    ready = [a["type"] for a in detail["actions"] if a["status"] == "ready"]
-    assert item["status"] == "ready" and ready == ["implement"]
+    assert item["status"] == "done"
+    assert budget["usage"]["charged_tokens"] <= SMALL_BUDGET + EXTENSION_TOKENS
     with WorkCenter.open(db) as wc:
         types = [type(e).__name__ for e in wc.history(UUID(item["id"]))]
-    assert types.index("BudgetStopRecorded") < types.index("WorkItemResumed")
+    stop, resumed = types.index("BudgetStopRecorded"), types.index("WorkItemResumed")
+    assert stop < resumed < types.index("WorkItemCompleted")
 
 
 def test_demo_prints_the_stop_and_the_recovery_clearly(tmp_path: Path) -> None:
     result = _invoke(str(tmp_path / "demo.db"), "demo", "--max-tokens", str(SMALL_BUDGET))
     assert result.exit_code == 0, result.output
-    assert "stopped by its budget: work_item_tokens_exhausted" in result.stdout
-    assert "budget extend" in result.stdout, "what a user would run"
-    assert "the demo does that now: the budget raised to" in result.stdout
-    assert "planned again, ready for a worker: implement" in result.stdout
-    assert "WorkItem is done" not in result.stdout
+    out = result.stdout
+    assert "stopped by its budget: work_item_tokens_exhausted" in out
+    assert "budget extend" in out, "what a user would run"
+    raised = out.index("the demo does that now: the budget raised to")
+    planned = out.index("coordinator (your message) create_actions", raised)
+    assert planned < out.index(
+        "goal progress: 3/3 criteria passed, delivery passed; WorkItem is done"
+    )
 
 
 def test_budget_show_reports_limits_usage_attempts_and_versions(tmp_path: Path) -> None:

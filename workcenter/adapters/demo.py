@@ -15,7 +15,8 @@ ResourceLedger: the Runs' through a metered provider around a scripted fake one,
 the Coordinator's by its own reservation before each request. With a budget too
 small for the script the ledger stops the item and no request past the budget
 reaches a provider; the demo then does what a user would: raises the budget,
-resumes the item and answers the Coordinator, which plans again.
+resumes the item and answers the Coordinator, which plans again, and the work goes
+on to the item's completion.
 """
 
 from __future__ import annotations
@@ -286,7 +287,7 @@ def run_demo(
     ``coordinator``, the scripted Coordinator answers. When the ledger stops
     the item (``limits`` too small), ``on_stop(item_id)`` is told; then the demo raises
     the budget, resumes the item and answers the Coordinator, which plans again, and the
-    walkthrough ends there (or at the stop, without ``resume_after_stop``).
+    walkthrough goes on to the end (or ends at the stop, without ``resume_after_stop``).
     """
     llm = llm or ScriptedLlm()
     demo = Demo(
@@ -312,9 +313,10 @@ def run_demo(
     if item.stopped:
         _stopped(demo)
         on_stop(item.id)
-        if resume_after_stop:
-            _resume(demo)
-        return item.id
+        if not resume_after_stop:
+            return item.id
+        _resume(demo)
+        item = wc.work_item(item.id)
     progress = wc.goal_progress(item.id)
     say(
         f"goal progress: {progress.completed_criteria_count}/{progress.total_criteria_count} "
@@ -334,7 +336,8 @@ def _stopped(demo: Demo) -> None:
 
 
 def _resume(demo: Demo) -> None:
-    """What a user does with a stopped item: more budget, resume, tell the Coordinator."""
+    """What a user does with a stopped item: more budget, resume, tell the Coordinator;
+    then the work goes on."""
     wc = demo.wc
     ledger = wc.extend_budget(
         demo.id,
@@ -352,10 +355,4 @@ def _resume(demo: Demo) -> None:
     if question is not None:
         demo.answers[question] = RESUME_ANSWER
         demo.answer()
-    demo.coordinate()
-    item = wc.work_item(demo.id)
-    ready = [a.type for a in wc.actions(item, "ready").values()]
-    demo.say(
-        f"WorkItem is {item.status}"
-        + (f"; planned again, ready for a worker: {', '.join(ready)}" if ready else "")
-    )
+    demo.walk()
