@@ -190,3 +190,53 @@ def test_input_to_a_ready_action_and_to_a_running_one(tmp_path: Path) -> None:
         db, "CommandRefused", "input", item_id, "1", "late", "--expected-version", version,
         "--expected-generation", "7",
     )  # fmt: skip
+
+
+def test_found_by_acceptance_testing_of_the_verbs(tmp_path: Path) -> None:
+    """A digit that is not ASCII is no Action number (it was a traceback); a cancel of
+    a cancelled item says it wrote nothing; a linear retry names the Action its work goes
+    on in; a pasted page given as an id is said back clipped."""
+    db = tmp_path / "steer.db"
+    with WorkCenter.open(db) as wc:
+        item = wc.create_work_item(
+            title="t", goal="g", acceptance_criteria=["c"], delivery_target="response",
+            mode="linear", stages=["implement"], start=True,
+        )  # fmt: skip
+        wc.finish_run(claim(wc), report("failed"))
+        version = str(wc.work_item(item.id).version)
+    item_id = str(item.id)
+    for number in ("\u00b2", "\u2460", "\u0661"):  # superscript 2, circled 1, Arabic-Indic 1
+        refused(db, "InvalidInput", "retry", item_id, number, "--expected-version", version)
+    retried = invoke(db, "retry", item_id, "1", "--expected-version", version)
+    said, went_on = retried.stdout.splitlines()
+    assert said.startswith("retried: WorkItem is ready"), retried.output
+    assert went_on == "its work goes on as Action 2 (ready)"
+    refusal = refused(db, "NotFound", "cancel", "a" * 5_000, "--expected-version", "1")
+    assert len(refusal) < 200, refusal
+    with WorkCenter.open(db) as wc:
+        version = str(wc.work_item(item.id).version)
+    assert (
+        "cancelled: WorkItem is cancelled"
+        in invoke(db, "cancel", item_id, "--expected-version", version).stdout
+    )
+    with WorkCenter.open(db) as wc:
+        version = str(wc.work_item(item.id).version)
+    again = as_json(invoke(db, "cancel", item_id, "--expected-version", version, "--json"))
+    assert again["changed"] is False
+    said = invoke(db, "cancel", item_id, "--expected-version", version).stdout
+    assert said.startswith("already cancelled (nothing written)"), said
+
+
+def test_resume_suggests_commands_on_the_store_given(tmp_path: Path) -> None:
+    db = tmp_path / "steer.db"
+    with WorkCenter.open(db) as wc:
+        item = plan(wc, create_dynamic(wc).id)
+        wc.cancel(item.id)
+        versions = [str(wc.work_item(item.id).version), str(wc.ledger(item.id).version)]
+    resumed = invoke(
+        db, "resume", str(item.id), "--expected-version", versions[0],
+        "--expected-ledger-version", versions[1],
+    )  # fmt: skip
+    assert resumed.exit_code == 0, resumed.output
+    assert f"workcenter --db {db} coordinate" in resumed.stdout
+    assert f"workcenter --db {db} message" in resumed.stdout

@@ -360,7 +360,7 @@ def test_after_a_budget_stop_extend_and_resume_the_cli_says_what_comes_next(
     assert resumed.exit_code == 0, resumed.output
     for output in (resumed.stdout, invoke("show", item_id, "--db", db).stdout):
         assert "no Action is ready or running" in output
-        assert "workcenter message" in output
+        assert f"workcenter --db {db} message" in output  # on the store given
     idle = invoke(
         "worker", "--db", db, "--executor", "workcenter.adapters.executors:echo",
         "--no-coordinator", "--exit-when-idle",

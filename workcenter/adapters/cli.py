@@ -234,7 +234,7 @@ def show(ctx: click.Context, item_id: str, as_json: bool, state: bool) -> None:
         _emit_json(detail if state else dto)
     else:
         console.print(cli_tables.item_table(detail))
-        _say_what_next(detail["item"]["status"], detail["item"]["mode"], detail["actions"])
+        _say_what_next(ctx, detail["item"]["status"], detail["item"]["mode"], detail["actions"])
 
 
 @cli.command()
@@ -410,10 +410,12 @@ def resume(
         _emit_json({"item": presenters.item_json(item), "budget": snapshot})
     else:
         console.print(f"resumed: WorkItem is {item.status} (version {item.version})")
-        _say_what_next(item.status, item.mode, [{"status": e.status} for e in item.plan])
+        _say_what_next(ctx, item.status, item.mode, [{"status": e.status} for e in item.plan])
 
 
-def _say_what_next(status: str, mode: str, actions: list[dict[str, Any]]) -> None:
+def _say_what_next(
+    ctx: click.Context, status: str, mode: str, actions: list[dict[str, Any]]
+) -> None:
     """A dynamic item that is running with no open Action waits for its next Actions to
     be planned (a resume supersedes the stopped ones): say so, or it looks stuck."""
     if mode != "dynamic" or status != "running":
@@ -422,9 +424,10 @@ def _say_what_next(status: str, mode: str, actions: list[dict[str, Any]]) -> Non
         return
     console.print(
         "no Action is ready or running: a dynamic WorkItem's next Actions are planned by"
-        " its Coordinator; run `workcenter coordinate` (or a worker), or say what to do"
-        " with `workcenter message`",
+        f" its Coordinator; run `{command_hint(ctx, 'coordinate')}` (or a worker), or say"
+        f" what to do with `{command_hint(ctx, 'message')}`",
         soft_wrap=True,
+        markup=False,
     )
 
 

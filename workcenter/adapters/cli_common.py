@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 # Output that is not a terminal is read by programs: lines are never wrapped or cut there.
 PIPE_WIDTH = 100_000
 MIN_PREFIX = 4
+ID_SHOWN = 60  # characters of a refused id said back
 
 
 class _Console(Console):
@@ -136,18 +137,20 @@ def resolve_id(value: str, kind: str, candidates: Callable[[], Iterable[UUID]]) 
     except ValueError:
         pass
     prefix = value.strip().lower()
+    # Said back clipped: an id is 36 characters, and a line need not hold a pasted page.
+    shown = clip(value, ID_SHOWN)
     if len(prefix) < MIN_PREFIX or any(c not in "0123456789abcdef-" for c in prefix):
         raise InvalidInput(
-            f"{value!r} is not a valid {kind} id (give the id or at least {MIN_PREFIX} of its "
+            f"{shown!r} is not a valid {kind} id (give the id or at least {MIN_PREFIX} of its "
             "first characters)"
         )
     matches = sorted({c for c in candidates() if str(c).startswith(prefix)}, key=str)
     if not matches:
-        raise NotFound(f"{kind} with an id starting", value)
+        raise NotFound(f"{kind} with an id starting", shown)
     if len(matches) > 1:
         shown = ", ".join(str(m) for m in matches[:3]) + (", ..." if len(matches) > 3 else "")
         raise InvalidInput(
-            f"{kind} id prefix {value!r} is ambiguous: {len(matches)} ids start with it ({shown})"
+            f"{kind} id prefix {shown!r} is ambiguous: {len(matches)} ids start with it ({shown})"
         )
     return matches[0]
 

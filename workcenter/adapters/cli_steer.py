@@ -32,7 +32,8 @@ expected_version_option = click.option(
     "--expected-version",
     type=int,
     required=True,
-    help="The WorkItem version you saw (`show` prints it); refused if it changed since.",
+    help="The WorkItem version you saw (`show` prints it; `planRevision` in `show --json`);"
+    " refused if what this command depends on changed since.",
 )
 expected_generation_option = click.option(
     "--expected-generation",
@@ -45,7 +46,8 @@ expected_generation_option = click.option(
 def action_id(item: wi.WorkItemState, value: str) -> UUID:
     """The Action ``value`` names: its number as ``show`` prints it, or its id or a
     prefix of one (of this item's Actions only)."""
-    if value.isdigit() and len(value) < MIN_PREFIX:
+    # ASCII digits only: str.isdigit also takes "²" and "①", which int() refuses.
+    if value.isascii() and value.isdigit() and len(value) < MIN_PREFIX:
         number = int(value)
         for entry in item.plan:
             if entry.sequence == number:
@@ -66,6 +68,20 @@ def _said(as_json: bool, item: wi.WorkItemState, done: str, **extra: Any) -> Non
     console.print(f"{done}: WorkItem is {item.status} (version {item.version})", markup=False)
 
 
+def _said_of_action(as_json: bool, item: wi.WorkItemState, done: str, target: UUID) -> None:
+    """As ``_said``, naming the Action the work goes on in: a linear item's retry or
+    guidance plans a replacement, which ``show`` numbers anew."""
+    current = item.current_action_id
+    if as_json:
+        went_on = str(current) if current is not None else None
+        _said(True, item, done, action_id=str(target), current_action_id=went_on)
+        return
+    _said(False, item, done)
+    entry = next((e for e in item.plan if e.action_id == current), None)
+    if current != target and entry is not None:
+        console.print(f"its work goes on as Action {entry.sequence} ({entry.status})", markup=False)
+
+
 @click.command()
 @db_option
 @click.option("--title", required=True, help="What the work is called.")
@@ -79,19 +95,30 @@ def _said(as_json: bool, item: wi.WorkItemState, done: str, **extra: Any) -> Non
 @click.option(
     "--delivery-target",
     default=None,
-    help="Where the result goes (response, artifact, pull_request, ...); a dynamic item"
-    " without one asks the user before it changes anything.",
+    help="Where the result goes: response, workspace_files, pull_request or merge; a"
+    " dynamic item without one asks the user before it changes anything.",
 )
-@click.option("--mode", type=click.Choice(["dynamic", "linear"]), default="dynamic")
 @click.option(
-    "--stage", "stages", multiple=True, help="A linear item's stage, in order; once per stage."
+    "--mode",
+    type=click.Choice(["dynamic", "linear"]),
+    default="dynamic",
+    help="dynamic: a Coordinator plans the Actions; linear: one Action per stage, in order.",
+)
+@click.option(
+    "--stage",
+    "stages",
+    multiple=True,
+    help="A linear item's stage, in order; once per stage (default: triage, implement,"
+    " review, deliver).",
 )
 @click.option("--start", "start_now", is_flag=True, help="Start it at once (else a draft).")
-@click.option("--max-tokens", type=int, default=None)
-@click.option("--max-requests", type=int, default=None)
-@click.option("--max-run-requests", type=int, default=None)
-@click.option("--max-action-attempts", type=int, default=None)
-@click.option("--max-coordinator-failures", type=int, default=None)
+@click.option("--max-tokens", type=int, default=None, help="Charged tokens, in all.")
+@click.option("--max-requests", type=int, default=None, help="LLM requests, in all.")
+@click.option("--max-run-requests", type=int, default=None, help="LLM requests of one Run.")
+@click.option("--max-action-attempts", type=int, default=None, help="Runs of one Action.")
+@click.option(
+    "--max-coordinator-failures", type=int, default=None, help="Failed Coordinator turns."
+)
 @actor_option
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
@@ -185,13 +212,17 @@ def cancel(
 ) -> None:
     """Cancel a WorkItem: its open Actions and running Runs end (`resume` undoes it)."""
     with open_center(ctx) as wc:
-        item = wc.cancel(
-            work_item_id(wc, item_id),
-            reason=reason,
-            expected_version=expected_version,
-            actor=actor,
-        )
-    _said(as_json, item, "cancelled")
+        work_item = work_item_id(wc, item_id)
+        before = wc.work_item(work_item)
+        item = wc.cancel(work_item, reason=reason, expected_version=expected_version, actor=actor)
+    # A cancel of a cancelled item writes nothing, as a start of a started one.
+    changed = before.status != "cancelled"
+    _said(
+        as_json,
+        item,
+        "cancelled" if changed else "already cancelled (nothing written)",
+        changed=changed,
+    )
 
 
 @click.command()
@@ -215,9 +246,10 @@ def retry(
     as_json: bool,
 ) -> None:
     """Run a failed ACTION again, or answer a waiting one (--answer), with its last Run's
-    result as context. ACTION is its number as `show` prints it, or its id."""
+    result as context. ACTION is its number as `show` prints it, or its id or a prefix."""
     with open_center(ctx) as wc:
         work_item, target = _item_and_action(wc, item_id, action)
+        answered = wc.action(target).status == "waiting"
         item = wc.retry(
             work_item,
             target,
@@ -226,7 +258,7 @@ def retry(
             answer=answer,
             actor=actor,
         )
-    _said(as_json, item, "answered" if answer.strip() else "retried", action_id=str(target))
+    _said_of_action(as_json, item, "answered" if answered else "retried", target)
 
 
 @click.command()
@@ -249,8 +281,9 @@ def guide(
     actor: str | None,
     as_json: bool,
 ) -> None:
-    """Give a ready or running ACTION your GUIDANCE: a new generation of it (a linear
-    item's: a replacement) with your words in its context."""
+    """Give a ready or running ACTION (on a dynamic item, a waiting one too) your
+    GUIDANCE: a new generation of it (a linear item's: a replacement) with your words in
+    its context."""
     with open_center(ctx) as wc:
         work_item, target = _item_and_action(wc, item_id, action)
         item = wc.guide(
@@ -261,7 +294,7 @@ def guide(
             guidance=guidance,
             actor=actor,
         )
-    _said(as_json, item, "guided", action_id=str(target))
+    _said_of_action(as_json, item, "guided", target)
 
 
 @click.command(name="input")
