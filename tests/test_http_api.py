@@ -8,12 +8,13 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import pytest
 from click.testing import CliRunner
+from conftest import action_spec
 from fastapi.testclient import TestClient
-from http_client import LINEAR, client, versions_of
+from http_client import DYNAMIC, LINEAR, client, versions_of
 
 from workcenter.adapters import cli_serve
 from workcenter.adapters.cli import cli
@@ -326,6 +327,49 @@ def test_retry_and_guide_an_action(api: TestClient, wc: WorkCenter) -> None:
     assert guided.json()["currentActionId"] not in (action_id, replacement)
 
 
+def test_input_to_a_ready_action_and_to_a_running_ones_run(api: TestClient, wc: WorkCenter) -> None:
+    response = api.post("/api/work-items", json=DYNAMIC)
+    assert response.status_code == 201, response.text
+    item = response.json()
+    wc.plan_actions(
+        UUID(item["id"]),
+        expected_version=wc.work_item(UUID(item["id"])).version,
+        actions=[action_spec(objective="a"), action_spec(objective="b")],
+    )
+    first, second = (e.action_id for e in wc.work_item(UUID(item["id"])).plan)
+    running = wc.claim_next("w1")
+    assert running is not None and running.action_id == first
+    base = f"/api/work-items/{item['id']}"
+    etag = api.get(base).headers["ETag"]
+    before = wc.event_count()
+    url = f"{base}/actions/{second}/input"
+    blank = api.post(url, json={"text": " ", "expectedGeneration": 1}, headers={"If-Match": etag})
+    refused(wc, blank, 422, "InvalidInput", before)
+    no_generation = api.post(url, json={"text": "x"}, headers={"If-Match": etag})
+    refused(wc, no_generation, 422, "InvalidInput", before)
+    ready = api.post(
+        url, json={"text": "Check Windows too", "expectedGeneration": 1}, headers={"If-Match": etag}
+    )
+    assert ready.status_code == 200, ready.text
+    assert wc.action(second).generation == 2
+    etag = ready.headers["ETag"]
+    url = f"{base}/actions/{first}/input"
+    stale_run = api.post(
+        url,
+        json={"text": "x", "expectedGeneration": 1, "expectedRunId": str(uuid4())},
+        headers={"If-Match": etag},
+    )
+    refused(wc, stale_run, 409, "CommandRefused", wc.event_count())
+    queued = api.post(
+        url,
+        json={"text": "Use the staging data", "expectedGeneration": 1,
+              "expectedRunId": str(running.run_id)},
+        headers={"If-Match": etag},
+    )  # fmt: skip
+    assert queued.status_code == 200, queued.text
+    assert [i.text for i in wc.pending_input(running)] == ["Use the staging data"]
+
+
 # --- the guard -------------------------------------------------------------------
 
 
@@ -401,6 +445,7 @@ def test_openapi_documents_every_route(api: TestClient) -> None:
         item + "/stream",
         item + "/actions/{action_id}/retry",
         item + "/actions/{action_id}/guide",
+        item + "/actions/{action_id}/input",
         *(
             "/api/worker/" + verb
             for verb in ("claim", "renew", "finish", "interrupt", "defer", "input")

@@ -26,6 +26,7 @@ from workcenter.adapters.http.problems import UnsupportedMediaType
 from workcenter.adapters.http.responses import JSONBytes
 from workcenter.application import WorkCenter
 from workcenter.domain import bounds, inputs
+from workcenter.domain.run import INPUT_LIMIT
 from workcenter.domain.work_item import DeliveryTarget
 from workcenter.projections.dto_models import DetailDto
 
@@ -117,6 +118,15 @@ class Retry(Body):
 class Guide(Body):
     guidance: str = fields.text(bounds.GUIDANCE, required=True)
     expected_generation: fields.Version | None = Field(None, alias="expectedGeneration")
+
+
+class ActionInput(Body):
+    text: str = fields.text(INPUT_LIMIT, required=True)
+    expected_generation: fields.Version = Field(alias="expectedGeneration")
+    # A running Action's Run, which queues the input; refused if it is not the Run now.
+    expected_run_id: Annotated[UUID, Field(strict=False)] | None = Field(
+        None, alias="expectedRunId"
+    )
 
 
 def _answer(wc: WorkCenter, work_item_id: UUID, status: int = 200, **headers: str) -> JSONBytes:
@@ -249,5 +259,30 @@ def guide(
         expected_version=expected.item_version,
         expected_generation=body.expected_generation,
         guidance=body.guidance,
+    )
+    return _answer(wc, work_item_id)
+
+
+@router.post(
+    ITEM + "/actions/{action_id}/input", response_model=DetailDto, responses=contract.command()
+)
+def add_input(
+    wc: Center,
+    item_id: str,
+    action_id: str,
+    expected: Expected,
+    body: ActionInput,
+) -> JSONBytes:
+    """Send input to an Action: a ready one starts a new generation with it in its
+    context; a running one's Run (``expectedRunId``) gets it queued."""
+    work_item_id = inputs.aggregate_id(item_id, "WorkItem")
+    expected.check(wc, work_item_id)
+    wc.add_input(
+        work_item_id,
+        inputs.aggregate_id(action_id, "Action"),
+        expected_version=expected.item_version,
+        expected_generation=body.expected_generation,
+        text=body.text,
+        expected_run_id=body.expected_run_id,
     )
     return _answer(wc, work_item_id)

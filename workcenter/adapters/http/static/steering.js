@@ -236,6 +236,10 @@ function actionButtons(action) {
   } else if (action.status === "ready" || action.status === "running") {
     buttons.push(actionButton("Guide", "guide", open("guide"), "A new generation with your guidance"));
   }
+  if (action.status === "running") {
+    const queue = "Words for its running Run, which goes on (guidance starts it again)";
+    buttons.push(actionButton("Input", "input", open("input"), queue));
+  }
   return buttons;
 }
 
@@ -250,7 +254,18 @@ const ACTION_FORMS = {
   answer: { verb: "Answer ", done: "answered" },
   retry: { verb: "Guide (retry with your words) ", done: "retried with your guidance" },
   guide: { verb: "Guide ", done: "guided" },
+  input: { verb: "Input to the running Run of " },
 };
+
+// Input for a running Action goes to the Run the page shows running: if another took
+// its place meanwhile, the server refuses it rather than hand it to a Run not asked.
+function sendInput(action, text) {
+  const run = (action.runs || []).find((r) => r.status === "running");
+  const body = { text, expectedGeneration: action.generation };
+  if (run) body.expectedRunId = run.id;
+  const path = "/actions/" + encodeURIComponent(action.id) + "/input";
+  return command(path, body, "Action " + action.sequence + ": input queued.");
+}
 
 function openActionForm(action, kind, where) {
   state.actionForm = { action, kind };
@@ -275,13 +290,17 @@ $("action-form").addEventListener("submit", async (event) => {
   const text = $("action-text").value.trim();
   if (!open) return;
   const action = open.action;
-  const sent =
-    open.kind === "guide"
-      ? await command(
-          "/actions/" + encodeURIComponent(action.id) + "/guide",
-          { guidance: text, expectedGeneration: action.generation },
-          "Action " + action.sequence + " guided.",
-        )
-      : await retryAction(action, text, ACTION_FORMS[open.kind].done);
+  let sent;
+  if (open.kind === "guide") {
+    sent = await command(
+      "/actions/" + encodeURIComponent(action.id) + "/guide",
+      { guidance: text, expectedGeneration: action.generation },
+      "Action " + action.sequence + " guided.",
+    );
+  } else if (open.kind === "input") {
+    sent = await sendInput(action, text);
+  } else {
+    sent = await retryAction(action, text, ACTION_FORMS[open.kind].done);
+  }
   if (sent) closeActionForm();
 });
