@@ -1312,7 +1312,7 @@ def test_a_token_stop_resumes_only_once_the_request_it_refused_fits(wc: WorkCent
     with refused(wc, CommandRefused, r"extend the budget first.*needs 200 more tokens"):
         resume(wc, item.id)
     extend(wc, item.id, max_tokens=199)
-    with refused(wc, CommandRefused, r"needs 1 more tokens"):
+    with refused(wc, CommandRefused, r"needs 1 more token\)"):
         resume(wc, item.id)
     extend(wc, item.id, max_tokens=1)
     assert resume(wc, item.id).status == "running"

@@ -467,7 +467,7 @@ def resume(
     if shortfall:
         raise CommandRefused(
             "max_tokens is exhausted: extend the budget first, then resume (the request "
-            f"its stop refused needs {shortfall} more tokens)"
+            f"its stop refused needs {shortfall} more token{'s' if shortfall > 1 else ''})"
         )
     spent = state.spent()
     if spent is not None:
