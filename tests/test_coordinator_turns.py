@@ -543,7 +543,7 @@ def test_after_a_token_stop_room_for_one_more_request_lets_the_next_turn_through
     assert isinstance(asked, int) and asked > 16_384
     need = ledger.charged_tokens + asked - ledger.limits.max_tokens
     assert 0 < need < asked
-    with refused(wc, CommandRefused, f"needs {need} more tokens"):
+    with refused(wc, CommandRefused, f"needs {need} more token"):
         wc.resume(
             item.id,
             expected_version=wc.work_item(item.id).version,

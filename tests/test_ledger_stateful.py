@@ -422,7 +422,7 @@ class LedgerMachine(RuleBasedStateMachine):
                 assert self.spent() and "extend the budget first" in str(error)
                 outcome = "resume_spent"
                 if self.charged() < self.limits["max_tokens"] and self.shortfall():
-                    assert f"needs {self.shortfall()} more tokens" in str(error)
+                    assert f"needs {self.shortfall()} more token" in str(error)
                     outcome = "resume_short"  # nothing is spent; the refused request lacks room
         else:
             assert not self.conflicts(seen) and self.stop is not None and not self.spent()
