@@ -190,6 +190,14 @@ def test_input_to_a_ready_action_and_to_a_running_one(tmp_path: Path) -> None:
         db, "CommandRefused", "input", item_id, "1", "late", "--expected-version", version,
         "--expected-generation", "7",
     )  # fmt: skip
+    with WorkCenter.open(db) as wc:
+        other = claim(wc)  # Action 2's Run: live, but not Action 1's
+        version = str(wc.work_item(item.id).version)
+    refusal = refused(
+        db, "CommandRefused", "input", item_id, "1", "x", "--expected-version", version,
+        "--expected-generation", "1", "--run", str(other.run_id),
+    )  # fmt: skip
+    assert refusal.endswith(f"Run {other.run_id} is not a Run of Action 1"), refusal
 
 
 def test_found_by_acceptance_testing_of_the_verbs(tmp_path: Path) -> None:

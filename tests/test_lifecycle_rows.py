@@ -390,7 +390,8 @@ def test_stale_input_is_refused_and_writes_nothing(wc: WorkCenter, clock: FakeCl
     first = claim(wc, lease_seconds=60)
     with refused(wc, CommandRefused, match="Action changed"):
         _send(wc, first, "x", expected_generation=2)
-    with refused(wc, CommandRefused, match="meant for has ended"):
+    # A Run the Action never had is named as such (it read "has ended"; ADR-0093).
+    with refused(wc, CommandRefused, match=r"is not a Run of Action 1$"):
         _send(wc, first, "x", expected_run_id=uuid4())
     wc.interrupt(first, reason="stop")
     second = claim(wc)

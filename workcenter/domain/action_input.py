@@ -63,7 +63,7 @@ def add_input(
     unit = Unit(item, actions, at, by=by)
     if action.status == "ready":
         if expected_run_id is not None:
-            raise CommandRefused("the Run the input was meant for has ended")
+            raise _not_the_run(action, expected_run_id)
         entries = tuple(act.ContextEntry(kind="input", text=i.text) for i in action.inputs)
         unit.apply_action(
             generation.reset(
@@ -84,7 +84,7 @@ def add_input(
             "(a waiting or failed one takes retry)"
         )
     if expected_run_id is not None and expected_run_id != run.id:
-        raise CommandRefused("the Run the input was meant for has ended")
+        raise _not_the_run(action, expected_run_id)
     if run.expires_at <= at:
         raise CommandRefused(
             "the running Run's lease expired; send the input again when it is recovered"
@@ -93,6 +93,14 @@ def add_input(
     emit(act.InputQueued, input_id=input_id, text=text, run_id=run.id)
     unit.apply_action(emit.events)
     return unit
+
+
+def _not_the_run(action: act.ActionState, run_id: UUID) -> CommandRefused:
+    """Input named a Run that is not the Action's running one: one of its ended Runs,
+    or none of its own."""
+    if any(run.id == run_id for run in action.runs):
+        return CommandRefused("the Run the input was meant for has ended")
+    return CommandRefused(f"Run {run_id} is not a Run of Action {action.sequence}")
 
 
 def pending(
