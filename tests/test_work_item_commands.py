@@ -617,7 +617,9 @@ def test_retry_refuses_an_answer_past_its_bound(wc: WorkCenter) -> None:
         )
 
 
-def test_retry_waiting_needs_an_answer(wc: WorkCenter) -> None:
+@pytest.mark.parametrize("answer", ["   ", "\u200b", " \u2060\ufeff "])
+def test_retry_waiting_needs_an_answer(wc: WorkCenter, answer: str) -> None:
+    """Blank, or only characters that show nothing (a zero-width space was taken)."""
     item = create_linear(wc)
     wc.finish_run(claim(wc), report("waiting"))
     waiting = wc.work_item(item.id)
@@ -626,7 +628,7 @@ def test_retry_waiting_needs_an_answer(wc: WorkCenter) -> None:
             item.id,
             waiting.current_action_id,
             expected_version=waiting.version,  # type: ignore[arg-type]
-            answer="   ",
+            answer=answer,
         )
 
 

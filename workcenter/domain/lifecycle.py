@@ -17,7 +17,7 @@ from uuid import UUID
 
 from workcenter.domain import action as act
 from workcenter.domain import action_generation as generation
-from workcenter.domain import modes
+from workcenter.domain import inputs, modes
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
@@ -330,7 +330,8 @@ def retry(
     if target.status not in ("waiting", "failed"):
         raise CommandRefused(f"Action is {target.status}; only waiting or failed Actions retry")
     answer = stripped(answer)
-    if target.status == "waiting" and not answer:
+    # An answer of zero-width characters shows nothing to the Run that asked.
+    if target.status == "waiting" and not inputs.visible(answer):
         raise InvalidInput("a waiting Action needs an answer to retry")
     entries = tuple(
         e
