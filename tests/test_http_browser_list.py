@@ -193,7 +193,7 @@ def test_a_user_works_through_500_items_on_the_page(wc: WorkCenter, browser: Any
         )
         said = page.text_content("#budget-stop")
         assert said == (
-            "Stopped by the Coordinator failure limit: the Coordinator failed 3 times in a row"
+            "Stopped by the Coordinator failure limit: the Coordinator failed 3 times"
             " (limit 3). Extend Coordinator failures by at least 1, then Resume."
         ), said
         assert page.input_value("#extend-coordinator-failures") == "1"
@@ -350,3 +350,61 @@ def test_a_token_stop_says_what_the_refused_request_needed(wc: WorkCenter, brows
         assert wc.reserve_request(
             item.id, request={"messages": [{"role": "user", "content": "word " * 2000}]}
         ).allowed
+
+
+def test_a_token_stop_whose_turns_spent_the_failures_names_both(
+    wc: WorkCenter, browser: Any
+) -> None:
+    """ADR-0091, found by acceptance testing: the page named and pre-filled the tokens
+    only, said "Its limit now allows it: Resume." once they were raised, and the resume
+    was refused for the Coordinator's failures; raised by the least only, it said so too
+    though the next request could not fit."""
+    item = wc.create_work_item(
+        title="Small budget", goal="g", mode="linear", stages=["work"], start=True,
+        limits={"max_tokens": 1000},
+    )  # fmt: skip
+    with served(create_app(wc)) as base:
+        page = browser.new_page(viewport={"width": 1360, "height": 1100})
+        page.goto(base + "/")
+        wait_text(page, "#item-title", "Small budget")
+        request = {"messages": [{"role": "user", "content": "word " * 2000}]}
+        assert not wc.reserve_request(item.id, request=request).allowed
+        for n in range(3):
+            budget_commands(wc).record_coordinator_failure(item.id, turn_id=f"t{n}")
+        stop = wc.ledger(item.id).stop_reason
+        assert stop is not None and stop.code == "work_item_tokens_exhausted"
+        asked = int(stop.details["estimated_next_tokens"] or 0)
+        need = asked - 1000
+        page.wait_for_selector(
+            "#budget-stop[data-also='maxCoordinatorFailures']:visible", timeout=TIMEOUT_MS
+        )
+        said = page.text_content("#budget-stop") or ""
+        assert said.endswith(
+            f"Extend tokens by at least {need:,} ({need + asked:,} leaves room for one more"
+            " such request) and Coordinator failures by at least 1, then Resume."
+        ), said
+        assert page.input_value("#extend-tokens") == str(need + asked)
+        assert page.input_value("#extend-coordinator-failures") == "1"
+
+        # Nothing to add: said in the page's words, nothing sent.
+        before = wc.event_count()
+        for field in ("#extend-tokens", "#extend-coordinator-failures"):
+            page.fill(field, "")
+        page.click("#extend:enabled")
+        assert note(page, "refused") == (
+            "Enter an amount to add to at least one limit, then Extend."
+        )
+        assert wc.event_count() == before
+
+        # The least of each: a resume would be taken, but the next request not.
+        page.fill("#extend-tokens", str(need))
+        page.fill("#extend-coordinator-failures", "1")
+        wait_current_etag(page, base, str(item.id))
+        page.click("#extend:enabled")
+        assert note(page, "ok") == "Budget extended."
+        page.wait_for_function(
+            "() => document.querySelector('#budget-stop').textContent.endsWith("
+            f"'Its limit now lets the refused request through, but not the next one: extend"
+            f" tokens by {asked:,} more before you Resume.')",
+            timeout=TIMEOUT_MS,
+        )

@@ -1319,6 +1319,24 @@ def test_a_token_stop_resumes_only_once_the_request_it_refused_fits(wc: WorkCent
     assert wc.reserve_request(item.id, request=req(300)).allowed  # the refused one fits
 
 
+def test_a_resume_names_every_limit_still_spent(wc: WorkCenter, budget: BudgetCommands) -> None:
+    """A token stop whose turns also used up the Coordinator's failures: the refusal
+    named the tokens only, and a person learnt of the failures a round later."""
+    item = make(wc, max_tokens=1_000)
+    assert wc.reserve_request(item.id, request=req(900)).allowed
+    assert wc.reserve_request(item.id, request=req(300)).code == "work_item_tokens_exhausted"
+    for n in range(3):
+        budget.record_coordinator_failure(item.id, turn_id=f"t{n}")
+    both = r"^max_tokens and max_coordinator_failures are exhausted: extend the budget first"
+    with refused(wc, CommandRefused, both + r".*needs 200 more tokens\)$"):
+        resume(wc, item.id)
+    extend(wc, item.id, max_tokens=200)
+    with refused(wc, CommandRefused, r"^max_coordinator_failures is exhausted: "):
+        resume(wc, item.id)
+    extend(wc, item.id, max_coordinator_failures=1)
+    assert resume(wc, item.id).status == "running"
+
+
 def test_a_token_stop_by_an_overrun_names_no_request_and_resumes_once_under_the_limit(
     wc: WorkCenter,
 ) -> None:

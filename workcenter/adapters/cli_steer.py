@@ -325,7 +325,9 @@ def add_input(
     as_json: bool,
 ) -> None:
     """Send TEXT to ACTION: a ready one starts a new generation with it in its context; a
-    running one's Run gets it queued (name the Run with --run)."""
+    running one's Run gets it queued (name the Run with --run). Its executor must read it
+    while it runs: `workcenter worker` hands input over at the claim only, so its Run is
+    interrupted at its end and the next Run, an attempt, gets the input."""
     with open_center(ctx) as wc:
         work_item, target = _item_and_action(wc, item_id, action)
         runs = [r.id for r in wc.action(target).runs]

@@ -113,15 +113,19 @@ class LedgerState(AggregateState):
     def effective_max_attempts(self, original_max_attempts: int) -> int:
         return min(original_max_attempts + self.attempts_extension, self.limits.max_action_attempts)
 
-    def spent(self) -> str | None:
-        """The budget that is still exhausted, if any (resume is refused while one is)."""
-        if self.request_count >= self.limits.max_requests:
-            return "max_requests"
-        if self.charged_tokens >= self.limits.max_tokens:
-            return "max_tokens"
-        if self.coordinator_failures >= self.limits.max_coordinator_failures:
-            return "max_coordinator_failures"
-        return None
+    def spent(self) -> list[str]:
+        """Every budget still exhausted (resume is refused while one is), in the order
+        the limits are listed; a token stop's refused request that does not fit yet
+        counts as spent tokens (ADR-0091)."""
+        exhausted = {
+            "max_requests": self.request_count >= self.limits.max_requests,
+            "max_tokens": self.charged_tokens >= self.limits.max_tokens
+            or self.refused_request_shortfall() > 0,
+            "max_coordinator_failures": (
+                self.coordinator_failures >= self.limits.max_coordinator_failures
+            ),
+        }
+        return [name for name, is_spent in exhausted.items() if is_spent]
 
     def refused_request_shortfall(self) -> int:
         """Tokens the limit still lacks for the request a token stop refused, else 0.
@@ -463,15 +467,19 @@ def resume(
     """Clear the stop, by a person only; refused while a budget is still spent, or
     while the request a token stop refused would be refused again."""
     _by_a_person(by, "resumes work its budget stopped")
-    shortfall = state.refused_request_shortfall()
-    if shortfall:
-        raise CommandRefused(
-            "max_tokens is exhausted: extend the budget first, then resume (the request "
-            f"its stop refused needs {shortfall} more token{'s' if shortfall > 1 else ''})"
-        )
     spent = state.spent()
-    if spent is not None:
-        raise CommandRefused(f"{spent} is exhausted: extend the budget first, then resume")
+    if spent:
+        # Every limit at once: naming one at a time took a person two rounds to learn
+        # that a token stop had also used up the Coordinator's failures.
+        names = " and ".join(spent) + (" is" if len(spent) == 1 else " are")
+        shortfall = state.refused_request_shortfall()
+        needs = (
+            f" (the request its stop refused needs {shortfall} more "
+            f"token{'s' if shortfall > 1 else ''})"
+            if shortfall
+            else ""
+        )
+        raise CommandRefused(f"{names} exhausted: extend the budget first, then resume{needs}")
     if not stopping_action_can_attempt:
         raise CommandRefused("The stopping Action has no attempt left: extend max_action_attempts")
     emit: Emitter[LedgerEvent] = Emitter.after(state, at, by)

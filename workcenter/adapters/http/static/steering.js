@@ -84,7 +84,12 @@ $("extend-form").addEventListener("submit", async (event) => {
     const value = input.value.trim();
     if (value) additions[input.dataset.limit] = Number(value);
   }
-  // Nothing to add is the server's to refuse, so that the page says why.
+  // Said here in the page's words: the server's ("additions must be a non-empty
+  // mapping ...") is the API's, for programs.
+  if (!Object.keys(additions).length) {
+    showNote("Enter an amount to add to at least one limit, then Extend.", "refused");
+    return;
+  }
   if (await command("/budget/extend", additions, "Budget extended.")) {
     for (const input of LIMIT_INPUTS()) input.value = "";
   }
@@ -105,10 +110,18 @@ const STOPS = {
     // A Coordinator's next request is a little larger than the refused one: the least
     // would stop the item again at once, so the field holds room for one more as well.
     const suggest = need > 0 && asked ? need + asked : need;
+    // Raised by the least only: a resume is taken, and the next request is refused.
+    const more = asked ? charged + 2 * asked - max : 0;
+    const tight =
+      need === 0 && more > 0
+        ? " Its limit now lets the refused request through, but not the next one: extend" +
+          " tokens by " + number(more) + " more before you Resume."
+        : "";
     return {
       limit: "maxTokens",
       need,
       suggest,
+      tight,
       text: "the token limit: " + number(charged) + " of " + number(max) + " tokens charged" + refused,
     };
   },
@@ -149,12 +162,32 @@ const STOPS = {
     return {
       limit: "maxCoordinatorFailures",
       need: Math.max(failures - max + 1, 0),
+      // The count never goes back down: not "in a row".
       text:
         "the Coordinator failure limit: the Coordinator failed " + number(failures) +
-        " times in a row (limit " + number(max) + ")",
+        " times (limit " + number(max) + ")",
     };
   },
 };
+
+// What the ledger counts against the limits a resume checks besides the stopping one: a
+// token stop's turns may have used up the Coordinator's failures too (ADR-0091).
+const SPENDABLE = {
+  maxRequests: (control) => control.usage.llmRequestCount || 0,
+  maxTokens: (control) => control.usage.chargedTokens || 0,
+  maxCoordinatorFailures: (control) => control.coordinatorFailures || 0,
+};
+
+function alsoSpent(control, limit) {
+  const also = [];
+  for (const [name, used] of Object.entries(SPENDABLE)) {
+    const max = control.limits[name] || 0;
+    if (name !== limit && used(control) >= max) {
+      also.push({ limit: name, need: used(control) - max + 1 });
+    }
+  }
+  return also;
+}
 
 const LIMIT_WORDS = {
   maxTokens: "tokens",
@@ -180,23 +213,34 @@ function renderStop(control) {
     node.textContent = visible("Stopped: " + stop.code);
     return;
   }
-  const { limit, need, text, suggest = need } = explain(control, stop);
+  const { limit, need, text, suggest = need, tight = "" } = explain(control, stop);
+  const also = alsoSpent(control, limit);
   node.dataset.limit = limit;
   node.dataset.need = String(need);
+  node.dataset.also = also.map((a) => a.limit).join(" ");
   // Once the limit was raised enough (need 0), the stop stays until the resume: say so.
   const room =
     suggest > need ? " (" + number(suggest) + " leaves room for one more such request)" : "";
-  const lifted =
-    need > 0
-      ? " Extend " + LIMIT_WORDS[limit] + " by at least " + number(need) + room + ", then Resume."
-      : " Its limit now allows it: Resume.";
+  const others = also.map((a) => LIMIT_WORDS[a.limit] + " by at least " + number(a.need));
+  let lifted;
+  if (need > 0) {
+    const first = " Extend " + LIMIT_WORDS[limit] + " by at least " + number(need) + room;
+    lifted = [first, ...others].join(" and ") + ", then Resume.";
+  } else if (others.length) {
+    lifted = " Its limit now allows it; extend " + others.join(" and ") + " too, then Resume.";
+  } else {
+    lifted = tight || " Its limit now allows it: Resume.";
+  }
   node.textContent = visible("Stopped by " + text + "." + lifted);
-  // Pre-filled once per stop: a live update must not overwrite what the user typed.
-  const key = stop.code + "@" + stop.at;
+  // Pre-filled once per stop and per set of limits to raise: a live update must not
+  // overwrite what the user typed, unless another limit now needs raising too.
+  const key = stop.code + "@" + stop.at + "|" + node.dataset.also;
   if (state.prefilledStop !== key) {
     state.prefilledStop = key;
+    const fill = Object.fromEntries(also.map((a) => [a.limit, a.need]));
+    if (need > 0) fill[limit] = suggest;
     for (const input of LIMIT_INPUTS()) {
-      input.value = input.dataset.limit === limit && need > 0 ? String(suggest) : "";
+      input.value = input.dataset.limit in fill ? String(fill[input.dataset.limit]) : "";
     }
   }
 }
@@ -236,10 +280,6 @@ function actionButtons(action) {
   } else if (action.status === "ready" || action.status === "running") {
     buttons.push(actionButton("Guide", "guide", open("guide"), "A new generation with your guidance"));
   }
-  if (action.status === "running") {
-    const queue = "Words for its running Run, which goes on (guidance starts it again)";
-    buttons.push(actionButton("Input", "input", open("input"), queue));
-  }
   return buttons;
 }
 
@@ -254,18 +294,7 @@ const ACTION_FORMS = {
   answer: { verb: "Answer ", done: "answered" },
   retry: { verb: "Guide (retry with your words) ", done: "retried with your guidance" },
   guide: { verb: "Guide ", done: "guided" },
-  input: { verb: "Input to the running Run of " },
 };
-
-// Input for a running Action goes to the Run the page shows running: if another took
-// its place meanwhile, the server refuses it rather than hand it to a Run not asked.
-function sendInput(action, text) {
-  const run = (action.runs || []).find((r) => r.status === "running");
-  const body = { text, expectedGeneration: action.generation };
-  if (run) body.expectedRunId = run.id;
-  const path = "/actions/" + encodeURIComponent(action.id) + "/input";
-  return command(path, body, "Action " + action.sequence + ": input queued.");
-}
 
 function openActionForm(action, kind, where) {
   state.actionForm = { action, kind };
@@ -290,17 +319,13 @@ $("action-form").addEventListener("submit", async (event) => {
   const text = $("action-text").value.trim();
   if (!open) return;
   const action = open.action;
-  let sent;
-  if (open.kind === "guide") {
-    sent = await command(
-      "/actions/" + encodeURIComponent(action.id) + "/guide",
-      { guidance: text, expectedGeneration: action.generation },
-      "Action " + action.sequence + " guided.",
-    );
-  } else if (open.kind === "input") {
-    sent = await sendInput(action, text);
-  } else {
-    sent = await retryAction(action, text, ACTION_FORMS[open.kind].done);
-  }
+  const sent =
+    open.kind === "guide"
+      ? await command(
+          "/actions/" + encodeURIComponent(action.id) + "/guide",
+          { guidance: text, expectedGeneration: action.generation },
+          "Action " + action.sequence + " guided.",
+        )
+      : await retryAction(action, text, ACTION_FORMS[open.kind].done);
   if (sent) closeActionForm();
 });
