@@ -1301,13 +1301,18 @@ def test_resume_is_refused_while_a_budget_is_spent(
     assert (resumed.status, resumed.stopped) == ("running", None)
 
 
+def stop_with_room_for_100_of_300(wc: WorkCenter) -> wi.WorkItemState:
+    """A token stop whose refused request (300 tokens) lacks 200: 900 of 1,000 charged."""
+    item = make(wc, max_tokens=1_000)
+    assert wc.reserve_request(item.id, request=req(900)).allowed
+    assert wc.reserve_request(item.id, request=req(300)).code == "work_item_tokens_exhausted"
+    return item
+
+
 def test_a_token_stop_resumes_only_once_the_request_it_refused_fits(wc: WorkCenter) -> None:
     """ADR-0091: a resume while the refused request still does not fit would stop the
     item again at its next request, and count a Coordinator failure for nothing."""
-    item = make(wc, max_tokens=1_000)
-    assert wc.reserve_request(item.id, request=req(900)).allowed
-    denied = wc.reserve_request(item.id, request=req(300))
-    assert denied.code == "work_item_tokens_exhausted"
+    item = stop_with_room_for_100_of_300(wc)
     assert wc.ledger(item.id).charged_tokens < 1_000  # nothing is spent, yet it cannot go on
     with refused(wc, CommandRefused, r"extend the budget first.*needs 200 more tokens"):
         resume(wc, item.id)
@@ -1322,9 +1327,7 @@ def test_a_token_stop_resumes_only_once_the_request_it_refused_fits(wc: WorkCent
 def test_a_resume_names_every_limit_still_spent(wc: WorkCenter, budget: BudgetCommands) -> None:
     """A token stop whose turns also used up the Coordinator's failures: the refusal
     named the tokens only, and a person learnt of the failures a round later."""
-    item = make(wc, max_tokens=1_000)
-    assert wc.reserve_request(item.id, request=req(900)).allowed
-    assert wc.reserve_request(item.id, request=req(300)).code == "work_item_tokens_exhausted"
+    item = stop_with_room_for_100_of_300(wc)
     for n in range(3):
         budget.record_coordinator_failure(item.id, turn_id=f"t{n}")
     both = r"^max_tokens and max_coordinator_failures are exhausted: extend the budget first"

@@ -14,10 +14,9 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Literal
 from uuid import UUID
 
 from workcenter.domain import bounds, inputs, planning
@@ -33,22 +32,11 @@ from workcenter.domain.errors import (
 )
 from workcenter.service_layer.handlers.coordinator import CoordinatorCommands
 from workcenter.service_layer.handlers.coordinator_rules import RequestBody
-from workcenter.service_layer.ports import CoordinatorProvider
+from workcenter.service_layer.ports import CoordinatorProvider, ProviderTurnRequest
 
 CORRECTION_LIMIT = 2_000
 MAX_STEPS = 10_000  # due wakes one pass takes on
 TurnStatus = Literal["decided", "failed", "lost", "skipped"]
-
-
-@dataclass(frozen=True)
-class PreparedRequest:
-    """The ProviderRequest a provider answers (ports.py)."""
-
-    turn_id: str
-    attempt: int
-    messages: Sequence[dict[str, str]]
-    reply_schema: dict[str, Any]
-    max_output_tokens: int | None
 
 
 @dataclass(frozen=True)
@@ -194,7 +182,7 @@ class Coordinator:
         self, claim: conv.ClaimRef, provider_turn: conv.ProviderTurn, body: RequestBody
     ) -> str | StepResult:
         """Send the request (each HTTP attempt reserved first); the reply's text."""
-        request = PreparedRequest(
+        request = ProviderTurnRequest(
             turn_id=str(provider_turn.turn_id),
             attempt=provider_turn.attempt,
             messages=tuple(body.messages),
