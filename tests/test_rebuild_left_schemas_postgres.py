@@ -92,3 +92,25 @@ def test_a_shadow_another_rebuild_holds_is_kept(schema: str) -> None:
 
 def test_the_shadow_prefix_matches_the_one_the_tests_clean_up() -> None:
     assert shadow_schema.PREFIX_LENGTH == 31  # tests/postgres.py drop_schema's [:31]
+
+
+def test_a_shadow_of_another_role_is_not_the_stores_to_drop(schema: str) -> None:
+    """A store's user may not drop another role's schema: a refused drop would fail the
+    rebuild, and such a schema is not one this store's rebuilds made."""
+    url = postgres.url(schema)
+    with WorkCenter.open(url) as wc:
+        create_dynamic(wc)
+    role = f"{schema}_other"
+    name = f"{schema}_rebuild_{uuid.uuid4().hex[:8]}"
+    with postgres.connect() as conn:
+        conn.execute(f'CREATE ROLE "{role}"')
+        conn.execute(f'CREATE SCHEMA "{name}" AUTHORIZATION "{role}"')
+    try:
+        with WorkCenter.open(url) as wc:
+            [report] = wc.maintenance.rebuild_projection("work_queue")
+        assert report.removed_schemas == ()
+        assert shadows(schema) == [name]
+    finally:
+        with postgres.connect() as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')

@@ -93,9 +93,13 @@ def _lock_key(schema: str) -> str:
 
 
 def _drop_left_behind(conn: Any, prefix: str) -> tuple[str, ...]:
-    """Drop the shadows of a store of this name whose rebuild no longer holds them."""
+    """Drop the shadows of a store of this name whose rebuild no longer holds them.
+
+    Only the store's user's own: another role's schema is not this store's to drop, and
+    a refused drop would fail the rebuild."""
     rows = conn.execute(
-        "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s) ORDER BY nspname",
+        "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)"
+        " AND pg_get_userbyid(nspowner) = current_user ORDER BY nspname",
         (prefix + "_rebuild_",),
     ).fetchall()
     removed = []
