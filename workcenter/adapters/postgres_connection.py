@@ -40,8 +40,9 @@ KEEPALIVES: Final = {
 
 
 class StoreDisconnected(StoreUnavailable, OperationalError):
-    """The database connection failed under a command or a read. A write in flight may
-    or may not have been committed: read before retrying. The next command reconnects."""
+    """The database connection failed under a command or a read, or no connection of
+    the pool came free in time. A write in flight may or may not have been committed:
+    read before retrying. The next command reconnects."""
 
     code = "store_disconnected"
 
@@ -52,6 +53,14 @@ def disconnected(error: BaseException) -> bool:
     if not isinstance(error, OperationalError | InterfaceError):
         return False
     return sql.disconnected_state(getattr(error.__cause__, "sqlstate", None))
+
+
+def pool_exhausted(error: BaseException) -> bool:
+    """Whether ``error`` is the pool's giving up on a free connection: the server is
+    fine, every connection was in use (not a lost connection: nothing to reconnect)."""
+    from psycopg_pool import PoolTimeout  # the PostgreSQL extra's, as is this module's use
+
+    return isinstance(error.__cause__, PoolTimeout)
 
 
 def watch_connections(datastore: Any) -> None:
@@ -73,7 +82,15 @@ def watch_connections(datastore: Any) -> None:
             with original() as conn:
                 yield conn
         except (OperationalError, InterfaceError) as error:
-            if isinstance(error, StoreDisconnected) or not disconnected(error):
+            if isinstance(error, StoreDisconnected):
+                raise
+            if pool_exhausted(error):
+                raise StoreDisconnected(
+                    f"no connection of the pool's {datastore.pool.max_size} came free within"
+                    f" {datastore.pool.timeout:g} s: more commands ran at once than"
+                    " POSTGRES_POOL_SIZE + POSTGRES_MAX_OVERFLOW connections serve"
+                ) from error
+            if not disconnected(error):
                 raise
             # psycopg's messages run over several lines: the log line is one.
             reason = " ".join(str(error).split())

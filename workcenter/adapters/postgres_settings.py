@@ -51,6 +51,10 @@ WHOLE_SETTINGS: Final = {
     "POSTGRES_LOCK_TIMEOUT": 0,
     "POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT": 0,
 }
+# The library's pool when its settings are unset: 5 connections kept, 10 more at need.
+LIBRARY_POOL: Final = {"POSTGRES_POOL_SIZE": 5, "POSTGRES_MAX_OVERFLOW": 10}
+# A claim holds its candidate on one connection while it writes on another (ADR-0095).
+LEAST_CONNECTIONS: Final = 2
 TRUTH_SETTINGS: Final = ("POSTGRES_PRE_PING",)
 TRUTH_VALUES: Final = ("y", "yes", "t", "true", "on", "1", "n", "no", "f", "false", "off", "0")
 DEFAULT_SCHEMA: Final = "workcenter"
@@ -191,12 +195,30 @@ def check_settings(environ: Mapping[str, str]) -> None:
             number = None
         if number is None or number < least:
             raise InvalidInput(f"${key} must be a whole number of at least {least}, not {value!r}")
+    _check_pool(environ)
     for name in TRUTH_SETTINGS:
         key, value = _library_setting(environ, name)
         if value and value.lower() not in TRUTH_VALUES:
             raise InvalidInput(
                 f"${key} must be yes or no (or true/false, on/off, 1/0), not {value!r}"
             )
+
+
+def _check_pool(environ: Mapping[str, str]) -> None:
+    """A pool of fewer than two connections is refused: every claim would wait for a
+    second connection, which its first holds, until the pool gives up (ADR-0095)."""
+    keys = []
+    capacity = 0
+    for name, default in LIBRARY_POOL.items():
+        key, value = _library_setting(environ, name)
+        keys.append(f"${key}")
+        capacity += int(value) if value else default  # whole numbers: checked above
+    if capacity < LEAST_CONNECTIONS:
+        raise InvalidInput(
+            f"{' + '.join(keys)} is {capacity}: a PostgreSQL store needs at least"
+            f" {LEAST_CONNECTIONS} connections (a claim holds its Action on one while it"
+            " writes on another)"
+        )
 
 
 def _library_setting(environ: Mapping[str, str], name: str) -> tuple[str, str | None]:

@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 from uuid import UUID
+from weakref import WeakKeyDictionary
 
 # A schema name is used in DDL and in ``search_path``, so only plain identifiers pass.
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
@@ -148,6 +150,28 @@ class ReadPipeline:
     def sync(self) -> None:
         """Send what was queued and take every answer: one round trip."""
         self._pipeline.sync()
+
+
+# Per datastore (its pool), the turns of work that holds a connection while it takes
+# another (see ``holding_a_connection``).
+_HOLDERS: WeakKeyDictionary[Any, threading.BoundedSemaphore] = WeakKeyDictionary()
+_HOLDERS_MADE = threading.Lock()
+
+
+@contextmanager
+def holding_a_connection(datastore: Any) -> Iterator[None]:
+    """PostgreSQL: a turn for work that holds one of the pool's connections while it
+    takes others (a claim holds its candidate while it reads and writes its Action).
+    At most one fewer such work than the pool has connections runs at once, so one is
+    left for the next step of each and every one goes on: with all connections held,
+    each waited for a second until the pool gave up (ADR-0095)."""
+    with _HOLDERS_MADE:
+        turns = _HOLDERS.get(datastore)
+        if turns is None:
+            turns = threading.BoundedSemaphore(max(datastore.pool.max_size - 1, 1))
+            _HOLDERS[datastore] = turns
+    with turns:
+        yield
 
 
 @contextmanager

@@ -249,7 +249,10 @@ class WorkQueueView(TrackedView):
         server together, one round trip (ADR-0074).
         On SQLite (one writer) the candidates are the pages of the queue, as before."""
         if sql.is_postgres(self.datastore):
-            with sql.read_pipeline(self.datastore) as read:
+            with (
+                sql.holding_a_connection(self.datastore),
+                sql.read_pipeline(self.datastore) as read,
+            ):
                 at_head = current(read.cursor()) if current is not None else None
                 first = read.cursor().execute(RESERVE, ([], page, CLAIM_LOCKS))
                 read.sync()
