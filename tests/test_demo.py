@@ -285,8 +285,16 @@ def test_budget_show_reports_limits_usage_attempts_and_versions(tmp_path: Path) 
         "total_tokens",
     }
 
+    # What a resume needs first (ADR-0096): room for the request the stop refused, and
+    # the Coordinator failure its refusal counted, if that spent the failures too.
+    charged, limit = shown["usage"]["charged_tokens"], shown["limits"]["max_tokens"]
+    asked = shown["stop_reason"]["details"]["estimated_next_tokens"]
+    assert shown["resume_needs"]["max_tokens"] == max(charged + asked - limit, charged - limit + 1)
+
     table = _invoke(db, "budget", "show", item_id)
     assert table.exit_code == 0 and "work_item_tokens_exhausted" in table.stdout
+    flags = f"--tokens {shown['resume_needs']['max_tokens']}"
+    assert f"refused until `budget extend` adds at least {flags}" in " ".join(table.stdout.split())
 
 
 def test_budget_extend_and_resume_undo_the_stop(tmp_path: Path) -> None:

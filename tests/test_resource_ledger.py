@@ -1354,6 +1354,81 @@ def test_a_token_stop_by_an_overrun_names_no_request_and_resumes_once_under_the_
     assert resume(wc, item.id).status == "running"
 
 
+def spend_tokens_and_failures(wc: WorkCenter) -> wi.WorkItemState:
+    item = stop_with_room_for_100_of_300(wc)
+    for n in range(3):
+        budget_commands(wc).record_coordinator_failure(item.id, turn_id=f"t{n}")
+    return item
+
+
+def overrun(wc: WorkCenter) -> wi.WorkItemState:
+    item = make(wc, max_tokens=1_000)
+    allowed = wc.reserve_request(item.id, request=req(900))
+    assert wc.settle_request(item.id, allowed.request_id, usage={"total_tokens": 1_200})
+    return item
+
+
+def stop_by_attempts(wc: WorkCenter) -> wi.WorkItemState:
+    item = make(wc)
+    plan(wc, item.id, action_spec(maxAttempts=5))
+    for _ in range(3):
+        wc.finish_run(claim(wc), report("retryable"))
+    assert wc.claim_next(WORKER) is None  # the stop, 3 of 3 attempts used
+    return item
+
+
+def cancel_with_requests_spent(wc: WorkCenter) -> wi.WorkItemState:
+    item = make(wc, max_requests=1)
+    assert wc.reserve_request(item.id, request={}).allowed
+    wc.cancel(item.id)
+    return item
+
+
+def by_requests(wc: WorkCenter) -> wi.WorkItemState:
+    item = make(wc, max_requests=3)
+    stop_by_requests(wc, item.id)
+    return item
+
+
+SNAKE = {
+    "maxRequests": "max_requests",
+    "maxTokens": "max_tokens",
+    "maxActionAttempts": "max_action_attempts",
+    "maxCoordinatorFailures": "max_coordinator_failures",
+}
+
+
+@pytest.mark.parametrize(
+    ("spend", "needs"),
+    [
+        (by_requests, {"maxRequests": 1}),
+        (stop_with_room_for_100_of_300, {"maxTokens": 200}),
+        (spend_tokens_and_failures, {"maxTokens": 200, "maxCoordinatorFailures": 1}),
+        (overrun, {"maxTokens": 201}),
+        (stop_by_attempts, {"maxActionAttempts": 1}),
+        (cancel_with_requests_spent, {"maxRequests": 1}),
+    ],
+    ids=["requests", "tokens", "tokens-and-failures", "overrun", "attempts", "cancelled"],
+)
+def test_the_snapshot_says_the_least_each_limit_needs_before_a_resume(
+    wc: WorkCenter, spend: Any, needs: dict[str, int]
+) -> None:
+    """ADR-0096: the page reads what a resume needs instead of repeating the ledger's
+    rule; each figure is the least: one fewer of any, and the resume is refused."""
+    item = spend(wc)
+    assert wc.detail(item.id)["executionControl"]["resumeNeeds"] == needs
+    short = max(needs, key=lambda name: needs[name])
+    fewer = {SNAKE[name]: need - (name == short) for name, need in needs.items()}
+    if any(fewer.values()):
+        extend(wc, item.id, **{name: n for name, n in fewer.items() if n})
+    with refused(wc, CommandRefused, "extend"):
+        resume(wc, item.id)
+    assert wc.detail(item.id)["executionControl"]["resumeNeeds"] == {short: 1}
+    extend(wc, item.id, **{SNAKE[short]: 1})
+    assert "resumeNeeds" not in wc.detail(item.id)["executionControl"]
+    assert resume(wc, item.id).status in ("running", "ready")
+
+
 def test_a_cancelled_item_with_a_spent_budget_needs_an_extend(wc: WorkCenter) -> None:
     item = make(wc, max_requests=1)
     assert wc.reserve_request(item.id, request={}).allowed  # spent, but nothing stopped it

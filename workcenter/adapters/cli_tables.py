@@ -42,6 +42,16 @@ def item_table(detail: dict[str, Any]) -> Table:
     return table
 
 
+# `budget extend`'s option for each limit.
+EXTEND_FLAGS = {
+    "max_requests": "requests",
+    "max_tokens": "tokens",
+    "max_run_requests": "run-requests",
+    "max_action_attempts": "action-attempts",
+    "max_coordinator_failures": "coordinator-failures",
+}
+
+
 def budget_table(budget: dict[str, Any]) -> Table:
     usage, limits = budget["usage"], budget["limits"]
     stop = budget["stop_reason"]
@@ -56,6 +66,9 @@ def budget_table(budget: dict[str, Any]) -> Table:
         if stop
         else "none",
     )
+    if needs := budget["resume_needs"]:
+        flags = " ".join(f"--{EXTEND_FLAGS[name]} {need}" for name, need in needs.items())
+        table.add_row("resume", text(f"refused until `budget extend` adds at least {flags}", "red"))
     table.add_row(
         "requests",
         f"{usage['requests']} / {limits['max_requests']} (reported {usage['reported_requests']}, "

@@ -7,7 +7,7 @@ from typing import Any
 from uuid import UUID
 
 from workcenter.application import WorkCenter
-from workcenter.domain import planning
+from workcenter.domain import lifecycle, planning
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain.action import ActionState
 from workcenter.domain.goal_progress import GoalProgress
@@ -135,6 +135,8 @@ def budget_json(wc: WorkCenter, item_id: UUID) -> dict[str, Any]:
             for action in actions
         ],
         "stop_reason": stop.model_dump(mode="json") if stop is not None else None,
+        # The least addition to each limit before a resume is taken (ADR-0096).
+        "resume_needs": lifecycle.resume_needs(ledger, actions),
         "coordinator_failures": ledger.coordinator_failures,
         "retry_after": ledger.retry_after.isoformat() if ledger.retry_after else None,
         "token_accounting": TOKEN_ACCOUNTING,

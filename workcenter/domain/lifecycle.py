@@ -10,7 +10,7 @@ it (spec README, "conflict classes").
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Literal
 from uuid import UUID
@@ -226,12 +226,12 @@ def resume(
         raise CommandRefused(
             f"WorkItem is {item.status}; only a cancelled or stopped WorkItem can be resumed"
         )
-    stopping = _stopping_action(ledger, actions)
+    stopping = _stopping_action(ledger, actions.values())
     # Every resume, of a cancelled item too, clears retry_after and moves the control version.
     ledger_events = rl.resume(
         ledger,
         stopping_action_can_attempt=stopping is None
-        or stopping.counted_attempts < ledger.effective_max_attempts(stopping.max_attempts),
+        or not ledger.attempts_needed(stopping.counted_attempts, stopping.max_attempts),
         at=at,
         by=by,
     )
@@ -256,13 +256,23 @@ def resume(
 
 
 def _stopping_action(
-    ledger: rl.LedgerState, actions: Mapping[UUID, act.ActionState]
+    ledger: rl.LedgerState, actions: Iterable[act.ActionState]
 ) -> act.ActionState | None:
-    reason = ledger.stop_reason
-    if reason is None or reason.code != "action_attempts_exhausted":
-        return None
-    action_id = reason.details.get("action_id")
-    return next((a for a in actions.values() if str(a.id) == action_id), None)
+    action_id = stopping_action_id(ledger)
+    return next((a for a in actions if a.id == action_id), None) if action_id else None
+
+
+def resume_needs(ledger: rl.LedgerState, actions: Iterable[act.ActionState]) -> dict[str, int]:
+    """The least addition to each limit before a resume is taken, by limit name in the
+    order of the limits: the budgets still spent and, after an attempts stop, its
+    Action's attempts (``actions`` must hold it). Empty when a resume is taken."""
+    needs = ledger.resume_needs()
+    stopping = _stopping_action(ledger, actions)
+    if stopping is not None:
+        attempts = ledger.attempts_needed(stopping.counted_attempts, stopping.max_attempts)
+        if attempts:
+            needs["max_action_attempts"] = attempts
+    return {name: needs[name] for name in rl.LIMIT_NAMES if name in needs}
 
 
 def stopping_action_id(ledger: rl.LedgerState) -> UUID | None:

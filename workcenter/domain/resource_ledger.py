@@ -113,19 +113,32 @@ class LedgerState(AggregateState):
     def effective_max_attempts(self, original_max_attempts: int) -> int:
         return min(original_max_attempts + self.attempts_extension, self.limits.max_action_attempts)
 
-    def spent(self) -> list[str]:
-        """Every budget still exhausted (resume is refused while one is), in the order
-        the limits are listed; a token stop's refused request that does not fit yet
-        counts as spent tokens (ADR-0091)."""
-        exhausted = {
-            "max_requests": self.request_count >= self.limits.max_requests,
-            "max_tokens": self.charged_tokens >= self.limits.max_tokens
-            or self.refused_request_shortfall() > 0,
+    def attempts_needed(self, attempts: int, original_max_attempts: int) -> int:
+        """The least ``max_action_attempts`` addition after which an Action that made
+        ``attempts`` may make one more (0: it may now). An addition raises the limit and
+        the extension alike, so the effective maximum by as much."""
+        return max(attempts - self.effective_max_attempts(original_max_attempts) + 1, 0)
+
+    def resume_needs(self) -> dict[str, int]:
+        """The least addition each budget still spent needs before a resume is taken, in
+        the order the limits are listed (a resume is refused while one is spent); a
+        token stop's refused request must fit (ADR-0091). The stopping Action's attempts
+        are ``attempts_needed``'s: the ledger does not hold the Action."""
+        limits = self.limits
+        needs = {
+            "max_requests": self.request_count - limits.max_requests + 1,
+            "max_tokens": max(
+                self.charged_tokens - limits.max_tokens + 1, self.refused_request_shortfall()
+            ),
             "max_coordinator_failures": (
-                self.coordinator_failures >= self.limits.max_coordinator_failures
+                self.coordinator_failures - limits.max_coordinator_failures + 1
             ),
         }
-        return [name for name, is_spent in exhausted.items() if is_spent]
+        return {name: need for name, need in needs.items() if need > 0}
+
+    def spent(self) -> list[str]:
+        """Every budget still exhausted (``resume_needs``'s), in the order of the limits."""
+        return list(self.resume_needs())
 
     def refused_request_shortfall(self) -> int:
         """Tokens the limit still lacks for the request a token stop refused, else 0.

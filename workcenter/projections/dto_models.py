@@ -105,6 +105,16 @@ class StopReason(Dto):
     failures: NotRequired[str | int]
 
 
+class ResumeNeeds(Dto, total=False):
+    """The least addition to each limit before a resume is taken; only the limits that
+    need one (ADR-0096)."""
+
+    maxRequests: Count
+    maxTokens: Count
+    maxActionAttempts: Count
+    maxCoordinatorFailures: Count
+
+
 class ExecutionControl(Dto):
     """The ledger's snapshot (resource-ledger.md 4): ``revision`` is what extend and
     resume expect."""
@@ -118,6 +128,9 @@ class ExecutionControl(Dto):
     usage: Usage
     breakdown: Breakdown
     stopReason: NotRequired[StopReason]
+    resumeNeeds: NotRequired[
+        Annotated[ResumeNeeds, Field(description="Only while a resume would be refused")]
+    ]
     coordinatorFailures: Count
     retryAfter: EpochMs
     tokenAccounting: str

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import Any, Final, Literal, cast, get_args
 from uuid import UUID
 
+from workcenter.domain import lifecycle
 from workcenter.domain.action import ActionState, Run
 from workcenter.domain.resource_ledger import LedgerState, Reservation
 from workcenter.domain.run import counters_view
@@ -178,6 +179,16 @@ def data_revision(
     return 2 * versions + expired
 
 
+# The limits' names in the snapshot (and in the HTTP API's extend).
+LIMIT_KEYS: Final = {
+    "max_requests": "maxRequests",
+    "max_tokens": "maxTokens",
+    "max_run_requests": "maxRunRequests",
+    "max_action_attempts": "maxActionAttempts",
+    "max_coordinator_failures": "maxCoordinatorFailures",
+}
+
+
 def execution_control(
     ledger: LedgerState,
     actions: Mapping[UUID, ActionState] | Iterable[ActionState],
@@ -241,4 +252,13 @@ def execution_control(
     stop = _stop_reason(ledger)
     if stop is not None:
         control["stopReason"] = stop
+    if needs := resume_needs(ledger, ordered):
+        control["resumeNeeds"] = needs
     return control
+
+
+def resume_needs(ledger: LedgerState, actions: Iterable[ActionState]) -> dtos.ResumeNeeds:
+    """What a resume needs first, by the ledger's own rule (``lifecycle.resume_needs``):
+    the page reads it instead of repeating the rule (ADR-0096)."""
+    needs = lifecycle.resume_needs(ledger, actions)
+    return cast(dtos.ResumeNeeds, {LIMIT_KEYS[name]: cnt(n) for name, n in needs.items()})

@@ -36,6 +36,7 @@ from workcenter.domain.errors import (
     VersionConflict,
     WorkcenterError,
 )
+from workcenter.projections.execution import LIMIT_KEYS
 from workcenter.projections.sanitize import sanitize_diagnostic
 from workcenter.service_layer.repository import WriteContention
 
@@ -111,12 +112,7 @@ STATUS: tuple[tuple[type[WorkcenterError], int], ...] = (
     (StoreUnavailable, 503),
 )
 # The service names fields as its Python API does; a caller of this API sent them so.
-API_NAMES = {
-    "max_tokens": "maxTokens",
-    "max_requests": "maxRequests",
-    "max_run_requests": "maxRunRequests",
-    "max_action_attempts": "maxActionAttempts",
-    "max_coordinator_failures": "maxCoordinatorFailures",
+API_NAMES = LIMIT_KEYS | {
     "acceptance_criteria": "acceptanceCriteria",
     "delivery_target": "deliveryTarget",
     "expected_generation": "expectedGeneration",

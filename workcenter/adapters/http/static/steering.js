@@ -97,6 +97,12 @@ $("extend-form").addEventListener("submit", async (event) => {
 
 // --- what stopped the item, and what lifts the stop ------------------------------
 
+// The least addition to a limit before a resume is taken, as the ledger says it
+// (executionControl.resumeNeeds, ADR-0096): 0 once the limit allows a resume.
+function needOf(control, limit) {
+  return (control.resumeNeeds || {})[limit] || 0;
+}
+
 // Each stop code: the limit it ran into, what the item used of it, the least addition
 // after which a resume is accepted (and the refused request fits), and what to pre-fill
 // when that least is not enough to go on with (ADR-0091).
@@ -105,7 +111,7 @@ const STOPS = {
     const charged = control.usage.chargedTokens || 0;
     const max = control.limits.maxTokens || 0;
     const asked = stop.estimatedNextTokens || 0;
-    const need = Math.max(charged + asked - max, charged - max + 1, 0);
+    const need = needOf(control, "maxTokens");
     const refused = asked ? "; the refused request needed " + number(asked) + " tokens" : "";
     // A Coordinator's next request is a little larger than the refused one: the least
     // would stop the item again at once, so the field holds room for one more as well.
@@ -130,12 +136,14 @@ const STOPS = {
     const max = control.limits.maxRequests || 0;
     return {
       limit: "maxRequests",
-      need: Math.max(made - max + 1, 0),
+      need: needOf(control, "maxRequests"),
       text: "the LLM request limit: " + number(made) + " of " + number(max) + " requests made",
     };
   },
   run_requests_exhausted(control) {
     const max = control.limits.maxRunRequests || 0;
+    // The page's advice, not the ledger's rule: a resume is taken without it, but the
+    // next Run starts its count afresh and would likely stop at the same limit.
     return {
       limit: "maxRunRequests",
       need: 1,
@@ -150,7 +158,7 @@ const STOPS = {
     const allowed = now.effectiveMaxAttempts ?? stop.effectiveMaxAttempts ?? 0;
     return {
       limit: "maxActionAttempts",
-      need: Math.max(used - allowed + 1, 0),
+      need: needOf(control, "maxActionAttempts"),
       text:
         "the Action attempt limit: " + actionName(stop.actionId) + " used " + number(used) +
         " of " + number(allowed) + " attempts",
@@ -161,7 +169,7 @@ const STOPS = {
     const max = control.limits.maxCoordinatorFailures || 0;
     return {
       limit: "maxCoordinatorFailures",
-      need: Math.max(failures - max + 1, 0),
+      need: needOf(control, "maxCoordinatorFailures"),
       // The count never goes back down: not "in a row".
       text:
         "the Coordinator failure limit: the Coordinator failed " + number(failures) +
@@ -170,23 +178,12 @@ const STOPS = {
   },
 };
 
-// What the ledger counts against the limits a resume checks besides the stopping one: a
-// token stop's turns may have used up the Coordinator's failures too (ADR-0091).
-const SPENDABLE = {
-  maxRequests: (control) => control.usage.llmRequestCount || 0,
-  maxTokens: (control) => control.usage.chargedTokens || 0,
-  maxCoordinatorFailures: (control) => control.coordinatorFailures || 0,
-};
-
+// The limits a resume needs raised besides the stopping one: a token stop's turns may
+// have used up the Coordinator's failures too (ADR-0091).
 function alsoSpent(control, limit) {
-  const also = [];
-  for (const [name, used] of Object.entries(SPENDABLE)) {
-    const max = control.limits[name] || 0;
-    if (name !== limit && used(control) >= max) {
-      also.push({ limit: name, need: used(control) - max + 1 });
-    }
-  }
-  return also;
+  return Object.entries(control.resumeNeeds || {})
+    .filter(([name]) => name !== limit)
+    .map(([name, need]) => ({ limit: name, need }));
 }
 
 const LIMIT_WORDS = {
