@@ -49,6 +49,10 @@ contention is wasting work), the workers' own part of it (``time.process_time``)
 and, on PostgreSQL, the one-exchange writes the
 server sent back to the two-exchange way per cycle (ADR-0070), when there were any.
 
+``--runs-at-once T`` runs each worker process's cycles in T threads at once, as
+``workcenter worker --runs-at-once T`` runs its Runs (ADR-0097); N at W > 0 is then at
+least 10 cycles per thread.
+
 ``--claims`` compares, on PostgreSQL with ``--workers`` processes (default 16) and the
 views kept asynchronously (the scale-out mode), three claims: ``held`` (today: each
 candidate held by a transaction-scoped advisory lock, others' passed over,
@@ -97,7 +101,8 @@ GOALS = [
     ("PostgreSQL, 16 workers >= 8x 1 worker at W = 100", 16, 100, 1, 8.0),
     ("PostgreSQL, 16 workers >= 12x 1 worker at W = 500", 16, 500, 1, 12.0),
 ]
-CYCLES_PER_WORKER = 10  # at least, when W > 0 (ADR-0077)
+CYCLES_PER_WORKER = 10  # at least, when W > 0 (ADR-0077), per Run at once
+RUNS_AT_ONCE_ENV = "BENCH_RUNS_AT_ONCE"
 TRIED_GOAL = 1.5  # candidates tried per claim with 16 workers, at most
 
 
@@ -113,7 +118,6 @@ def worker(
     if mode == "unheld":
         work_queue.WorkQueueView._reserved = unheld  # type: ignore[method-assign]
     seconds = float(wait) / 1000
-    tried = 0
     with WorkCenter.open(
         store, boot_id=f"{name}-{os.getpid()}", inline_projections=inline, create=False
     ) as wc:
@@ -128,15 +132,33 @@ def worker(
         while not os.path.exists(go):
             time.sleep(0.001)
         cpu = time.process_time()
-        cycles = 0
-        while (claim := wc.claim_next(name, lease_seconds=LEASE)) is not None:
-            tried += claim.candidates_tried
-            if not wc.renew_lease(claim, lease_seconds=LEASE):
-                raise RuntimeError("renewal refused")
-            if seconds:
-                time.sleep(seconds)
-            wc.finish_run(claim, report(claim.action_id))
-            cycles += 1
+        counted: list[tuple[int, int]] = []
+
+        def cycles_until_none() -> None:
+            cycles = tried = 0
+            while (claim := wc.claim_next(name, lease_seconds=LEASE)) is not None:
+                tried += claim.candidates_tried
+                if not wc.renew_lease(claim, lease_seconds=LEASE):
+                    raise RuntimeError("renewal refused")
+                if seconds:
+                    time.sleep(seconds)
+                wc.finish_run(claim, report(claim.action_id))
+                cycles += 1
+            counted.append((cycles, tried))
+
+        # ``--runs-at-once T``: the cycles run in T threads of this process (ADR-0097).
+        slots = [
+            threading.Thread(target=cycles_until_none)
+            for _ in range(int(os.environ.get(RUNS_AT_ONCE_ENV, "1")))
+        ]
+        for slot in slots:
+            slot.start()
+        for slot in slots:
+            slot.join()
+        if len(counted) != len(slots):
+            raise RuntimeError("a thread of the worker failed")
+        cycles = sum(c for c, _ in counted)
+        tried = sum(t for _, t in counted)
         ended = time.time()  # the clock stops here, not at the process's exit
         cpu = time.process_time() - cpu
         fallbacks = getattr(wc.store.recorder, "fallbacks", 0) - fallbacks
@@ -376,22 +398,25 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
             f"--modes: unknown {', '.join(unknown)} (known: {', '.join(COMMIT_MODES)})"
         )
     mode_waits = [int(w) for w in args.modes_wait_ms.split(",")]
+    slots = {RUNS_AT_ONCE_ENV: str(args.runs_at_once)}
+    t = args.runs_at_once
     runs: dict[str, list[dict[str, float]]] = {}
     for rep in range(args.reps):
         runs.setdefault("reference", []).append(peer_rep(kit, args.n))
         for wait in waits:
             for backend in ("postgresql", "sqlite"):
                 for k in counts:
-                    n = args.n if wait == 0 else max(args.n_wait, CYCLES_PER_WORKER * k)
+                    n = args.n if wait == 0 else max(args.n_wait, CYCLES_PER_WORKER * k * t)
                     runs.setdefault(key(backend, k, wait), []).append(
-                        measure(stores, backend, k, n, "inline", wait)
+                        measure(stores, backend, k, n, "inline", wait, slots)
                     )
         for suffix in modes:
             for wait in mode_waits:
                 for k in counts:
-                    n = args.n if wait == 0 else max(args.n_wait, CYCLES_PER_WORKER * k)
+                    n = args.n if wait == 0 else max(args.n_wait, CYCLES_PER_WORKER * k * t)
+                    env = COMMIT_MODES[suffix] | slots
                     runs.setdefault(f"{key('postgresql', k, wait)}-{suffix}", []).append(
-                        measure(stores, "postgresql", k, n, "inline", wait, COMMIT_MODES[suffix])
+                        measure(stores, "postgresql", k, n, "inline", wait, env)
                     )
         print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr)
     reference = median(runs["reference"], "cycles_per_s")
@@ -427,6 +452,7 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
     return {
         "n": args.n,
         "n_wait": args.n_wait,
+        "runs_at_once": t,
         "reps": args.reps,
         "rows": rows,
         "scaling": scaling(runs, counts, waits),
@@ -499,7 +525,9 @@ def render(result: dict[str, Any]) -> None:
         if "n_wait" in result
         else ""
     )
-    print(f"N = {result['n']} at W = 0{waits}, {result['reps']} repetitions (medians)")
+    at_once = result.get("runs_at_once", 1)
+    slots = f", {at_once} Runs at once per worker process" if at_once > 1 else ""
+    print(f"N = {result['n']} at W = 0{waits}, {result['reps']} repetitions (medians){slots}")
     print(f"{'':24} {'cycles/s':>10} {'ratio':>7} {'spread':>13} {'tried/claim':>12}")
     for name, row in result["rows"].items():
         spread = row.get("spread")
@@ -541,6 +569,12 @@ def main() -> None:
     parser.add_argument("--n-wait", type=int, default=48, help="items when W > 0")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--workers", default="1,4,16")
+    parser.add_argument(
+        "--runs-at-once",
+        type=int,
+        default=1,
+        help="each worker process runs its cycles in this many threads (ADR-0097)",
+    )
     parser.add_argument("--wait-ms", default="0,100,500", help="the executor's wait, W")
     parser.add_argument(
         "--modes",

@@ -451,6 +451,14 @@ def _say_what_next(
     "--poll", "poll_seconds", type=Seconds(min=0.01, max=MAX_POLL), default=2.0, show_default=True
 )
 @click.option("--max-runs", type=click.IntRange(min=1), default=None)
+@click.option(
+    "--runs-at-once",
+    type=click.IntRange(min=1, max=bounds.RUNS_AT_ONCE),
+    default=1,
+    show_default=True,
+    help="Runs executed at once, each by a thread of this process: the executor is"
+    " called from that many threads at once.",
+)
 @click.option("--exit-when-idle", is_flag=True)
 @click.option("--no-coordinator", is_flag=True, help="Do not run Coordinator steps.")
 @click.option("--no-runs", is_flag=True, help="Run only Coordinator steps, no Runs.")
@@ -464,6 +472,7 @@ def worker(
     lease_seconds: float,
     poll_seconds: float,
     max_runs: int | None,
+    runs_at_once: int,
     exit_when_idle: bool,
     no_coordinator: bool,
     no_runs: bool,
@@ -473,9 +482,10 @@ def worker(
     """Claim, renew and finish Runs through an executor, and run the due Coordinator
     steps beside them, until stopped.
 
-    Ctrl-C or SIGTERM interrupts the Run in hand (it is retried), prints the
-    summary and exits 130 or 143. A malformed executor report is an error: the
-    Run is interrupted with the reason and the worker goes on.
+    Ctrl-C or SIGTERM interrupts the Runs in hand (they are retried; an executor
+    working in a thread of its own is left to end with the process, its report
+    unrecorded), prints the summary and exits 130 or 143. A malformed executor
+    report is an error: the Run is interrupted with the reason and the worker goes on.
     """
     if no_coordinator and no_runs:
         raise click.UsageError("--no-coordinator and --no-runs leave nothing to do")
@@ -507,6 +517,7 @@ def worker(
             lease_seconds=lease_seconds,
             poll_seconds=poll_seconds,
             max_runs=max_runs,
+            runs_at_once=runs_at_once,
             exit_when_idle=exit_when_idle,
             signals=signals,
             on_event=on_event,

@@ -26,10 +26,11 @@ import signal
 import socket
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
+from workcenter.adapters.persistence import StoreClosed
 from workcenter.adapters.postgres_connection import StoreDisconnected
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain import actor as actors
@@ -84,6 +85,20 @@ class WorkerStats:
     def json(self) -> dict[str, Any]:
         return asdict(self)
 
+    def add(self, other: WorkerStats) -> None:
+        """Count ``other``'s Runs and steps in too (a slot's, ADR-0097)."""
+        self.claimed += other.claimed
+        self.finished += other.finished
+        self.interrupted += other.interrupted
+        self.lost += other.lost
+        self.errors += other.errors
+        for mine, theirs in (
+            (self.outcomes, other.outcomes),
+            (self.coordinator_steps, other.coordinator_steps),
+        ):
+            for key, n in theirs.items():
+                mine[key] = mine.get(key, 0) + n
+
     def summary(self) -> str:
         line = (
             f"claimed {self.claimed}, finished {self.finished}, interrupted {self.interrupted}, "
@@ -101,11 +116,21 @@ class WorkerStats:
 
 class WorkerStopped(BaseException):
     """A stop signal arrived while an executor was working (not an ``Exception``, so an
-    executor's own ``except Exception`` cannot swallow it)."""
+    executor's own ``except Exception`` cannot swallow it). ``given_back``: the Run was
+    given back already, by the thread the signal reached (ADR-0097)."""
 
-    def __init__(self, signum: int) -> None:
+    def __init__(self, signum: int, *, given_back: bool = False) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+        self.given_back = given_back
+
+
+class Executing(Protocol):
+    """Where a Run's executor works: ``executing(claim)`` surrounds the call, and raises
+    ``WorkerStopped`` when a stop ends the Run instead (``StopSignals`` in the main
+    thread, a slot's hand in another, ADR-0097)."""
+
+    def executing(self, claim: Claim) -> AbstractContextManager[None]: ...
 
 
 class StopSignals:
@@ -141,7 +166,7 @@ class StopSignals:
             raise WorkerStopped(signum)
 
     @contextmanager
-    def executing(self) -> Iterator[None]:
+    def executing(self, claim: Claim) -> Iterator[None]:
         if self.event.is_set():
             raise WorkerStopped(self.signum or signal.SIGTERM)
         self._executing = True
@@ -195,6 +220,8 @@ class _LeaseKeeper(threading.Thread):
                 renewed = self.wc.renew_lease(self.claim, lease_seconds=self.lease_seconds)
             except StoreDisconnected:
                 continue  # the next renewal tries again; a lease that ran out is refused
+            except StoreClosed:
+                return  # the worker left, its Run given back (ADR-0097): nothing to keep
             if not renewed:
                 self.lost = True
                 return
@@ -244,7 +271,7 @@ def run_one(
     lease_seconds: float = 60.0,
     stats: WorkerStats | None = None,
     on_event: Callable[[str, Claim, str], None] | None = None,
-    signals: StopSignals | None = None,
+    signals: Executing | None = None,
     reconnect: Reconnect | None = None,
 ) -> Claim | None:
     """Claim and execute one Action; None when nothing is claimable.
@@ -266,12 +293,13 @@ def run_one(
     keeper = _LeaseKeeper(wc, claim, lease_seconds)
     keeper.start()
     try:
-        with signals.executing() if signals else nullcontext():
+        with signals.executing(claim) if signals else nullcontext():
             report = executor(claim)
     except WorkerStopped as stopped:
         keeper.stopped.set()
         keeper.join()
-        _give_back(wc, claim, f"worker stopped by {stopped}", stats, on_event)
+        if not stopped.given_back:
+            _give_back(wc, claim, f"worker stopped by {stopped}", stats, on_event)
         return claim
     except Exception as error:  # an executor's failure must not kill the worker
         keeper.stopped.set()
@@ -336,10 +364,12 @@ def run_worker(
     coordinator: CoordinatorProvider | None = None,
     runs: bool = True,
     on_step: Callable[[StepResult], None] | None = None,
+    runs_at_once: int = 1,
 ) -> WorkerStats:
     """Loop until stopped, idle (if asked) or ``max_runs`` Runs were handled; with a
     ``coordinator`` provider, run the due Coordinator steps too (``runs=False``: only
-    them)."""
+    them). ``runs_at_once`` Runs are executed at once, each by a thread of its own
+    (ADR-0097): the executor is then called from that many threads."""
     # Refused here, not at each claim: there a refusal counts as contention, silently.
     worker = inputs.text(worker, "worker", bounds.WORKER, required=True)
     inputs.lease_seconds(lease_seconds)
@@ -349,6 +379,13 @@ def run_worker(
         raise InvalidInput(
             f"poll_seconds must be a number above 0, at most {bounds.POLL_MAX_SECONDS}, not"
             f" {poll_seconds!r}"
+        )
+    if isinstance(runs_at_once, bool) or not (
+        isinstance(runs_at_once, int) and 1 <= runs_at_once <= bounds.RUNS_AT_ONCE
+    ):
+        raise InvalidInput(
+            f"runs_at_once must be a whole number from 1 to {bounds.RUNS_AT_ONCE}, not"
+            f" {runs_at_once!r}"
         )
     stats = WorkerStats()
     sent_back = _writes_sent_back(wc)
@@ -361,6 +398,28 @@ def run_worker(
         reconnect.call(lambda: wc.recover(actor=by))
     if coordinator is not None:
         wc.recover_coordinator(at_open=True)
+    if runs and runs_at_once > 1:
+        from workcenter.adapters.worker_slots import Slots  # it builds on this module
+
+        Slots(
+            wc,
+            executor,
+            worker=worker,
+            lease_seconds=lease_seconds,
+            poll_seconds=poll_seconds,
+            max_runs=max_runs,
+            exit_when_idle=exit_when_idle,
+            on_event=on_event,
+            by=by,
+        ).run(
+            runs_at_once,
+            stats,
+            stop,
+            signals,
+            lambda: _coordinate(wc, coordinator, stats, on_step) if coordinator else False,
+        )
+        stats.writes_sent_back = _writes_sent_back(wc) - sent_back
+        return stats
     while not stop.is_set() and (max_runs is None or stats.claimed < max_runs):
         stepped = _coordinate(wc, coordinator, stats, on_step) if coordinator else False
         claim = None

@@ -39,6 +39,7 @@ WORKER = 200
 LEASE_MIN_SECONDS = 1
 LEASE_MAX_SECONDS = 24 * 60 * 60
 POLL_MAX_SECONDS = 60 * 60  # between a worker's or runner's polls: longer looks hung
+RUNS_AT_ONCE = 256  # a worker process's Runs at once, each a thread (ADR-0097)
 REQUEST_ID = 200  # request and Coordinator turn ids
 
 # --- raw payloads (run reports, planning decisions) before they are parsed ------------

@@ -1,0 +1,250 @@
+"""Several Runs at once in one worker process: ``run_worker(runs_at_once=N)`` (ADR-0097).
+
+Each slot is a thread that claims, executes and finishes one Run at a time as the
+single-Run loop does (``run_one``), all sharing the process's store and its pool; on
+PostgreSQL claims take turns for the connection they hold (ADR-0095). The main thread
+runs the due Coordinator steps and watches for the end: a stop, ``max_runs`` Runs
+taken, or, with ``exit_when_idle``, every slot finding nothing to claim since the
+Coordinator's last step.
+
+A stop signal reaches the main thread only, and an executor at work in another thread
+cannot be interrupted. So the main thread gives back every Run whose executor is at
+work (interrupted, retryable, as a single-Run worker's stop does); those executors are
+left to end with the process, and what they report is not recorded. A slot claiming or
+finishing completes that write first. Stopped without a signal (the API's ``stop``
+event), each Run in hand finishes, as in the single-Run loop.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from workcenter.adapters.postgres_connection import StoreDisconnected
+from workcenter.adapters.worker import (
+    Executor,
+    Reconnect,
+    StopSignals,
+    WorkerStats,
+    WorkerStopped,
+    _give_back,
+    run_one,
+)
+from workcenter.application import Claim, WorkCenter
+from workcenter.domain.actor import Actor
+from workcenter.domain.errors import WorkcenterError
+
+# How often the main thread looks at the slots (no database work: a few flags).
+WATCH_SECONDS = 0.05
+
+
+class _Hand:
+    """The Run a slot's executor works on, which a stop may give back from the main
+    thread. The lock decides which wins: the executor's report or the stop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._claim: Claim | None = None
+        self._stopped_by: int | None = None
+        self.given_back = False
+
+    @contextmanager
+    def executing(self, claim: Claim) -> Iterator[None]:
+        with self._lock:
+            if self._stopped_by is not None:  # claimed as the stop came: run_one gives it back
+                raise WorkerStopped(self._stopped_by)
+            self._claim = claim
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._claim = None
+                stopped_by = self._stopped_by if self.given_back else None
+            if stopped_by is not None:
+                raise WorkerStopped(stopped_by, given_back=True)
+
+    def take_back(self, signum: int) -> Claim | None:
+        """The Run whose executor is at work, now the stop's to give back; None when
+        none is (the slot's own write, if any, completes, and it executes no more)."""
+        with self._lock:
+            self._stopped_by = signum
+            if self._claim is None:
+                return None
+            self.given_back = True
+            return self._claim
+
+
+@dataclass
+class _Slot:
+    thread: threading.Thread | None = None
+    hand: _Hand = field(default_factory=_Hand)
+    stats: WorkerStats = field(default_factory=WorkerStats)
+    # The Coordinator round in which this slot last found nothing to claim; -1 while
+    # it has a Run or has not looked since.
+    idle_in: int = -1
+    failure: BaseException | None = None
+
+
+class _Tickets:
+    """``max_runs`` shared by the slots: a claim takes one, and gives it back when it
+    found nothing or failed."""
+
+    def __init__(self, limit: int | None) -> None:
+        self._lock = threading.Lock()
+        self._left = limit
+
+    def take(self) -> bool:
+        with self._lock:
+            if self._left is None:
+                return True
+            if self._left <= 0:
+                return False
+            self._left -= 1
+            return True
+
+    def give_back(self) -> None:
+        with self._lock:
+            if self._left is not None:
+                self._left += 1
+
+
+class Slots:
+    """``runs_at_once`` slots of one worker process and the main thread's watch."""
+
+    def __init__(
+        self,
+        wc: WorkCenter,
+        executor: Executor,
+        *,
+        worker: str,
+        lease_seconds: float,
+        poll_seconds: float,
+        max_runs: int | None,
+        exit_when_idle: bool,
+        on_event: Callable[[str, Claim, str], None] | None,
+        by: Actor,
+    ) -> None:
+        self.wc, self.executor, self.worker, self.by = wc, executor, worker, by
+        self.lease_seconds, self.poll_seconds = lease_seconds, poll_seconds
+        self.exit_when_idle, self.on_event = exit_when_idle, on_event
+        self.tickets = _Tickets(max_runs)
+        self.ending = threading.Event()
+        # The Coordinator's rounds: a step may make work claimable, so a slot waiting
+        # for work is woken, and the worker is idle only once every slot has looked
+        # again since.
+        self.changed = threading.Condition()
+        self.round = 0
+
+    def run(
+        self,
+        runs_at_once: int,
+        stats: WorkerStats,
+        stop: threading.Event,
+        signals: StopSignals | None,
+        coordinate: Callable[[], bool],
+    ) -> None:
+        """Run the slots until the end; their counts are added to ``stats``."""
+        slots = [_Slot() for _ in range(runs_at_once)]
+        for k, slot in enumerate(slots):
+            slot.thread = threading.Thread(
+                target=self._loop, args=(slot,), name=f"{self.worker} run {k + 1}", daemon=True
+            )
+            slot.thread.start()
+        try:
+            self._watch(slots, stop, coordinate)
+        finally:
+            self.ending.set()
+            with self.changed:
+                self.changed.notify_all()
+            signum = signals.signum if signals else None
+            if signum is not None:
+                self._give_back_runs_in_hand(slots, signum, stats)
+            for slot in slots:
+                if not slot.hand.given_back and slot.thread is not None:
+                    slot.thread.join()
+        for slot in slots:
+            stats.add(slot.stats)
+        failure = next((slot.failure for slot in slots if slot.failure), None)
+        if failure is not None:
+            raise failure
+
+    def _watch(
+        self, slots: list[_Slot], stop: threading.Event, coordinate: Callable[[], bool]
+    ) -> None:
+        due = 0.0
+        while not stop.is_set():
+            if due <= 0:
+                if coordinate():
+                    with self.changed:
+                        self.round += 1
+                        self.changed.notify_all()
+                    continue
+                due = self.poll_seconds
+            if not any(slot.thread and slot.thread.is_alive() for slot in slots):
+                return  # max_runs taken, or a slot failed
+            if self.exit_when_idle and all(slot.idle_in == self.round for slot in slots):
+                return
+            stop.wait(WATCH_SECONDS)
+            due -= WATCH_SECONDS
+
+    def _give_back_runs_in_hand(self, slots: list[_Slot], signum: int, stats: WorkerStats) -> None:
+        reason = f"worker stopped by {signal.Signals(signum).name}"
+        for slot in slots:
+            claim = slot.hand.take_back(signum)
+            if claim is not None:
+                _give_back(self.wc, claim, reason, stats, self.on_event)
+
+    def _loop(self, slot: _Slot) -> None:
+        try:
+            self._claim_until_the_end(slot)
+        except BaseException as error:  # a defect: the main thread raises it at the end
+            slot.failure = error
+
+    def _claim_until_the_end(self, slot: _Slot) -> None:
+        reconnect = Reconnect(self.ending)
+        while not self.ending.is_set() and self.tickets.take():
+            seen = self.round
+            try:
+                claim = run_one(
+                    self.wc,
+                    self.executor,
+                    worker=self.worker,
+                    lease_seconds=self.lease_seconds,
+                    stats=slot.stats,
+                    on_event=self.on_event,
+                    signals=slot.hand,
+                    reconnect=reconnect,
+                )
+            except StoreDisconnected as error:
+                self.tickets.give_back()
+                if not reconnect.wait(error):
+                    return
+                continue
+            except WorkcenterError:  # the claim itself was refused (contention)
+                slot.stats.errors += 1
+                claim = None
+            reconnect.answered()
+            if claim is not None:
+                slot.idle_in = -1
+                continue
+            self.tickets.give_back()
+            try:
+                if self.wc.recover(actor=self.by):
+                    continue  # a lapsed lease ended: its Action may be claimable now
+            except StoreDisconnected as error:
+                reconnect.wait(error)
+                continue
+            except WorkcenterError:
+                continue
+            slot.idle_in = seen
+            self._wait_for_work(seen)
+
+    def _wait_for_work(self, seen: int) -> None:
+        """Until the Coordinator steps again, the end, or the next poll."""
+        with self.changed:
+            self.changed.wait_for(
+                lambda: self.round != seen or self.ending.is_set(), timeout=self.poll_seconds
+            )
