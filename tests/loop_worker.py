@@ -16,7 +16,8 @@ import sys
 import time
 from typing import Any
 
-from workcenter.adapters.worker import StopSignals, run_worker
+from workcenter.adapters.worker import run_worker
+from workcenter.adapters.worker_run import StopSignals
 from workcenter.application import Claim, WorkCenter
 
 

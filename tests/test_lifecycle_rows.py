@@ -26,7 +26,7 @@ from conftest import (
 from eventsourcing.persistence import StoredEvent
 
 from workcenter.adapters.compression import inflate
-from workcenter.adapters.worker import LATE_INPUT, run_one
+from workcenter.adapters.worker_run import LATE_INPUT, run_one
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain import action as act
 from workcenter.domain import work_item as wi

@@ -23,7 +23,8 @@ from conftest import create_dynamic, create_linear, report
 
 from workcenter.adapters.executors import echo
 from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
-from workcenter.adapters.worker import StopSignals, run_worker
+from workcenter.adapters.worker import run_worker
+from workcenter.adapters.worker_run import StopSignals
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain.errors import InvalidInput
 
@@ -145,6 +146,27 @@ def test_a_stop_without_signals_lets_each_run_in_hand_finish(wc: WorkCenter) -> 
     stats = run_worker(wc, executor, worker="w", runs_at_once=2, stop=stop, poll_seconds=0.01)
     assert 1 <= stats.claimed <= 2 and stats.claimed == stats.finished, stats
     assert stats.interrupted == 0
+
+
+def test_a_failure_in_one_slot_ends_the_worker_and_is_raised(wc: WorkCenter) -> None:
+    """A defect (here the caller's own callback) is not left to a thread's death while
+    the other slots go on: the worker ends and raises it, as the single-Run loop does."""
+    items(wc, 12)
+
+    def on_event(kind: str, claim: Claim, detail: str) -> None:
+        if kind == "finished":
+            raise RuntimeError("the callback broke")
+
+    with pytest.raises(RuntimeError, match="the callback broke"):
+        run_worker(
+            wc,
+            lambda claim: report(),
+            worker="w",
+            runs_at_once=3,
+            on_event=on_event,
+            poll_seconds=0.01,
+        )
+    assert wc.claim_next("another") is not None  # most items were left
 
 
 @pytest.mark.parametrize("value", [0, -1, 257, True, 1.5])

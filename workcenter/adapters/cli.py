@@ -34,7 +34,8 @@ from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
 from workcenter.adapters.terminal import safe, text
 from workcenter.adapters.wording import plain
-from workcenter.adapters.worker import StopSignals, default_name, load_executor, run_worker
+from workcenter.adapters.worker import default_name, load_executor, run_worker
+from workcenter.adapters.worker_run import StopSignals
 from workcenter.application import Claim
 from workcenter.domain import bounds
 from workcenter.domain.actor import Actor

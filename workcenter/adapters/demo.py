@@ -32,7 +32,7 @@ import orjson
 from workcenter.adapters.metered import MeteredProvider
 from workcenter.adapters.providers.scripted import ScriptedProvider
 from workcenter.adapters.providers.scripted_coordinator import MATRIX_QUESTION, scripted_coordinator
-from workcenter.adapters.worker import WorkerStats, run_one
+from workcenter.adapters.worker_run import WorkerStats, run_one
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain import conversation as conv
 from workcenter.domain.errors import ResourceStopError

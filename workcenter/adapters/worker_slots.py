@@ -24,13 +24,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from workcenter.adapters.postgres_connection import StoreDisconnected
-from workcenter.adapters.worker import (
+from workcenter.adapters.worker_run import (
     Executor,
     Reconnect,
     StopSignals,
     WorkerStats,
     WorkerStopped,
-    _give_back,
+    give_back,
     run_one,
 )
 from workcenter.application import Claim, WorkCenter
@@ -153,13 +153,17 @@ class Slots:
                 target=self._loop, args=(slot,), name=f"{self.worker} run {k + 1}", daemon=True
             )
             slot.thread.start()
+        interrupted: int | None = None
         try:
             self._watch(slots, stop, coordinate)
+        except KeyboardInterrupt:  # Ctrl-C without StopSignals: as SIGINT would
+            interrupted = signal.SIGINT
+            raise
         finally:
             self.ending.set()
             with self.changed:
                 self.changed.notify_all()
-            signum = signals.signum if signals else None
+            signum = signals.signum if signals and signals.signum else interrupted
             if signum is not None:
                 self._give_back_runs_in_hand(slots, signum, stats)
             for slot in slots:
@@ -183,8 +187,10 @@ class Slots:
                         self.changed.notify_all()
                     continue
                 due = self.poll_seconds
-            if not any(slot.thread and slot.thread.is_alive() for slot in slots):
-                return  # max_runs taken, or a slot failed
+            if any(slot.failure for slot in slots) or not any(
+                slot.thread and slot.thread.is_alive() for slot in slots
+            ):
+                return  # a slot failed, or max_runs were taken
             if self.exit_when_idle and all(slot.idle_in == self.round for slot in slots):
                 return
             stop.wait(WATCH_SECONDS)
@@ -195,7 +201,7 @@ class Slots:
         for slot in slots:
             claim = slot.hand.take_back(signum)
             if claim is not None:
-                _give_back(self.wc, claim, reason, stats, self.on_event)
+                give_back(self.wc, claim, reason, stats, self.on_event)
 
     def _loop(self, slot: _Slot) -> None:
         try:

@@ -1,0 +1,321 @@
+"""One Run of a worker: claim, keep the lease alive while an executor works, finish.
+
+An executor is any callable ``executor(claim) -> report`` where the report is a
+``RunReport`` or a mapping with ``outcome`` and its fields. An executor that
+raises, or returns anything else, is an error: its Run is interrupted with the
+reason (the auto-retry rule decides what happens next) and the loop goes on.
+User input queued for the Action arrives in ``claim.inputs`` and is consumed
+as the executor starts; input that arrives while it runs cannot be in its
+report, so that Run is interrupted and the next one receives it.
+
+A stop signal while an executor works interrupts it (``StopSignals``), and its Run is
+given back at once instead of waiting for its lease; a finish the database did not
+answer is tried again (``Reconnect``), and a second application of it is refused by
+the Run's fence (ADR-0056). The loops around it are ``worker.run_worker`` and, for
+several Runs at once, ``worker_slots`` (ADR-0097).
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from workcenter.adapters.persistence import StoreClosed
+from workcenter.adapters.postgres_connection import StoreDisconnected
+from workcenter.application import Claim, WorkCenter
+from workcenter.domain.errors import CommandRefused, InvalidInput, StaleRun, WorkcenterError
+from workcenter.domain.outcome import RunReport
+from workcenter.projections.sanitize import sanitize_personal
+
+Executor = Callable[[Claim], RunReport | Mapping[str, Any]]
+LATE_INPUT = "input arrived while the Run was executing; the next Run receives it"
+# Waits between tries while the database is away: doubling from the first to the cap,
+# each drawn from its upper half, so that many workers do not all return at once.
+BACKOFF_FIRST = 0.1
+BACKOFF_CAP = 5.0
+
+
+@dataclass
+class WorkerStats:
+    claimed: int = 0
+    finished: int = 0
+    interrupted: int = 0
+    lost: int = 0
+    errors: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    coordinator_steps: dict[str, int] = field(default_factory=dict)
+    # PostgreSQL: this worker's writes the server sent back to the two-exchange way
+    # (ADR-0070); more than a few per hundred commands means writers with and without
+    # inline views share the store (docs/deployment.md).
+    writes_sent_back: int = 0
+
+    def json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def add(self, other: WorkerStats) -> None:
+        """Count ``other``'s Runs and steps in too (a slot's, ADR-0097)."""
+        self.claimed += other.claimed
+        self.finished += other.finished
+        self.interrupted += other.interrupted
+        self.lost += other.lost
+        self.errors += other.errors
+        for mine, theirs in (
+            (self.outcomes, other.outcomes),
+            (self.coordinator_steps, other.coordinator_steps),
+        ):
+            for key, n in theirs.items():
+                mine[key] = mine.get(key, 0) + n
+
+    def summary(self) -> str:
+        line = (
+            f"claimed {self.claimed}, finished {self.finished}, interrupted {self.interrupted}, "
+            f"lost {self.lost}, errors {self.errors}"
+        )
+        if self.coordinator_steps:
+            steps = ", ".join(
+                f"{n} {status}" for status, n in sorted(self.coordinator_steps.items())
+            )
+            line += f"; coordinator turns: {steps}"
+        if self.writes_sent_back:
+            line += f"; writes sent back to two exchanges: {self.writes_sent_back}"
+        return line
+
+
+class WorkerStopped(BaseException):
+    """A stop signal arrived while an executor was working (not an ``Exception``, so an
+    executor's own ``except Exception`` cannot swallow it). ``given_back``: the Run was
+    given back already, by the thread the signal reached (ADR-0097)."""
+
+    def __init__(self, signum: int, *, given_back: bool = False) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.given_back = given_back
+
+
+class Executing(Protocol):
+    """Where a Run's executor works: ``executing(claim)`` surrounds the call, and raises
+    ``WorkerStopped`` when a stop ends the Run instead (``StopSignals`` in the main
+    thread, a slot's hand in another, ADR-0097)."""
+
+    def executing(self, claim: Claim) -> AbstractContextManager[None]: ...
+
+
+class StopSignals:
+    """SIGINT and SIGTERM stop the worker: the loop ends, and an executor at work is
+    interrupted so its Run is given back at once instead of waiting for its lease.
+
+    Outside the executor a signal only sets ``event``: a claim or a finish being
+    written is completed first, never cut in half.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.signum: int | None = None
+        self._executing = False
+        self._previous: dict[int, Any] = {}
+
+    def __enter__(self) -> StopSignals:
+        for signum in self.SIGNALS:
+            self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        self.signum = self.signum or signum
+        self.event.set()
+        if self._executing:
+            self._executing = False
+            raise WorkerStopped(signum)
+
+    @contextmanager
+    def executing(self, claim: Claim) -> Iterator[None]:
+        if self.event.is_set():
+            raise WorkerStopped(self.signum or signal.SIGTERM)
+        self._executing = True
+        try:
+            yield
+        finally:
+            self._executing = False
+
+
+class Reconnect:
+    """Waits out an unreachable database with backoff."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.delay = 0.0
+
+    def wait(self, error: StoreDisconnected) -> bool:
+        """Back off after ``error``; False when the worker was stopped meanwhile."""
+        self.delay = min(BACKOFF_CAP, self.delay * 2 or BACKOFF_FIRST)
+        return not self.stop.wait(random.uniform(self.delay / 2, self.delay))
+
+    def answered(self) -> None:
+        self.delay = 0.0
+
+    def call(self, command: Callable[[], Any]) -> Any:
+        """``command`` once the database answers; ``StoreDisconnected`` if stopped first."""
+        while True:
+            try:
+                result = command()
+            except StoreDisconnected as error:
+                if not self.wait(error):
+                    raise
+                continue
+            self.answered()
+            return result
+
+
+class _LeaseKeeper(threading.Thread):
+    """Renews a lease every third of its length until stopped or refused."""
+
+    def __init__(self, wc: WorkCenter, claim: Claim, lease_seconds: float) -> None:
+        super().__init__(daemon=True)
+        self.wc, self.claim, self.lease_seconds = wc, claim, lease_seconds
+        self.stopped = threading.Event()
+        self.lost = False
+
+    def run(self) -> None:
+        interval = max(1.0, self.lease_seconds / 3)
+        while not self.stopped.wait(interval):
+            try:
+                renewed = self.wc.renew_lease(self.claim, lease_seconds=self.lease_seconds)
+            except StoreDisconnected:
+                continue  # the next renewal tries again; a lease that ran out is refused
+            except StoreClosed:
+                return  # the worker left, its Run given back (ADR-0097): nothing to keep
+            if not renewed:
+                self.lost = True
+                return
+
+
+def give_back(
+    wc: WorkCenter,
+    claim: Claim,
+    reason: str,
+    stats: WorkerStats,
+    on_event: Callable[[str, Claim, str], None] | None,
+) -> None:
+    """Interrupt the Run (retryable) with ``reason``; a Run already lost stays lost."""
+    try:
+        wc.interrupt(claim, reason=reason)
+    except WorkcenterError:  # stale, or the item ended meanwhile: the Run is not ours now
+        stats.lost += 1
+        if on_event:
+            on_event("lost", claim, "the lease was lost before the interruption was recorded")
+        return
+    stats.interrupted += 1
+    if on_event:
+        on_event("interrupted", claim, reason)
+
+
+def _executor_error(
+    wc: WorkCenter,
+    claim: Claim,
+    reason: str,
+    stats: WorkerStats,
+    on_event: Callable[[str, Claim, str], None] | None,
+) -> None:
+    # An exception's text often quotes credentials or local paths: neither is
+    # recorded nor printed.
+    reason = sanitize_personal(reason)
+    stats.errors += 1
+    if on_event:
+        on_event("error", claim, reason)
+    give_back(wc, claim, reason, stats, on_event)
+
+
+def run_one(
+    wc: WorkCenter,
+    executor: Executor,
+    *,
+    worker: str,
+    lease_seconds: float = 60.0,
+    stats: WorkerStats | None = None,
+    on_event: Callable[[str, Claim, str], None] | None = None,
+    signals: Executing | None = None,
+    reconnect: Reconnect | None = None,
+) -> Claim | None:
+    """Claim and execute one Action; None when nothing is claimable.
+
+    An executor that raises, or reports something that is not a valid report, is an
+    error: its Run is interrupted with the reason (so it can be retried) and counted.
+    With ``reconnect``, a finish the database did not answer is tried again until it
+    does (else ``StoreDisconnected`` is raised).
+    """
+    stats = stats or WorkerStats()
+    claim = wc.claim_next(worker, lease_seconds=lease_seconds)
+    if claim is None:
+        return None
+    stats.claimed += 1
+    if on_event:
+        on_event("claimed", claim, "")
+    if claim.inputs:
+        wc.consume_input(claim, [queued.id for queued in claim.inputs])
+    keeper = _LeaseKeeper(wc, claim, lease_seconds)
+    keeper.start()
+    try:
+        with signals.executing(claim) if signals else nullcontext():
+            report = executor(claim)
+    except WorkerStopped as stopped:
+        keeper.stopped.set()
+        keeper.join()
+        if not stopped.given_back:
+            give_back(wc, claim, f"worker stopped by {stopped}", stats, on_event)
+        return claim
+    except Exception as error:  # an executor's failure must not kill the worker
+        keeper.stopped.set()
+        keeper.join()
+        _executor_error(
+            wc, claim, f"executor raised {type(error).__name__}: {error}", stats, on_event
+        )
+        return claim
+    keeper.stopped.set()
+    keeper.join()
+    try:
+        checked = _checked(report)
+        if reconnect is None:
+            action = wc.finish_run(claim, checked)
+        else:
+            action = reconnect.call(lambda: wc.finish_run(claim, checked))
+    except StoreDisconnected:
+        raise
+    except StaleRun:
+        stats.lost += 1
+        if on_event:
+            on_event("lost", claim, "the lease was lost before the outcome was recorded")
+        return claim
+    except WorkcenterError as error:
+        if isinstance(error, CommandRefused) and wc.pending_input(claim):
+            wc.interrupt(claim, reason=LATE_INPUT)
+            stats.interrupted += 1
+            if on_event:
+                on_event("interrupted", claim, LATE_INPUT)
+        else:
+            _executor_error(wc, claim, f"malformed executor report: {error}", stats, on_event)
+        return claim
+    run = action.run(claim.run_id)
+    outcome = run.status if run else "unknown"
+    stats.finished += 1
+    stats.outcomes[outcome] = stats.outcomes.get(outcome, 0) + 1
+    if on_event:
+        on_event("finished", claim, outcome)
+    return claim
+
+
+def _checked(report: object) -> RunReport | Mapping[str, Any]:
+    if isinstance(report, RunReport | Mapping):
+        return report
+    raise InvalidInput(
+        f"the executor returned {type(report).__name__}, not a RunReport or a mapping"
+    )
