@@ -85,6 +85,8 @@ class _Slot:
     # The Coordinator round in which this slot last found nothing to claim; -1 while
     # it has a Run or has not looked since.
     idle_in: int = -1
+    # Runs this slot claimed and handled to their end (finished, given back or lost).
+    handled: int = 0
     failure: BaseException | None = None
 
 
@@ -178,21 +180,26 @@ class Slots:
     def _watch(
         self, slots: list[_Slot], stop: threading.Event, coordinate: Callable[[], bool]
     ) -> None:
+        """The Coordinator's due steps, at each poll and after each Run a slot handled
+        (as the single-Run loop steps before each claim), until the end."""
         due = 0.0
+        handled = -1
         while not stop.is_set():
-            if due <= 0:
+            if any(slot.failure for slot in slots) or not any(
+                slot.thread and slot.thread.is_alive() for slot in slots
+            ):
+                return  # a slot failed, or max_runs were taken
+            idle = self.exit_when_idle and all(slot.idle_in == self.round for slot in slots)
+            runs = sum(slot.handled for slot in slots)
+            if due <= 0 or runs != handled or idle:
+                handled, due = runs, self.poll_seconds
                 if coordinate():
                     with self.changed:
                         self.round += 1
                         self.changed.notify_all()
                     continue
-                due = self.poll_seconds
-            if any(slot.failure for slot in slots) or not any(
-                slot.thread and slot.thread.is_alive() for slot in slots
-            ):
-                return  # a slot failed, or max_runs were taken
-            if self.exit_when_idle and all(slot.idle_in == self.round for slot in slots):
-                return
+                if idle:  # every slot looked since the last step, and none is due
+                    return
             stop.wait(WATCH_SECONDS)
             due -= WATCH_SECONDS
 
@@ -235,6 +242,7 @@ class Slots:
             reconnect.answered()
             if claim is not None:
                 slot.idle_in = -1
+                slot.handled += 1
                 continue
             self.tickets.give_back()
             try:
