@@ -13,6 +13,7 @@ two connections is refused when the store opens, and a pool that stays busy says
 from __future__ import annotations
 
 import threading
+import time
 from contextlib import ExitStack
 from typing import Any
 
@@ -20,9 +21,11 @@ import postgres
 import pytest
 from conftest import create_linear, report
 
+from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.postgres_connection import StoreDisconnected
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput
+from workcenter.projections.runner import ProjectionRunner
 
 ITEMS = 24
 THREADS = 8
@@ -37,32 +40,125 @@ def small_pool(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("POSTGRES_CONNECT_TIMEOUT", "1")
 
 
+def make_items(wc: WorkCenter) -> list[Any]:
+    return [create_linear(wc, title=f"item {i}", stages=("implement",)).id for i in range(ITEMS)]
+
+
+def claim_in_threads(wc: WorkCenter) -> list[Any]:
+    """Every claimable Action claimed and finished by THREADS threads at once: the
+    Actions finished, or the first failure raised."""
+    start = threading.Barrier(THREADS)
+    finished: list[Any] = []
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        start.wait()
+        try:
+            while (claimed := wc.claim_next(f"thread-{k}")) is not None:
+                wc.finish_run(claimed, report())
+                finished.append(claimed.action_id)
+        except BaseException as error:  # every failure is the finding
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+    return finished
+
+
 def test_more_claiming_threads_than_connections_run_every_action(small_pool: None) -> None:
     with postgres.fresh_schema("wcpool") as url, WorkCenter.open(url) as wc:
-        items = [
-            create_linear(wc, title=f"item {i}", stages=("implement",)).id for i in range(ITEMS)
-        ]
-        start = threading.Barrier(THREADS)
-        finished: list[Any] = []
-        errors: list[BaseException] = []
-
-        def work(k: int) -> None:
-            start.wait()
-            try:
-                while (claimed := wc.claim_next(f"thread-{k}")) is not None:
-                    wc.finish_run(claimed, report())
-                    finished.append(claimed.action_id)
-            except BaseException as error:  # every failure is the finding
-                errors.append(error)
-
-        threads = [threading.Thread(target=work, args=(k,)) for k in range(THREADS)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert errors == []
+        items = make_items(wc)
+        finished = claim_in_threads(wc)
         assert len(finished) == len(set(finished)) == ITEMS
         assert {wc.work_item(item).status for item in items} == {"done"}
+
+
+def test_a_runner_in_the_process_leaves_claims_a_connection(
+    small_pool: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner's subscription holds a connection for as long as it listens: claims
+    counted without it held the rest and waited for one another (found by acceptance
+    testing). With three connections, claims take turns beside it; with two, a claim is
+    refused at once, naming what the pool needs, not after the pool's wait."""
+    monkeypatch.setenv("POSTGRES_POOL_SIZE", "3")
+    with postgres.fresh_schema("wcpool") as url:
+        with WorkCenter.open(url) as wc:
+            items = make_items(wc)
+        with WorkCenter.open(url, inline_projections=False) as wc:
+            runner = ProjectionRunner(wc, poll=0.05).start()
+            try:
+                wait_until_listening(runner)
+                finished = claim_in_threads(wc)
+            finally:
+                runner.stop()
+            assert len(finished) == len(set(finished)) == ITEMS
+            assert {wc.work_item(item).status for item in items} == {"done"}
+        with WorkCenter.open(url) as wc:
+            create_linear(wc, stages=("implement",))
+        monkeypatch.setenv("POSTGRES_POOL_SIZE", "2")
+        with WorkCenter.open(url, inline_projections=False) as wc:
+            runner = ProjectionRunner(wc, poll=0.05).start()
+            try:
+                wait_until_listening(runner)
+                before = wc.event_count()
+                with pytest.raises(StoreUnavailable, match="give the pool at least 3"):
+                    wc.claim_next("worker")
+                assert wc.event_count() == before
+            finally:
+                runner.stop()
+
+
+def wait_until_listening(runner: ProjectionRunner) -> None:
+    deadline = time.monotonic() + 10
+    while runner._subscription is None:
+        assert runner.error is None, runner.error
+        assert time.monotonic() < deadline, "the runner never subscribed"
+        time.sleep(0.01)
+
+
+def test_a_claim_held_while_its_save_waits_for_the_lock_is_not_ended_under_it(
+    small_pool: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim's candidate connection is idle in its transaction while the save waits
+    for the event table's lock; the session's idle timeout (the library's setting, 5 s by
+    default) ended it, and the claim, saved, was answered as a lost connection."""
+    monkeypatch.setenv("POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT", "1")
+    with postgres.fresh_schema("wcpool") as url, WorkCenter.open(url) as wc:
+        item = create_linear(wc, stages=("implement",))
+        schema = url.rsplit("=", 1)[1]
+        with postgres.connect() as blocker:
+            blocker.autocommit = False
+            blocker.execute(f'LOCK TABLE "{schema}".workcenter_events IN EXCLUSIVE MODE')
+            threading.Timer(2.5, blocker.commit).start()
+            claimed = wc.claim_next("worker")
+        assert claimed is not None and claimed.work_item_id == item.id
+        assert wc.action(claimed.action_id).status == "running"
+
+
+def test_too_many_commands_waiting_for_a_connection_say_so(
+    small_pool: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("POSTGRES_MAX_WAITING", "1")
+    monkeypatch.setenv("POSTGRES_CONNECT_TIMEOUT", "5")
+    with postgres.fresh_schema("wcpool") as url, WorkCenter.open(url) as wc:
+        item = create_linear(wc)
+        datastore = wc.store.recorder.datastore  # type: ignore[attr-defined]
+        waited: list[Any] = []
+        with ExitStack() as held:
+            for _ in range(2):
+                held.enter_context(datastore.get_connection())
+            waiting = threading.Thread(target=lambda: waited.append(wc.work_item(item.id)))
+            waiting.start()
+            time.sleep(0.5)  # the first waits in the pool's queue
+            with pytest.raises(StoreDisconnected, match="1 commands already waited for one"):
+                wc.work_item(item.id)
+        waiting.join()
+        assert waited and waited[0].id == item.id
 
 
 def test_a_pool_of_one_connection_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:

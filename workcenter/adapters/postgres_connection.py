@@ -13,14 +13,19 @@ few times, 0.2 s apart, so a short outage often never reaches the caller). The
 process logs one line per outage, at its first lost connection. A server that stops
 answering without closing its connections is found by TCP keepalives instead of a
 wait without end.
+
+A pool with no connection free is ``PoolBusy`` in its own words (the server is fine,
+nothing is reconnected), and work that holds a connection while it takes others (a
+claim) takes turns, so that it never holds every connection at once (ADR-0095).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, Final
 
 from eventsourcing.persistence import InterfaceError, OperationalError
@@ -55,20 +60,103 @@ def disconnected(error: BaseException) -> bool:
     return sql.disconnected_state(getattr(error.__cause__, "sqlstate", None))
 
 
-def pool_exhausted(error: BaseException) -> bool:
-    """Whether ``error`` is the pool's giving up on a free connection: the server is
-    fine, every connection was in use (not a lost connection: nothing to reconnect)."""
-    from psycopg_pool import PoolTimeout  # the PostgreSQL extra's, as is this module's use
+class PoolBusy(StoreDisconnected):
+    """No connection of the pool (or no turn to hold one) came free in time: more
+    commands ran at once than the pool serves, or commands were held up in the database
+    (a lock). Nothing was sent by the command that got it; like a lost connection it
+    passes, and workers wait it out the same way."""
 
-    return isinstance(error.__cause__, PoolTimeout)
+    code = "store_busy"
+
+
+def busy(pool: Any, cause: BaseException | None = None) -> PoolBusy:
+    """The failure of a command that found no connection free (the pool's own
+    ``PoolTimeout``, its ``TooManyRequests``, or no claim's turn within the same wait)."""
+    from psycopg_pool import TooManyRequests  # the PostgreSQL extra's, as the pool is
+
+    size = pool.max_size
+    if isinstance(cause, TooManyRequests):
+        return PoolBusy(
+            f"the pool's {size} connections were all in use and {pool.max_waiting} commands"
+            " already waited for one (POSTGRES_MAX_WAITING)"
+        )
+    return PoolBusy(
+        f"no connection of the pool's {size} came free within {pool.timeout:g} s: every one"
+        " was in use, by more commands at once than POSTGRES_POOL_SIZE +"
+        " POSTGRES_MAX_OVERFLOW serve, or by commands held up in the database (a lock)"
+    )
+
+
+def is_busy(error: BaseException) -> bool:
+    """Whether ``error`` (the library's wrapping of psycopg's) is the pool's giving up:
+    every connection in use, or too many commands waiting for one."""
+    from psycopg_pool import PoolTimeout, TooManyRequests
+
+    return isinstance(error.__cause__, PoolTimeout | TooManyRequests)
+
+
+class ConnectionTurns:
+    """Turns for work that holds a pooled connection while it takes others (claims),
+    beside the connections held for listening (a runner's subscription)."""
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+        self._changed = threading.Condition()
+        self._holding = 0
+        self._listening = 0
+
+    def _turns(self) -> int:
+        return self._pool.max_size - 1 - self._listening
+
+    @contextmanager
+    def holding(self) -> Iterator[None]:
+        """A turn to hold a connection while taking others; ``PoolBusy`` when none comes
+        free within the pool's own wait, ``StoreUnavailable`` when the pool has no room
+        for one at all beside its listening connections."""
+        with self._changed:
+            if self._turns() < 1:
+                size, listening = self._pool.max_size, self._listening
+                raise StoreUnavailable(
+                    f"no claim can be made here: {listening} of the pool's {size} connections"
+                    f" listen for new events (a projection runner), and a claim holds one"
+                    f" while it writes on another; give the pool at least {listening + 2}"
+                    " (POSTGRES_POOL_SIZE + POSTGRES_MAX_OVERFLOW)"
+                )
+            if not self._changed.wait_for(
+                lambda: self._holding < self._turns(), timeout=self._pool.timeout
+            ):
+                raise busy(self._pool)
+            self._holding += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._holding -= 1
+                self._changed.notify_all()
+
+    @contextmanager
+    def listening(self) -> Iterator[None]:
+        """While a connection is held to listen: one turn fewer for claims."""
+        with self._changed:
+            self._listening += 1
+        try:
+            yield
+        finally:
+            with self._changed:
+                self._listening -= 1
+                self._changed.notify_all()
 
 
 def watch_connections(datastore: Any) -> None:
-    """Make a lost connection ``StoreDisconnected`` for every user of ``datastore``.
+    """Make a lost connection ``StoreDisconnected`` and a busy pool ``PoolBusy`` for
+    every user of ``datastore``, and give it turns for held connections.
 
     The library's datastore hands out connections from one method, which its
     ``transaction`` and every recorder go through; the instance's method is wrapped
-    (the library builds the datastore itself, so it cannot be a subclass)."""
+    (the library builds the datastore itself, so it cannot be a subclass). The wrapper
+    takes ``held=True`` from work that holds its connection while it takes others (a
+    claim), and ``datastore.listening()`` surrounds a connection held to listen (a
+    runner's subscription): ``ConnectionTurns``, ADR-0095."""
     sql.connection_params(datastore).update(KEEPALIVES)
     original: Callable[[], AbstractContextManager[Any]] = datastore.get_connection
     # When the last outage was logged: failures within QUIET seconds of it are the same
@@ -76,20 +164,23 @@ def watch_connections(datastore: Any) -> None:
     # others already worked again), so an outage is one line.
     logged = [-QUIET]
 
+    turns = ConnectionTurns(datastore.pool)
+
     @contextmanager
-    def get_connection() -> Iterator[Any]:
+    def get_connection(held: bool = False) -> Iterator[Any]:
+        with turns.holding() if held else nullcontext(), watched() as conn:
+            yield conn
+
+    @contextmanager
+    def watched() -> Iterator[Any]:
         try:
             with original() as conn:
                 yield conn
         except (OperationalError, InterfaceError) as error:
             if isinstance(error, StoreDisconnected):
                 raise
-            if pool_exhausted(error):
-                raise StoreDisconnected(
-                    f"no connection of the pool's {datastore.pool.max_size} came free within"
-                    f" {datastore.pool.timeout:g} s: more commands ran at once than"
-                    " POSTGRES_POOL_SIZE + POSTGRES_MAX_OVERFLOW connections serve"
-                ) from error
+            if is_busy(error):
+                raise busy(datastore.pool, error.__cause__) from error
             if not disconnected(error):
                 raise
             # psycopg's messages run over several lines: the log line is one.
@@ -102,3 +193,4 @@ def watch_connections(datastore: Any) -> None:
             raise StoreDisconnected(f"lost the connection to the database: {reason}") from error
 
     datastore.get_connection = get_connection
+    datastore.listening = turns.listening

@@ -126,7 +126,10 @@ class ProjectionRunner:
         self.run_once()  # the backlog, in pages
         start = min(self.positions().values(), default=0)
         arrived: queue.Queue[Notification | BaseException] = queue.Queue(maxsize=4 * PAGE)
-        with self.recorder.subscribe(gt=start) as subscription:
+        with (
+            sql.listening(self.recorder.datastore),
+            self.recorder.subscribe(gt=start) as subscription,
+        ):
             self._subscription = subscription
             reader = threading.Thread(
                 target=_read, args=(subscription, arrived), name="workcenter-subscription"

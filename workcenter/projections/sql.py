@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import re
 import sys
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any
 from uuid import UUID
-from weakref import WeakKeyDictionary
 
 # A schema name is used in DDL and in ``search_path``, so only plain identifiers pass.
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
@@ -152,35 +150,23 @@ class ReadPipeline:
         self._pipeline.sync()
 
 
-# Per datastore (its pool), the turns of work that holds a connection while it takes
-# another (see ``holding_a_connection``).
-_HOLDERS: WeakKeyDictionary[Any, threading.BoundedSemaphore] = WeakKeyDictionary()
-_HOLDERS_MADE = threading.Lock()
-
-
 @contextmanager
-def holding_a_connection(datastore: Any) -> Iterator[None]:
-    """PostgreSQL: a turn for work that holds one of the pool's connections while it
-    takes others (a claim holds its candidate while it reads and writes its Action).
-    At most one fewer such work than the pool has connections runs at once, so one is
-    left for the next step of each and every one goes on: with all connections held,
-    each waited for a second until the pool gave up (ADR-0095)."""
-    with _HOLDERS_MADE:
-        turns = _HOLDERS.get(datastore)
-        if turns is None:
-            turns = threading.BoundedSemaphore(max(datastore.pool.max_size - 1, 1))
-            _HOLDERS[datastore] = turns
-    with turns:
+def listening(datastore: Any) -> Iterator[None]:
+    """PostgreSQL: around a connection held to listen for new events (a runner's
+    subscription), which claims in the process must leave aside (ADR-0095)."""
+    with datastore.listening():
         yield
 
 
 @contextmanager
-def read_pipeline(datastore: Any) -> Iterator[ReadPipeline]:
+def read_pipeline(datastore: Any, *, held: bool = False) -> Iterator[ReadPipeline]:
     """PostgreSQL only: a read transaction whose ``BEGIN`` goes to the server with its
     first statements, at the caller's first ``sync`` (``transaction`` sends it alone, a
     round trip of its own). It ends as ``transaction``'s read does, in a ``COMMIT``;
-    any advisory lock it took is held until then (ADR-0074)."""
-    with datastore.get_connection() as conn:
+    any advisory lock it took is held until then (ADR-0074). ``held``: the caller
+    takes other connections while it holds this one (a claim), and waits its turn to
+    (ADR-0095)."""
+    with datastore.get_connection(held=True) if held else datastore.get_connection() as conn:
         try:
             with conn.pipeline() as pipeline:
                 conn.cursor().execute("BEGIN")

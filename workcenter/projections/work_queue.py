@@ -28,6 +28,7 @@ READY = (
     "SELECT action_id, work_item_id FROM wq_actions WHERE status = 'ready' AND held = 0"
     " ORDER BY ready_since, sequence LIMIT ? OFFSET ?"
 )
+NO_IDLE_TIMEOUT = "SET LOCAL idle_in_transaction_session_timeout = 0"
 # PostgreSQL: the oldest ready Action no other claim holds, and a hold on it until the
 # claim's read transaction ends (ADR-0054). The lock is tried in the outer query, over
 # a page already ordered and limited, so only the row returned is ever locked; the ids
@@ -249,10 +250,11 @@ class WorkQueueView(TrackedView):
         server together, one round trip (ADR-0074).
         On SQLite (one writer) the candidates are the pages of the queue, as before."""
         if sql.is_postgres(self.datastore):
-            with (
-                sql.holding_a_connection(self.datastore),
-                sql.read_pipeline(self.datastore) as read,
-            ):
+            with sql.read_pipeline(self.datastore, held=True) as read:
+                # Held idle while the claim saves on another connection, perhaps waiting
+                # for the event table's lock: the session's idle timeout must not end it
+                # under a claim that then saves (found by acceptance testing, ADR-0095).
+                read.cursor().execute(NO_IDLE_TIMEOUT)
                 at_head = current(read.cursor()) if current is not None else None
                 first = read.cursor().execute(RESERVE, ([], page, CLAIM_LOCKS))
                 read.sync()
