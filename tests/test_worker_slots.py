@@ -255,3 +255,23 @@ def test_the_cli_refuses_runs_at_once_out_of_range(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     assert "'--runs-at-once': 0 is not in the range 1<=x<=256" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_stop_signal_while_the_stop_event_is_held_does_not_hang() -> None:
+    """A signal's handler runs in the main thread between two bytecodes, perhaps while
+    that thread holds the stop event's lock (waiting on it, or setting it for a first
+    signal): setting the event there waited for ever (found by acceptance testing: a
+    second SIGTERM froze the worker)."""
+    signals = StopSignals()
+    handled = threading.Event()
+
+    def signalled_while_holding() -> None:
+        with signals.event._cond:  # type: ignore[attr-defined]
+            signals._handle(signal.SIGTERM, None)
+            signals._handle(signal.SIGINT, None)
+        handled.set()
+
+    threading.Thread(target=signalled_while_holding, daemon=True).start()
+    assert handled.wait(5), "the handler waited for the lock its own thread held"
+    assert signals.event.wait(5)
+    assert signals.signum == signal.SIGTERM

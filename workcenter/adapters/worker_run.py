@@ -131,16 +131,22 @@ class StopSignals:
             signal.signal(signum, handler)
 
     def _handle(self, signum: int, _frame: object) -> None:
+        first = self.signum is None
         self.signum = self.signum or signum
-        self.event.set()
+        if first:
+            # Set from another thread: the handler runs in the main thread between two
+            # of its bytecodes, perhaps while it holds the event's own lock (waiting on
+            # it, or setting it for an earlier signal), and setting it here would wait
+            # for that lock for ever (found by acceptance testing, ADR-0097).
+            threading.Thread(target=self.event.set, name="workcenter-stop").start()
         if self._executing:
             self._executing = False
             raise WorkerStopped(signum)
 
     @contextmanager
     def executing(self, claim: Claim) -> Iterator[None]:
-        if self.event.is_set():
-            raise WorkerStopped(self.signum or signal.SIGTERM)
+        if self.signum is not None:  # the event may be set a moment later
+            raise WorkerStopped(self.signum)
         self._executing = True
         try:
             yield
