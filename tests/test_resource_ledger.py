@@ -1324,12 +1324,10 @@ def test_a_token_stop_resumes_only_once_the_request_it_refused_fits(wc: WorkCent
     assert wc.reserve_request(item.id, request=req(300)).allowed  # the refused one fits
 
 
-def test_a_resume_names_every_limit_still_spent(wc: WorkCenter, budget: BudgetCommands) -> None:
+def test_a_resume_names_every_limit_still_spent(wc: WorkCenter) -> None:
     """A token stop whose turns also used up the Coordinator's failures: the refusal
     named the tokens only, and a person learnt of the failures a round later."""
-    item = stop_with_room_for_100_of_300(wc)
-    for n in range(3):
-        budget.record_coordinator_failure(item.id, turn_id=f"t{n}")
+    item = spend_tokens_and_failures(wc)
     both = r"^max_tokens and max_coordinator_failures are exhausted: extend the budget first"
     with refused(wc, CommandRefused, both + r".*needs 200 more tokens\)$"):
         resume(wc, item.id)
@@ -1343,9 +1341,7 @@ def test_a_resume_names_every_limit_still_spent(wc: WorkCenter, budget: BudgetCo
 def test_a_token_stop_by_an_overrun_names_no_request_and_resumes_once_under_the_limit(
     wc: WorkCenter,
 ) -> None:
-    item = make(wc, max_tokens=1_000)
-    allowed = wc.reserve_request(item.id, request=req(900))
-    assert wc.settle_request(item.id, allowed.request_id, usage={"total_tokens": 1_200})
+    item = overrun(wc)
     stop = wc.ledger(item.id).stop_reason
     assert stop is not None and stop.details == {}
     with refused(wc, CommandRefused, f"max_tokens is exhausted: {EXTEND_FIRST}"):
@@ -1430,9 +1426,7 @@ def test_the_snapshot_says_the_least_each_limit_needs_before_a_resume(
 
 
 def test_a_cancelled_item_with_a_spent_budget_needs_an_extend(wc: WorkCenter) -> None:
-    item = make(wc, max_requests=1)
-    assert wc.reserve_request(item.id, request={}).allowed  # spent, but nothing stopped it
-    wc.cancel(item.id)
+    item = cancel_with_requests_spent(wc)  # spent, but nothing stopped it
     assert wc.ledger(item.id).stop_reason is None
     with refused(wc, CommandRefused, f"max_requests is exhausted: {EXTEND_FIRST}"):
         resume(wc, item.id)
