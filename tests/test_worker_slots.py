@@ -275,3 +275,66 @@ def test_a_stop_signal_while_the_stop_event_is_held_does_not_hang() -> None:
     assert handled.wait(5), "the handler waited for the lock its own thread held"
     assert signals.event.wait(5)
     assert signals.signum == signal.SIGTERM
+
+
+def test_signals_after_the_loop_only_confirm_the_stop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst of signals (a second Ctrl-C, a supervisor's repeated SIGTERM) that comes
+    after the loop ended, while the summary is printed or the store closed, neither
+    kills the process before its summary nor changes its status (it ended as
+    "Aborted!" with status 1; ADR-0097)."""
+    from click.testing import CliRunner
+
+    from workcenter.adapters import cli
+    from workcenter.adapters.worker_run import WorkerStats
+
+    class Signalled(WorkerStats):
+        def summary(self) -> str:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+            return super().summary()
+
+    def stopped_loop(wc: WorkCenter, executor: Any, **options: Any) -> WorkerStats:
+        os.kill(os.getpid(), signal.SIGTERM)  # the stop the loop ends on
+        assert options["signals"].event.wait(5)
+        return Signalled()
+
+    monkeypatch.setattr(cli, "run_worker", stopped_loop)
+    WorkCenter.open(str(tmp_path / "s.db")).close()
+    result = CliRunner().invoke(
+        cli.cli,
+        [
+            "--db",
+            str(tmp_path / "s.db"),
+            "worker",
+            "--executor",
+            "workcenter.adapters.executors:echo",
+        ],
+    )
+    assert result.exit_code == 143, result.output
+    assert "claimed 0, finished 0" in result.output
+
+
+@pytest.mark.parametrize(
+    ("verb", "refusal"),
+    [
+        (["worker", "--runs-at-once", "abc"], "'abc' is not a valid integer."),
+        (["worker", "--max-runs", "1.5"], "'1.5' is not a valid integer."),
+        (["worker", "--poll", "abc"], "'abc' is not a valid number of seconds."),
+        (["serve", "--port", "eighty"], "'eighty' is not a valid integer."),
+    ],
+)
+def test_a_number_that_is_not_one_is_refused_in_plain_words(
+    tmp_path: Path, verb: list[str], refusal: str
+) -> None:
+    """click's own words were "'abc' is not a valid integer range" (and "a valid
+    seconds"), as if a range had been asked for."""
+    from click.testing import CliRunner
+
+    from workcenter.adapters import cli
+
+    result = CliRunner().invoke(cli.cli, ["--db", str(tmp_path / "s.db"), *verb])
+    assert result.exit_code == 2
+    assert refusal in result.output
+    assert not (tmp_path / "s.db").exists()

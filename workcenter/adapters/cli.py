@@ -19,6 +19,7 @@ from rich.table import Table
 from workcenter.adapters import cli_coordinator, cli_tables, presenters
 from workcenter.adapters.cli_common import (
     MAX_POLL,
+    Count,
     Seconds,
     actor_option,
     clip,
@@ -107,7 +108,7 @@ def _extend_hint(ctx: click.Context, budget: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the final item as JSON only.")
 @click.option(
     "--max-tokens",
-    type=click.IntRange(min=1),
+    type=Count(min=1),
     default=None,
     help="Create the item with this token budget (default: the ledger's default).",
 )
@@ -184,7 +185,7 @@ LIST_LIMIT = 1000  # items `list` shows unless told
 )
 @click.option(
     "--limit",
-    type=click.IntRange(min=1, max=bounds.INTEGER),
+    type=Count(min=1, max=bounds.INTEGER),
     default=LIST_LIMIT,
     show_default=True,
     help="Show at most this many, oldest first (a line on stderr says when there are more).",
@@ -451,10 +452,10 @@ def _say_what_next(
 @click.option(
     "--poll", "poll_seconds", type=Seconds(min=0.01, max=MAX_POLL), default=2.0, show_default=True
 )
-@click.option("--max-runs", type=click.IntRange(min=1), default=None)
+@click.option("--max-runs", type=Count(min=1), default=None)
 @click.option(
     "--runs-at-once",
-    type=click.IntRange(min=1, max=bounds.RUNS_AT_ONCE),
+    type=Count(min=1, max=bounds.RUNS_AT_ONCE),
     default=1,
     show_default=True,
     help="Runs executed at once, each by a thread of this process: the executor is"
@@ -483,9 +484,10 @@ def worker(
     """Claim, renew and finish Runs through an executor, and run the due Coordinator
     steps beside them, until stopped.
 
-    Ctrl-C or SIGTERM interrupts the Runs in hand (they are retried; an executor
-    working in a thread of its own is left to end with the process, its report
-    unrecorded), prints the summary and exits 130 or 143. A malformed executor
+    Ctrl-C or SIGTERM interrupts the Runs in hand (each is retried, and has spent one
+    of its Action's attempts; an executor working in a thread of its own is left to
+    end with the process, its report unrecorded), prints the summary and exits 130 or
+    143. A malformed executor
     report is an error: the Run is interrupted with the reason and the worker goes on.
     """
     if no_coordinator and no_runs:
@@ -510,26 +512,31 @@ def worker(
     def on_step(result: StepResult) -> None:
         console.print(text(f"coordinator {cli_coordinator.step_line(result)}"), highlight=False)
 
-    with _open(ctx) as wc, StopSignals() as signals:
-        stats = run_worker(
-            wc,
-            executor,
-            worker=default_name() if name is None else name,
-            lease_seconds=lease_seconds,
-            poll_seconds=poll_seconds,
-            max_runs=max_runs,
-            runs_at_once=runs_at_once,
-            exit_when_idle=exit_when_idle,
-            signals=signals,
-            on_event=on_event,
-            coordinator=provider,
-            runs=not no_runs,
-            on_step=None if as_json else on_step,
-        )
-    if as_json:
-        _emit_json(stats.json())
-    else:
-        console.print(stats.summary(), markup=False, highlight=False)
+    # The handlers stay until the store is closed and the summary printed: a burst of
+    # signals after the loop only confirms the stop (it killed the process before
+    # its summary, or ended it as "Aborted!" with status 1; ADR-0097). A signal
+    # while the store opens stops the worker before its first claim.
+    with StopSignals() as signals:
+        with _open(ctx) as wc:
+            stats = run_worker(
+                wc,
+                executor,
+                worker=default_name() if name is None else name,
+                lease_seconds=lease_seconds,
+                poll_seconds=poll_seconds,
+                max_runs=max_runs,
+                runs_at_once=runs_at_once,
+                exit_when_idle=exit_when_idle,
+                signals=signals,
+                on_event=on_event,
+                coordinator=provider,
+                runs=not no_runs,
+                on_step=None if as_json else on_step,
+            )
+        if as_json:
+            _emit_json(stats.json())
+        else:
+            console.print(stats.summary(), markup=False, highlight=False)
     if signals.signum is not None:
         ctx.exit(128 + signals.signum)
 

@@ -59,11 +59,18 @@ def progress_bar(*, transient: bool = True) -> Progress:
 MAX_POLL = float(bounds.POLL_MAX_SECONDS)
 
 
+class Count(click.IntRange):
+    """A whole number within the range, named so in refusals (click's own says "'abc' is
+    not a valid integer range", as if a range were asked for)."""
+
+    name = "integer"
+
+
 class Seconds(click.FloatRange):
     """A length of time in seconds within the range, and finite: NaN passes click's own
     range check (it compares as nothing), and a wait of 1e308 overflows the sleep."""
 
-    name = "seconds"
+    name = "number of seconds"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         seconds = super().convert(value, param, ctx)

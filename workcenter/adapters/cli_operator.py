@@ -16,6 +16,7 @@ from rich.text import Text
 from workcenter.adapters import audit_bundle, presenters
 from workcenter.adapters.cli_common import (
     MAX_POLL,
+    Count,
     Seconds,
     clip,
     console,
@@ -112,7 +113,7 @@ def _run_id(wc: WorkCenter, item: WorkItemState, value: str) -> UUID:
 @click.option("--action", "action_id", default=None, help="Only this Action's rows.")
 @click.option("--run", "run_id", default=None, help="Only this Run's rows.")
 @click.option("--type", "event_type", default=None, help="Only events of this type.")
-@click.option("--limit", type=click.IntRange(min=1), default=500, show_default=True)
+@click.option("--limit", type=Count(min=1), default=500, show_default=True)
 @click.option("--raw", is_flag=True, help="Payloads as stored, not sanitised.")
 @click.pass_context
 def audit_trail(

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import click
 
-from workcenter.adapters.cli_common import MAX_POLL, Seconds, console, db_option, open_center
+from workcenter.adapters.cli_common import (
+    MAX_POLL,
+    Count,
+    Seconds,
+    console,
+    db_option,
+    open_center,
+)
 from workcenter.adapters.cli_coordinator import (
     lease_option,
     make_provider,
@@ -36,7 +43,7 @@ def _print_error(error: str) -> None:
 @click.command()
 @db_option
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(min=1, max=65_535), default=8765, show_default=True)
+@click.option("--port", type=Count(min=1, max=65_535), default=8765, show_default=True)
 @click.option("--create", is_flag=True, help="Create the store if there is none.")
 @click.option(
     "--log-level",
