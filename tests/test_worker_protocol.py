@@ -10,7 +10,9 @@ from collections.abc import Callable
 from typing import Any
 from uuid import UUID
 
+import anyio
 import httpx
+import orjson
 import pytest
 from conftest import FakeClock
 from fastapi.testclient import TestClient
@@ -436,3 +438,67 @@ def test_the_service_part_refuses_junk_with_a_typed_error_and_writes_nothing(
             call()
         except WorkcenterError:
             assert wc.event_count() == before, "a refused call wrote events"
+
+
+def test_a_claim_whose_client_left_while_it_was_made_gives_its_run_back(
+    api: TestClient, wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client that gave up on its claim (its timeout ran out while the claim waited
+    for a connection, ADR-0095) reads no answer: the Run it would have held until its
+    lease ran out is given back at once, its attempt too (ADR-0098)."""
+    item = create(api)
+    protocol = wc.worker_protocol
+    made = threading.Event()
+
+    def claim_then_leave(*args: Any) -> Any:
+        claimed = type(protocol).claim(protocol, *args)
+        made.set()
+        return claimed
+
+    monkeypatch.setattr(protocol, "claim", claim_then_leave)
+    body = orjson.dumps({"worker": "w1", "bootId": "boot-1"})
+    received: list[bool] = []
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        if not received:
+            received.append(True)
+            return {"type": "http.request", "body": body, "more_body": False}
+        if made.is_set():
+            return {"type": "http.disconnect"}
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/api/worker/claim",
+        "raw_path": b"/api/worker/claim",
+        "query_string": b"",
+        "root_path": "",
+        "headers": [
+            (b"host", b"127.0.0.1:8765"),
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+        ],
+        "client": ("127.0.0.1", 50000),
+        "server": ("127.0.0.1", 8765),
+    }
+    anyio.run(api.app, scope, receive, send)
+
+    assert made.is_set()
+    assert sent[0]["status"] == 204
+    (action,) = wc.actions(wc.work_item(UUID(item["id"]))).values()
+    (run,) = action.runs
+    assert (action.status, run.deferred, run.end_reason) == (
+        "ready",
+        True,
+        act.UNANSWERED_REASON,
+    )
+    assert claim(api)["attempt"] == 1

@@ -26,6 +26,7 @@ from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, StaleRun
 from workcenter.domain.model import AggregateState, DomainEvent, Emitter
 from workcenter.domain.run import DEFERRED_REASON as DEFERRED_REASON
+from workcenter.domain.run import UNANSWERED_REASON as UNANSWERED_REASON
 from workcenter.domain.run import QueuedInput as QueuedInput
 from workcenter.domain.run import ReviewDecision as ReviewDecision
 from workcenter.domain.run import Run as Run

@@ -42,6 +42,8 @@ CHECKPOINT_INPUT_LIMIT = 1_000
 # JSON numbers a browser reads exactly.
 COUNTER_LIMIT = 2**53 - 1
 DEFERRED_REASON = "resource_deferred/workspace_busy"
+# A claim over HTTP whose client left before the answer (ADR-0098).
+UNANSWERED_REASON = "resource_deferred/claim_unanswered"
 
 
 class RunResult(Immutable):

@@ -96,10 +96,16 @@ def interrupt(
 
 
 def defer(
-    item: wi.WorkItemState, action: act.ActionState, ref: act.RunRef, *, at: datetime, by: Actor
+    item: wi.WorkItemState,
+    action: act.ActionState,
+    ref: act.RunRef,
+    *,
+    at: datetime,
+    by: Actor,
+    reason: str = act.DEFERRED_REASON,
 ) -> Unit:
-    """The Run cannot start because its workspace is busy (LRF+): it ends as deferred,
-    its attempt is given back, and the Action is ready to claim again."""
+    """The Run cannot start, its workspace busy or its claim unanswered (LRF+): it ends
+    as deferred, its attempt is given back, and the Action is ready to claim again."""
     run = act.live_run(action, ref, at=at)
     if item.status not in wi.ACTIVE:
         raise StaleRun()
@@ -108,7 +114,7 @@ def defer(
     emit(
         act.RunDeferred,
         run_id=run.id,
-        reason=act.DEFERRED_REASON,
+        reason=reason,
         attempt=max(0, action.attempt - 1),
     )
     unit.apply_action(emit.events)

@@ -162,6 +162,9 @@ async def claim(wc: Center, heads: Heads, request: Request, body: ClaimBody) -> 
         head = await run_in_threadpool(wc.changes.head) if body.wait_seconds else 0
         claimed = await run_in_threadpool(protocol.claim, body.worker, boot, body.lease_seconds)
         if claimed is not None:
+            if await request.is_disconnected():  # e.g. it gave up while the claim waited
+                await run_in_threadpool(protocol.unanswered, claimed)
+                return Response(status_code=204)
             return _claimed(claimed)
         if loop.time() - recovered_at >= RECHECK_SECONDS:
             recovered_at = loop.time()

@@ -178,12 +178,19 @@ class RunCommands:
             ),
         )
 
-    def defer(self, claim: Claim | act.RunRef, actor: Actor | str | None) -> act.ActionState:
-        """The workspace is busy: end the Run as deferred and give its attempt back."""
+    def defer(
+        self,
+        claim: Claim | act.RunRef,
+        actor: Actor | str | None,
+        reason: str = act.DEFERRED_REASON,
+    ) -> act.ActionState:
+        """The Run cannot start: end it as deferred and give its attempt back."""
         return self.command(
             claim,
             actor,
-            lambda item, action, ref, at, by: runs.defer(item, action, ref, at=at, by=by),
+            lambda item, action, ref, at, by: runs.defer(
+                item, action, ref, at=at, by=by, reason=reason
+            ),
         )
 
     def pending_input(

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -25,7 +25,13 @@ from workcenter.domain import action as act
 from workcenter.domain import actor as actors
 from workcenter.domain import bounds, inputs, runs
 from workcenter.domain import resource_ledger as rl
-from workcenter.domain.errors import CommandRefused, InvalidInput, NotFound, StaleRun
+from workcenter.domain.errors import (
+    CommandRefused,
+    InvalidInput,
+    NotFound,
+    StaleRun,
+    WorkcenterError,
+)
 from workcenter.domain.outcome import RunReport, report_digest
 from workcenter.domain.unit import Unit
 from workcenter.projections.work_queue import Candidate
@@ -198,6 +204,13 @@ class WorkerProtocol:
 
     def defer(self, ref: act.RunRef) -> act.ActionState:
         return self.runs.defer(ref, None)
+
+    def unanswered(self, claim: Claim) -> None:
+        """Give back a Run whose claim nobody will read (its client left while it was
+        made), its attempt too, rather than hold it until its lease runs out. A Run
+        already ended meanwhile (recovered, or the item cancelled) is left as it is."""
+        with suppress(WorkcenterError):
+            self.runs.defer(claim, None, act.UNANSWERED_REASON)
 
     def pending_input(self, ref: act.RunRef) -> tuple[act.QueuedInput, ...]:
         """The input queued for the Run while its lease has not expired (LRF+): a remote
