@@ -295,6 +295,9 @@ def test_budget_show_reports_limits_usage_attempts_and_versions(tmp_path: Path) 
     assert table.exit_code == 0 and "work_item_tokens_exhausted" in table.stdout
     flags = f"--tokens {shown['resume_needs']['max_tokens']}"
     assert f"refused until `budget extend` adds at least {flags}" in " ".join(table.stdout.split())
+    # The stop's details in words, what is known only (raw JSON with nulls was printed).
+    assert f"(estimated next tokens {asked})" in " ".join(table.stdout.split())
+    assert "null" not in table.stdout
 
 
 def test_budget_extend_and_resume_undo_the_stop(tmp_path: Path) -> None:
@@ -436,3 +439,15 @@ def test_resume_is_refused_while_a_budget_is_spent_or_nothing_is_stopped(tmp_pat
         ],
         "CommandRefused",
     )
+
+
+def test_a_refused_budget_makes_no_store(tmp_path: Path) -> None:
+    """Refused before the store is made: a refused command writes nothing, no file
+    either (a demo with a budget past 2^53 - 1 left an empty store behind)."""
+    for budget in ("0", str(2**53), "99999999999999999999999"):
+        result = CliRunner().invoke(
+            cli, ["--db", str(tmp_path / "x.db"), "demo", "--max-tokens", budget]
+        )
+        assert result.exit_code == 2, result.output
+        assert "--max-tokens" in result.output
+    assert list(tmp_path.iterdir()) == []

@@ -20,7 +20,7 @@ from uuid import UUID
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import action_spec, create_dynamic, plan
+from conftest import action_spec, create_dynamic, create_linear, plan
 from demo_stops import SMALL_BUDGET, stopped_demo
 
 from workcenter.adapters.cli import cli
@@ -417,8 +417,12 @@ def test_an_ambiguous_prefix_is_a_clear_error() -> None:
         UUID("abcd0000-0000-0000-0000-000000000002"),
         UUID("abce0000-0000-0000-0000-000000000003"),
     ]
-    with pytest.raises(InvalidInput, match="ambiguous: 2 ids"):
+    # The prefix given, then the ids it matches (the ids were said in its place).
+    with pytest.raises(InvalidInput) as ambiguous:
         resolve_id("abcd", "WorkItem", lambda: ids)
+    assert str(ambiguous.value) == (
+        f"WorkItem id prefix 'abcd' is ambiguous: 2 ids start with it ({ids[0]}, {ids[1]})"
+    )
     assert resolve_id("ABCE", "WorkItem", lambda: ids) == ids[2]
     with pytest.raises(NotFound):
         resolve_id("abcf", "WorkItem", lambda: ids)
@@ -511,3 +515,13 @@ def test_readme_and_docs_stand_alone() -> None:
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         text = path.read_text()
         assert "../shared" not in text and "spec/" not in text, path
+
+
+def test_an_item_without_a_delivery_target_says_so_in_words(db_path: Path) -> None:
+    """Python's "None" was printed: "delivery None (unmet)", "delivery (None)"."""
+    with WorkCenter.open(db_path) as wc:
+        item = create_linear(wc, delivery_target=None)
+    for verb in ("show", "progress"):
+        result = invoke("--db", str(db_path), verb, str(item.id))
+        assert result.exit_code == 0, result.output
+        assert "no target named" in result.stdout and "None" not in result.stdout

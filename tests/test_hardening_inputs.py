@@ -127,6 +127,10 @@ def test_resume_requires_the_expected_ledger_version(wc: WorkCenter) -> None:
     wc.extend_budget(item.id, expected_version=seen, additions={"max_requests": 1})
     with refused(wc, VersionConflict, "Execution control"):
         wc.resume(item.id, expected_version=item.version, expected_ledger_version=seen)
+    # Named as `budget show` names it: the ledger's version, not the control version.
+    ledger = wc.ledger(item.id)
+    with refused(wc, VersionConflict, f"\\(the ledger\\) is at version {ledger.version} "):
+        wc.extend_budget(item.id, expected_version=99, additions={"max_requests": 1})
 
 
 # --- 6. two contract edits from one version: one winner, titles too --------------------

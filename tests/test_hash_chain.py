@@ -482,7 +482,17 @@ def test_a_bad_chain_setting_is_refused_before_any_file_exists(
 
 
 @pytest.mark.parametrize(
-    "text", ["", "abc@1", f"{'0' * 64}@", f"{'0' * 64}@0", f"{'g' * 64}@3", f"{'0' * 64}@-1"]
+    "text",
+    [
+        "",
+        "abc@1",
+        f"{'0' * 64}@",
+        f"{'0' * 64}@0",
+        f"{'g' * 64}@3",
+        f"{'0' * 64}@-1",
+        f"{'0' * 64}@{2**53}",  # no store's position; --json could not print it
+        f"{'0' * 64}@99999999999999999999999",
+    ],
 )
 def test_a_malformed_anchor_is_invalid_input(store: Store, text: str) -> None:
     with pytest.raises(InvalidInput, match="not an anchor"):

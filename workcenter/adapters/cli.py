@@ -108,7 +108,8 @@ def _extend_hint(ctx: click.Context, budget: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the final item as JSON only.")
 @click.option(
     "--max-tokens",
-    type=Count(min=1),
+    # Bounded here, so a refused budget is refused before the store is made.
+    type=Count(min=1, max=bounds.INTEGER),
     default=None,
     help="Create the item with this token budget (default: the ledger's default).",
 )

@@ -155,9 +155,9 @@ def resolve_id(value: str, kind: str, candidates: Callable[[], Iterable[UUID]]) 
     if not matches:
         raise NotFound(f"{kind} with an id starting", shown)
     if len(matches) > 1:
-        shown = ", ".join(str(m) for m in matches[:3]) + (", ..." if len(matches) > 3 else "")
+        some = ", ".join(str(m) for m in matches[:3]) + (", ..." if len(matches) > 3 else "")
         raise InvalidInput(
-            f"{kind} id prefix {shown!r} is ambiguous: {len(matches)} ids start with it ({shown})"
+            f"{kind} id prefix {shown!r} is ambiguous: {len(matches)} ids start with it ({some})"
         )
     return matches[0]
 

@@ -13,7 +13,7 @@ import orjson
 from rich.table import Table
 from rich.text import Text
 
-from workcenter.adapters import audit_bundle, presenters
+from workcenter.adapters import audit_bundle, cli_tables, presenters
 from workcenter.adapters.cli_common import (
     MAX_POLL,
     Count,
@@ -354,7 +354,7 @@ def _print_progress(title: str, data: dict[str, Any]) -> None:
         table.add_row(text(row["criterion"]), text(row["status"]), _run_ids(run_ids))
     delivery = goal["delivery"]
     table.add_row(
-        text(f"delivery ({delivery['target']})"),
+        text(f"delivery ({delivery['target'] or cli_tables.NO_TARGET})"),
         text(delivery["status"]),
         _run_ids(delivery["evidence_run_ids"]),
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from rich.table import Table
@@ -10,6 +9,9 @@ from rich.text import Text
 
 from workcenter.adapters.terminal import text
 from workcenter.projections.sanitize import sanitize_personal
+
+# What a text view says of an item with no delivery target (Python's "None" was printed).
+NO_TARGET = "no target named"
 
 
 def item_table(detail: dict[str, Any]) -> Table:
@@ -22,7 +24,8 @@ def item_table(detail: dict[str, Any]) -> Table:
     table.add_row("mode", text(item["mode"]))
     table.add_row("version", str(item["version"]))
     table.add_row("contract revision", str(item["contract_revision"]))
-    table.add_row("delivery", text(f"{item['delivery_target']} ({progress['delivery']['status']})"))
+    target = item["delivery_target"] or NO_TARGET
+    table.add_row("delivery", text(f"{target} ({progress['delivery']['status']})"))
     for row in progress["criteria"]:
         style = {"passed": "green", "failed": "red"}.get(row["status"], "")
         table.add_row(
@@ -52,6 +55,14 @@ EXTEND_FLAGS = {
 }
 
 
+def _details(details: dict[str, Any]) -> str:
+    """A stop's details in words (`--json` has them as they are): what is known only."""
+    said = [
+        f"{name.replace('_', ' ')} {value}" for name, value in details.items() if value is not None
+    ]
+    return f" ({', '.join(said)})" if said else ""
+
+
 def budget_table(budget: dict[str, Any]) -> Table:
     usage, limits = budget["usage"], budget["limits"]
     stop = budget["stop_reason"]
@@ -61,7 +72,7 @@ def budget_table(budget: dict[str, Any]) -> Table:
     table.add_row(
         "stop",
         Text.assemble(
-            text(stop["code"], "red"), text(f" at {stop['at']} {json.dumps(stop['details'])}")
+            text(stop["code"], "red"), text(f" at {stop['at']}{_details(stop['details'])}")
         )
         if stop
         else "none",

@@ -474,7 +474,9 @@ class Repository:
         """
         if expected_version is None or expected_version == state.version:
             return
-        subject = "Execution control" if isinstance(state, rl.LedgerState) else ""
+        # The version said is the ledger's, as `budget show` names it beside the control
+        # version (both are taken): "Execution control" alone read as the latter.
+        subject = "Execution control (the ledger)" if isinstance(state, rl.LedgerState) else ""
         if expected_version > state.version or expected_version < 1:
             raise VersionConflict(
                 state.id, expected_version, state.version, [UNKNOWN_VERSION], subject

@@ -27,6 +27,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
 
+from workcenter.domain import bounds
 from workcenter.domain.errors import InvalidInput, WorkcenterError
 
 TAG: Final = b"workcenter-chain-v1\x00"
@@ -295,7 +296,8 @@ class Anchor:
             if len(value) != DIGEST_HEX or not position.isascii() or not position.isdigit():
                 raise ValueError
             anchor = cls(bytes.fromhex(value), int(position))
-            if anchor.position < 1:
+            # Past 2^53 - 1 no store has the position, and --json could not print it.
+            if not 1 <= anchor.position <= bounds.INTEGER:
                 raise ValueError
             return anchor
         except ValueError:
