@@ -449,12 +449,12 @@ def test_no_agent_extends_a_budget_or_resumes(wc: WorkCenter, agent: str) -> Non
     written (ADR-0081)."""
     item = create_linear(wc)
     ledger = wc.ledger(item.id)
-    with refused(wc, CommandRefused, "only a user"):
+    with refused(wc, CommandRefused, "only a user or an operator extends"):
         wc.extend_budget(
             item.id, expected_version=ledger.version, additions={"max_requests": 1}, actor=agent
         )
     cancelled = wc.cancel(item.id)
-    with refused(wc, CommandRefused, "only a user"):
+    with refused(wc, CommandRefused, "only a user or an operator"):
         wc.resume(
             item.id,
             expected_version=cancelled.version,

@@ -502,3 +502,38 @@ def test_a_claim_whose_client_left_while_it_was_made_gives_its_run_back(
         act.UNANSWERED_REASON,
     )
     assert claim(api)["attempt"] == 1
+
+
+def test_token_counts_past_two_to_the_53_are_held_to_it(api: TestClient, wc: WorkCenter) -> None:
+    """Each usage count is at most 2^53 - 1, but a request's total and an item's sums
+    were not: a JavaScript client read 9007199254740992 for a settlement's charge, and
+    the budget's sums grew past it (found by acceptance testing)."""
+    most = 2**53 - 1
+    item = create(api, limits={"maxTokens": most})
+    fence = claim(api)["fence"]
+    for request_id in ("req-1", "req-2"):
+        reserve = {"fence": fence, "requestId": request_id, "request": REQUEST}
+        assert api.post("/api/worker/requests/reserve", json=reserve).json()["allowed"]
+    usage = {"input_tokens": most, "output_tokens": 1}
+    charged = [
+        api.post(
+            "/api/worker/requests/settle",
+            json={"fence": fence, "requestId": request_id, "usage": usage},
+        ).json()["chargedTokens"]
+        for request_id in ("req-1", "req-2")
+    ]
+    assert charged == [most, most]
+    budget = api.get(f"/api/work-items/{item['id']}/budget").json()
+    control = budget.get("executionControl", budget)
+    assert control["usage"]["chargedTokens"] == most
+    assert control["usage"]["totalTokens"] == most
+    assert control["stopReason"]["code"] == "work_item_tokens_exhausted"
+    assert max(_numbers(budget)) <= most, orjson.dumps(budget).decode()
+
+
+def _numbers(document: Any) -> list[int]:
+    if isinstance(document, dict):
+        return [n for value in document.values() for n in _numbers(value)]
+    if isinstance(document, list):
+        return [n for value in document for n in _numbers(value)]
+    return [document] if isinstance(document, int) and not isinstance(document, bool) else []

@@ -7,7 +7,7 @@ from typing import Any
 from uuid import UUID
 
 from workcenter.application import WorkCenter
-from workcenter.domain import lifecycle, planning
+from workcenter.domain import bounds, lifecycle, planning
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain.action import ActionState
 from workcenter.domain.goal_progress import GoalProgress
@@ -88,7 +88,7 @@ def _usage_totals(rows: Iterable[rl.Reservation], live_runs: set[UUID]) -> dict[
             totals["in_flight_requests"] += 1
         else:
             totals["unknown_requests"] += 1
-    return totals
+    return {key: bounds.saturated(value) for key, value in totals.items()}
 
 
 def budget_json(wc: WorkCenter, item_id: UUID) -> dict[str, Any]:
@@ -136,7 +136,10 @@ def budget_json(wc: WorkCenter, item_id: UUID) -> dict[str, Any]:
         ],
         "stop_reason": stop.model_dump(mode="json") if stop is not None else None,
         # The least addition to each limit before a resume is taken (ADR-0096).
-        "resume_needs": lifecycle.resume_needs(ledger, actions),
+        "resume_needs": {
+            name: bounds.saturated(need)
+            for name, need in lifecycle.resume_needs(ledger, actions).items()
+        },
         "coordinator_failures": ledger.coordinator_failures,
         "retry_after": ledger.retry_after.isoformat() if ledger.retry_after else None,
         "token_accounting": TOKEN_ACCOUNTING,

@@ -34,6 +34,13 @@ IDS = 256  # Action or Run ids one command names
 # Versions, generations and counts: the largest integer every JSON reader keeps exact.
 INTEGER = 2**53 - 1
 
+
+def saturated(count: int) -> int:
+    """A sum of counts, each within INTEGER, held to it: tokens past 2^53 - 1 are past
+    every budget anyway, and a JSON reader would take the sum for another number."""
+    return count if count <= INTEGER else INTEGER
+
+
 # --- workers and the ledger -----------------------------------------------------------
 WORKER = 200
 LEASE_MIN_SECONDS = 1

@@ -505,7 +505,7 @@ def _by_a_person(by: Actor, does: str) -> None:
     tool path: the budget bounds what the agents spend, so neither the Coordinator nor a
     worker may raise or lift it. An operator is a person too (ADR-0081)."""
     if by.kind not in ("user", "operator"):
-        raise CommandRefused(f"only a user {does}, not the {by.kind}")
+        raise CommandRefused(f"only a user or an operator {does}, not the {by.kind}")
 
 
 # --- Coordinator turns -------------------------------------------------------------

@@ -26,7 +26,10 @@ class Usage(Immutable):
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
-            **{name: getattr(self, name) + getattr(other, name) for name in Usage.model_fields}
+            **{
+                name: bounds.saturated(getattr(self, name) + getattr(other, name))
+                for name in Usage.model_fields
+            }
         )
 
 
@@ -48,7 +51,7 @@ def estimate_tokens(request: Mapping[str, Any]) -> int:
     if out > bounds.INTEGER:
         # Stored and shown as JSON numbers: past 2^53 - 1 no reader can take it.
         raise InvalidInput(f"the request's max_tokens must be at most {bounds.INTEGER}")
-    return math.ceil(size / 3) + out
+    return bounds.saturated(math.ceil(size / 3) + out)
 
 
 def _count(value: Any) -> int:
@@ -94,7 +97,7 @@ def normalize_usage(payload: Mapping[str, Any] | None) -> Usage | None:
         output_tokens=output_tokens,
         cache_read_tokens=cache_read,
         cache_write_tokens=cache_write,
-        total_tokens=total,
+        total_tokens=bounds.saturated(total),
     )
 
 

@@ -14,6 +14,7 @@ from uuid import UUID
 
 from workcenter.domain import lifecycle
 from workcenter.domain.action import ActionState, Run
+from workcenter.domain.bounds import saturated
 from workcenter.domain.resource_ledger import LedgerState, Reservation
 from workcenter.domain.run import counters_view
 from workcenter.domain.work_item import WorkItemState
@@ -95,7 +96,7 @@ def execution_stats(
                 continue  # the Run recorded no counters: it adds 0 to each
             recorded = counters_view(run)
         for key in summed:
-            stats[key] += cnt(recorded.get(key))
+            stats[key] = saturated(stats[key] + cnt(recorded.get(key)))
     if ledger is not None:
         if whole_item:
             rows: Collection[Reservation] = ledger.reservations.values()
@@ -106,7 +107,7 @@ def execution_stats(
         for row in rows:
             if row.usage is not None:
                 for key, field in _TOKEN_FIELDS.items():
-                    stats[key] += cnt(getattr(row.usage, field))
+                    stats[key] = saturated(stats[key] + cnt(getattr(row.usage, field)))
     return stats
 
 
@@ -123,12 +124,12 @@ def _usage(
     }  # fmt: skip
     for row in rows:
         usage["llmRequestCount"] += 1
-        usage["chargedTokens"] += cnt(row.charged_tokens)
+        usage["chargedTokens"] = saturated(usage["chargedTokens"] + cnt(row.charged_tokens))
         for key, field in _TOKEN_FIELDS.items():
-            usage[key] += _usage_value(row, field)
+            usage[key] = saturated(usage[key] + _usage_value(row, field))
         if row.status == "reported":
             continue
-        usage["reservedTokens"] += cnt(row.charged_tokens)
+        usage["reservedTokens"] = saturated(usage["reservedTokens"] + cnt(row.charged_tokens))
         live = row.run_id in in_flight or row.request_id in requests
         if row.status == "reserved" and live:
             usage["inFlightRequests"] += 1
@@ -261,4 +262,6 @@ def resume_needs(ledger: LedgerState, actions: Iterable[ActionState]) -> dtos.Re
     """What a resume needs first, by the ledger's own rule (``lifecycle.resume_needs``):
     the page reads it instead of repeating the rule (ADR-0096)."""
     needs = lifecycle.resume_needs(ledger, actions)
-    return cast(dtos.ResumeNeeds, {LIMIT_KEYS[name]: cnt(n) for name, n in needs.items()})
+    return cast(
+        dtos.ResumeNeeds, {LIMIT_KEYS[name]: saturated(cnt(n)) for name, n in needs.items()}
+    )
