@@ -5,6 +5,7 @@ drives the protocol end to end through httpx against a live server."""
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -537,3 +538,34 @@ def _numbers(document: Any) -> list[int]:
     if isinstance(document, list):
         return [n for value in document for n in _numbers(value)]
     return [document] if isinstance(document, int) and not isinstance(document, bool) else []
+
+
+def test_the_openapi_document_stands_alone(api: TestClient) -> None:
+    """It named sections of design notes a client does not have ("lifecycle.md 3.4"),
+    and said nothing of the rules a finish is judged by (found by acceptance testing)."""
+    document = api.get("/openapi.json").text
+    assert not re.search(r"[a-z-]+\.md\b", document)
+    schemas = api.get("/openapi.json").json()["components"]["schemas"]
+    assert "exactly one acceptance check per criterion" in schemas["Report"]["description"]
+    assert "Other items are dropped" in schemas["Report"]["properties"]["evidence"]["description"]
+    assert "does not count" in schemas["Check"]["description"]
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (b'{"worker": "w\xe9"}', "the body is not UTF-8 text"),
+        (b'{"worker": "w", "x": ' + b"[" * 5000 + b"]" * 5000 + b"}", "nests too deeply"),
+    ],
+)
+def test_a_body_the_json_reader_gives_up_on_is_said_in_our_words(
+    api: TestClient, wc: WorkCenter, body: bytes, said: str
+) -> None:
+    """The framework's "There was an error parsing the body" was sent as it was."""
+    create(api)
+    response = api.post(
+        "/api/worker/claim", content=body, headers={"content-type": "application/json"}
+    )
+    refused(wc, response, 400, "BadRequest")
+    assert said in response.json()["detail"]
+    assert claim(api)["attempt"] == 1  # nothing was claimed by the refused one

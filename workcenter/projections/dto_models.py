@@ -116,7 +116,7 @@ class ResumeNeeds(Dto, total=False):
 
 
 class ExecutionControl(Dto):
-    """The ledger's snapshot (resource-ledger.md 4): ``revision`` is what extend and
+    """The ResourceLedger's snapshot: ``revision`` is what extend and
     resume expect."""
 
     revision: Count
@@ -254,7 +254,7 @@ class ItemBase(Dto):
 
 
 class SummaryRow(ItemBase):
-    """A list row as the projection builds it (read-models.md 2.3)."""
+    """A list row as the projection builds it."""
 
     currentAction: NotRequired[CurrentAction]
     actionStats: list[ActionStats]
@@ -382,7 +382,7 @@ class DecisionView(Dto):
 
 
 class MessageView(Dto):
-    """One Coordinator entry (coordinator.md 1.1), sanitised and capped."""
+    """One Coordinator entry, sanitised and capped."""
 
     id: str
     turnId: str
@@ -455,7 +455,7 @@ class ActionEntry(Dto):
 
 
 class Detail(ItemBase):
-    """The detail DTO (read-models.md 2.4); its ETag names ``planRevision`` and
+    """An item's detail; its ETag names ``planRevision`` and
     ``executionControl.revision``."""
 
     acceptanceCriteria: list[str]

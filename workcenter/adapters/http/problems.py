@@ -271,11 +271,24 @@ def _allowed(request: Request) -> str:
     return ", ".join(sorted([*methods, "HEAD"] if "GET" in methods else methods))
 
 
+def _unreadable_body(error: HTTPException) -> str | None:
+    """The framework's words for a body its JSON reader gave up on ("There was an
+    error parsing the body"), said in ours by what made it give up."""
+    cause = error.__cause__
+    if error.status_code != 400 or cause is None:
+        return None
+    if isinstance(cause, UnicodeDecodeError):
+        return "the body is not UTF-8 text"
+    if isinstance(cause, RecursionError):
+        return "the body's JSON nests too deeply"
+    return "the body cannot be read as JSON"
+
+
 async def _http_error(request: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, HTTPException)
     status = error.status_code
     title, code = HTTP_TITLES.get(status, (f"HTTP{status}", f"http_{status}"))
-    response = problem(status, title, str(error.detail), code)
+    response = problem(status, title, _unreadable_body(error) or str(error.detail), code)
     for name, value in (error.headers or {}).items():
         response.headers[name] = value
     if status == 405:

@@ -75,7 +75,7 @@ def list_work_items(
 
 @router.get(ITEM, response_model=DetailDto, responses=contract.read(404))
 def detail(wc: Center, item_id: str) -> JSONBytes:
-    """The item's detail DTO (read-models.md 2.4)."""
+    """The item's detail: its contract, Actions, Runs, goal progress and budget."""
     dto = wc.detail(inputs.aggregate_id(item_id, "WorkItem"))
     return item_read(dto, detail_versions(dto))
 

@@ -201,19 +201,43 @@ def renew(wc: Center, body: RenewBody) -> Renewed:
 
 
 class Check(Body):
-    criterion: str
+    """One acceptance check. A check without evidence does not count: a completed
+    report holding one ends the Run failed."""
+
+    criterion: str = Field(description="The criterion's text, exactly as the claim gave it.")
     status: Literal["passed", "failed", "deferred", "not_applicable"]
-    evidence: str = ""
+    evidence: str = Field("", description="What shows it (1 to 1,000 characters).")
+
+
+# The shapes a report's evidence and outputs keep; anything else is dropped (as the
+# report rules of the system Workcenter replaces do), so a client is told up front.
+EVIDENCE_SHAPES = (
+    "Each item: a string (a text), an object with a string `tool` (and `isError`), or"
+    " an object with `kind` (text, tool, test, file, link, pr or commit), a non-empty"
+    " `label`, and optionally `ref` and `status` (completed, passed, failed, error or"
+    " pending). Other items are dropped, at most 50 are kept."
+)
 
 
 class Report(Body):
-    """A Run's report (lifecycle.md 3.4); the service normalises and bounds it."""
+    """A Run's report. The service normalises and bounds it, then a `completed` outcome
+    needs evidence, and exactly one acceptance check per criterion, in the claim's
+    order, each with evidence (a `deliver` stage or a final review: every check
+    `passed`); a report that falls short is recorded with the outcome `failed` and
+    the reason, which the answer's `outcome` shows."""
 
     outcome: Literal["completed", "waiting", "retryable", "failed"]
     summary: str = ""
     response: str = ""
-    evidence: list[str | fields.JsonObject] = Field(default_factory=list)
-    outputs: list[str | fields.JsonObject] = Field(default_factory=list)
+    evidence: list[str | fields.JsonObject] = Field(
+        default_factory=list, description=EVIDENCE_SHAPES
+    )
+    outputs: list[str | fields.JsonObject] = Field(
+        default_factory=list,
+        description="As evidence, with `kind` file, link, pr or commit and a `ref`; a"
+        " completed Run of an item delivered as files, a pull request or a merge needs an"
+        " output of that kind.",
+    )
     acceptance_checks: list[Check] = Field(default_factory=list)
     waiting_reason: str = ""
     error: str = ""
@@ -312,7 +336,8 @@ def _ended(action: act.ActionState, ref: act.RunRef) -> RunEnded:
 
 @router.post("/interrupt", response_model=RunEnded)
 def interrupt(wc: Center, body: InterruptBody) -> RunEnded:
-    """Give the Run up gracefully, recording its final progress."""
+    """Give the Run up gracefully, recording its final progress. Taken while the Run is
+    the Action's live one, also once its lease has expired, until the Run is recovered."""
     ref = body.fence.ref()
     progress = (
         body.progress.model_dump(by_alias=True, exclude_unset=True) if body.progress else None
@@ -322,7 +347,8 @@ def interrupt(wc: Center, body: InterruptBody) -> RunEnded:
 
 @router.post("/defer", response_model=RunEnded)
 def defer(wc: Center, body: DeferBody) -> RunEnded:
-    """The workspace is busy: the Run ends deferred and its attempt is given back."""
+    """The workspace is busy: the Run ends (`runStatus` interrupted, deferred in the
+    timeline) and its attempt is given back."""
     ref = body.fence.ref()
     return _ended(wc.worker_protocol.defer(ref), ref)
 
