@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import orjson
 import postgres
 import pytest
 from click.testing import CliRunner
@@ -326,7 +327,13 @@ def test_a_bundle_with_an_event_removed_or_rehashed_fails(
     lines = bundle.read_bytes().splitlines()
     cut = tmp_path / "cut.jsonl"
     cut.write_bytes(b"\n".join(lines[:-1]) + b"\n")  # the last event dropped
-    assert not audit_bundle.verify(cut).ok
+    verdict = audit_bundle.verify(cut)
+    broken = verdict.links.broken
+    assert not verdict.ok and broken is not None
+    # After the last event left, whose own position is intact (it was named as broken).
+    last = orjson.loads(lines[-2])["position"]
+    assert (broken.kind, broken.previous_position) == ("truncated", last)
+    assert f"events after position {last} were removed" in broken.message
     not_json = tmp_path / "bad.jsonl"
     not_json.write_bytes(b"\n".join([lines[0], b"{oops"]))
     with pytest.raises(audit_bundle.bundle.BundleInvalid, match="line 2"):

@@ -537,13 +537,18 @@ def test_cli_verify_and_anchor(store: Store) -> None:
     item = str(store.items[0])[:8]
     assert _cli(db_path, "audit", "verify", item, "--json").exit_code == 0
     assert _cli(db_path, "audit", "verify", "--anchor", anchor).exit_code == 0
-    store.tamper.truncate(store.tamper.positions()[-2])
+    keep = store.tamper.positions()[-2]
+    store.tamper.truncate(keep)
     truncated = _cli(db_path, "audit", "verify", "--anchor", anchor, "--json")
     assert truncated.exit_code == 1
     report = orjson.loads(truncated.output)  # JSON only: no progress bar, no other line
     assert report["ok"] is False and report["broken"]["kind"] == "truncated"
     human = _cli(db_path, "audit", "verify", "--anchor", anchor)
-    assert human.exit_code == 1 and f"BROKEN at position {anchor.split('@')[1]}" in human.output
+    # Where the history ends, and every event before it verified (it said "at" the
+    # anchor's position, and "... verified before it").
+    lines = human.output.splitlines()
+    assert human.exit_code == 1 and f"BROKEN after position {keep} (truncated)" in lines[0]
+    assert lines[-1] == f"{report['events']} events verified"
 
 
 def test_cli_refusals_are_one_line(store: Store) -> None:

@@ -283,14 +283,20 @@ def _print_verdict(data: dict[str, Any]) -> None:
         if data["anchor"]:
             console.print(text(f"matches the anchor {data['anchor']}"), highlight=False)
         return
+    # A cut tail is found after the last event, and an anchor's mismatch after the
+    # walk: every event was verified, and the break is where the history ends.
+    at_the_end = broken["kind"] in ("truncated", "added", "anchor")
+    where = (
+        f"after position {broken['previous_position']}"
+        if broken["kind"] in ("truncated", "added") and broken["previous_position"] is not None
+        else f"at position {broken['position']}"
+    )
     console.print(
-        text(
-            f"history of {scope} BROKEN at position {broken['position']} ({broken['kind']})", "red"
-        ),
-        highlight=False,
+        text(f"history of {scope} BROKEN {where} ({broken['kind']})", "red"), highlight=False
     )
     console.print(text(broken["message"]), highlight=False)
-    console.print(text(f"{data['events']} events verified before it"), highlight=False)
+    said = f"{data['events']} events verified" + ("" if at_the_end else " before it")
+    console.print(text(said), highlight=False)
 
 
 @audit.command(name="anchor")

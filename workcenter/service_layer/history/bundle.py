@@ -186,11 +186,17 @@ def verify_links(bundle: Bundle) -> Verdict:
     anchor = bundle.anchor
     broken = _unlinked(bundle.rows)
     if broken is None and bundle.head["events"] != len(bundle.rows):
+        # The links hold, so lines were cut from the end (or added there): the break is
+        # after the last event, whose own position is intact (it was named instead).
+        last = bundle.rows[-1].position if bundle.rows else 0
+        removed = bundle.head["events"] > len(bundle.rows)
         broken = Break(
-            "missing",
-            bundle.rows[-1].position if bundle.rows else 0,
+            "truncated" if removed else "added",
+            last,
             f"the header counts {bundle.head['events']} events, the bundle holds "
-            f"{len(bundle.rows)}: lines were removed or added",
+            f"{len(bundle.rows)}: "
+            + (f"events after position {last} were removed" if removed else "lines were added"),
+            previous_position=last,
         )
     elif broken is None and anchor is not None and verdict.head is not None:
         last = verdict.head
