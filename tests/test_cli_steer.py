@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from uuid import UUID
 
 from click.testing import CliRunner, Result
 from conftest import action_spec, claim, create_dynamic, plan, report
@@ -248,3 +249,32 @@ def test_resume_suggests_commands_on_the_store_given(tmp_path: Path) -> None:
     assert resumed.exit_code == 0, resumed.output
     assert f"workcenter --db {db} coordinate" in resumed.stdout
     assert f"workcenter --db {db} message" in resumed.stdout
+
+
+def test_a_refused_first_create_makes_no_store_and_names_the_options(tmp_path: Path) -> None:
+    """The first create makes the store; a refused one made it too, empty (a refused
+    command writes nothing). Its refusals named the Python API's arguments
+    ("limits.max_tokens"), not the options the user gave."""
+    db = tmp_path / "new.db"
+
+    def said(*args: str) -> str:
+        result = invoke(db, "create", "--title", "t", "--goal", "g", *args)
+        assert result.exit_code == 2, result.output
+        line: str = result.stderr.strip()
+        assert line.startswith("InvalidInput: ") and "\n" not in line, line
+        return line
+
+    assert "title is required" in said("--title", " ")
+    assert "--max-tokens must be a positive integer, not 0" in said("--max-tokens", "0")
+    assert "each --criterion must be at most 1000 characters" in said("--criterion", "c" * 1_001)
+    assert said("--delivery-target", "x").startswith("InvalidInput: --delivery-target must be")
+    assert list(tmp_path.iterdir()) == []
+    made = as_json(
+        invoke(db, "create", "--title", "t", "--goal", "g", "--criterion", "c", "--json")
+    )
+    item_id = made["item"]["id"]
+    with WorkCenter.open(db) as wc:
+        ledger = wc.ledger(UUID(item_id))
+    extend = ("budget", "extend", item_id, "--expected-version", str(ledger.version))
+    refusal = refused(db, "InvalidInput", *extend, "--tokens", "-5")
+    assert "--tokens must be a positive integer, not -5" in refusal

@@ -26,6 +26,7 @@ from workcenter.adapters.cli_common import (
     command_hint,
     console,
     db_option,
+    options_named,
     work_item_id,
 )
 from workcenter.adapters.cli_common import emit_json as _emit_json
@@ -352,9 +353,12 @@ def budget_extend(
         )
     with _open(ctx) as wc:
         item = wc.work_item(work_item_id(wc, item_id))
-        wc.extend_budget(
-            item.id, expected_version=expected_version, additions=additions, actor=actor
-        )
+        with options_named(
+            {f"the addition to {n}": f"--{flag}" for n, flag in cli_tables.EXTEND_FLAGS.items()}
+        ):
+            wc.extend_budget(
+                item.id, expected_version=expected_version, additions=additions, actor=actor
+            )
         snapshot = presenters.budget_json(wc, item.id)
     if as_json:
         _emit_json(snapshot)

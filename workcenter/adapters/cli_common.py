@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import re
 import shlex
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
@@ -77,6 +79,18 @@ class Seconds(click.FloatRange):
         if not math.isfinite(seconds):
             self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
         return seconds
+
+
+@contextmanager
+def options_named(names: Mapping[str, str]) -> Iterator[None]:
+    """A refusal of the Python API names its arguments (``limits.max_tokens``); the
+    command line's user gave options, so the refusal names those (``--max-tokens``)."""
+    try:
+        yield
+    except InvalidInput as error:
+        alternatives = "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
+        said = re.sub(rf"(?<![\w.])({alternatives})(?!\w)", lambda m: names[m[1]], str(error))
+        raise InvalidInput(said) from None
 
 
 def clip(value: str, limit: int) -> str:

@@ -7,6 +7,7 @@ since. An Action is named as ``show`` numbers it, or by its id or an id's prefix
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -21,12 +22,15 @@ from workcenter.adapters.cli_common import (
     db_option,
     emit_json,
     open_center,
+    options_named,
     resolve_id,
     work_item_id,
 )
 from workcenter.application import WorkCenter
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import NotFound
+from workcenter.domain.resource_ledger import LIMIT_NAMES
+from workcenter.service_layer.handlers.work_item import new_work_item
 
 expected_version_option = click.option(
     "--expected-version",
@@ -80,6 +84,14 @@ def _said_of_action(as_json: bool, item: wi.WorkItemState, done: str, target: UU
     entry = next((e for e in item.plan if e.action_id == current), None)
     if current != target and entry is not None:
         console.print(f"its work goes on as Action {entry.sequence} ({entry.status})", markup=False)
+
+
+# The Python API's names in create's refusals, and the options they stand for.
+CREATE_OPTIONS = {f"limits.{name}": f"--{name.replace('_', '-')}" for name in LIMIT_NAMES} | {
+    "each of acceptance_criteria": "each --criterion",
+    "acceptance_criteria": "--criterion",
+    "delivery_target": "--delivery-target",
+}
 
 
 @click.command()
@@ -138,18 +150,23 @@ def create(
 ) -> None:
     """Create a WorkItem (a draft unless --start) with its budget: the defaults, or the
     limits given."""
-    with open_center(ctx, create=True) as wc:
-        item = wc.create_work_item(
-            title=title,
-            goal=goal,
-            acceptance_criteria=list(criteria),
-            delivery_target=delivery_target,
-            mode=mode,
-            stages=list(stages) or None,
-            start=start_now,
-            limits={name: value for name, value in limits.items() if value is not None},
-            actor=actor,
-        )
+    arguments: dict[str, Any] = {
+        "title": title,
+        "goal": goal,
+        "acceptance_criteria": list(criteria),
+        "delivery_target": delivery_target,
+        "mode": mode,
+        "stages": list(stages) or None,
+        "start": start_now,
+        "limits": {name: value for name, value in limits.items() if value is not None},
+        "actor": actor,
+    }
+    with options_named(CREATE_OPTIONS):
+        # Checked before the store is opened: the first item may make the store, and a
+        # refused one makes none (ADR-0101).
+        new_work_item(**arguments, at=datetime.now(UTC))
+        with open_center(ctx, create=True) as wc:
+            item = wc.create_work_item(**arguments)
     if as_json:
         emit_json({"item": presenters.item_json(item)})
         return

@@ -63,44 +63,20 @@ class WorkItemCommands:
 
         A linear item's ``stages`` are names or ``{"type", "maxAttempts"}`` objects. Texts
         and lists are bounded (docs/limits.md): input past a bound is refused."""
-        by = actors.resolve(actor, actors.USER)
-        if not isinstance(mode, str) or mode not in modes.POLICIES:
-            raise InvalidInput(f"mode must be dynamic or linear, not {mode!r}")
-        contract = wi.validate_contract(
+        unit = new_work_item(
             title=title,
             goal=goal,
             acceptance_criteria=acceptance_criteria,
             delivery_target=delivery_target,
-        )
-        unit = lifecycle.create(
-            work_item_id=uuid4(),
             mode=mode,
-            contract=contract,
             stages=stages,
-            start=inputs.flag(start, "start"),
+            start=start,
+            limits=limits,
+            actor=actor,
             at=self.clock.now(),
-            by=by,
-            limits=self._limits(limits),
         )
         self.repo.save(unit)
         return unit.item
-
-    @staticmethod
-    def _limits(limits: Mapping[str, int] | None) -> rl.Limits | None:
-        if limits is None:
-            return None
-        inputs.mapping(limits, "limits")
-        for name, value in limits.items():
-            if name not in rl.LIMIT_NAMES:
-                raise InvalidInput(
-                    f"{name!r} is not a limit; use one of {', '.join(rl.LIMIT_NAMES)}"
-                )
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise InvalidInput(f"limits.{name} must be a positive integer, not {value!r}")
-            if value > rl.MAX_SAFE_INTEGER:
-                raise InvalidInput(f"limits.{name} must be at most {rl.MAX_SAFE_INTEGER}")
-        # Checked above in the caller's words: pydantic's own message names its classes.
-        return rl.Limits(**limits)
 
     def update_contract(
         self,
@@ -379,3 +355,54 @@ class WorkItemCommands:
             lambda item, loaded, at, by: planning.complete(item, loaded, completion, at=at, by=by),
             by=actors.resolve(actor, actors.COORDINATOR),
         )
+
+
+def new_work_item(
+    *,
+    title: str,
+    goal: str,
+    acceptance_criteria: list[str] | tuple[str, ...],
+    delivery_target: str | None,
+    mode: wi.Mode,
+    stages: Sequence[str | Mapping[str, Any]] | None,
+    start: bool,
+    limits: Mapping[str, int] | None,
+    actor: Actor | str | None,
+    at: datetime,
+) -> Unit:
+    """The new WorkItem's unit, decided on nothing but its input: a store is needed only
+    to save it, so a caller may learn of a refusal before it makes one."""
+    by = actors.resolve(actor, actors.USER)
+    if not isinstance(mode, str) or mode not in modes.POLICIES:
+        raise InvalidInput(f"mode must be dynamic or linear, not {mode!r}")
+    contract = wi.validate_contract(
+        title=title,
+        goal=goal,
+        acceptance_criteria=acceptance_criteria,
+        delivery_target=delivery_target,
+    )
+    return lifecycle.create(
+        work_item_id=uuid4(),
+        mode=mode,
+        contract=contract,
+        stages=stages,
+        start=inputs.flag(start, "start"),
+        at=at,
+        by=by,
+        limits=_limits(limits),
+    )
+
+
+def _limits(limits: Mapping[str, int] | None) -> rl.Limits | None:
+    if limits is None:
+        return None
+    inputs.mapping(limits, "limits")
+    for name, value in limits.items():
+        if name not in rl.LIMIT_NAMES:
+            raise InvalidInput(f"{name!r} is not a limit; use one of {', '.join(rl.LIMIT_NAMES)}")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise InvalidInput(f"limits.{name} must be a positive integer, not {value!r}")
+        if value > rl.MAX_SAFE_INTEGER:
+            raise InvalidInput(f"limits.{name} must be at most {rl.MAX_SAFE_INTEGER}")
+    # Checked above in the caller's words: pydantic's own message names its classes.
+    return rl.Limits(**limits)

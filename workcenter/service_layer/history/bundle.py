@@ -188,15 +188,15 @@ def verify_links(bundle: Bundle) -> Verdict:
     if broken is None and bundle.head["events"] != len(bundle.rows):
         # The links hold, so lines were cut from the end (or added there): the break is
         # after the last event, whose own position is intact (it was named instead).
-        last = bundle.rows[-1].position if bundle.rows else 0
+        end = bundle.rows[-1].position if bundle.rows else 0
         removed = bundle.head["events"] > len(bundle.rows)
         broken = Break(
             "truncated" if removed else "added",
-            last,
+            end,
             f"the header counts {bundle.head['events']} events, the bundle holds "
             f"{len(bundle.rows)}: "
-            + (f"events after position {last} were removed" if removed else "lines were added"),
-            previous_position=last,
+            + (f"events after position {end} were removed" if removed else "lines were added"),
+            previous_position=end,
         )
     elif broken is None and anchor is not None and verdict.head is not None:
         last = verdict.head
