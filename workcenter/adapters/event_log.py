@@ -72,3 +72,17 @@ def events_after(store: Application[UUID], after: int, limit: int) -> list[tuple
     notifications = store.recorder.select_notifications(start=after + 1, limit=limit)
     mapper = store.mapper
     return [(n.id, cast(DomainEvent, mapper.to_domain_event(n))) for n in notifications]
+
+
+def position_of(store: Application[UUID], stream: UUID | str, version: int) -> int | None:
+    """The notification id of ``stream``'s event at ``version``, or None: where an event
+    that cannot be decoded is, for its error (ADR-0099), read in a transaction of its own."""
+    recorder: Any = store.recorder
+    with sql.transaction(recorder.datastore, commit=False) as c:
+        c.execute(
+            f"SELECT {sql.position_column(recorder)} FROM {recorder.events_table_name}"
+            " WHERE originator_id = ? AND originator_version = ?",
+            (stream.hex if isinstance(stream, UUID) else stream, version),
+        )
+        row = c.fetchone()
+    return None if row is None else int(row[0])

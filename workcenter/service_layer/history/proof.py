@@ -9,7 +9,7 @@ from contextlib import closing
 from uuid import UUID
 
 from workcenter.domain import inputs
-from workcenter.domain.errors import InvalidInput
+from workcenter.domain.errors import InvalidInput, UndecodableEvent
 from workcenter.service_layer.history import hash_chain
 from workcenter.service_layer.history.hash_chain import Anchor, Verdict
 from workcenter.service_layer.ports import ChainReader
@@ -42,7 +42,37 @@ class HistoryProof:
                     "an anchor proves the whole history: verify without a WorkItem to use it"
                 )
             work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
-            streams = audit_trail.streams(self.repo.work_item(work_item_id))
+            try:
+                streams = audit_trail.streams(self.repo.work_item(work_item_id))
+            except UndecodableEvent as damaged:
+                # The item's own stream holds bytes that do not decode: its Actions are
+                # known only from the events before them. The damaged event is in the
+                # streams walked, so the walk names its link (or one broken before it).
+                streams = self._streams_before(work_item_id, damaged)
+                verdict = self._walk(streams, None, work_item_id, progress)
+                if verdict.ok:
+                    # Its digest holds (hashed again after the edit): the walk proves
+                    # nothing about bytes that cannot be read, so the damage is the answer.
+                    raise damaged from None
+                return verdict
+        return self._walk(streams, anchor, work_item_id, progress)
+
+    def _streams_before(self, work_item_id: UUID, damaged: UndecodableEvent) -> list[UUID]:
+        """The item's streams as far as its events before ``damaged`` tell them."""
+        if damaged.stream == work_item_id and damaged.version > 1:
+            try:
+                return audit_trail.streams(self.repo.work_item(work_item_id, damaged.version - 1))
+            except UndecodableEvent:
+                pass  # an older event too (a snapshot's fold is no help): the streams it names
+        return audit_trail.streams_of_id(work_item_id)
+
+    def _walk(
+        self,
+        streams: list[UUID] | None,
+        anchor: Anchor | None,
+        work_item_id: UUID | None,
+        progress: VerifyProgress | None,
+    ) -> Verdict:
         _, last = self.chain.extent()
         step = None if progress is None else lambda position: progress(position, last)
         with closing(self.chain.walk(streams)) as rows:
