@@ -8,6 +8,7 @@ runs on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
+import logging
 import re
 import zlib
 from pathlib import Path
@@ -15,14 +16,15 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from conftest import BOOT_ID, FakeClock, create_dynamic, refused
+from conftest import BOOT_ID, FakeClock, claim, create_dynamic, refused, report
 from test_hash_chain import Store
 from test_hash_chain import store as chain_store
 
 from workcenter.adapters.cipher import KEY_ENV
 from workcenter.adapters.http.problems import status_of
-from workcenter.application import WorkCenter
+from workcenter.application import Claim, WorkCenter
 from workcenter.domain.errors import UndecodableEvent
+from workcenter.service_layer.repository import SNAPSHOT_INTERVAL
 
 # The hash chain's tests' fixture, with its SQLite and PostgreSQL params.
 store = chain_store
@@ -202,3 +204,86 @@ def test_an_undamaged_store_reads_as_before(store: Store) -> None:
     for item in store.items:
         assert wc.work_item(item).id == item
         assert wc.maintenance.verify_history(item).ok
+
+
+# --- snapshots: a cache, outside the chain --------------------------------------------
+
+
+def _snapshot_table(store: Store) -> str:
+    name = store.wc._repository.store.snapshots.recorder.events_table_name  # type: ignore[union-attr]
+    schema = getattr(store.tamper, "schema", None)
+    return name if schema is None else f'"{schema}".{name}'
+
+
+def _snapshotted(store: Store) -> tuple[Claim, int]:
+    """A claimed Run whose Action's stream was snapshotted, and the snapshot's version."""
+    claimed = claim(store.wc)
+    while store.wc.action(claimed.action_id).version < SNAPSHOT_INTERVAL:
+        assert store.wc.renew_lease(claimed)
+    [(version,)] = store.tamper._all(
+        f"SELECT originator_version FROM {_snapshot_table(store)} WHERE originator_id = ?",
+        (store.tamper._stream(claimed.action_id),),
+    )
+    return claimed, version
+
+
+def _damage_snapshot(store: Store, stream: UUID) -> None:
+    table = _snapshot_table(store)
+    [(state,)] = store.tamper._all(
+        f"SELECT state FROM {table} WHERE originator_id = ?", (store.tamper._stream(stream),)
+    )
+    damaged = bytearray(state)
+    damaged[15] ^= 1
+    store.tamper._run(
+        (
+            f"UPDATE {table} SET state = ? WHERE originator_id = ?",
+            (bytes(damaged), store.tamper._stream(stream)),
+        )
+    )
+
+
+def test_a_snapshot_that_does_not_decode_is_replaced_by_its_events(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    claimed, version = _snapshotted(store)
+    action = store.wc.action(claimed.action_id)
+    at_snapshot = store.wc.action(claimed.action_id, version)
+    _damage_snapshot(store, claimed.action_id)
+    wc = store.reopen()
+    with caplog.at_level(logging.WARNING, logger="workcenter.store"):
+        assert wc.action(claimed.action_id) == action
+        assert wc.action(claimed.action_id, version) == at_snapshot
+        # A command on the Run reads the Action with its item (``together``), then the views.
+        assert wc.renew_lease(claimed)
+        # Its finish stores the item's detail, folded from the states at their versions.
+        wc.finish_run(claimed, report("completed"))
+        assert wc.detail(claimed.work_item_id)["id"] == str(claimed.work_item_id)
+        assert wc.maintenance.rebuild_projection()
+    warned = [r.getMessage() for r in caplog.records if "snapshot" in r.getMessage()]
+    assert warned and all(f"stream {claimed.action_id} at version {version}" in w for w in warned)
+    verdict = wc.maintenance.verify_history()
+    assert verdict.ok, "a snapshot is a cache: the history is whole"
+    [damaged] = verdict.damaged_snapshots
+    assert (damaged.stream, damaged.version) == (claimed.action_id, version)
+    assert verdict.json()["damaged_snapshots"] == [
+        {"stream": str(claimed.action_id), "version": version, "reason": "it does not inflate"}
+    ]
+    assert wc.maintenance.verify_history(claimed.work_item_id).damaged_snapshots
+    other = next(i for i in store.items if i != claimed.work_item_id)
+    assert not wc.maintenance.verify_history(other).damaged_snapshots
+
+
+def test_the_cli_warns_of_a_damaged_snapshot_and_goes_on(store: Store) -> None:
+    claimed, version = _snapshotted(store)
+    _damage_snapshot(store, claimed.action_id)
+    store.wc.close()
+    item = str(claimed.work_item_id)
+    for verb in (["show", item], ["history", item], ["projections", "rebuild"]):
+        result = _cli(store.location, *verb)
+        assert result.exit_code == 0, (verb, result.output)
+    verify = _cli(store.location, "audit", "verify")
+    assert verify.exit_code == 0 and "verified" in verify.stdout
+    assert (
+        f"warning: the snapshot of stream {claimed.action_id} at version {version} cannot be"
+        " decoded (it does not inflate)"
+    ) in " ".join(verify.stdout.split())

@@ -164,3 +164,12 @@ class UndecodableEvent(WorkcenterError):
         self.version = version
         self.position = position
         self.reason = reason
+
+
+def snapshot_ignored(damaged: UndecodableEvent) -> str:
+    """The warning of a snapshot that did not decode and was replaced by its events."""
+    return (
+        f"the snapshot of stream {damaged.stream} at version {damaged.version} cannot be"
+        f" decoded ({damaged.reason}): it is ignored and the stream loaded from its events;"
+        " `workcenter audit verify` lists damaged snapshots"
+    )

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import closing
+from dataclasses import replace
 from uuid import UUID
 
 from workcenter.domain import inputs
 from workcenter.domain.errors import InvalidInput, UndecodableEvent
 from workcenter.service_layer.history import hash_chain
 from workcenter.service_layer.history.hash_chain import Anchor, Verdict
-from workcenter.service_layer.ports import ChainReader
+from workcenter.service_layer.ports import ChainReader, SnapshotCheck
 from workcenter.service_layer.queries import audit_trail
 from workcenter.service_layer.repository import Repository
 
@@ -21,9 +22,12 @@ VerifyProgress = Callable[[int, int], None]
 
 
 class HistoryProof:
-    def __init__(self, repository: Repository, chain: ChainReader) -> None:
+    def __init__(
+        self, repository: Repository, chain: ChainReader, snapshots: SnapshotCheck | None = None
+    ) -> None:
         self.repo = repository
         self.chain = chain
+        self.snapshots = snapshots
 
     def verify(
         self,
@@ -76,13 +80,16 @@ class HistoryProof:
         _, last = self.chain.extent()
         step = None if progress is None else lambda position: progress(position, last)
         with closing(self.chain.walk(streams)) as rows:
-            return hash_chain.verify(
+            verdict = hash_chain.verify(
                 rows,
                 whole_store=streams is None,
                 anchor=anchor,
                 scope=work_item_id,
                 progress=step,
             )
+        if self.snapshots is None:
+            return verdict
+        return replace(verdict, damaged_snapshots=tuple(self.snapshots(streams)))
 
     def anchor(self) -> Anchor | None:
         """The chain's head as an anchor, or None while the store has no events."""
