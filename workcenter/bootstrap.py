@@ -27,6 +27,7 @@ from workcenter.adapters import cipher, event_log
 from workcenter.adapters.one_commit import OneCommitArguments
 from workcenter.adapters.persistence import (
     SNAPSHOT_CLASSES,
+    PydanticMapper,
     StoreUnavailable,
     foreign_url_scheme,
     is_postgres_url,
@@ -187,6 +188,13 @@ def compose(
             " (see sqlite_env and PostgresTarget.env)"
         )
     refuse_when_closed(store.recorder.datastore)  # type: ignore[attr-defined]  # both recorders have one
+    pool = getattr(store.recorder.datastore, "pool", None)  # type: ignore[attr-defined]
+    if isinstance(store.mapper, PydanticMapper) and not getattr(
+        pool, "is_sqlite_memory_mode", False
+    ):
+        # An event that cannot be decoded is named by its position (ADR-0099). Not in
+        # memory: there a read waits for the write lock, which its own decoding may hold.
+        store.mapper.locate = partial(event_log.position_of, store)
     if store.snapshots is not None:
         # A stream loaded from nothing starts at its newest snapshot (ADR-0069).
         store.recorder.snapshots_table_name = store.snapshots.recorder.events_table_name  # type: ignore[attr-defined]
@@ -226,7 +234,7 @@ def compose(
         web_reads=WebReads(repo, read_models, clock),
         changes=ChangeFeed(repo, read_events_after),
         maintenance=Maintenance(
-            HistoryProof(repo, chain),
+            HistoryProof(repo, chain, partial(event_log.damaged_snapshots, store)),
             read_models,
             DecisionAudit(
                 repo,

@@ -271,6 +271,18 @@ def _verify_bundle(
 
 
 def _print_verdict(data: dict[str, Any]) -> None:
+    _print_chain(data)
+    for damaged in data.get("damaged_snapshots", ()):
+        # A warning, not a break: the snapshot is a cache that every load now goes past.
+        said = (
+            f"warning: the snapshot of stream {damaged['stream']} at version"
+            f" {damaged['version']} cannot be decoded ({damaged['reason']}): loads ignore"
+            " it and replay the stream's events"
+        )
+        console.print(text(said, "yellow"), highlight=False)
+
+
+def _print_chain(data: dict[str, Any]) -> None:
     scope = "the store" if data["scope"] == "store" else f"WorkItem {data['scope']}"
     broken, last = data["broken"], data["verified_to"]
     if broken is None:

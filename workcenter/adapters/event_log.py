@@ -16,8 +16,10 @@ from uuid import UUID
 from eventsourcing.application import Application
 from eventsourcing.persistence import StoredEvent
 
+from workcenter.domain.errors import UndecodableEvent
 from workcenter.domain.model import DomainEvent
 from workcenter.projections import sql
+from workcenter.service_layer.history.hash_chain import DamagedSnapshot
 
 
 def streams_in_order(
@@ -72,3 +74,49 @@ def events_after(store: Application[UUID], after: int, limit: int) -> list[tuple
     notifications = store.recorder.select_notifications(start=after + 1, limit=limit)
     mapper = store.mapper
     return [(n.id, cast(DomainEvent, mapper.to_domain_event(n))) for n in notifications]
+
+
+def position_of(store: Application[UUID], stream: UUID | str, version: int) -> int | None:
+    """The notification id of ``stream``'s event at ``version``, or None: where an event
+    that cannot be decoded is, for its error (ADR-0099), read in a transaction of its own."""
+    recorder: Any = store.recorder
+    with sql.transaction(recorder.datastore, commit=False) as c:
+        c.execute(
+            f"SELECT {sql.position_column(recorder)} FROM {recorder.events_table_name}"
+            " WHERE originator_id = ? AND originator_version = ?",
+            (stream.hex if isinstance(stream, UUID) else stream, version),
+        )
+        row = c.fetchone()
+    return None if row is None else int(row[0])
+
+
+def damaged_snapshots(
+    store: Application[UUID], streams: Sequence[UUID] | None
+) -> list[DamagedSnapshot]:
+    """The snapshots (of ``streams``, or every one) that do not decode, oldest stream
+    version first: loads go past them by replaying the events (ADR-0099), and ``audit
+    verify`` reports them. One per 50 events of a stream, so this reads a fiftieth of
+    what the walk does."""
+    snapshots: Any = store.snapshots
+    if snapshots is None:
+        return []
+    recorder = snapshots.recorder
+    statement = (
+        f"SELECT originator_id, originator_version, topic, state FROM {recorder.events_table_name}"
+    )
+    params: list[Any] = []
+    if streams is not None:
+        statement += f" WHERE originator_id IN ({','.join('?' * len(streams))})"
+        params = [s.hex for s in streams]
+    with sql.transaction(recorder.datastore, commit=False) as c:
+        c.execute(statement + " ORDER BY originator_id, originator_version", params)
+        rows = c.fetchall()
+    found = []
+    for row in rows:
+        try:
+            store.mapper.to_domain_event(
+                StoredEvent(UUID(row[0]), row[1], str(row[2] or ""), bytes(row[3] or b""))
+            )
+        except UndecodableEvent as damaged:
+            found.append(DamagedSnapshot(damaged.stream, damaged.version, damaged.reason))
+    return found

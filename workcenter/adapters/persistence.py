@@ -9,13 +9,14 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 from uuid import UUID
 
 import orjson
-from eventsourcing.persistence import Mapper, StoredEvent, Transcoder
+from eventsourcing.persistence import Mapper, Notification, StoredEvent, Transcoder
 from eventsourcing.utils import get_topic, resolve_topic
 
 from workcenter.adapters.compression import COMPRESSOR_TOPIC, is_compressed, worth_deflating
@@ -24,7 +25,7 @@ from workcenter.adapters.sqlite_settings import FACTORY_TOPIC, synchronous_env
 from workcenter.domain.action import ActionState
 from workcenter.domain.actor import LEGACY, Actor
 from workcenter.domain.conversation import ConversationState
-from workcenter.domain.errors import WorkcenterError
+from workcenter.domain.errors import UndecodableEvent, WorkcenterError
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.resource_ledger import LedgerState
 from workcenter.domain.work_item import WorkItemState
@@ -62,26 +63,76 @@ class PydanticMapper(Mapper[UUID]):
             state=data,
         )
 
+    # Where an undecodable event is, looked up only when one is met: the store's recorder
+    # sets it (``position_of``); rows read without their position need it for the message.
+    locate: Callable[[UUID | str, int], int | None] | None = None
+
     def to_domain_event(self, stored_event: StoredEvent) -> Any:
+        try:
+            data = stored_event.state
+            if self.cipher:
+                data = self.cipher.decrypt(data)
+            if self.compressor and is_compressed(data):
+                data = self.compressor.decompress(data)
+            state = self.transcoder.decode(data)
+            # States written before ADR-0020 repeat these; the row's copy is the same.
+            state["originator_id"] = stored_event.originator_id
+            state["originator_version"] = stored_event.originator_version
+            cls = resolve_topic(stored_event.topic)
+            version = state.pop("class_version", 1)
+            if "actor" not in state:
+                # A base-field upcast for every class at once (ADR-0017): events stored
+                # before actors were recorded say so; who it was is never guessed.
+                state["actor"] = dict(LEGACY_ACTOR)
+            while version < getattr(cls, "class_version", 1):
+                getattr(cls, f"upcast_v{version}_v{version + 1}")(state)
+                version += 1
+            return cls(**state)
+        except Exception:
+            # Whatever the codec raised (zlib, orjson, pydantic, the cipher, a topic, an
+            # upcast given a damaged shape), the bytes are at fault, not the caller: one
+            # typed error for every reader, naming where the damage is (ADR-0099).
+            raise self.undecodable(stored_event) from None
+
+    def undecodable(self, stored_event: StoredEvent) -> UndecodableEvent:
+        position = stored_event.id if isinstance(stored_event, Notification) else None
+        if position is None and self.locate is not None:
+            try:
+                position = self.locate(stored_event.originator_id, stored_event.originator_version)
+            except Exception:  # the message does without: the damage is the error to report
+                position = None
+        return UndecodableEvent(
+            stored_event.originator_id,
+            stored_event.originator_version,
+            position,
+            self._failing_step(stored_event),
+        )
+
+    def _failing_step(self, stored_event: StoredEvent) -> str:
+        """Which step of the decoding fails, in words that quote none of the bytes (they
+        may hold anyone's text): the steps run again one by one, on the error path only."""
         data = stored_event.state
-        if self.cipher:
-            data = self.cipher.decrypt(data)
-        if self.compressor and is_compressed(data):
-            data = self.compressor.decompress(data)
-        state = self.transcoder.decode(data)
-        # States written before ADR-0020 repeat these; the row's copy is the same.
-        state["originator_id"] = stored_event.originator_id
-        state["originator_version"] = stored_event.originator_version
-        cls = resolve_topic(stored_event.topic)
-        version = state.pop("class_version", 1)
-        if "actor" not in state:
-            # A base-field upcast for every class at once (ADR-0017): events stored
-            # before actors were recorded say so; who it was is never guessed.
-            state["actor"] = dict(LEGACY_ACTOR)
-        while version < getattr(cls, "class_version", 1):
-            getattr(cls, f"upcast_v{version}_v{version + 1}")(state)
-            version += 1
-        return cls(**state)
+        try:
+            if self.cipher:
+                data = self.cipher.decrypt(data)
+        except Exception:
+            return "the cipher does not open it"
+        try:
+            if self.compressor and is_compressed(data):
+                data = self.compressor.decompress(data)
+        except Exception:
+            return "it does not inflate"
+        try:
+            state = self.transcoder.decode(data)
+        except Exception:
+            return "it is not JSON"
+        if not isinstance(state, dict):
+            return "it is not a JSON object"
+        try:
+            resolve_topic(stored_event.topic)
+        except Exception:
+            return "its topic names no event class"
+        return "its fields are not those of its event class"
 
 
 def encode_state(domain_event: Any) -> bytes:

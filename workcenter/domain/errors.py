@@ -140,3 +140,36 @@ class SnapshotTooLarge(CommandRefused):
     even in the compact form: the turn fails (coordinator.md 1.3)."""
 
     code = "snapshot_too_large"
+
+
+class UndecodableEvent(WorkcenterError):
+    """A stored event whose bytes the store cannot decode (ADR-0099): they were damaged or
+    edited in the database after they were written, so no load, fold or audit built on
+    them can be trusted. Raised by the one place that decodes stored bytes, whatever the
+    codec said; ``audit verify`` names the broken link. ``position`` is None where it
+    could not be looked up (a bundle, a store in memory)."""
+
+    code = "undecodable_event"
+
+    def __init__(self, stream: UUID | str, version: int, position: int | None, reason: str) -> None:
+        at = f"position {position} (stream {stream}, version {version})"
+        if position is None:
+            at = f"version {version} of stream {stream}"
+        super().__init__(
+            f"the stored event at {at} cannot be decoded ({reason}): its bytes were damaged"
+            " or edited in the database; run `workcenter audit verify` to see where the"
+            " history breaks"
+        )
+        self.stream = stream
+        self.version = version
+        self.position = position
+        self.reason = reason
+
+
+def snapshot_ignored(damaged: UndecodableEvent) -> str:
+    """The warning of a snapshot that did not decode and was replaced by its events."""
+    return (
+        f"the snapshot of stream {damaged.stream} at version {damaged.version} cannot be"
+        f" decoded ({damaged.reason}): it is ignored and the stream loaded from its events;"
+        " `workcenter audit verify` lists damaged snapshots"
+    )

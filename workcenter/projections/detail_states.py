@@ -9,6 +9,7 @@ computed, and the rest come from the event store, which snapshots and caches the
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -20,9 +21,11 @@ from workcenter.domain import action as act
 from workcenter.domain import conversation as conv
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
+from workcenter.domain.errors import UndecodableEvent, snapshot_ignored
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.projections import sql
 
+log = logging.getLogger("workcenter.store")
 Kind = Literal["item", "action", "ledger", "conversation"]
 EVOLVE: dict[Kind, Callable[[Any, Any], AggregateState]] = {
     "item": wi.evolve,
@@ -165,8 +168,12 @@ class EventStoreStates:
             )
             row = c.fetchone()
             if row is not None:
-                state = self._decode(aggregate_id, row).state
-                after = state.version
+                try:
+                    state = self._decode(aggregate_id, row).state
+                    after = state.version
+                except UndecodableEvent as damaged:
+                    # A cache of the fold below: replayed from the first event instead.
+                    log.warning(snapshot_ignored(damaged))
         c.execute(
             f"SELECT originator_version, topic, state FROM {self.recorder.events_table_name}"
             " WHERE originator_id = ? AND originator_version > ? AND originator_version <= ?"

@@ -35,6 +35,7 @@ from uuid import UUID
 
 from eventsourcing.persistence import IntegrityError, Notification
 
+from workcenter.domain.errors import UndecodableEvent
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.projections.tracked import (
     Batch,
@@ -173,8 +174,15 @@ class InlineWrite:
         stored events of each stream and its newest version."""
         assert self.reader is not None
         _, view, wanted = self.reader
-        decoded = [([self.mapper.to_domain_event(e) for e in events], v) for events, v in read]
-        self.ahead = view.fold_ahead(wanted, decoded)
+        self.ahead = view.fold_ahead(wanted, [(self._decoded(events), v) for events, v in read])
+
+    def _decoded(self, events: Sequence[Any]) -> list[Any]:
+        try:
+            return [self.mapper.to_domain_event(e) for e in events]
+        except UndecodableEvent:
+            # A stream that leads with no state is read the usual way (``fold_ahead``),
+            # which replays past a snapshot that does not decode and reports an event.
+            return [None]
 
     def apply(
         self,

@@ -17,7 +17,7 @@ from eventsourcing.persistence import StoredEvent
 
 from workcenter.domain.model import DomainEvent
 from workcenter.projections.inline import InlineWrite
-from workcenter.service_layer.history.hash_chain import Link, Row
+from workcenter.service_layer.history.hash_chain import DamagedSnapshot, Link, Row
 
 
 class Clock(Protocol):
@@ -69,6 +69,13 @@ class ChainReader(Protocol):
     def extent(self) -> tuple[Link | None, int]:
         """The chain's head and the store's last position."""
         ...
+
+
+class SnapshotCheck(Protocol):
+    """The stored snapshots (of ``streams``, or all) that do not decode: every load goes
+    past them by replaying the events (ADR-0099)."""
+
+    def __call__(self, streams: Sequence[UUID] | None) -> list[DamagedSnapshot]: ...
 
 
 class NotificationReader(Protocol):

@@ -10,6 +10,7 @@ and the inline write through the ``TransactionArguments`` port.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import Any, TypeVar, cast
@@ -23,7 +24,14 @@ from workcenter.domain import conversation as conv
 from workcenter.domain import inputs
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
-from workcenter.domain.errors import UNKNOWN_VERSION, NotFound, VersionConflict, WorkcenterError
+from workcenter.domain.errors import (
+    UNKNOWN_VERSION,
+    NotFound,
+    UndecodableEvent,
+    VersionConflict,
+    WorkcenterError,
+    snapshot_ignored,
+)
 from workcenter.domain.model import AggregateState, DomainEvent
 from workcenter.domain.unit import Unit
 from workcenter.projections.detail_states import Kind
@@ -33,6 +41,7 @@ from workcenter.service_layer.ports import StreamsAfter, TransactionArguments
 from workcenter.service_layer.read_models import ReadModels
 
 SNAPSHOT_INTERVAL = 50
+log = logging.getLogger("workcenter.store")
 SAVE_ATTEMPTS = 8
 S = TypeVar("S", bound=AggregateState)
 SnapshotClasses = Mapping[type[AggregateState], type[DomainEvent]]
@@ -114,6 +123,7 @@ class Repository:
         }
         recorder = store.recorder
         self.streams_after = recorder if isinstance(recorder, StreamsAfter) else None
+        self._ignored_snapshots: set[tuple[UUID | str, int]] = set()
 
     # --- loading --------------------------------------------------------------
 
@@ -133,12 +143,37 @@ class Repository:
                 state = projector(cached, map(self.store.mapper.to_domain_event, stored))
                 repository.cache.put(aggregate_id, state)
                 return state
-        state = repository.get(aggregate_id, version=version, projector_func=projector)
+        try:
+            state = repository.get(aggregate_id, version=version, projector_func=projector)
+        except UndecodableEvent as damaged:
+            if self.store.snapshots is None:
+                raise
+            state = self._replayed(aggregate_id, version, projector, damaged)
         if version is None and repository.cache is not None:
             # The library fast-forwards a cached state but keeps the old (immutable) one
             # in the cache; put the newer state back so the next load replays only the
             # events after it, not every event since the aggregate was first cached.
             repository.cache.put(aggregate_id, state)
+        return state
+
+    def _replayed(
+        self,
+        aggregate_id: UUID,
+        version: int | None,
+        projector: Callable[..., Any],
+        damaged: UndecodableEvent,
+    ) -> Any:
+        """The state from the stream's events alone, when a load that began at a snapshot
+        met bytes it could not decode: a snapshot is a cache of this fold, so one that does
+        not decode is not trusted (ADR-0099). Should an event be the damaged one, the
+        replay meets it too and its error stands."""
+        state = projector(None, self.store.events.get(aggregate_id, lte=version))
+        if state is None:
+            raise AggregateNotFoundError(aggregate_id)
+        if (damaged.stream, damaged.version) not in self._ignored_snapshots:
+            # Once per process: the operator needs to hear of it, not at every load.
+            self._ignored_snapshots.add((damaged.stream, damaged.version))
+            log.warning(snapshot_ignored(damaged))
         return state
 
     def work_item(self, work_item_id: UUID, version: int | None = None) -> wi.WorkItemState:
@@ -236,7 +271,9 @@ class Repository:
             try:
                 # Also with no new event: the projector checks the cached state's type.
                 after = self.projectors[kind](state, map(self.store.mapper.to_domain_event, stored))
-            except ForeignStream:
+            except (ForeignStream, UndecodableEvent):
+                # Loaded one by one instead, where a snapshot that does not decode is
+                # replaced by its events and a damaged event is reported.
                 return None
             if after is None:
                 return None

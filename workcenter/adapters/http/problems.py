@@ -33,6 +33,7 @@ from workcenter.domain.errors import (
     InvalidInput,
     NotFound,
     ResourceStopError,
+    UndecodableEvent,
     VersionConflict,
     WorkcenterError,
 )
@@ -110,6 +111,8 @@ STATUS: tuple[tuple[type[WorkcenterError], int], ...] = (
     (UnsupportedMediaType, 415),
     (WriteContention, 503),
     (StoreUnavailable, 503),
+    # Not the caller's fault and no retry helps: the store's bytes are damaged (ADR-0099).
+    (UndecodableEvent, 500),
 )
 # The service names fields as its Python API does; a caller of this API sent them so.
 API_NAMES = LIMIT_KEYS | {

@@ -343,12 +343,27 @@ class Break:
 
 
 @dataclass(frozen=True)
+class DamagedSnapshot:
+    """A stored snapshot that does not decode: which, and the step that failed."""
+
+    stream: Stream
+    version: int
+    reason: str
+
+    def json(self) -> dict[str, Any]:
+        return {"stream": str(self.stream), "version": self.version, "reason": self.reason}
+
+
+@dataclass(frozen=True)
 class Verdict:
     events: int
     head: Link | None  # the last link verified: the head when nothing is broken
     broken: Break | None = None
     anchor: Anchor | None = None
     scope: UUID | None = None
+    # Snapshots are a cache outside the chain (ADR-0099): one that does not decode is
+    # ignored by every load, reported here, and leaves the history ``ok``.
+    damaged_snapshots: tuple[DamagedSnapshot, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -362,6 +377,7 @@ class Verdict:
             "verified_to": _link_json(self.head),
             "anchor": str(self.anchor) if self.anchor else None,
             "broken": self.broken.json() if self.broken else None,
+            "damaged_snapshots": [d.json() for d in self.damaged_snapshots],
         }
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import closing
+from dataclasses import replace
 from uuid import UUID
 
 from workcenter.domain import inputs
-from workcenter.domain.errors import InvalidInput
+from workcenter.domain.errors import InvalidInput, UndecodableEvent
 from workcenter.service_layer.history import hash_chain
 from workcenter.service_layer.history.hash_chain import Anchor, Verdict
-from workcenter.service_layer.ports import ChainReader
+from workcenter.service_layer.ports import ChainReader, SnapshotCheck
 from workcenter.service_layer.queries import audit_trail
 from workcenter.service_layer.repository import Repository
 
@@ -21,9 +22,12 @@ VerifyProgress = Callable[[int, int], None]
 
 
 class HistoryProof:
-    def __init__(self, repository: Repository, chain: ChainReader) -> None:
+    def __init__(
+        self, repository: Repository, chain: ChainReader, snapshots: SnapshotCheck | None = None
+    ) -> None:
         self.repo = repository
         self.chain = chain
+        self.snapshots = snapshots
 
     def verify(
         self,
@@ -42,17 +46,50 @@ class HistoryProof:
                     "an anchor proves the whole history: verify without a WorkItem to use it"
                 )
             work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
-            streams = audit_trail.streams(self.repo.work_item(work_item_id))
+            try:
+                streams = audit_trail.streams(self.repo.work_item(work_item_id))
+            except UndecodableEvent as damaged:
+                # The item's own stream holds bytes that do not decode: its Actions are
+                # known only from the events before them. The damaged event is in the
+                # streams walked, so the walk names its link (or one broken before it).
+                streams = self._streams_before(work_item_id, damaged)
+                verdict = self._walk(streams, None, work_item_id, progress)
+                if verdict.ok:
+                    # Its digest holds (hashed again after the edit): the walk proves
+                    # nothing about bytes that cannot be read, so the damage is the answer.
+                    raise damaged from None
+                return verdict
+        return self._walk(streams, anchor, work_item_id, progress)
+
+    def _streams_before(self, work_item_id: UUID, damaged: UndecodableEvent) -> list[UUID]:
+        """The item's streams as far as its events before ``damaged`` tell them."""
+        if damaged.stream == work_item_id and damaged.version > 1:
+            try:
+                return audit_trail.streams(self.repo.work_item(work_item_id, damaged.version - 1))
+            except UndecodableEvent:
+                pass  # an older event too (a snapshot's fold is no help): the streams it names
+        return audit_trail.streams_of_id(work_item_id)
+
+    def _walk(
+        self,
+        streams: list[UUID] | None,
+        anchor: Anchor | None,
+        work_item_id: UUID | None,
+        progress: VerifyProgress | None,
+    ) -> Verdict:
         _, last = self.chain.extent()
         step = None if progress is None else lambda position: progress(position, last)
         with closing(self.chain.walk(streams)) as rows:
-            return hash_chain.verify(
+            verdict = hash_chain.verify(
                 rows,
                 whole_store=streams is None,
                 anchor=anchor,
                 scope=work_item_id,
                 progress=step,
             )
+        if self.snapshots is None:
+            return verdict
+        return replace(verdict, damaged_snapshots=tuple(self.snapshots(streams)))
 
     def anchor(self) -> Anchor | None:
         """The chain's head as an anchor, or None while the store has no events."""

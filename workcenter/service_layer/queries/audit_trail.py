@@ -32,12 +32,14 @@ def rows(
 def streams(item: wi.WorkItemState) -> list[UUID]:
     """The item's streams: the WorkItem, every Action it planned, its ledger, its
     Conversation."""
-    return [
-        item.id,
-        *(e.action_id for e in item.plan),
-        rl.ledger_id_for(item.id),
-        conv.conversation_id_for(item.id),
-    ]
+    ledger, conversation = streams_of_id(item.id)[1:]
+    return [item.id, *(e.action_id for e in item.plan), ledger, conversation]
+
+
+def streams_of_id(work_item_id: UUID) -> list[UUID]:
+    """The streams an item's id names without reading it: its own, its ledger, its
+    Conversation (its Actions are known from its events only)."""
+    return [work_item_id, rl.ledger_id_for(work_item_id), conv.conversation_id_for(work_item_id)]
 
 
 def state_at(
