@@ -437,8 +437,8 @@ def projections_rebuild(ctx: click.Context, name: str | None, as_json: bool) -> 
         emit_json([r.json() for r in reports])
         return
     for r in reports:
-        for schema in r.removed_schemas:
-            console.print(f"removed {schema}, left by a rebuild cut short", highlight=False)
+        for left in (*r.removed_schemas, *r.removed_directories):
+            console.print(f"removed {left}, left by a rebuild cut short", highlight=False)
         console.print(
             f"rebuilt {r.name}: {r.events} events in {r.seconds:.2f} s "
             f"({r.events_per_second:,.0f} events/s), position {r.position}",
