@@ -5,7 +5,8 @@ from __future__ import annotations
 import math
 import shlex
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 from uuid import UUID
 
@@ -54,6 +55,16 @@ def progress_bar(*, transient: bool = True) -> Progress:
         console=console,
         transient=transient,
     )
+
+
+@contextmanager
+def bar_on_terminal(as_json: bool, *, transient: bool = True) -> Iterator[Progress | None]:
+    """A progress bar on a terminal, else None: JSON and pipes are read by programs."""
+    if as_json or not console.is_terminal:
+        yield None
+        return
+    with progress_bar(transient=transient) as bar:
+        yield bar
 
 
 MAX_POLL = float(bounds.POLL_MAX_SECONDS)

@@ -18,15 +18,16 @@ from workcenter.adapters.cli_common import (
     MAX_POLL,
     Count,
     Seconds,
+    bar_on_terminal,
     clip,
     console,
     db_option,
     emit_json,
     open_center,
-    progress_bar,
     resolve_id,
     work_item_id,
 )
+from workcenter.adapters.cli_stop import Interrupted, Steps, interrupted, stop_signals
 from workcenter.adapters.persistence import resolve_db_path
 from workcenter.adapters.terminal import text
 from workcenter.application import WorkCenter
@@ -34,6 +35,7 @@ from workcenter.domain.action import ActionState
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.work_item import WorkItemState
 from workcenter.projections.audit import AuditRow, explain_progress
+from workcenter.projections.lifecycle import RebuildReport
 from workcenter.projections.sanitize import sanitize_event_payload, sanitize_record
 
 # --- audit and progress (issue 4) ---------------------------------------------
@@ -227,24 +229,29 @@ def audit_verify(
         _verify_bundle(ctx, bundle, item_id, anchor, as_json)
         return
 
-    with open_center(ctx, inline_projections=False) as wc:
-        scope = work_item_id(wc, item_id) if item_id is not None else None
-        if as_json or not console.is_terminal:
-            verdict = wc.maintenance.verify_history(scope, anchor=anchor)
+    with stop_signals() as stop:
+        steps = Steps(stop)
+        try:
+            with open_center(ctx, inline_projections=False) as wc, bar_on_terminal(as_json) as bar:
+                scope = work_item_id(wc, item_id) if item_id is not None else None
+                verdict = wc.maintenance.verify_history(
+                    scope, anchor=anchor, progress=steps.shown_on(bar, "verifying")
+                )
+            stop.check()
+        except Interrupted as stopped:
+            where = f" at position {steps.done:,} of {steps.total:,}" if steps.total else ""
+            interrupted(
+                ctx,
+                stopped,
+                f"audit verify stopped{where}: the history is neither verified nor found broken",
+            )
+        if as_json:
+            emit_json(verdict.json())
         else:
-            with progress_bar() as bar:
-                task = bar.add_task("verifying", total=None)
-
-                def advance(position: int, last: int) -> None:
-                    bar.update(task, completed=position, total=max(position, last))
-
-                verdict = wc.maintenance.verify_history(scope, anchor=anchor, progress=advance)
-    if as_json:
-        emit_json(verdict.json())
-    else:
-        _print_verdict(verdict.json())
-    if not verdict.ok:
-        ctx.exit(HISTORY_BROKEN)
+            _print_verdict(verdict.json())
+        if not verdict.ok:
+            ctx.exit(HISTORY_BROKEN)
+        stop.exit_if_stopped(ctx)
 
 
 def _verify_bundle(
@@ -419,31 +426,55 @@ def projections_status(ctx: click.Context, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def projections_rebuild(ctx: click.Context, name: str | None, as_json: bool) -> None:
-    """Replay NAME (default: every read model) from zero and swap it in atomically."""
-    with open_center(ctx) as wc:
-        if as_json or not console.is_terminal:
-            reports = wc.maintenance.rebuild_projection(name)
-        else:
-            with progress_bar(transient=False) as bar:
+    """Replay NAME (default: every read model) from zero and swap it in atomically.
+    Ctrl-C or SIGTERM stops it at its next page (exit 130 or 143): the views swapped in
+    by then stay rebuilt, the others stay as they were, and its temporary copy is
+    removed."""
+    rebuilt: list[RebuildReport] = []
+    names: list[str] = []
+    with stop_signals() as stop:
+        try:
+            with open_center(ctx) as wc, bar_on_terminal(as_json, transient=False) as bar:
+                names = [name] if name is not None else wc.maintenance.projection_names()
                 tasks: dict[str, Any] = {}
 
                 def advance(view: str, done: int, total: int) -> None:
-                    if view not in tasks:
-                        tasks[view] = bar.add_task(view, total=total)
-                    bar.update(tasks[view], completed=done, total=total)
+                    if bar is not None:
+                        if view not in tasks:
+                            tasks[view] = bar.add_task(view, total=total)
+                        bar.update(tasks[view], completed=done, total=total)
+                    stop.check()
 
-                reports = wc.maintenance.rebuild_projection(name, progress=advance)
-    if as_json:
-        emit_json([r.json() for r in reports])
-        return
-    for r in reports:
-        for left in (*r.removed_schemas, *r.removed_directories):
-            console.print(f"removed {left}, left by a rebuild cut short", highlight=False)
-        console.print(
-            f"rebuilt {r.name}: {r.events} events in {r.seconds:.2f} s "
-            f"({r.events_per_second:,.0f} events/s), position {r.position}",
-            highlight=False,
-        )
+                # One view at a time, so that a stop between two says which are done.
+                for view in names:
+                    stop.check()
+                    for report in wc.maintenance.rebuild_projection(view, progress=advance):
+                        rebuilt.append(report)
+                        if not as_json:
+                            _print_rebuilt(report)
+            stop.check()
+        except Interrupted as stopped:
+            done = [r.name for r in rebuilt]
+            left = [n for n in names if n not in done]
+            interrupted(
+                ctx,
+                stopped,
+                f"projections rebuild stopped: rebuilt {', '.join(done) or 'none'};"
+                f" not rebuilt (left as they were): {', '.join(left) or 'none'}",
+            )
+        if as_json:
+            emit_json([r.json() for r in rebuilt])
+        stop.exit_if_stopped(ctx)
+
+
+def _print_rebuilt(r: RebuildReport) -> None:
+    for left in (*r.removed_schemas, *r.removed_directories):
+        console.print(f"removed {left}, left by a rebuild cut short", highlight=False)
+    console.print(
+        f"rebuilt {r.name}: {r.events} events in {r.seconds:.2f} s "
+        f"({r.events_per_second:,.0f} events/s), position {r.position}",
+        highlight=False,
+    )
 
 
 def _positions(positions: dict[str, int]) -> str:
