@@ -6,6 +6,7 @@ undone. Each test fails on the code before the fix."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +20,7 @@ from conftest import action_spec, create_dynamic, plan
 from workcenter.application import WorkCenter
 
 ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-c", "from workcenter.adapters.cli import main; main()"]
 SIGNALS = [(signal.SIGINT, 130), (signal.SIGTERM, 143)]
 
 # The CLI, with one step of the verb's work slowed down: there it touches a file and
@@ -143,3 +145,32 @@ def test_an_interrupted_rebuild_says_which_views_it_rebuilt_and_removes_its_copy
     assert list((tmp_path / "tmp").iterdir()) == []  # its temporary copy went with it
     with WorkCenter.open(store) as wc:
         assert {row.name: row.position for row in wc.maintenance.projection_status()} == before
+
+
+@pytest.mark.parametrize(("signum", "status"), SIGNALS)
+def test_projections_run_json_is_json_lines_and_a_stop_exits_as_the_others_do(
+    store: str, signum: int, status: int
+) -> None:
+    runner = subprocess.Popen(
+        [*CLI, "--db", store, "projections", "run", "--report", "0.2", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert runner.stdout is not None
+        first = runner.stdout.readline()  # a report: the runner follows the sequence
+        runner.send_signal(signum)
+        out, err = runner.communicate(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert runner.returncode == status, err
+    assert "Traceback" not in err
+    lines = [json.loads(line) for line in (first + out).splitlines()]  # every line, whole
+    assert all(isinstance(line, dict) for line in lines)
+    *reports, summary = lines
+    assert reports and all(set(r) == {"status"} for r in reports)
+    assert summary["stopped"] == signal.Signals(signum).name
+    assert set(summary["positions"]) == {"work_queue", "mailbox", "detail"}
