@@ -391,13 +391,20 @@ def _print_progress(title: str, data: dict[str, Any]) -> None:
 
 @click.command()
 @db_option
-@click.option("--to", "target", required=True, help="The new, empty store (path or URL).")
+@click.option(
+    "--to",
+    "target",
+    required=True,
+    help="The new store (path or URL): none there yet, or an empty one that `init` made in"
+    " the new key's mode.",
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def rekey(ctx: click.Context, target: str, as_json: bool) -> None:
     """Copy the store's events into a new store under a new cipher key: read with
-    $WORKCENTER_CIPHER_KEY, written with $WORKCENTER_NEW_CIPHER_KEY (empty: no
-    encryption). Stop the writers first; then point them at the new store."""
+    $WORKCENTER_CIPHER_KEY, written with $WORKCENTER_NEW_CIPHER_KEY (set to an empty
+    value: no encryption; unset: refused). Stop the writers first; then point them at
+    the new store."""
     from workcenter.adapters.rekey import rekey as copy_store
 
     done = copy_store(ctx.ensure_object(dict).get("db") or resolve_db_path(None), target)
