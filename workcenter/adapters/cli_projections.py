@@ -148,7 +148,6 @@ def projections_run(
     output is JSON Lines: one object a line, each --report's status, then the summary."""
     from workcenter.projections.runner import ProjectionRunner
 
-    stopped_by: int | None = None
     with stop_signals() as stop:
         # Opened without inline projections, or opening would catch the eager views up.
         with open_center(ctx, inline_projections=False) as wc:
@@ -161,8 +160,9 @@ def projections_run(
                     console.print(f"following the event sequence ({how}; Ctrl-C stops)")
                 _follow(runner, stop, report_seconds, as_json)
                 applied = runner.applied
-                stopped_by = stop.signum
             positions = runner.positions()
+        # --once has no step to stop at: a signal during its catch-up ends it after.
+        stopped_by = stop.signum
         summary: dict[str, Any] = {"applied": applied, "positions": positions}
         if stopped_by is not None:
             summary["stopped"] = signal.Signals(stopped_by).name
