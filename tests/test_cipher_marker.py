@@ -146,7 +146,10 @@ def test_every_verb_refuses_the_other_mode_with_one_line(
     for env in wrong:
         for verb in VERBS:
             args = [a.format(id=item, target=tmp_path / "copy.db") for a in verb]
-            result = runner.invoke(cli, ["--db", location, *args], env=env)
+            # rekey's new key set (empty: a plain copy), so that the old key is what fails.
+            result = runner.invoke(
+                cli, ["--db", location, *args], env={**env, "WORKCENTER_NEW_CIPHER_KEY": ""}
+            )
             shown = f"{args}: {result.output}"
             assert result.exit_code == 2, shown
             assert result.output.startswith("StoreKeyRefused: "), shown

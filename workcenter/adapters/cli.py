@@ -552,7 +552,13 @@ def _no_executor(claim: Claim) -> dict[str, Any]:
 
 # The operator verbs (audit, progress, projections, rekey), the Coordinator's and serve
 # live in their own modules.
-from workcenter.adapters import cli_decisions, cli_operator, cli_serve, cli_steer  # noqa: E402
+from workcenter.adapters import (  # noqa: E402
+    cli_decisions,
+    cli_operator,
+    cli_projections,
+    cli_serve,
+    cli_steer,
+)
 
 cli_operator.audit.add_command(cli_decisions.decisions)
 cli_operator.audit.add_command(cli_decisions.export)
@@ -566,7 +572,7 @@ for _command in (
     cli_steer.add_input,
     cli_operator.audit,
     cli_operator.progress,
-    cli_operator.projections,
+    cli_projections.projections,
     cli_coordinator.coordinate,
     cli_coordinator.message,
     cli_coordinator.conversation,

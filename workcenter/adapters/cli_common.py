@@ -58,6 +58,16 @@ def progress_bar(*, transient: bool = True) -> Progress:
     )
 
 
+@contextmanager
+def bar_on_terminal(as_json: bool, *, transient: bool = True) -> Iterator[Progress | None]:
+    """A progress bar on a terminal, else None: JSON and pipes are read by programs."""
+    if as_json or not console.is_terminal:
+        yield None
+        return
+    with progress_bar(transient=transient) as bar:
+        yield bar
+
+
 MAX_POLL = float(bounds.POLL_MAX_SECONDS)
 
 

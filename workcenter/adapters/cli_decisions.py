@@ -11,14 +11,15 @@ from rich.text import Text
 
 from workcenter.adapters import audit_bundle
 from workcenter.adapters.cli_common import (
+    bar_on_terminal,
     clip,
     console,
     db_option,
     emit_json,
     open_center,
-    progress_bar,
     work_item_id,
 )
+from workcenter.adapters.cli_stop import Interrupted, Steps, interrupted, stop_signals
 from workcenter.adapters.terminal import text
 from workcenter.service_layer.queries.decision_audit import ReplayReport
 
@@ -40,40 +41,41 @@ def decisions(ctx: click.Context, item_id: str | None, as_json: bool, replay: bo
     built from, its attempts and their cost, the decision, the verdict and the events
     it caused. With --replay (and no ID: every WorkItem), whether today's rules judge
     each stored reply the same on the state it was judged on."""
-    if not replay and item_id is None:
-        raise click.UsageError("give a WorkItem ID (only --replay runs over every item)")
-    with open_center(ctx, inline_projections=False) as wc:
-        scope = work_item_id(wc, item_id) if item_id is not None else None
-        if not replay:
-            assert scope is not None
-            turns = wc.maintenance.decisions(scope)
-        elif as_json or not console.is_terminal:
-            report = wc.maintenance.replay_decisions(scope)
-        else:
-            report = _with_bar(wc, scope)
     if not replay:
+        if item_id is None:
+            raise click.UsageError("give a WorkItem ID (only --replay runs over every item)")
+        with open_center(ctx, inline_projections=False) as wc:
+            item = work_item_id(wc, item_id)
+            turns = wc.maintenance.decisions(item)
         if as_json:
-            emit_json({"work_item_id": str(scope), "turns": turns})
+            emit_json({"work_item_id": str(item), "turns": turns})
         else:
             _print_turns(turns)
         return
-    if as_json:
-        emit_json(report.json())
-    else:
-        _print_replay(report)
-    if not report.same:
-        ctx.exit(DIFFERS)
-
-
-def _with_bar(wc: Any, scope: Any) -> ReplayReport:
-    with progress_bar() as bar:
-        task = bar.add_task("replaying", total=None)
-
-        def advance(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
-        report: ReplayReport = wc.maintenance.replay_decisions(scope, progress=advance)
-        return report
+    with stop_signals() as stop:
+        steps = Steps(stop)
+        try:
+            with open_center(ctx, inline_projections=False) as wc, bar_on_terminal(as_json) as bar:
+                scope = work_item_id(wc, item_id) if item_id is not None else None
+                report = wc.maintenance.replay_decisions(
+                    scope, progress=steps.shown_on(bar, "replaying")
+                )
+            stop.check()
+        except Interrupted as stopped:
+            where = f" after {steps.done:,} of {steps.total:,} items" if steps.total else ""
+            interrupted(
+                ctx,
+                stopped,
+                f"audit decisions --replay stopped{where}: no verdict (neither all same nor"
+                " differing)",
+            )
+        if as_json:
+            emit_json(report.json())
+        else:
+            _print_replay(report)
+        if not report.same:
+            ctx.exit(DIFFERS)
+        stop.exit_if_stopped(ctx)
 
 
 def _print_turns(turns: list[dict[str, Any]]) -> None:

@@ -1,9 +1,8 @@
 """Operator verbs of the ``workcenter`` command line: audit (the trail, and the proof of
-the history), progress, projections."""
+the history), progress, rekey; the read models' are in ``cli_projections``."""
 
 from __future__ import annotations
 
-import sys
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -15,18 +14,17 @@ from rich.text import Text
 
 from workcenter.adapters import audit_bundle, cli_tables, presenters
 from workcenter.adapters.cli_common import (
-    MAX_POLL,
     Count,
-    Seconds,
+    bar_on_terminal,
     clip,
     console,
     db_option,
     emit_json,
     open_center,
-    progress_bar,
     resolve_id,
     work_item_id,
 )
+from workcenter.adapters.cli_stop import Interrupted, Steps, interrupted, stop_signals
 from workcenter.adapters.persistence import resolve_db_path
 from workcenter.adapters.terminal import text
 from workcenter.application import WorkCenter
@@ -227,24 +225,29 @@ def audit_verify(
         _verify_bundle(ctx, bundle, item_id, anchor, as_json)
         return
 
-    with open_center(ctx, inline_projections=False) as wc:
-        scope = work_item_id(wc, item_id) if item_id is not None else None
-        if as_json or not console.is_terminal:
-            verdict = wc.maintenance.verify_history(scope, anchor=anchor)
+    with stop_signals() as stop:
+        steps = Steps(stop)
+        try:
+            with open_center(ctx, inline_projections=False) as wc, bar_on_terminal(as_json) as bar:
+                scope = work_item_id(wc, item_id) if item_id is not None else None
+                verdict = wc.maintenance.verify_history(
+                    scope, anchor=anchor, progress=steps.shown_on(bar, "verifying")
+                )
+            stop.check()
+        except Interrupted as stopped:
+            where = f" at position {steps.done:,} of {steps.total:,}" if steps.total else ""
+            interrupted(
+                ctx,
+                stopped,
+                f"audit verify stopped{where}: the history is neither verified nor found broken",
+            )
+        if as_json:
+            emit_json(verdict.json())
         else:
-            with progress_bar() as bar:
-                task = bar.add_task("verifying", total=None)
-
-                def advance(position: int, last: int) -> None:
-                    bar.update(task, completed=position, total=max(position, last))
-
-                verdict = wc.maintenance.verify_history(scope, anchor=anchor, progress=advance)
-    if as_json:
-        emit_json(verdict.json())
-    else:
-        _print_verdict(verdict.json())
-    if not verdict.ok:
-        ctx.exit(HISTORY_BROKEN)
+            _print_verdict(verdict.json())
+        if not verdict.ok:
+            ctx.exit(HISTORY_BROKEN)
+        stop.exit_if_stopped(ctx)
 
 
 def _verify_bundle(
@@ -401,174 +404,25 @@ def _print_progress(title: str, data: dict[str, Any]) -> None:
     console.print(run_table)
 
 
-# --- projections (issue 4): status, rebuild, run --------------------------------
-
-
-@click.group()
-def projections() -> None:
-    """Operate the read models: their lag, a rebuild from zero, the asynchronous runner."""
-
-
-@projections.command(name="status")
-@db_option
-@click.option("--json", "as_json", is_flag=True)
-@click.pass_context
-def projections_status(ctx: click.Context, as_json: bool) -> None:
-    """Each read model's position, the head of the event sequence, and the lag (as they
-    are: this only observes, it catches nothing up)."""
-    # Opened without inline projections, or opening would catch the eager views up.
-    with open_center(ctx, inline_projections=False) as wc:
-        report = [row.json() for row in wc.maintenance.projection_status()]
-    if as_json:
-        emit_json(report)
-        return
-    table = Table()
-    for column in ("read model", "position", "head", "lag"):
-        table.add_column(column, justify="left" if column == "read model" else "right")
-    for row in report:
-        lag = str(row["lag"]) if not row["lag"] else f"[yellow]{row['lag']}[/]"
-        table.add_row(row["name"], str(row["position"]), str(row["head"]), lag)
-    console.print(table)
-
-
-@projections.command(name="rebuild")
-@db_option
-@click.argument("name", required=False)
-@click.option("--json", "as_json", is_flag=True)
-@click.pass_context
-def projections_rebuild(ctx: click.Context, name: str | None, as_json: bool) -> None:
-    """Replay NAME (default: every read model) from zero and swap it in atomically."""
-    with open_center(ctx) as wc:
-        if as_json or not console.is_terminal:
-            reports = wc.maintenance.rebuild_projection(name)
-        else:
-            with progress_bar(transient=False) as bar:
-                tasks: dict[str, Any] = {}
-
-                def advance(view: str, done: int, total: int) -> None:
-                    if view not in tasks:
-                        tasks[view] = bar.add_task(view, total=total)
-                    bar.update(tasks[view], completed=done, total=total)
-
-                reports = wc.maintenance.rebuild_projection(name, progress=advance)
-    if as_json:
-        emit_json([r.json() for r in reports])
-        return
-    for r in reports:
-        for schema in r.removed_schemas:
-            console.print(f"removed {schema}, left by a rebuild cut short", highlight=False)
-        console.print(
-            f"rebuilt {r.name}: {r.events} events in {r.seconds:.2f} s "
-            f"({r.events_per_second:,.0f} events/s), position {r.position}",
-            highlight=False,
-        )
-
-
-def _positions(positions: dict[str, int]) -> str:
-    return ", ".join(f"{name} at {position}" for name, position in positions.items())
-
-
-@projections.command(name="run")
-@db_option
-@click.option("--once", is_flag=True, help="Catch up to the head once, then exit.")
-@click.option(
-    "--poll",
-    "poll_seconds",
-    type=Seconds(min=0.01, max=MAX_POLL),
-    default=0.5,
-    show_default=True,
-    help="SQLite: seconds between polls. PostgreSQL is notified of new events.",
-)
-@click.option(
-    "--report",
-    "report_seconds",
-    type=Seconds(min=0.1, max=86_400),
-    default=None,
-    help="Print each read model's position, the head and the lag every S seconds.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print what was applied as JSON.")
-@click.pass_context
-def projections_run(
-    ctx: click.Context,
-    once: bool,
-    poll_seconds: float,
-    report_seconds: float | None,
-    as_json: bool,
-) -> None:
-    """Follow the event sequence and keep every read model current (the asynchronous
-    lifecycle; pair it with WORKCENTER_INLINE_PROJECTIONS=0 on the writers). On
-    PostgreSQL it follows the library's LISTEN/NOTIFY subscription. Ctrl-C or
-    SIGTERM stops it after the page in hand."""
-    from workcenter.projections.runner import ProjectionRunner
-
-    # Opened without inline projections, or opening would catch the eager views up.
-    with open_center(ctx, inline_projections=False) as wc:
-        runner = ProjectionRunner(wc, poll=poll_seconds)
-        if once:
-            applied = runner.run_once()
-        else:
-            if not as_json:
-                how = "notified" if runner.subscribes else f"polled every {poll_seconds} s"
-                console.print(f"following the event sequence ({how}; Ctrl-C stops)")
-            _follow(runner, report_seconds, as_json)
-            applied = runner.applied
-        positions = runner.positions()
-    if as_json:
-        emit_json({"applied": applied, "positions": positions})
-    else:
-        console.print(f"applied {applied} events; {_positions(positions)}", highlight=False)
-
-
-def _follow(runner: Any, report_seconds: float | None, as_json: bool) -> None:
-    """Run the runner's thread until Ctrl-C or SIGTERM, reporting the lag as asked."""
-    import signal
-    import time
-
-    def stop(signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, stop)
-    runner.start()
-    try:
-        next_report = time.monotonic() + (report_seconds or 0)
-        while runner.running:
-            time.sleep(0.05)
-            if report_seconds is not None and time.monotonic() >= next_report:
-                next_report += report_seconds
-                _report(runner, as_json)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        runner.stop()
-        signal.signal(signal.SIGTERM, previous)
-    if runner.error is not None:
-        raise runner.error
-
-
-def _report(runner: Any, as_json: bool) -> None:
-    rows = [row.json() for row in runner.status()]
-    if as_json:
-        sys.stdout.write(orjson.dumps({"status": rows}).decode() + "\n")
-        sys.stdout.flush()
-        return
-    console.print(
-        ", ".join(f"{r['name']} at {r['position']}/{r['head']} (lag {r['lag']})" for r in rows),
-        highlight=False,
-    )
-
-
 # --- rekey (issue 10): the cipher key's rotation ---------------------------------
 
 
 @click.command()
 @db_option
-@click.option("--to", "target", required=True, help="The new, empty store (path or URL).")
+@click.option(
+    "--to",
+    "target",
+    required=True,
+    help="The new store (path or URL): none there yet, or an empty one that `init` made in"
+    " the new key's mode.",
+)
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def rekey(ctx: click.Context, target: str, as_json: bool) -> None:
     """Copy the store's events into a new store under a new cipher key: read with
-    $WORKCENTER_CIPHER_KEY, written with $WORKCENTER_NEW_CIPHER_KEY (empty: no
-    encryption). Stop the writers first; then point them at the new store."""
+    $WORKCENTER_CIPHER_KEY, written with $WORKCENTER_NEW_CIPHER_KEY (set to an empty
+    value: no encryption; unset: refused). Stop the writers first; then point them at
+    the new store."""
     from workcenter.adapters.rekey import rekey as copy_store
 
     done = copy_store(ctx.ensure_object(dict).get("db") or resolve_db_path(None), target)

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Final
 
 from workcenter.adapters import cipher
-from workcenter.adapters.cipher import KEY_ENV
+from workcenter.adapters.cipher import KEY_ENV, StoreKeyRefused
 from workcenter.adapters.persistence import is_in_memory, is_postgres_url
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput
@@ -70,15 +70,28 @@ def _key(value: str | None) -> Iterator[None]:
 def rekey(source: str, target: str, *, progress: Callable[[int], None] | None = None) -> Rekeyed:
     """Copy ``source`` (opened with ``$WORKCENTER_CIPHER_KEY``) into the empty ``target``
     under ``$WORKCENTER_NEW_CIPHER_KEY``."""
+    if NEW_KEY_ENV not in os.environ:
+        # Only a variable set to nothing asks for a copy without encryption: an unset one
+        # is more often a key forgotten, and would write the store's events in the clear.
+        raise InvalidInput(
+            f"${NEW_KEY_ENV} is not set: set it to the new key, or to an empty value to copy"
+            " the store without encryption"
+        )
     new_key = cipher.configured_key(NEW_KEY_ENV)  # refused in its own name, before anything
     if _same_store(source, target):
         raise InvalidInput(f"the new store at {target} is the store being copied: name another")
     with WorkCenter.open(source, create=False, inline_projections=False) as old:
         with _key(new_key):
-            new = WorkCenter.open(target, inline_projections=False)
+            try:
+                new = WorkCenter.open(target, inline_projections=False)
+            except StoreKeyRefused:
+                # Its refusal would name $WORKCENTER_CIPHER_KEY, which is not what opened it.
+                raise _not_a_new_store(target, new_key) from None
         try:
-            if new.event_count():
-                raise InvalidInput(f"the new store at {target} is not empty")
+            if count := new.event_count():
+                raise InvalidInput(
+                    f"the new store at {target} is not empty: it holds {count} events"
+                )
             head = old.store.recorder.max_notification_id() or 0
             copied = _copy(old, new, head, progress)
             new.maintenance.rebuild_projection()
@@ -86,6 +99,37 @@ def rekey(source: str, target: str, *, progress: Callable[[int], None] | None = 
             new.close()
         after = old.store.recorder.max_notification_id() or 0
     return Rekeyed(events=copied, encrypted=new_key is not None, position=head, source_head=after)
+
+
+def _not_a_new_store(target: str, new_key: str | None) -> InvalidInput:
+    """Why ``target``, a store made in the other mode than ``new_key``'s, is no new store
+    for the copy. A store keeps the mode it was made in (ADR-0050), even an empty one:
+    another process may have opened it in that mode already."""
+    made_in = (
+        "a new, empty store, or one `init` made with $WORKCENTER_CIPHER_KEY set to the new key"
+    )
+    if new_key is None:
+        return InvalidInput(
+            f"the new store at {target} is encrypted, and a store keeps the mode it was made"
+            f" in: name a path or schema that holds no store yet, to copy without encryption"
+        )
+    try:
+        with _key(None), WorkCenter.open(target, create=False, inline_projections=False) as plain:
+            count = plain.event_count()
+    except StoreKeyRefused:
+        return InvalidInput(
+            f"the new store at {target} is encrypted under another key: name {made_in}"
+        )
+    if count:
+        return InvalidInput(
+            f"the new store at {target} is not empty: it holds {count} events, without"
+            f" encryption; name {made_in}"
+        )
+    return InvalidInput(
+        f"the new store at {target} holds no events but was made without encryption (by"
+        " `workcenter init`?), and a store keeps the mode it was made in: remove it, or"
+        f" name {made_in}"
+    )
 
 
 def _same_store(source: str, target: str) -> bool:

@@ -7,7 +7,9 @@ so gaps in ids never inflate it).
 **Rebuild** replays the whole log from position zero into a *shadow* copy of the
 view: the same view class on a temporary SQLite file, or on PostgreSQL in a
 temporary schema of the same database, so view code needs no table-name
-parameters. Readers keep reading the untouched live tables meanwhile. The
+parameters. Each is held while its rebuild runs, so the next rebuild removes the
+ones that rebuilds cut short left (``shadow_schema``, ADR-0092; ``shadow_file``,
+ADR-0100). Readers keep reading the untouched live tables meanwhile. The
 shadow is then swapped in with one transaction on the live database (SQLite:
 ``ATTACH`` the shadow; both: ``DELETE`` the live rows, ``INSERT … SELECT`` the
 shadow's, set the position). If the live view moved past the shadow while it
@@ -17,18 +19,15 @@ never moves a view backwards.
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from eventsourcing.sqlite import SQLiteCursor, SQLiteDatastore
 
-from workcenter.projections import shadow_schema, sql
+from workcenter.projections import shadow_file, shadow_schema, sql
 from workcenter.projections.inline import PAGE, InlineProjections
 
 Progress = Callable[[str, int, int], None]
@@ -55,6 +54,8 @@ class RebuildReport:
     position: int
     # Shadow schemas of rebuilds cut short (PostgreSQL) that this one dropped first.
     removed_schemas: tuple[str, ...] = ()
+    # Their temporary directories on SQLite (ADR-0100).
+    removed_directories: tuple[str, ...] = ()
 
     @property
     def events_per_second(self) -> float:
@@ -160,19 +161,25 @@ def _shadow(live: Any, name: str, watch: Watch) -> Iterator[_Built]:
             view = live.shadow(schema.datastore)
             view.create_table()
             yield _Built(
-                view, lambda position: _swap_postgres(live, name, view, position), schema.removed
+                view,
+                lambda position: _swap_postgres(live, name, view, position),
+                schema.removed,
+                (),
             )
         return
-    directory = tempfile.mkdtemp(prefix="workcenter-rebuild-")
-    path = str(Path(directory) / f"{name}.sqlite")
-    datastore = SQLiteDatastore(path)
-    try:
-        view = live.shadow(datastore)
-        view.create_table()
-        yield _Built(view, lambda position: _swap(live, name, path, position), ())
-    finally:
-        datastore.close()
-        shutil.rmtree(directory, ignore_errors=True)
+    with shadow_file.held(name) as held:
+        datastore = SQLiteDatastore(held.path)
+        try:
+            view = live.shadow(datastore)
+            view.create_table()
+            yield _Built(
+                view,
+                lambda position: _swap(live, name, held.path, position),
+                (),
+                held.removed,
+            )
+        finally:
+            datastore.close()
 
 
 @dataclass(frozen=True)
@@ -181,6 +188,7 @@ class _Built:
     swap: Callable[[int], None]
     # Shadow schemas that rebuilds cut short had left, dropped before this one began.
     removed: tuple[str, ...]
+    removed_directories: tuple[str, ...]
 
 
 def rebuild(
@@ -216,4 +224,6 @@ def rebuild(
         else:  # pragma: no cover - writers outran five catch-ups in a row
             raise RuntimeError(f"could not swap in the rebuilt {name} view: writers kept ahead")
         seconds = time.perf_counter() - started
-        return RebuildReport(name, applied, seconds, position, shadow.removed)
+        return RebuildReport(
+            name, applied, seconds, position, shadow.removed, shadow.removed_directories
+        )

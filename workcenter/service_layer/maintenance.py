@@ -75,6 +75,10 @@ class Maintenance:
         """The item's audit bundle (ADR-0060), line by line."""
         return self._decisions.bundle_lines(work_item_id)
 
+    def projection_names(self) -> list[str]:
+        """The registered read models' names, in the order a rebuild of all takes them."""
+        return list(self._read_models.registry)
+
     def projection_status(self) -> list[ProjectionStatus]:
         """Each registered read model's position, the head of the event sequence, the lag."""
         return self._read_models.status()

@@ -1,0 +1,120 @@
+"""`rekey` and the store it copies into (ADR-0100): an unset $WORKCENTER_NEW_CIPHER_KEY
+wrote a decrypted copy (only an empty one asks for that), and a target made without
+encryption was refused as "not encrypted: unset $WORKCENTER_CIPHER_KEY", a variable the
+operator had not set. Each test fails on the code before the fix."""
+
+from __future__ import annotations
+
+import base64
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import postgres
+import pytest
+from click.testing import CliRunner, Result
+from conftest import BACKENDS, create_dynamic
+
+from workcenter.adapters.cipher import KEY_ENV
+from workcenter.adapters.cli import cli
+from workcenter.adapters.rekey import NEW_KEY_ENV
+from workcenter.application import WorkCenter
+
+
+def new_key() -> str:
+    return base64.b64encode(os.urandom(32)).decode()
+
+
+def rekey(source: str, target: str, env: dict[str, str | None]) -> Result:
+    return CliRunner().invoke(cli, ["--db", source, "rekey", "--to", target], env=env)
+
+
+def refused(result: Result) -> str:
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("InvalidInput: "), result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def test_an_unset_new_key_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    key = new_key()
+    source = str(tmp_path / "sealed.db")
+    os.environ[KEY_ENV] = key
+    try:
+        with WorkCenter.open(source) as wc:
+            create_dynamic(wc)
+    finally:
+        del os.environ[KEY_ENV]
+    target = tmp_path / "copy.db"
+    line = refused(rekey(source, str(target), {KEY_ENV: key, NEW_KEY_ENV: None}))
+    assert "$WORKCENTER_NEW_CIPHER_KEY is not set" in line and "empty value" in line
+    assert list(tmp_path.iterdir()) == [tmp_path / "sealed.db"]  # no target, no -wal
+    # An empty one is the way to ask for a copy without encryption.
+    done = rekey(source, str(target), {KEY_ENV: key, NEW_KEY_ENV: ""})
+    assert done.exit_code == 0 and "without encryption" in done.output, done.output
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def places(backend: str, tmp_path: Path) -> Iterator[list[str]]:
+    """Three fresh stores' locations of the backend."""
+    if backend == "sqlite":
+        yield [str(tmp_path / f"store-{n}.db") for n in range(3)]
+        return
+    with postgres.fresh_schema() as a, postgres.fresh_schema() as b, postgres.fresh_schema() as c:
+        yield [a, b, c]
+
+
+def test_a_plain_target_is_named_for_what_it_is(places: list[str]) -> None:
+    source, made_by_init, plain = places
+    with WorkCenter.open(source) as wc:
+        create_dynamic(wc)
+        count = wc.event_count()
+    assert CliRunner().invoke(cli, ["--db", made_by_init, "init"]).exit_code == 0
+    with WorkCenter.open(plain) as wc:
+        create_dynamic(wc)
+    key = new_key()
+    env: dict[str, str | None] = {KEY_ENV: None, NEW_KEY_ENV: key}
+
+    empty = refused(rekey(source, made_by_init, env))
+    assert "holds no events but was made without encryption" in empty
+    assert "`init` made with $WORKCENTER_CIPHER_KEY set to the new key" in empty
+    full = refused(rekey(source, plain, env))
+    assert f"is not empty: it holds {count} events, without encryption" in full
+    assert "unset $WORKCENTER_CIPHER_KEY" not in empty + full
+
+    # What the refusal offers: a store `init` made under the new key is taken.
+    with WorkCenter.open(made_by_init) as wc:
+        assert wc.event_count() == 0
+    os.environ[KEY_ENV] = key
+    try:
+        if made_by_init.startswith("postgresql://"):
+            postgres.drop_schema(made_by_init.rsplit("=", 1)[1])
+        else:
+            for leftover in Path(made_by_init).parent.glob(Path(made_by_init).name + "*"):
+                leftover.unlink()
+        assert CliRunner().invoke(cli, ["--db", made_by_init, "init"]).exit_code == 0
+    finally:
+        del os.environ[KEY_ENV]
+    done = rekey(source, made_by_init, env)
+    assert done.exit_code == 0, done.output
+    assert f"copied {count} events" in done.output and "encrypted with the new key" in done.output
+
+
+def test_an_encrypted_target_is_refused_for_a_copy_without_encryption(
+    places: list[str],
+) -> None:
+    source, sealed, _ = places
+    with WorkCenter.open(source) as wc:
+        create_dynamic(wc)
+    key = new_key()
+    assert CliRunner().invoke(cli, ["--db", sealed, "init"], env={KEY_ENV: key}).exit_code == 0
+    line = refused(rekey(source, sealed, {KEY_ENV: None, NEW_KEY_ENV: ""}))
+    assert "is encrypted, and a store keeps the mode it was made in" in line
+    other = refused(rekey(source, sealed, {KEY_ENV: None, NEW_KEY_ENV: new_key()}))
+    assert "is encrypted under another key" in other

@@ -1,0 +1,97 @@
+"""Ctrl-C and SIGTERM on the operator's long verbs (`audit verify`, `audit decisions
+--replay`, `projections rebuild`, `projections run`; ADR-0100).
+
+Their exit statuses 1 mean "broken" or "differs", so an interruption must not end as
+click's "Aborted!" with status 1, nor a SIGTERM kill a rebuild before it removes its
+temporary copy. Like the worker, they exit 130 on SIGINT and 143 on SIGTERM, after one
+line on stderr that says what was left undone. The worker's ``StopSignals`` records the
+signal; the verb takes it between two pages of its work (``Stop.check``), never in the
+middle of a write such as a rebuild's swap, and the handlers stay until the verb has
+said its last line, so a second signal only confirms the stop (ADR-0097).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import click
+
+from workcenter.adapters.worker_run import StopSignals
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+
+class Interrupted(BaseException):
+    """A stop signal, taken by a long verb between two pages (not an ``Exception``, so
+    that no ``except Exception`` on the way mistakes it for a failure)."""
+
+    def __init__(self, signum: int) -> None:
+        self.signum = signum
+        self.name = signal.Signals(signum).name
+        super().__init__(self.name)
+
+
+class Stop:
+    def __init__(self, signals: StopSignals) -> None:
+        self._signals = signals
+
+    @property
+    def signum(self) -> int | None:
+        return self._signals.signum
+
+    @property
+    def event(self) -> threading.Event:
+        return self._signals.event
+
+    def check(self) -> None:
+        """``Interrupted`` once a stop signal has come."""
+        if self._signals.signum is not None:
+            raise Interrupted(self._signals.signum)
+
+    def exit_if_stopped(self, ctx: click.Context) -> None:
+        """A signal that came while the verb said its result still ends it as stopped."""
+        if self._signals.signum is not None:
+            ctx.exit(status(self._signals.signum))
+
+
+class Steps:
+    """A long verb's progress callback: how far it got, shown on its bar (on a terminal),
+    and a stop taken at every step."""
+
+    def __init__(self, stop: Stop) -> None:
+        self.stop = stop
+        self.bar: Progress | None = None
+        self.task: TaskID | None = None
+        self.done = self.total = 0
+
+    def shown_on(self, bar: Progress | None, description: str) -> Steps:
+        if bar is not None:
+            self.bar, self.task = bar, bar.add_task(description, total=None)
+        return self
+
+    def __call__(self, done: int, total: int) -> None:
+        self.done, self.total = done, max(done, total)
+        if self.bar is not None and self.task is not None:
+            self.bar.update(self.task, completed=done, total=self.total)
+        self.stop.check()
+
+
+def status(signum: int) -> int:
+    return 128 + signum
+
+
+@contextmanager
+def stop_signals() -> Iterator[Stop]:
+    with StopSignals() as signals:
+        yield Stop(signals)
+
+
+def interrupted(ctx: click.Context, stopped: Interrupted, what: str) -> None:
+    """Say what the stop left undone, on stderr, and exit 130 or 143."""
+    click.echo(f"interrupted by {stopped.name}: {what}", err=True)
+    ctx.exit(status(stopped.signum))
