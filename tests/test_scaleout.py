@@ -172,10 +172,12 @@ class Pool:
         self.runner.send_signal(signal.SIGTERM)
         self.runner.wait(timeout=30)
         lines = self.runner_out.read_text().splitlines()
-        assert self.runner.returncode == 0, lines[-20:]
-        # A status line per report, then the summary, indented JSON, on its own lines.
-        reports = [json.loads(line) for line in lines if line.startswith('{"status"')]
-        summary = json.loads("\n".join(lines[lines.index("{") :]))
+        # Stopped by its SIGTERM, as every long verb is (ADR-0100).
+        assert self.runner.returncode == 128 + signal.SIGTERM, lines[-20:]
+        # JSON Lines: a status per report, then the summary, which names the signal.
+        *reports, summary = [json.loads(line) for line in lines]
+        assert all("status" in report for report in reports)
+        assert summary["stopped"] == "SIGTERM"
         return [*reports, summary]
 
     def records(self) -> list[list[Any]]:
