@@ -8,4 +8,5 @@ python3 -m venv .venv
 .venv/bin/ruff check workcenter tests benchmarks
 .venv/bin/ruff format --check workcenter tests benchmarks
 .venv/bin/mypy workcenter
-.venv/bin/python -m pytest "$@"
+# Two test processes (ADR-0102); arguments given after override it, `-n 0` runs one.
+.venv/bin/python -m pytest -n 2 "$@"

@@ -1196,7 +1196,9 @@ def conflict_after_resume(wc: WorkCenter, item_id: UUID, seen: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "move", [conflict_after_stop, conflict_after_extend, conflict_after_resume], ids=repr
+    "move",
+    [conflict_after_stop, conflict_after_extend, conflict_after_resume],
+    ids=lambda move: move.__name__,
 )
 def test_extend_and_resume_after_a_control_event_are_refused(wc: WorkCenter, move: Any) -> None:
     """Invariant 7: a stop, extend or resume after the expected version conflicts."""

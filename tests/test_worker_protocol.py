@@ -400,7 +400,11 @@ def test_a_python_worker_drives_the_protocol_end_to_end_through_httpx(db_path: A
 JUNK: tuple[Any, ...] = (None, "", "x" * 300, -1, 1e309, [], {}, object(), b"\xff")
 
 
-@pytest.mark.parametrize("junk", JUNK, ids=repr)
+# Ids that are the same in every process (an object's repr names its address), so that
+# parallel test processes collect the same tests.
+@pytest.mark.parametrize(
+    "junk", JUNK, ids=lambda junk: type(junk).__name__ if type(junk) is object else repr(junk)
+)
 def test_the_service_part_refuses_junk_with_a_typed_error_and_writes_nothing(
     api: TestClient, wc: WorkCenter, junk: Any
 ) -> None:
