@@ -26,8 +26,9 @@ from demo_stops import SMALL_BUDGET, stopped_demo
 from workcenter.adapters.cli import cli
 from workcenter.adapters.cli_common import resolve_id
 from workcenter.adapters.persistence import APPLICATION_ID, StoreUnavailable
+from workcenter.adapters.providers.scripted import Failure, ScriptedProvider
 from workcenter.application import Claim, WorkCenter
-from workcenter.domain.errors import InvalidInput, NotFound
+from workcenter.domain.errors import InvalidInput, NotFound, ProviderFailed
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKCENTER = [sys.executable, "-c", "from workcenter.adapters.cli import main; main()"]
@@ -525,3 +526,23 @@ def test_an_item_without_a_delivery_target_says_so_in_words(db_path: Path) -> No
         result = invoke("--db", str(db_path), verb, str(item.id))
         assert result.exit_code == 0, result.output
         assert "no target named" in result.stdout and "None" not in result.stdout
+
+
+def test_show_does_not_send_the_user_to_a_coordinator_with_nothing_due(tmp_path: Path) -> None:
+    """A permanent provider failure ends the woken turn for good (ADR-0023): the item is
+    running with nothing planned and no Coordinator step due, so `coordinate` would do
+    nothing; show says the last turn failed and that a message lets it plan again."""
+    db = str(tmp_path / "failed-turn.db")
+    with WorkCenter.open(db) as wc:
+        item = create_dynamic(wc, start=True)
+        steps = wc.coordinate_once(
+            ScriptedProvider([Failure(ProviderFailed("400 bad request", transient=False))])
+        )
+        assert [step.status for step in steps] == ["failed"]
+    shown = invoke("show", str(item.id), "--db", db)
+    assert shown.exit_code == 0, shown.output
+    assert "no Action is ready or running" in shown.stdout
+    assert "coordinate`" not in shown.stdout  # nothing is due: it would step nothing
+    assert "its Coordinator's last turn failed" in shown.stdout
+    assert f"workcenter --db {db} message" in shown.stdout
+    assert "no Coordinator step was due" in invoke("coordinate", "--db", db, "--once").stdout

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import sys
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 from uuid import UUID
 
 import click
@@ -38,7 +38,7 @@ from workcenter.adapters.terminal import safe, text
 from workcenter.adapters.wording import plain
 from workcenter.adapters.worker import default_name, load_executor, run_worker
 from workcenter.adapters.worker_run import StopSignals
-from workcenter.application import Claim
+from workcenter.application import Claim, WorkCenter
 from workcenter.domain import bounds
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import InvalidInput, WorkcenterError
@@ -233,12 +233,21 @@ def show(ctx: click.Context, item_id: str, as_json: bool, state: bool) -> None:
         if as_json and not state:
             dto = wc.detail(work_item_id(wc, item_id))
         else:
-            detail = presenters.detail_json(wc, wc.work_item(work_item_id(wc, item_id)))
+            item = wc.work_item(work_item_id(wc, item_id))
+            detail = presenters.detail_json(wc, item)
+            coordinator = _coordinator_state(wc, item.id)
     if as_json:
         _emit_json(detail if state else dto)
     else:
         console.print(cli_tables.item_table(detail))
-        _say_what_next(ctx, detail["item"]["status"], detail["item"]["mode"], detail["actions"])
+        _say_what_next(
+            ctx,
+            item.id,
+            detail["item"]["status"],
+            detail["item"]["mode"],
+            detail["actions"],
+            coordinator,
+        )
 
 
 @cli.command()
@@ -413,26 +422,66 @@ def resume(
             actor=actor,
         )
         snapshot = presenters.budget_json(wc, item.id)
+        coordinator = _coordinator_state(wc, item.id)
     if as_json:
         _emit_json({"item": presenters.item_json(item), "budget": snapshot})
     else:
         console.print(f"resumed: WorkItem is {item.status} (version {item.version})")
-        _say_what_next(ctx, item.status, item.mode, [{"status": e.status} for e in item.plan])
+        _say_what_next(
+            ctx,
+            item.id,
+            item.status,
+            item.mode,
+            [{"status": e.status} for e in item.plan],
+            coordinator,
+        )
+
+
+def _coordinator_state(wc: WorkCenter, item_id: UUID) -> Literal["due", "failed", "idle"]:
+    """Whether the item's Coordinator has a wake to take (an open mailbox entry), and
+    if not, whether its last turn failed: a permanent failure is not retried (ADR-0023)."""
+    conversation = wc.conversation(item_id)
+    if conversation is None:
+        return "idle"
+    if conversation.open_entries():
+        return "due"
+    last = max(conversation.entries, key=lambda entry: entry.sequence, default=None)
+    turn = conversation.turns.get(last.turn_id) if last and last.turn_id else None
+    return "failed" if turn is not None and turn.status == "failed" else "idle"
 
 
 def _say_what_next(
-    ctx: click.Context, status: str, mode: str, actions: list[dict[str, Any]]
+    ctx: click.Context,
+    item_id: UUID,
+    status: str,
+    mode: str,
+    actions: list[dict[str, Any]],
+    coordinator: Literal["due", "failed", "idle"],
 ) -> None:
     """A dynamic item that is running with no open Action waits for its next Actions to
-    be planned (a resume supersedes the stopped ones): say so, or it looks stuck."""
+    be planned (a resume supersedes the stopped ones): say so, or it looks stuck; send
+    the user to `coordinate` only when a step is due, else it would step nothing."""
     if mode != "dynamic" or status != "running":
         return
     if any(a["status"] in ("ready", "running", "waiting") for a in actions):
         return
+    message = f"`{command_hint(ctx, 'message', str(item_id), 'TEXT')}`"
+    if coordinator == "due":
+        what = (
+            f"run `{command_hint(ctx, 'coordinate')}` (or a worker), or say what to do"
+            f" with {message}"
+        )
+    elif coordinator == "failed":
+        what = (
+            "its Coordinator's last turn failed and is not retried"
+            f" (`{command_hint(ctx, 'conversation', str(item_id))}` says why); say what to do"
+            f" with {message}"
+        )
+    else:
+        what = f"its Coordinator has no step due; say what to do with {message}"
     console.print(
         "no Action is ready or running: a dynamic WorkItem's next Actions are planned by"
-        f" its Coordinator; run `{command_hint(ctx, 'coordinate')}` (or a worker), or say"
-        f" what to do with `{command_hint(ctx, 'message')}`",
+        f" its Coordinator; {what}",
         soft_wrap=True,
         markup=False,
     )
