@@ -468,3 +468,19 @@ def test_no_agent_extends_a_budget_or_resumes(wc: WorkCenter, agent: str) -> Non
         actor="operator:ops",
     )
     assert resumed.status != "cancelled"
+
+
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [
+        ("worker:w1", "actor 'worker:w1': a worker actor id is name@boot"),
+        ("agent:bot", "actor 'agent:bot': kind must be one of"),
+        ("user:" + "x" * 100_000, "actor 'user:" + "x" * 215 + "...': actor id must be at most"),
+        ("agent:" + "x" * 100_000, "actor 'agent:" + "x" * 214 + "...': kind must be one of"),
+    ],
+)
+def test_a_refused_actor_is_said_back_whole_in_quotes_and_clipped(bad: str, said: str) -> None:
+    with pytest.raises(InvalidInput) as refusal:
+        actors.parse(bad)
+    assert str(refusal.value).startswith(said)
+    assert len(str(refusal.value)) < 400

@@ -77,14 +77,21 @@ def parse(value: Actor | str) -> Actor:
     if isinstance(value, str):
         kind, colon, ident = value.partition(":")
         if kind not in ACTOR_KINDS:
-            raise InvalidInput(f"actor {value!r}: kind must be one of {', '.join(ACTOR_KINDS)}")
+            raise InvalidInput(
+                f"actor {_shown(value)!r}: kind must be one of {', '.join(ACTOR_KINDS)}"
+            )
         value = Actor.model_construct(kind=kind, id=ident if colon else kind)  # checked below
     if not isinstance(value, Actor) or not isinstance(value.id, str):
         raise InvalidInput(f"actor must be an Actor or 'kind:id' text, not {value!r}")
     problem = actor_problem(value)
     if problem:
-        raise InvalidInput(f"actor {value.kind}:{value.id!r}: {problem}")
+        raise InvalidInput(f"actor {_shown(f'{value.kind}:{value.id}')!r}: {problem}")
     return value
+
+
+def _shown(text: str) -> str:
+    """An actor as a refusal says it back: clipped, since a refused id may be any length."""
+    return text if len(text) <= ACTOR_ID_LIMIT + 20 else text[: ACTOR_ID_LIMIT + 20] + "..."
 
 
 def user(user_id: str = "user") -> Actor:
