@@ -326,12 +326,13 @@ def test_start_refuses_item_that_must_be_retried(wc: WorkCenter) -> None:
 
 
 def test_start_refuses_running_item(wc: WorkCenter) -> None:
+    """Said as what it is: a running item needs no resume (it read "must be resumed")."""
     item = create_linear(wc)
     claim(wc)
-    with refused(wc, CommandRefused, "must be resumed with retry"):
+    with refused(wc, CommandRefused, "WorkItem is running: it was started already"):
         wc.start(item.id)
     dynamic = create_dynamic(wc)  # running, no Action: not a draft any more
-    with refused(wc, CommandRefused, "must be resumed with retry"):
+    with refused(wc, CommandRefused, "WorkItem is running: it was started already"):
         wc.start(dynamic.id)
 
 

@@ -125,6 +125,8 @@ def start(
     current = actions.get(item.current_action_id) if item.current_action_id else None
     if current is not None and current.status == "ready":
         return unit  # already started: a no-op (both modes, lifecycle.md 3.1)
+    if item.status in ("ready", "running"):
+        raise CommandRefused(f"WorkItem is {item.status}: it was started already")
     if item.status != "draft":
         raise CommandRefused(
             f"WorkItem is {item.status}; it must be resumed with retry (of a failed or"
