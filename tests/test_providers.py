@@ -156,7 +156,7 @@ def stub() -> Iterator[Stub]:
             )
             data = body if isinstance(body, bytes) else json.dumps(body).encode()
             self.send_response(status)
-            self.send_header("content-type", "application/json")
+            headers = {"content-type": "application/json"} | headers
             self.send_header("content-length", str(len(data)))
             for name, value in headers.items():
                 self.send_header(name, value)
@@ -325,12 +325,30 @@ def test_a_refusal_is_a_permanent_failure(stub: Stub) -> None:
     assert failed.value.transient is False
 
 
-@pytest.mark.parametrize("body", [{"choices": []}, {}, b"<html>busy</html>"])
-def test_an_answer_that_is_not_a_completion_is_a_permanent_failure(stub: Stub, body: Any) -> None:
-    stub.answer(200, body)
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        ({"choices": []}, "application/json"),
+        ({}, "application/json"),
+        (b"<html>busy</html>", "application/json"),
+        ([1, 2], "application/json"),
+        ("text", "application/json"),
+        (7, "application/json"),
+        (None, "application/json"),
+        (b"<html>busy</html>", "text/html"),
+        (b"busy", "text/plain"),
+    ],
+)
+def test_an_answer_that_is_not_a_completion_is_a_permanent_failure(
+    stub: Stub, body: Any, content_type: str
+) -> None:
+    """Said in the project's words: "'str' object has no attribute 'usage'" reached the
+    conversation."""
+    stub.answer(200, body, {"content-type": content_type})
     with pytest.raises(ProviderFailed) as failed:
         provider(stub).answer(request(), Counter())
     assert failed.value.transient is False
+    assert "attribute" not in str(failed.value) and "object" not in str(failed.value)
 
 
 def test_a_closed_provider_fails_and_sends_nothing(stub: Stub) -> None:

@@ -179,6 +179,13 @@ def _failure(module: Any, error: Exception) -> ProviderFailed:
 
 
 def _reply(completion: Any) -> ProviderTurnReply:
+    if not hasattr(completion, "choices") or not hasattr(completion, "usage"):
+        # A body the client could not read as a completion (a proxy's page, a JSON
+        # array) comes back as it was: say what came, not which attribute it lacked.
+        raise ProviderFailed(
+            f"the provider's answer is not a chat completion: {_excerpt(str(completion))}",
+            transient=False,
+        )
     usage = _usage(completion.usage)
     if not completion.choices:
         raise ProviderFailed("the provider answered no choice", transient=False)
