@@ -596,3 +596,24 @@ def test_a_provider_declaring_a_bound_that_is_no_count_is_refused(
     provider.max_output_tokens = bound  # type: ignore[assignment]
     with refused(wc, InvalidInput, "max_output_tokens"):
         wc.coordinate_once(provider)
+
+
+def test_a_reply_whose_usage_overruns_the_budget_is_said_to_have_been_answered(
+    wc: WorkCenter,
+) -> None:
+    """The request was admitted, sent and answered; its reported usage then spent the
+    budget, which stopped the item before the decision was applied. The turn's failure
+    said "LLM request refused by the ResourceLedger", of a request that was not."""
+    item = wc.create_work_item(
+        title="Overrun", goal="g", acceptance_criteria=["c"], start=True,
+        limits={"max_tokens": 19_000},
+    )  # fmt: skip
+    drain(wc, Reply(create_actions(action_spec()), usage={"total_tokens": 1_000_000}))
+    ledger = wc.ledger(item.id)
+    assert ledger.charged_tokens == 1_000_000 and ledger.stop_reason is not None
+    failed = assistant(wc, item.id)
+    assert failed.status == "failed"
+    error = failed.error or ""
+    assert "refused" not in error, error
+    assert "answered" in error and "not applied" in error, error
+    assert wc.work_item(item.id).plan == ()  # the decision was not applied

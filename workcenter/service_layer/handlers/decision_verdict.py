@@ -45,7 +45,14 @@ def check_before_apply(
 ) -> None:
     """ResourceStopError when stopped, CommandRefused when closed or fenced."""
     if ledger.stop_reason is not None:
-        raise ResourceStopError(ledger.stop_reason.code)
+        # The request was admitted and answered (its usage may be what spent the budget):
+        # it is the decision that is refused, not the request.
+        code = ledger.stop_reason.code
+        raise ResourceStopError(
+            code,
+            f"the model answered, but the WorkItem's budget stopped it ({code}) before the"
+            " decision could be applied: the decision was not applied",
+        )
     wi.refuse_if_terminal(item, "apply a decision to")
     refusal = fence_refusal(rules, turn, item, actions, item_events_since)
     if refusal is not None:
