@@ -17,6 +17,7 @@ from uuid import UUID
 
 import pytest
 from conftest import BOOT_ID, FakeClock, claim, create_dynamic, refused, report
+from eventsourcing.persistence import StoredEvent
 from test_hash_chain import Store
 from test_hash_chain import store as chain_store
 
@@ -287,3 +288,45 @@ def test_the_cli_warns_of_a_damaged_snapshot_and_goes_on(store: Store) -> None:
         f"warning: the snapshot of stream {claimed.action_id} at version {version} cannot be"
         " decoded (it does not inflate)"
     ) in " ".join(verify.stdout.split())
+
+
+def _edit_snapshot(store: Store, stream: UUID, **changes: Any) -> None:
+    """The snapshot's state changed and sealed again as the store seals it: it decodes."""
+    table = _snapshot_table(store)
+    stored_stream = store.tamper._stream(stream)
+    [(version, topic, state)] = store.tamper._all(
+        f"SELECT originator_version, topic, state FROM {table} WHERE originator_id = ?",
+        (stored_stream,),
+    )
+    mapper = store.wc._repository.store.mapper
+    snapshot = mapper.to_domain_event(StoredEvent(stream, version, topic, bytes(state)))
+    edited = snapshot.model_copy(update={"state": snapshot.state.model_copy(update=changes)})
+    sealed = mapper.to_stored_event(edited).state
+    store.tamper._run(
+        (f"UPDATE {table} SET state = ? WHERE originator_id = ?", (sealed, stored_stream))
+    )
+
+
+def test_a_snapshot_that_is_not_the_fold_of_its_events_breaks_the_verdict(store: Store) -> None:
+    """A decodable snapshot is what every load starts from: an edited one changed what
+    commands saw while `audit verify` said the history was whole (ADR-0103)."""
+    claimed, version = _snapshotted(store)
+    assert store.wc.maintenance.verify_history().ok  # as written: each the fold of its events
+    _edit_snapshot(store, claimed.action_id, max_attempts=5)
+    wc = store.reopen()
+    assert wc.action(claimed.action_id, version).max_attempts == 5  # loads start from it
+    verdict = wc.maintenance.verify_history()
+    assert not verdict.ok and verdict.broken is None  # the events' chain is whole
+    [edited] = verdict.mismatched_snapshots
+    assert (edited.stream, edited.version) == (claimed.action_id, version)
+    assert verdict.json()["mismatched_snapshots"] == [
+        {"stream": str(claimed.action_id), "version": version, "reason": edited.reason}
+    ]
+    assert not wc.maintenance.verify_history(claimed.work_item_id).ok
+    other = next(i for i in store.items if i != claimed.work_item_id)
+    assert wc.maintenance.verify_history(other).ok
+    wc.close()
+    verify = _cli(store.location, "audit", "verify")
+    assert verify.exit_code == 1, verify.output
+    said = " ".join(verify.stdout.split())
+    assert f"BROKEN: the snapshot of stream {claimed.action_id} at version {version}" in said

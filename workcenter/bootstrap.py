@@ -234,7 +234,7 @@ def compose(
         web_reads=WebReads(repo, read_models, clock),
         changes=ChangeFeed(repo, read_events_after),
         maintenance=Maintenance(
-            HistoryProof(repo, chain, partial(event_log.damaged_snapshots, store)),
+            HistoryProof(repo, chain, partial(event_log.stored_snapshots, store)),
             read_models,
             DecisionAudit(
                 repo,

@@ -283,6 +283,15 @@ def _print_verdict(data: dict[str, Any]) -> None:
             " it and replay the stream's events"
         )
         console.print(text(said, "yellow"), highlight=False)
+    for edited in data.get("mismatched_snapshots", ()):
+        said = (
+            f"BROKEN: the snapshot of stream {edited['stream']} at version {edited['version']}"
+            " is not what the stream's events fold to: loads start from it, so commands"
+            " act on a state the history does not hold. Remove the stream's snapshots"
+            ' (docs/deployment.md, "A snapshot that is not its events\' fold") and loads'
+            " replay its events"
+        )
+        console.print(text(said, "red"), highlight=False)
 
 
 def _print_chain(data: dict[str, Any]) -> None:

@@ -19,7 +19,7 @@ from eventsourcing.persistence import StoredEvent
 from workcenter.domain.errors import UndecodableEvent
 from workcenter.domain.model import DomainEvent
 from workcenter.projections import sql
-from workcenter.service_layer.history.hash_chain import DamagedSnapshot
+from workcenter.service_layer.ports import StoredSnapshot
 
 
 def streams_in_order(
@@ -90,13 +90,14 @@ def position_of(store: Application[UUID], stream: UUID | str, version: int) -> i
     return None if row is None else int(row[0])
 
 
-def damaged_snapshots(
+def stored_snapshots(
     store: Application[UUID], streams: Sequence[UUID] | None
-) -> list[DamagedSnapshot]:
-    """The snapshots (of ``streams``, or every one) that do not decode, oldest stream
-    version first: loads go past them by replaying the events (ADR-0099), and ``audit
-    verify`` reports them. One per 50 events of a stream, so this reads a fiftieth of
-    what the walk does."""
+) -> list[StoredSnapshot]:
+    """The snapshots (of ``streams``, or every one), oldest stream version first, each
+    decoded or the error that decoding it raised: loads go past one that does not
+    decode by replaying the events (ADR-0099), and ``audit verify`` reports it and
+    checks every other against its events' fold (ADR-0103). One per 50 events of a
+    stream, so this reads a fiftieth of what the walk does."""
     snapshots: Any = store.snapshots
     if snapshots is None:
         return []
@@ -111,12 +112,15 @@ def damaged_snapshots(
     with sql.transaction(recorder.datastore, commit=False) as c:
         c.execute(statement + " ORDER BY originator_id, originator_version", params)
         rows = c.fetchall()
-    found = []
+    found: list[StoredSnapshot] = []
     for row in rows:
+        stream, version = UUID(row[0]), row[1]
         try:
-            store.mapper.to_domain_event(
-                StoredEvent(UUID(row[0]), row[1], str(row[2] or ""), bytes(row[3] or b""))
+            decoded: Any = store.mapper.to_domain_event(
+                StoredEvent(stream, version, str(row[2] or ""), bytes(row[3] or b""))
             )
         except UndecodableEvent as damaged:
-            found.append(DamagedSnapshot(damaged.stream, damaged.version, damaged.reason))
+            found.append(StoredSnapshot(stream, version, None, damaged.reason))
+        else:
+            found.append(StoredSnapshot(stream, version, decoded.state, None))
     return found

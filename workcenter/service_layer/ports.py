@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
 
 from workcenter.domain.model import DomainEvent
 from workcenter.projections.inline import InlineWrite
-from workcenter.service_layer.history.hash_chain import DamagedSnapshot, Link, Row
+from workcenter.service_layer.history.hash_chain import Link, Row
 
 
 class Clock(Protocol):
@@ -71,11 +71,21 @@ class ChainReader(Protocol):
         ...
 
 
-class SnapshotCheck(Protocol):
-    """The stored snapshots (of ``streams``, or all) that do not decode: every load goes
-    past them by replaying the events (ADR-0099)."""
+class StoredSnapshot(NamedTuple):
+    """A stored snapshot: its state, or why it does not decode (``damage``)."""
 
-    def __call__(self, streams: Sequence[UUID] | None) -> list[DamagedSnapshot]: ...
+    stream: UUID
+    version: int
+    state: Any
+    damage: str | None
+
+
+class SnapshotCheck(Protocol):
+    """The stored snapshots (of ``streams``, or all), oldest version of each stream
+    first: one that does not decode is gone past by every load (ADR-0099), every other
+    is checked against the fold of its stream's events (ADR-0103)."""
+
+    def __call__(self, streams: Sequence[UUID] | None) -> list[StoredSnapshot]: ...
 
 
 class NotificationReader(Protocol):

@@ -53,6 +53,9 @@ class WriteContention(WorkcenterError):
     code = "write_contention"
 
 
+Projector = Callable[[Any, Iterable[Any]], Any]
+
+
 class ForeignStream(Exception):
     """The stream loaded belongs to another aggregate type (an Action's id given as a
     WorkItem's, say): the load answers NotFound, never a fold of foreign events."""
@@ -121,6 +124,14 @@ class Repository:
             "ledger": self.project_ledger,
             "conversation": self.project_conversation,
         }
+        self._projectors_by_state: dict[
+            type[AggregateState], Callable[[Any, Iterable[Any]], Any]
+        ] = {
+            wi.WorkItemState: self.project_work_item,
+            act.ActionState: self.project_action,
+            rl.LedgerState: self.project_ledger,
+            conv.ConversationState: self.project_conversation,
+        }
         recorder = store.recorder
         self.streams_after = recorder if isinstance(recorder, StreamsAfter) else None
         self._ignored_snapshots: set[tuple[UUID | str, int]] = set()
@@ -175,6 +186,27 @@ class Repository:
             self._ignored_snapshots.add((damaged.stream, damaged.version))
             log.warning(snapshot_ignored(damaged))
         return state
+
+    def folds_of_events(
+        self, stream_id: UUID, state_class: type[AggregateState], versions: Sequence[int]
+    ) -> dict[int, Any]:
+        """The stream's state at each of ``versions``, folded from its events alone, never
+        from a snapshot (what a snapshot must equal, ADR-0103): one read of the events up
+        to the last version. A version the events do not reach is left out."""
+        projector = self._projectors_by_state.get(state_class)
+        if projector is None or not versions:
+            return {}  # a state of no aggregate here: nothing it could equal
+        folds: dict[int, Any] = {}
+        state: Any = None
+        wanted = set(versions)
+        try:
+            for event in self.store.events.get(stream_id, lte=max(versions)):
+                state = projector(state, (event,))
+                if event.originator_version in wanted:
+                    folds[event.originator_version] = state
+        except ForeignStream:
+            return {}  # an event of another aggregate in the stream: no fold to equal
+        return folds
 
     def work_item(self, work_item_id: UUID, version: int | None = None) -> wi.WorkItemState:
         work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")

@@ -344,7 +344,8 @@ class Break:
 
 @dataclass(frozen=True)
 class DamagedSnapshot:
-    """A stored snapshot that does not decode: which, and the step that failed."""
+    """A stored snapshot that does not decode (the step that failed), or that is not
+    the fold of its stream's events (the reason says so)."""
 
     stream: Stream
     version: int
@@ -364,10 +365,13 @@ class Verdict:
     # Snapshots are a cache outside the chain (ADR-0099): one that does not decode is
     # ignored by every load, reported here, and leaves the history ``ok``.
     damaged_snapshots: tuple[DamagedSnapshot, ...] = ()
+    # One that decodes to another state than its events' fold is where loads start
+    # from, so commands act on a state the history does not hold: not ``ok`` (ADR-0103).
+    mismatched_snapshots: tuple[DamagedSnapshot, ...] = ()
 
     @property
     def ok(self) -> bool:
-        return self.broken is None
+        return self.broken is None and not self.mismatched_snapshots
 
     def json(self) -> dict[str, Any]:
         return {
@@ -378,6 +382,7 @@ class Verdict:
             "anchor": str(self.anchor) if self.anchor else None,
             "broken": self.broken.json() if self.broken else None,
             "damaged_snapshots": [d.json() for d in self.damaged_snapshots],
+            "mismatched_snapshots": [d.json() for d in self.mismatched_snapshots],
         }
 
 

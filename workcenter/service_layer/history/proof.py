@@ -4,18 +4,21 @@ the ``ChainReader`` port and walks it with the pure checks of ``hash_chain``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import closing
 from dataclasses import replace
+from itertools import groupby
 from uuid import UUID
 
 from workcenter.domain import inputs
 from workcenter.domain.errors import InvalidInput, UndecodableEvent
 from workcenter.service_layer.history import hash_chain
-from workcenter.service_layer.history.hash_chain import Anchor, Verdict
-from workcenter.service_layer.ports import ChainReader, SnapshotCheck
+from workcenter.service_layer.history.hash_chain import Anchor, DamagedSnapshot, Verdict
+from workcenter.service_layer.ports import ChainReader, SnapshotCheck, StoredSnapshot
 from workcenter.service_layer.queries import audit_trail
 from workcenter.service_layer.repository import Repository
+
+NOT_THE_FOLD = "it is not the fold of the stream's events at its version"
 
 # (position reached, the store's last position when the walk began)
 VerifyProgress = Callable[[int, int], None]
@@ -89,7 +92,28 @@ class HistoryProof:
             )
         if self.snapshots is None:
             return verdict
-        return replace(verdict, damaged_snapshots=tuple(self.snapshots(streams)))
+        stored = self.snapshots(streams)
+        damaged = [DamagedSnapshot(s.stream, s.version, s.damage) for s in stored if s.damage]
+        return replace(
+            verdict,
+            damaged_snapshots=tuple(damaged),
+            mismatched_snapshots=tuple(self._mismatched([s for s in stored if not s.damage])),
+        )
+
+    def _mismatched(self, snapshots: list[StoredSnapshot]) -> Iterator[DamagedSnapshot]:
+        """The snapshots whose state is not their stream's fold of its events at their
+        version: each stream's events read once, up to its newest snapshot."""
+        for stream, group in groupby(snapshots, key=lambda s: s.stream):
+            of_stream = list(group)
+            try:
+                folds = self.repo.folds_of_events(
+                    stream, type(of_stream[-1].state), [s.version for s in of_stream]
+                )
+            except UndecodableEvent:
+                continue  # an event that does not decode: the stream's loads raise it anyway
+            for snapshot in of_stream:
+                if folds.get(snapshot.version) != snapshot.state:
+                    yield DamagedSnapshot(snapshot.stream, snapshot.version, NOT_THE_FOLD)
 
     def anchor(self) -> Anchor | None:
         """The chain's head as an anchor, or None while the store has no events."""
