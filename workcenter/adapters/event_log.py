@@ -9,7 +9,7 @@ decoded by the store's own mapper, so upcasting applies as on every other read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, cast
 from uuid import UUID
 
@@ -92,15 +92,15 @@ def position_of(store: Application[UUID], stream: UUID | str, version: int) -> i
 
 def stored_snapshots(
     store: Application[UUID], streams: Sequence[UUID] | None
-) -> list[StoredSnapshot]:
-    """The snapshots (of ``streams``, or every one), oldest stream version first, each
-    decoded or the error that decoding it raised: loads go past one that does not
-    decode by replaying the events (ADR-0099), and ``audit verify`` reports it and
-    checks every other against its events' fold (ADR-0103). One per 50 events of a
-    stream, so this reads a fiftieth of what the walk does."""
+) -> Iterator[StoredSnapshot]:
+    """The snapshots (of ``streams``, or every one), by stream, oldest version first,
+    each decoded as it is reached, or the reason it does not decode: loads go past one
+    that does not (ADR-0099), and ``audit verify`` reports it and checks every other
+    against its events' fold (ADR-0103). One per 50 events of a stream, so this reads a
+    fiftieth of what the walk does."""
     snapshots: Any = store.snapshots
     if snapshots is None:
-        return []
+        return
     recorder = snapshots.recorder
     statement = (
         f"SELECT originator_id, originator_version, topic, state FROM {recorder.events_table_name}"
@@ -112,15 +112,15 @@ def stored_snapshots(
     with sql.transaction(recorder.datastore, commit=False) as c:
         c.execute(statement + " ORDER BY originator_id, originator_version", params)
         rows = c.fetchall()
-    found: list[StoredSnapshot] = []
     for row in rows:
         stream, version = UUID(row[0]), row[1]
         try:
-            decoded: Any = store.mapper.to_domain_event(
+            decoded = store.mapper.to_domain_event(
                 StoredEvent(stream, version, str(row[2] or ""), bytes(row[3] or b""))
             )
         except UndecodableEvent as damaged:
-            found.append(StoredSnapshot(stream, version, None, damaged.reason))
+            yield StoredSnapshot(stream, version, None, damaged.reason)
         else:
-            found.append(StoredSnapshot(stream, version, decoded.state, None))
-    return found
+            # An event of another kind under a snapshot's topic has no state: it equals
+            # no fold, and is reported as such.
+            yield StoredSnapshot(stream, version, getattr(decoded, "state", None), None)

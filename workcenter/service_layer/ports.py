@@ -7,7 +7,7 @@ change to the bootstrap, not to the commands.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -85,7 +85,7 @@ class SnapshotCheck(Protocol):
     first: one that does not decode is gone past by every load (ADR-0099), every other
     is checked against the fold of its stream's events (ADR-0103)."""
 
-    def __call__(self, streams: Sequence[UUID] | None) -> list[StoredSnapshot]: ...
+    def __call__(self, streams: Sequence[UUID] | None) -> Iterable[StoredSnapshot]: ...
 
 
 class NotificationReader(Protocol):

@@ -92,28 +92,36 @@ class HistoryProof:
             )
         if self.snapshots is None:
             return verdict
-        stored = self.snapshots(streams)
-        damaged = [DamagedSnapshot(s.stream, s.version, s.damage) for s in stored if s.damage]
+        damaged: list[DamagedSnapshot] = []
+        mismatched: list[DamagedSnapshot] = []
+        for stream, of_stream in groupby(self.snapshots(streams), key=lambda s: s.stream):
+            readable = []
+            for snapshot in of_stream:
+                if snapshot.damage is None:
+                    readable.append(snapshot)
+                else:
+                    damaged.append(DamagedSnapshot(stream, snapshot.version, snapshot.damage))
+            mismatched.extend(self._mismatched(stream, readable))
         return replace(
-            verdict,
-            damaged_snapshots=tuple(damaged),
-            mismatched_snapshots=tuple(self._mismatched([s for s in stored if not s.damage])),
+            verdict, damaged_snapshots=tuple(damaged), mismatched_snapshots=tuple(mismatched)
         )
 
-    def _mismatched(self, snapshots: list[StoredSnapshot]) -> Iterator[DamagedSnapshot]:
-        """The snapshots whose state is not their stream's fold of its events at their
-        version: each stream's events read once, up to its newest snapshot."""
-        for stream, group in groupby(snapshots, key=lambda s: s.stream):
-            of_stream = list(group)
-            try:
-                folds = self.repo.folds_of_events(
-                    stream, type(of_stream[-1].state), [s.version for s in of_stream]
-                )
-            except UndecodableEvent:
-                continue  # an event that does not decode: the stream's loads raise it anyway
-            for snapshot in of_stream:
-                if folds.get(snapshot.version) != snapshot.state:
-                    yield DamagedSnapshot(snapshot.stream, snapshot.version, NOT_THE_FOLD)
+    def _mismatched(
+        self, stream: UUID, snapshots: list[StoredSnapshot]
+    ) -> Iterator[DamagedSnapshot]:
+        """The stream's snapshots whose state is not the fold of its events at their
+        version: its events read once, up to its newest snapshot."""
+        if not snapshots:
+            return
+        try:
+            folds = self.repo.folds_of_events(
+                stream, type(snapshots[-1].state), [s.version for s in snapshots]
+            )
+        except UndecodableEvent:
+            return  # an event that does not decode: the stream's loads raise it anyway
+        for snapshot in snapshots:
+            if folds.get(snapshot.version) != snapshot.state:
+                yield DamagedSnapshot(stream, snapshot.version, NOT_THE_FOLD)
 
     def anchor(self) -> Anchor | None:
         """The chain's head as an anchor, or None while the store has no events."""
