@@ -6,16 +6,26 @@ Coordinator failure."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
-from conftest import create_dynamic, create_linear, refused
+from conftest import (
+    FakeClock,
+    action_spec,
+    create_dynamic,
+    create_linear,
+    plan,
+    refused,
+    report,
+)
 
 from workcenter.adapters import rekey
 from workcenter.adapters.cli import cli
-from workcenter.application import WorkCenter
+from workcenter.adapters.worker import run_worker
+from workcenter.application import Claim, WorkCenter
 from workcenter.domain.errors import InvalidInput, NotFound
 
 
@@ -52,6 +62,59 @@ def test_a_provider_that_is_none_is_refused_before_any_turn_is_claimed(wc: WorkC
         with refused(wc, InvalidInput, "provider"):
             wc.coordinate_once(junk)  # type: ignore[arg-type]
     assert wc.ledger(item.id).coordinator_failures == 0
+
+
+def _echo(claim: Claim) -> dict[str, Any]:
+    return report()
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"executor": None},
+        {"executor": "workcenter.adapters.executors:echo"},
+        {"coordinator": "scripted"},
+        {"coordinator": 5},
+        {"max_runs": "3"},
+        {"max_runs": -1},
+        {"max_runs": 1.5},
+        {"max_runs": True},
+        {"stop": "x"},
+        {"stop": object()},
+        {"signals": threading.Event()},
+        {"on_event": "x"},
+        {"on_step": 5},
+    ],
+    ids=repr,
+)
+def test_the_worker_loop_refuses_an_argument_it_cannot_use_before_anything_is_claimed(
+    wc: WorkCenter, clock: FakeClock, arguments: dict[str, Any]
+) -> None:
+    """Each once failed after a claim (an executor that is no callable burned every
+    attempt, a callback that is none left its Run running), or silently (a coordinator
+    that is no provider counted every pass as a refused step, -1 Runs ran none). Nothing
+    is written: not the claim, the Coordinator's step, nor the start-up recovery of the
+    Run whose lease lapsed here."""
+    item = create_dynamic(wc)  # its start woke the Coordinator
+    plan(wc, item.id, action_spec(maxAttempts=3), action_spec("test", "Run it"))
+    wc.claim_next("dead-worker", lease_seconds=1)
+    clock.advance(2)
+    name = next(iter(arguments))
+    given: dict[str, Any] = {"executor": _echo, "worker": "w", "exit_when_idle": True}
+    with refused(wc, InvalidInput, name):
+        run_worker(wc, **(given | arguments))
+
+
+def test_the_worker_loop_takes_no_executor_when_it_runs_no_runs_and_zero_max_runs(
+    wc: WorkCenter,
+) -> None:
+    """A loop of Coordinator steps only needs no executor; ``max_runs=0`` claims none
+    (the start-up recovery alone, as the CLI's ``--max-runs`` cannot ask)."""
+    plan(wc, create_dynamic(wc).id)
+    stats = run_worker(wc, None, worker="w", runs=False, exit_when_idle=True)  # type: ignore[arg-type]
+    assert stats.claimed == 0
+    assert run_worker(wc, _echo, worker="w", max_runs=0).claimed == 0
+    assert wc.claim_next("probe") is not None
 
 
 def test_reads_refuse_a_limit_below_one_and_a_version_never_had(wc: WorkCenter) -> None:

@@ -138,7 +138,7 @@ def test_known_status_is_kept(status: str) -> None:
     assert item.status == status
 
 
-@pytest.mark.parametrize("status", ["ok", "PASSED", "", None, 1, "deferred"])
+@pytest.mark.parametrize("status", ["ok", "PASSED", "", None, 1, "deferred", ["passed"], {}])
 def test_unknown_status_is_dropped_but_the_item_kept(status: object) -> None:
     (item,) = normalize_evidence([{"kind": "test", "label": "t", "status": status}])
     assert item.status is None
@@ -508,6 +508,8 @@ def test_check_fields_are_trimmed_and_evidence_cut_to_1000() -> None:
         _chk(status="ok"),
         _chk(status="PASSED"),
         _chk(status=None),
+        _chk(status=["passed"]),
+        _chk(status={"passed": 1}),
         _chk(evidence=""),
         _chk(evidence="   "),
         _chk(evidence=None),
@@ -666,3 +668,28 @@ def test_normalize_checks_is_idempotent(raw: list[object]) -> None:
 def test_canonical_ref_trims_surrounding_whitespace_like_the_item_rules() -> None:
     assert canonical_ref("commit", " abc123f\n") == "abc123f"
     assert canonical_ref("link", "https://x.com/a\n") == "https://x.com/a"
+
+
+# Any JSON value (and a few Python ones a caller may pass) in any field of an item: the
+# rules above drop or ignore it; nothing escapes as an exception (a list or an object
+# as a status once raised TypeError, unhashable, from a set lookup).
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=8,
+)
+_any_field = _json | st.sampled_from(["text", "file", "passed", "error", "src/a.py", (1, 2)])
+_field_names = st.sampled_from(
+    ["kind", "label", "ref", "status", "tool", "isError", "criterion", "evidence"]
+)
+_any_entry = _json | st.dictionaries(_field_names, _any_field, max_size=8)
+
+
+@given(st.lists(_any_entry, max_size=6) | _json)
+def test_normalisers_drop_any_json_they_cannot_use_and_never_raise(raw: object) -> None:
+    for item in (*normalize_evidence(raw), *normalize_outputs(raw)):
+        assert isinstance(item, EvidenceItem)
+    for check in normalize_checks(raw):
+        assert isinstance(check, AcceptanceCheck)

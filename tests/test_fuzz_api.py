@@ -70,6 +70,54 @@ json_like = st.recursive(
 )
 
 
+# A report in which one field, at any depth, is any JSON value, the others well formed:
+# each is normalised (dropped or ignored) or refused with a typed error. A list as a
+# check's status once escaped as TypeError (unhashable) from a set lookup.
+def _full_report() -> dict[str, Any]:
+    """A report that carries every field and every field of its items."""
+    return good_report(
+        evidence=[
+            {"kind": "test", "label": "pytest", "ref": "src/a.py", "status": "passed"},
+            {"tool": "bash", "isError": False},
+        ],
+        outputs=[{"kind": "file", "label": "a", "ref": "src/a.py", "status": "passed"}],
+        response="r",
+        waitingReason="w",
+        error="",
+        failureKind="",
+        failureCode="",
+        reviewDecision="approved",
+        contractPatch={
+            "title": "t", "goal": "g", "acceptanceCriteria": ["c"], "deliveryTarget": "response",
+        },
+    )  # fmt: skip
+
+
+def _paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every field and list entry of ``value``, the report itself left out."""
+    found = [path] if path else []
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            found += _paths(inner, (*path, key))
+    elif isinstance(value, list):
+        for index, inner in enumerate(value):
+            found += _paths(inner, (*path, index))
+    return found
+
+
+def _replaced(path: tuple[Any, ...], new: Any) -> dict[str, Any]:
+    body = _full_report()
+    parent: Any = body
+    for step in path[:-1]:
+        parent = parent[step]
+    parent[path[-1]] = new
+    return body
+
+
+REPORT_PATHS = _paths(_full_report())
+report_fields = st.builds(_replaced, st.sampled_from(REPORT_PATHS), json_like)
+
+
 class World:
     """A store with items in several states, and the ids and claims that name them."""
 
@@ -120,6 +168,7 @@ def _commands(world: World, data: st.DataObject) -> dict[str, Callable[[], Any]]
         st.just(good_report()),
         st.builds(lambda p: {"outcome": "completed", "x": p}, json_like),
         json_like,
+        report_fields,
     )
     return {
         "create_work_item": lambda: wc.create_work_item(
@@ -197,6 +246,7 @@ def _commands(world: World, data: st.DataObject) -> dict[str, Callable[[], Any]]
             d(claims), lease_seconds=d(numbers), actor=d(actor_args)
         ),
         "finish_run": lambda: wc.finish_run(d(claims), d(report), actor=d(actor_args)),
+        "worker_protocol.finish": lambda: wc.worker_protocol.finish(d(claims), d(report)),
         "interrupt": lambda: wc.interrupt(
             d(claims),
             reason=d(texts),
@@ -347,3 +397,32 @@ def test_every_command_succeeds_or_raises_a_typed_error_and_writes_nothing_when_
                 event(f"{name}: ok")
 
         call_one()
+
+
+def test_a_report_with_any_json_in_any_field_is_normalised_or_refused_with_a_typed_error(
+    db_path: Path, clock: FakeClock
+) -> None:
+    """The report alone, more often than the sweep above draws it: through ``finish_run``
+    and the worker protocol's ``finish``, each on a live Run."""
+    with WorkCenter.open(db_path, clock=clock, boot_id=BOOT_ID) as wc:
+        finishes = {
+            "finish_run": wc.finish_run,
+            "worker_protocol.finish": lambda ref, body: wc.worker_protocol.finish(ref, body),
+        }
+
+        @settings(max_examples=300, deadline=None, database=None)
+        @given(name=st.sampled_from(sorted(finishes)), body=report_fields)
+        def finish_one(name: str, body: dict[str, Any]) -> None:
+            live = wc.claim_next("fuzz-worker") or (create_linear(wc) and claim(wc))
+            before = wc.event_count()
+            try:
+                finishes[name](live.ref, body)
+            except WorkcenterError as error:
+                event(f"{name}: {type(error).__name__}")
+                assert wc.event_count() == before, f"{name} refused ({error!r}) but wrote events"
+            else:
+                event(f"{name}: ok")
+            if wc.action(live.action_id).status == "running":
+                wc.interrupt(live, reason="next example")
+
+        finish_one()

@@ -109,6 +109,43 @@ def test_worker_reports_a_malformed_report_interrupts_the_run_and_goes_on(
     assert result.stderr.count("\n") == stats["errors"]  # one line per error
 
 
+def check_status_is_a_list(claim: Claim) -> Any:
+    checks = [
+        {"criterion": c, "status": ["passed"], "evidence": "e"} for c in claim.acceptance_criteria
+    ]
+    return {
+        "outcome": "completed",
+        "summary": "done",
+        "evidence": ["e"],
+        "acceptanceChecks": checks,
+    }
+
+
+def test_worker_records_a_report_whose_check_status_is_a_list_and_goes_on(
+    db_path: Path,
+) -> None:
+    """A check whose status is a list is dropped like one whose status is unknown (it once
+    escaped as TypeError and killed the worker with its Run running): the report is
+    recorded as a failed Run, saying why, and the worker takes the next Action."""
+    with WorkCenter.open(db_path) as wc:
+        item = create_dynamic(wc)
+        plan(wc, item.id, action_spec(), action_spec("test", "Run it"))
+    result = invoke(
+        "--db", str(db_path), "worker", "--executor", f"{__name__}:check_status_is_a_list",
+        "--exit-when-idle", "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert result.exception is None and result.stderr == ""
+    stats = json.loads(result.stdout)
+    assert (stats["claimed"], stats["finished"], stats["errors"]) == (2, 2, 0)
+    assert stats["outcomes"] == {"failed": 2}
+    with WorkCenter.open(db_path) as wc:
+        runs = [r for a in wc.actions(wc.work_item(item.id)).values() for r in a.runs]
+    assert [run.status for run in runs] == ["failed", "failed"]
+    errors = [run.result.error if run.result else None for run in runs]
+    assert all("one check per criterion" in (error or "") for error in errors), errors
+
+
 def test_worker_text_output_counts_errors_in_its_summary(store: tuple[str, UUID]) -> None:
     db, _ = store
     result = invoke("--db", db, "worker", "--executor", f"{__name__}:raises", "--exit-when-idle")

@@ -25,12 +25,15 @@ from collections import Counter
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
-from uuid import UUID, uuid5
+from uuid import UUID
 
 import pytest
-from conftest import SHM, T0, FakeClock, budget_commands
+from conftest import SHM, T0, FakeClock, action_spec, budget_commands
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
+from hypothesis.internal.cache import LRUCache
+from hypothesis.internal.conjecture import providers
+from hypothesis.internal.floats import float_to_int
 from hypothesis.stateful import (
     RuleBasedStateMachine,
     invariant,
@@ -38,6 +41,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from sortedcontainers import SortedSet
 
 from workcenter.application import WorkCenter
 from workcenter.domain import resource_ledger as rl
@@ -58,7 +62,9 @@ ADDITIONS = {
     "max_coordinator_failures": 1,
     "max_action_attempts": 1,
 }
-RUNS = [uuid5(UUID(int=0), f"run-{n}") for n in range(3)]
+# Which of the item's three Runs a request names, or none (a Coordinator request): a
+# request names a Run of its own item.
+RUNS = [None, 0, 1, 2]
 TICK = timedelta(milliseconds=1)
 STATS: Counter[str] = Counter()
 
@@ -114,6 +120,14 @@ class LedgerMachine(RuleBasedStateMachine):
             title="Budgeted", goal="Spend carefully", mode="dynamic", start=True, limits=LIMITS
         )
         self.item_id = item.id
+        # Live for the whole example (the clock moves a millisecond a step); the ledger
+        # does not see them: only requests naming them.
+        self.wc.plan_actions(
+            item.id,
+            expected_version=item.version,
+            actions=[action_spec(objective=f"Part {n}") for n in range(3)],
+        )
+        self.runs = [self.wc.claim_next("w", lease_seconds=3_600).run_id for _ in range(3)]
         self.ledger_id = rl.ledger_id_for(item.id)
         self.ids = itertools.count(1)
         # the reference model
@@ -273,10 +287,10 @@ class LedgerMachine(RuleBasedStateMachine):
 
     # --- rules ---------------------------------------------------------------------
 
-    @rule(tokens=st.integers(2, 1_200), run_id=st.sampled_from([None, *RUNS]))
-    def reserve(self, tokens: int, run_id: UUID | None) -> None:
+    @rule(tokens=st.integers(2, 1_200), run=st.sampled_from(RUNS))
+    def reserve(self, tokens: int, run: int | None) -> None:
         self.step("reserve")
-        self.do_reserve(f"r{next(self.ids)}", tokens, run_id)
+        self.do_reserve(f"r{next(self.ids)}", tokens, None if run is None else self.runs[run])
 
     @precondition(lambda self: bool(self.rows))
     @rule(data=st.data(), tokens=st.integers(2, 1_200))
@@ -305,6 +319,23 @@ class LedgerMachine(RuleBasedStateMachine):
         given = None if mode.startswith("missing") else payload
         self.do_settle(request_id, given, complete=mode in ("complete", "missing_complete"))
 
+    @precondition(lambda self: bool(self.settleable()))
+    @rule(data=st.data(), extra=st.integers(1, 500))
+    def overrun(self, data: st.DataObject, extra: int) -> None:
+        """A provider reports more than the budget has left: the item stops. A rule of
+        its own, since ``settle`` meets it only by chance (once not at all, when other
+        test modules were collected beside this one)."""
+        self.step("settle")
+        request_id = data.draw(st.sampled_from(self.settleable()))
+        left = self.limits["max_tokens"] - self.charged() + self.rows[request_id].charged
+        total = max(1, left + extra)
+        self.do_settle(request_id, ({"total_tokens": total}, total), complete=True)
+
+    def settleable(self) -> list[str]:
+        return sorted(
+            k for k, r in self.rows.items() if r.status != "reported" and k not in self.crashed
+        )
+
     @precondition(lambda self: any(r.status == "reserved" for r in self.rows.values()))
     @rule(data=st.data(), tokens=st.integers(2, 1_200))
     def hidden_retry(self, data: st.DataObject, tokens: int) -> None:
@@ -322,11 +353,12 @@ class LedgerMachine(RuleBasedStateMachine):
             self.do_settle(first, None, complete=False)
             assert self.rows[first].charged == self.rows[first].estimate
 
-    @rule(tokens=st.integers(2, 1_200), run_id=st.sampled_from([None, *RUNS]))
-    def crash(self, tokens: int, run_id: UUID | None) -> None:
+    @rule(tokens=st.integers(2, 1_200), run=st.sampled_from(RUNS))
+    def crash(self, tokens: int, run: int | None) -> None:
         """Reserve, then the process dies before settling: a restarted service still counts it."""
         self.step("crash")
         request_id = f"c{next(self.ids)}"
+        run_id = None if run is None else self.runs[run]
         if self.do_reserve(request_id, tokens, run_id):
             self.crashed.add(request_id)
             self.wc.close()
@@ -499,9 +531,24 @@ class LedgerMachine(RuleBasedStateMachine):
             state = rl.evolve(state, event)
 
 
+def _no_constants() -> providers.Constants:
+    return providers.Constants(
+        integers=SortedSet(),
+        floats=SortedSet(key=float_to_int),
+        bytes=SortedSet(),
+        strings=SortedSet(),
+    )
+
+
 def test_the_ledger_agrees_with_its_model(monkeypatch: pytest.MonkeyPatch) -> None:
     # Snapshot often, so a restarted service loads the ledger from a snapshot.
     monkeypatch.setattr(workcenter_store, "SNAPSHOT_INTERVAL", 5)
+    # Hypothesis also draws constants found in the modules loaded so far (ours among
+    # them), so what a derandomized run draws moved with the test modules collected
+    # beside this one, and a rare outcome was once reached alone but not with them:
+    # none are drawn here, whatever else was loaded.
+    monkeypatch.setattr(providers, "_get_local_constants", _no_constants)
+    monkeypatch.setattr(providers, "CONSTANTS_CACHE", LRUCache(1024))
     STATS.clear()
     run_state_machine_as_test(
         LedgerMachine,

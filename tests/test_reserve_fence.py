@@ -4,6 +4,7 @@ again, or whose lease ran out, cannot reserve, and nothing is written."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -11,7 +12,7 @@ from conftest import FakeClock, action_spec, claim, create_dynamic, plan, refuse
 
 from workcenter.adapters.metered import MeteredProvider
 from workcenter.application import Claim, WorkCenter
-from workcenter.domain.errors import InvalidInput, StaleRun
+from workcenter.domain.errors import InvalidInput, NotFound, StaleRun
 
 REQUEST: dict[str, Any] = {"messages": [{"role": "user", "content": "Go"}], "max_tokens": 50}
 
@@ -79,3 +80,56 @@ def test_an_ended_run_cannot_reserve(wc: WorkCenter, how: str) -> None:
     wc.interrupt(run, reason="stopped")
     with refused(wc, StaleRun):
         wc.reserve_request(run.work_item_id, request=REQUEST, run=run)
+
+
+# --- a request named by its Run's id alone (``run_id=``) -----------------------------
+
+
+def test_a_run_id_that_names_no_run_of_the_item_is_refused(wc: WorkCenter) -> None:
+    """``run_id`` once took any UUID (a made-up one, the item's own id) and recorded it on
+    the ledger as the request's Run. An id that is no Run of the item is NotFound, the
+    README's rule for an id of the wrong kind; a malformed one is NotFound too, as for
+    every id the API looks up (``work_item("not-a-uuid")``)."""
+    run = claimed(wc)
+    item_id = run.work_item_id
+    ledger = wc.ledger(item_id)
+    for wrong in (uuid.uuid4(), item_id, run.action_id, str(uuid.uuid4()), "not-a-uuid"):
+        with refused(wc, NotFound, "Run"):
+            wc.reserve_request(item_id, request=REQUEST, run_id=wrong)  # type: ignore[arg-type]
+    with refused(wc, InvalidInput, "Run id must be a UUID"):
+        wc.reserve_request(item_id, request=REQUEST, run_id=5)  # type: ignore[arg-type]
+    assert wc.ledger(item_id) == ledger
+
+
+def test_a_run_id_of_another_item_is_refused(wc: WorkCenter) -> None:
+    """The item's ledger holds its own Runs' requests only: from another item, a Run is
+    one it does not have (NotFound, nothing written)."""
+    run = claimed(wc)
+    other = create_dynamic(wc, title="Another")
+    with refused(wc, NotFound, str(run.run_id)):
+        wc.reserve_request(other.id, request=REQUEST, run_id=run.run_id)
+
+
+def test_a_coordinator_request_names_no_run(wc: WorkCenter) -> None:
+    """As with ``run=``: a Run's request is of kind action (a Coordinator request with a
+    Run's id was counted against that Run's requests)."""
+    run = claimed(wc)
+    with refused(wc, InvalidInput, "kind action"):
+        wc.reserve_request(run.work_item_id, request=REQUEST, run_id=run.run_id, kind="coordinator")
+
+
+def test_a_run_id_of_the_item_reserves_whether_the_run_is_live_or_ended(
+    wc: WorkCenter,
+) -> None:
+    """Named by its id alone the Run is not fenced (``run=`` is the fence): any Run of the
+    item, of any of its Actions, may be named."""
+    item_id = create_dynamic(wc).id
+    plan(wc, item_id, action_spec(maxAttempts=3), action_spec("test", "Run it"))
+    first = claim(wc)
+    wc.interrupt(first, reason="stopped")
+    later = [claim(wc), claim(wc)]
+    for run_id in (first.run_id, *(c.run_id for c in later), str(later[0].run_id)):
+        admission = wc.reserve_request(item_id, request=REQUEST, run_id=run_id)  # type: ignore[arg-type]
+        assert wc.ledger(item_id).reservations[admission.request_id].run_id == uuid.UUID(
+            str(run_id)
+        )

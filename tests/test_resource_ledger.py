@@ -444,6 +444,12 @@ def extend(wc: WorkCenter, item_id: UUID, **additions: int) -> rl.LedgerState:
     )
 
 
+def runs_of(wc: WorkCenter, item_id: UUID, n: int = 1) -> list[UUID]:
+    """Ids of ``n`` live Runs of the dynamic item: a request names a Run of its item."""
+    plan(wc, item_id, *[action_spec(objective=f"Part {i}") for i in range(n)])
+    return [claim(wc).run_id for _ in range(n)]
+
+
 def done_item(wc: WorkCenter) -> wi.WorkItemState:
     item = make(wc, "linear", stages=("implement",))
     wc.finish_run(claim(wc), report())
@@ -507,7 +513,7 @@ def test_allowed_request_writes_only_request_reserved(wc: WorkCenter) -> None:
     assert (row.status, row.usage, row.created_at) == ("reserved", None, T0)
     assert wc.work_item(item.id) == item
     # an Action request gets a fresh id of its own
-    run = uuid.uuid4()
+    (run,) = runs_of(wc, item.id)
     first = wc.reserve_request(item.id, request={}, run_id=run)
     second = wc.reserve_request(item.id, request={}, run_id=run)
     assert first.allowed and second.allowed and first.request_id != second.request_id
@@ -537,11 +543,12 @@ def test_row2_a_stopped_ledger_denies_with_its_reason_and_writes_nothing(
     wc: WorkCenter,
 ) -> None:
     item = make(wc, max_tokens=1_000)
+    (run,) = runs_of(wc, item.id)
     assert wc.reserve_request(item.id, request=req(900)).allowed
     assert wc.reserve_request(item.id, request=req(200)).code == "work_item_tokens_exhausted"
     stopped = wc.ledger(item.id)
     before = wc.event_count()
-    for request, run_id in ((req(2), None), (req(2), uuid.uuid4()), ({}, None)):
+    for request, run_id in ((req(2), None), (req(2), run), ({}, None)):
         denied = wc.reserve_request(item.id, request=request, run_id=run_id)
         assert (denied.allowed, denied.code, denied.events) == (
             False,
@@ -554,10 +561,17 @@ def test_row2_a_stopped_ledger_denies_with_its_reason_and_writes_nothing(
 
 @pytest.mark.parametrize("how", ["cancelled", "done"])
 def test_row3_an_inactive_item_denies_and_writes_nothing(wc: WorkCenter, how: str) -> None:
-    item = wc.cancel(make(wc).id) if how == "cancelled" else done_item(wc)
+    if how == "cancelled":
+        made = make(wc)
+        (run,) = runs_of(wc, made.id)
+        item = wc.cancel(made.id)
+    else:
+        item = done_item(wc)
+        (action,) = wc.actions(item).values()
+        run = action.runs[0].id
     assert item.status == how
     before = wc.event_count()
-    denied = wc.reserve_request(item.id, request=req(2), run_id=uuid.uuid4())
+    denied = wc.reserve_request(item.id, request=req(2), run_id=run)
     assert (denied.allowed, denied.code, denied.events) == (False, "work_item_inactive", ())
     assert wc.event_count() == before
     assert wc.ledger(item.id).stop_reason is None
@@ -574,9 +588,9 @@ def test_row2_comes_before_row3(wc: WorkCenter) -> None:
 
 def test_row4_run_requests_exhausted_stops_the_item(wc: WorkCenter, clock: FakeClock) -> None:
     item = make(wc, max_run_requests=2)
-    plan(wc, item.id)
+    plan(wc, item.id, action_spec(), action_spec("test", "Run it"))
     claimed = claim(wc)
-    other_run = uuid.uuid4()
+    other_run = claim(wc).run_id
     for run_id in (claimed.run_id, claimed.run_id, None, other_run, None):
         assert wc.reserve_request(item.id, request=req(50), run_id=run_id).allowed
     clock.advance(5)
@@ -594,7 +608,7 @@ def test_row4_run_requests_exhausted_stops_the_item(wc: WorkCenter, clock: FakeC
 
 def test_row4_comes_before_row5(wc: WorkCenter) -> None:
     item = make(wc, max_run_requests=1, max_requests=1)
-    run = uuid.uuid4()
+    (run,) = runs_of(wc, item.id)
     assert wc.reserve_request(item.id, request=req(2), run_id=run).allowed
     assert wc.reserve_request(item.id, request=req(2), run_id=run).code == (
         "run_requests_exhausted"
@@ -604,7 +618,7 @@ def test_row4_comes_before_row5(wc: WorkCenter) -> None:
 def test_row5_item_requests_exhausted_stops_the_item(wc: WorkCenter) -> None:
     item = make(wc, max_requests=2)
     assert wc.reserve_request(item.id, request=req(3), kind="coordinator").allowed
-    assert wc.reserve_request(item.id, request=req(3), run_id=uuid.uuid4()).allowed
+    assert wc.reserve_request(item.id, request=req(3), run_id=runs_of(wc, item.id)[0]).allowed
     before = wc.event_count()
     denied = wc.reserve_request(item.id, request=req(3), kind="coordinator")
     assert (denied.allowed, denied.code) == (False, "work_item_requests_exhausted")
@@ -622,7 +636,7 @@ def test_row5_comes_before_row6(wc: WorkCenter) -> None:
 
 def test_row6_tokens_exhausted_stops_the_item(wc: WorkCenter) -> None:
     item = make(wc, max_tokens=1_000)
-    run = uuid.uuid4()
+    (run,) = runs_of(wc, item.id)
     assert wc.reserve_request(item.id, request=req(600), run_id=run).allowed
     assert wc.reserve_request(item.id, request=req(400)).allowed  # charged + estimate == max
     before = wc.event_count()
@@ -644,7 +658,7 @@ def test_row6_counts_reported_usage_not_the_estimate(wc: WorkCenter) -> None:
 
 def test_first_stop_reason_wins(wc: WorkCenter, budget: BudgetCommands) -> None:
     item = make(wc, max_run_requests=1, max_tokens=1_000)
-    run = uuid.uuid4()
+    (run,) = runs_of(wc, item.id)
     pending = wc.reserve_request(item.id, request=req(500), run_id=run)
     assert wc.reserve_request(item.id, request=req(2), run_id=run).code == (
         "run_requests_exhausted"

@@ -406,13 +406,48 @@ def test_step4_completed_needs_evidence(wc: WorkCenter, evidence: Any) -> None:
         checks(("Tests pass", "Docs were updated")),
         checks(status="ok"),
         [{"criterion": c, "status": "passed", "evidence": "  "} for c in CRITERIA],
+        [{"criterion": c, "status": ["passed"], "evidence": "e"} for c in CRITERIA],
+        [{"criterion": c, "status": {"passed": True}, "evidence": "e"} for c in CRITERIA],
     ],
-    ids=["none", "missing", "extra", "order", "text", "status", "evidence"],
+    ids=["none", "missing", "extra", "order", "text", "status", "evidence", "list", "object"],
 )
 def test_step5_completed_needs_one_check_per_criterion(wc: WorkCenter, bad_checks: Any) -> None:
     linear_at(wc, "implement")
     claimed = claim(wc)
     wc.finish_run(claimed, report(acceptanceChecks=bad_checks))
+    assert finished_as(wc, claimed) == ("failed", CHECK_PER_CRITERION)
+
+
+def test_a_status_of_the_wrong_type_is_dropped_like_an_unknown_one(wc: WorkCenter) -> None:
+    """An evidence item's or output's status that is a list or an object is ignored (the
+    item kept), as "ok" is; before, it escaped as an untyped TypeError (unhashable)."""
+    linear_at(wc, "implement")
+    claimed = claim(wc)
+    after = wc.finish_run(
+        claimed,
+        report(
+            evidence=[{"kind": "test", "label": "pytest", "status": ["passed"]}],
+            outputs=[{"kind": "file", "label": "a", "ref": "src/a.py", "status": {"x": 1}}],
+        ),
+    )
+    assert after.status == "completed"
+    result = run_of(wc, claimed).result
+    assert result is not None
+    assert [(e.kind, e.status) for e in (*result.evidence, *result.outputs)] == [
+        ("test", None),
+        ("file", None),
+    ]
+
+
+def test_a_check_status_of_the_wrong_type_fails_the_run_through_the_worker_protocol(
+    wc: WorkCenter,
+) -> None:
+    """The remote worker's finish normalises the same report the same way."""
+    linear_at(wc, "implement")
+    claimed = claim(wc)
+    bad = [{"criterion": c, "status": ["passed"], "evidence": "e"} for c in CRITERIA]
+    finished = wc.worker_protocol.finish(claimed.ref, report(acceptanceChecks=bad))
+    assert (finished.outcome, finished.replayed) == ("failed", False)
     assert finished_as(wc, claimed) == ("failed", CHECK_PER_CRITERION)
 
 

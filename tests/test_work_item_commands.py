@@ -30,6 +30,7 @@ from conftest import (
 
 from workcenter.application import WorkCenter
 from workcenter.domain import bounds
+from workcenter.domain import work_item as wi
 from workcenter.domain.errors import CommandRefused, InvalidInput, NotFound, StaleRun
 
 
@@ -126,6 +127,34 @@ def test_create_refuses_invalid_input(wc: WorkCenter, fields: dict[str, object])
     with refused(wc, InvalidInput):
         wc.create_work_item(**args)  # type: ignore[arg-type]
     assert wc.list_work_items() == []
+
+
+@pytest.mark.parametrize("stages", [0, "", b"", False, 0.0, {}, "implement", 3])
+def test_create_refuses_stages_that_are_no_list(wc: WorkCenter, stages: object) -> None:
+    """Only stages left out (None) mean the default ones: a falsy value of another type
+    once passed for them silently."""
+    with refused(wc, InvalidInput, "stages"):
+        wc.create_work_item(
+            title="T",
+            goal="G",
+            acceptance_criteria=["c"],
+            mode="linear",
+            stages=stages,  # type: ignore[arg-type]
+        )
+    assert wc.list_work_items() == []
+
+
+@pytest.mark.parametrize("stages", [None, [], ()])
+def test_create_linear_without_stages_has_the_default_ones(wc: WorkCenter, stages: object) -> None:
+    """Left out, or an empty list (which the HTTP document admits), asks for no stage."""
+    item = wc.create_work_item(
+        title="T",
+        goal="G",
+        acceptance_criteria=["c"],
+        mode="linear",
+        stages=stages,  # type: ignore[arg-type]
+    )
+    assert item.stages == wi.DEFAULT_STAGES
 
 
 # --- 3.1 update -------------------------------------------------------------------

@@ -475,13 +475,13 @@ class WorkCenter:
     ) -> rl.Admission:
         """Admit one LLM request before it is sent, at its estimated cost.
 
-        A denial is returned (and a stopping denial saved); the caller must not
-        send the request. Only a stop writes the WorkItem too. Requests are by the
-        user (the embedding caller) unless ``actor`` names the worker or Coordinator
-        that makes them; Coordinator requests default to it. A Run's request given
-        its ``run`` (the Claim) is admitted only while the Run is live, as
-        ``finish_run`` is (``StaleRun`` otherwise, nothing written; ADR-0049).
-        """
+        A denial is returned (and a stopping denial saved); the caller must not send
+        the request. Only a stop writes the WorkItem too. Requests are by the user (the
+        embedding caller) unless ``actor`` names the worker or Coordinator that makes
+        them; Coordinator requests default to it. A Run's request given its ``run`` (the
+        Claim) is admitted only while the Run is live, as ``finish_run`` is (``StaleRun``
+        otherwise, nothing written; ADR-0049); by its ``run_id`` alone, unfenced, of a
+        Run of the item (``NotFound`` otherwise)."""
         return self._budget.reserve_request(
             work_item_id,
             request=request,

@@ -36,7 +36,7 @@ from workcenter.application import Claim, WorkCenter
 from workcenter.domain import actor as actors
 from workcenter.domain import bounds, inputs
 from workcenter.domain.errors import InvalidInput, WorkcenterError
-from workcenter.service_layer.handlers.coordinator_step import StepResult
+from workcenter.service_layer.handlers.coordinator_step import StepResult, check_provider
 from workcenter.service_layer.ports import CoordinatorProvider
 
 
@@ -78,8 +78,10 @@ def run_worker(
 ) -> WorkerStats:
     """Loop until stopped, idle (if asked) or ``max_runs`` Runs were handled; with a
     ``coordinator`` provider, run the due Coordinator steps too (``runs=False``: only
-    them). ``runs_at_once`` Runs are executed at once, each by a thread of its own
-    (ADR-0097): the executor is then called from that many threads."""
+    them, and ``executor`` is not called). Every argument is checked before anything is
+    claimed or recovered (``InvalidInput`` naming it). ``runs_at_once`` Runs are
+    executed at once, each by a thread of its own (ADR-0097): the executor is then
+    called from that many threads."""
     # Refused here, not at each claim: there a refusal counts as contention, silently.
     worker = inputs.text(worker, "worker", bounds.WORKER, required=True)
     inputs.lease_seconds(lease_seconds)
@@ -97,6 +99,7 @@ def run_worker(
             f"runs_at_once must be a whole number from 1 to {bounds.RUNS_AT_ONCE}, not"
             f" {runs_at_once!r}"
         )
+    _check_the_rest(executor, runs, max_runs, stop, signals, on_event, on_step, coordinator)
     stats = WorkerStats()
     sent_back = _writes_sent_back(wc)
     stop = signals.event if signals else (stop or threading.Event())
@@ -170,6 +173,43 @@ def run_worker(
                     reconnect.wait(error)
     stats.writes_sent_back = _writes_sent_back(wc) - sent_back
     return stats
+
+
+def _check_the_rest(
+    executor: object,
+    runs: object,
+    max_runs: object,
+    stop: object,
+    signals: object,
+    on_event: object,
+    on_step: object,
+    coordinator: object,
+) -> None:
+    """The loop's other arguments, refused before anything is claimed or recovered:
+    each would otherwise fail only once a Run is in hand (an executor or a callback that
+    cannot be called: the Run spent, or left running) or never say so (a coordinator
+    that is no provider counts each pass as a refused step; max_runs=-1 runs none)."""
+    if runs and not callable(executor):
+        # A "module:callable" string is the CLI's form; load_executor resolves it.
+        raise InvalidInput(
+            f"executor must be a callable taking a Claim, not {type(executor).__name__}"
+        )
+    # 0 claims no Run (only the start-up recovery); the CLI's --max-runs starts at 1.
+    if max_runs is not None and (
+        isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 0
+    ):
+        raise InvalidInput(f"max_runs must be None or a whole number from 0, not {max_runs!r}")
+    if stop is not None and not all(
+        callable(getattr(stop, method, None)) for method in ("is_set", "wait")
+    ):
+        raise InvalidInput(f"stop must be a threading.Event, not {type(stop).__name__}")
+    if signals is not None and not isinstance(signals, StopSignals):
+        raise InvalidInput(f"signals must be StopSignals, not {type(signals).__name__}")
+    for name, callback in (("on_event", on_event), ("on_step", on_step)):
+        if callback is not None and not callable(callback):
+            raise InvalidInput(f"{name} must be callable, not {type(callback).__name__}")
+    if coordinator is not None:
+        check_provider(coordinator, "coordinator")
 
 
 def _writes_sent_back(wc: WorkCenter) -> int:

@@ -84,12 +84,14 @@ def _evidence_item(raw: object) -> EvidenceItem | None:
         return None
     ref, status_raw = raw.get("ref"), raw.get("status")
     # ref and status are optional decorations: a bad one is ignored rather
-    # than costing the whole item.
+    # than costing the whole item. A status is looked up only once it is a string: a
+    # list or an object is no key of the set (the lookup would raise TypeError).
+    known = isinstance(status_raw, str) and status_raw in _EVIDENCE_STATUSES
     return EvidenceItem(
         kind=cast(EvidenceKind, kind),
         label=label,
         ref=(_clip(ref, MAX_REF) or None) if isinstance(ref, str) else None,
-        status=cast(EvidenceStatus, status_raw) if status_raw in _EVIDENCE_STATUSES else None,
+        status=cast(EvidenceStatus, status_raw) if known else None,
     )
 
 
@@ -262,9 +264,11 @@ def _check(raw: object) -> AcceptanceCheck | None:
     if not isinstance(raw, Mapping):
         return None
     criterion, status, evidence = raw.get("criterion"), raw.get("status"), raw.get("evidence")
+    # A status of another type is malformed like its neighbours (and no key of the
+    # set: looking a list up would raise TypeError).
     if not isinstance(criterion, str) or not isinstance(evidence, str):
         return None
-    if status not in _CHECK_STATUSES:
+    if not isinstance(status, str) or status not in _CHECK_STATUSES:
         return None
     evidence = _clip(evidence, MAX_CHECK_EVIDENCE)
     if not evidence:

@@ -107,6 +107,13 @@ class ModePolicy(Protocol):
         ...
 
 
+def _asks_for_no_stage(stages: object) -> bool:
+    """Stages left out, or an empty list (which the HTTP document admits). Any other
+    value is given stages, refused unless it is a list of them: a falsy 0 or "" is not
+    "no stages" (it once gave a linear item the default ones)."""
+    return stages is None or (isinstance(stages, list | tuple) and not stages)
+
+
 class Dynamic:
     mode: wi.Mode = "dynamic"
     takes_plans = True
@@ -118,9 +125,8 @@ class Dynamic:
     next_generation_reuses_attempts = True
 
     def workflow(self, stages: StageInput | None) -> tuple[Stage, ...]:
-        # An empty list asks for nothing; any stage given would be dropped without a word.
-        asks_for_nothing = stages is None or (isinstance(stages, list | tuple) and not stages)
-        if not asks_for_nothing:
+        # Any stage given would be dropped without a word.
+        if not _asks_for_no_stage(stages):
             raise InvalidInput(
                 "stages are for linear WorkItems: a dynamic item's Actions are planned"
             )
@@ -214,7 +220,7 @@ class Linear:
     next_generation_reuses_attempts = False
 
     def workflow(self, stages: StageInput | None) -> tuple[Stage, ...]:
-        return parse_stages(stages or wi.DEFAULT_STAGES)
+        return parse_stages(wi.DEFAULT_STAGES if _asks_for_no_stage(stages) else stages)
 
     def wake(self, unit: Unit, kind: str, source_key: str, **trigger: object) -> None:
         return None  # a linear item follows its stages; no Coordinator is woken

@@ -358,6 +358,25 @@ class Repository:
         entries = item.entries(*statuses) if statuses else item.plan
         return {e.action_id: self.action(e.action_id) for e in entries}
 
+    def has_run(self, work_item_id: UUID, run_id: UUID) -> bool:
+        """Whether ``run_id`` names a Run of one of the item's Actions. A Run stays in its
+        Action's state once claimed, so a committed state this process holds that has it
+        answers unread (the worker that claimed the Run holds its Action: a reservation
+        costs no read more, ADR-0078's reasoning); else the item and its Actions are
+        read, the one running first."""
+        cached = self._cached(work_item_id)
+        if isinstance(cached, wi.WorkItemState):
+            for entry in cached.plan:
+                action = self._cached(entry.action_id)
+                if isinstance(action, act.ActionState) and action.run(run_id) is not None:
+                    return True
+        item = self.work_item(work_item_id)
+        running_first = sorted(
+            item.plan,
+            key=lambda e: (e.status != "running", e.action_id != item.current_action_id),
+        )
+        return any(self.action(e.action_id).run(run_id) is not None for e in running_first)
+
     def events(self, aggregate_id: UUID, after: int | None = None) -> list[DomainEvent]:
         return cast(list[DomainEvent], list(self.store.events.get(aggregate_id, gt=after)))
 

@@ -57,6 +57,13 @@ class _Attempt:
     details: list[str] = field(default_factory=list)
 
 
+def check_provider(provider: object, name: str = "provider") -> None:
+    """``InvalidInput`` unless ``provider`` can answer a turn (a CoordinatorProvider)."""
+    if not callable(getattr(provider, "answer", None)):
+        kind = type(provider).__name__
+        raise InvalidInput(f"{name} must be a CoordinatorProvider (answer()), not {kind}")
+
+
 class Coordinator:
     """Runs Coordinator turns with one provider; a process has one (its boot id owns
     the claims)."""
@@ -67,11 +74,9 @@ class Coordinator:
         provider: CoordinatorProvider,
         lease_seconds: float = conv.DEFAULT_LEASE.total_seconds(),
     ) -> None:
-        if not callable(getattr(provider, "answer", None)):
-            # Refused before a turn is claimed: a turn whose provider cannot answer is a
-            # counted failure, which this caller's mistake is not.
-            kind = type(provider).__name__
-            raise InvalidInput(f"provider must be a CoordinatorProvider (answer()), not {kind}")
+        # Refused before a turn is claimed: a turn whose provider cannot answer is a
+        # counted failure, which this caller's mistake is not.
+        check_provider(provider)
         self.commands = commands
         self.provider = provider
         self.max_output_tokens = _declared_bound(provider)
