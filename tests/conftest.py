@@ -8,6 +8,7 @@ Helpers are plain functions; test modules import them with
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -304,7 +305,16 @@ def detail_built(wc: WorkCenter, item_id: Any, now: datetime) -> dict[str, Any]:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test marked ``sqlite_only`` has no PostgreSQL case: its PostgreSQL param is
-    deselected (it cannot happen there, see the mark's reason), not run and skipped."""
+    deselected (it cannot happen there, see the mark's reason), not run and skipped.
+
+    A test whose id names an object's address (``<object object at 0x...>``) is refused:
+    the id differs between processes, and the suite runs in two (ADR-0102)."""
+    by_address = [item.nodeid for item in items if re.search(r" at 0x[0-9a-f]+", item.nodeid)]
+    if by_address:
+        raise pytest.UsageError(
+            "test ids that name an object's address differ between test processes;"
+            f" give the parametrisation ids: {', '.join(by_address[:5])}"
+        )
     kept: list[pytest.Item] = []
     dropped: list[pytest.Item] = []
     for item in items:

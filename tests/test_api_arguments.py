@@ -29,6 +29,13 @@ from workcenter.application import Claim, WorkCenter
 from workcenter.domain.errors import InvalidInput, NotFound
 
 
+def _shown(value: Any) -> str:
+    """A value as a test id, the same in every test process (an object's repr names its
+    address, ADR-0102)."""
+    plain = type(value) in (str, int, float, bool, type(None))
+    return f"{type(value).__name__}:{value}" if plain else type(value).__name__
+
+
 @pytest.mark.parametrize(
     "arguments",
     [
@@ -85,7 +92,7 @@ def _echo(claim: Claim) -> dict[str, Any]:
         {"on_event": "x"},
         {"on_step": 5},
     ],
-    ids=repr,
+    ids=lambda arguments: ", ".join(f"{k}={_shown(v)}" for k, v in arguments.items()),
 )
 def test_the_worker_loop_refuses_an_argument_it_cannot_use_before_anything_is_claimed(
     wc: WorkCenter, clock: FakeClock, arguments: dict[str, Any]
