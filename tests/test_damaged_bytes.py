@@ -330,3 +330,29 @@ def test_a_snapshot_that_is_not_the_fold_of_its_events_breaks_the_verdict(store:
     assert verify.exit_code == 1, verify.output
     said = " ".join(verify.stdout.split())
     assert f"BROKEN: the snapshot of stream {claimed.action_id} at version {version}" in said
+
+
+def test_the_snapshot_check_reports_progress_after_each_stream(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The check reads each snapshotted stream's events again, after the walk: the
+    caller is told after each stream, so a stop (which the progress raises) is taken
+    between two, not only once every stream was folded (ADR-0100, ADR-0103)."""
+    _snapshotted(store)
+    repo = store.wc._repository
+    folded: list[UUID] = []
+    fold = repo.folds_of_events
+    monkeypatch.setattr(
+        repo, "folds_of_events", lambda stream, *a: folded.append(stream) or fold(stream, *a)
+    )
+
+    class Stopped(Exception):
+        pass
+
+    def stop_once_folding(at: int, last: int) -> None:
+        if folded:
+            raise Stopped
+
+    with pytest.raises(Stopped):
+        store.wc.maintenance.verify_history(progress=stop_once_folding)
+    assert len(folded) == 1  # taken after the first stream's fold, not at the end

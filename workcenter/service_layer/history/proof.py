@@ -102,6 +102,10 @@ class HistoryProof:
                 else:
                     damaged.append(DamagedSnapshot(stream, snapshot.version, snapshot.damage))
             mismatched.extend(self._mismatched(stream, readable))
+            if step is not None:
+                # Each stream's fold reads its events again: the caller hears of each, as of
+                # each page of the walk, so a stop is taken between two (ADR-0100).
+                step(last)
         return replace(
             verdict, damaged_snapshots=tuple(damaged), mismatched_snapshots=tuple(mismatched)
         )
