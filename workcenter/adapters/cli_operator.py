@@ -297,6 +297,13 @@ def _print_verdict(data: dict[str, Any]) -> None:
 def _print_chain(data: dict[str, Any]) -> None:
     scope = "the store" if data["scope"] == "store" else f"WorkItem {data['scope']}"
     broken, last = data["broken"], data["verified_to"]
+    if broken is None and data.get("mismatched_snapshots"):
+        # Not "verified": the events are, but loads start from snapshots they do not hold.
+        console.print(
+            text(f"events of {scope} verified: {data['events']} events; its snapshots not:"),
+            highlight=False,
+        )
+        return
     if broken is None:
         console.print(
             text(f"history of {scope} verified: {data['events']} events", "green"),

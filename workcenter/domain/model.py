@@ -16,6 +16,7 @@ from uuid import UUID
 from pydantic import BaseModel, ConfigDict
 
 from workcenter.domain.actor import Actor
+from workcenter.domain.errors import UndecodableEvent
 
 # Sets an attribute of a frozen model, as pydantic's own copy does.
 _set = object.__setattr__
@@ -63,6 +64,21 @@ class AggregateState(Immutable):
 
     id: UUID
     version: int
+
+
+NOT_THIS_STREAMS = "it is not a snapshot of this stream at this version"
+NO_START = "the stream's fold starts neither at its first event nor at a snapshot"
+
+
+def snapshot_state(snapshot: object, stream: UUID | str, version: int) -> AggregateState:
+    """The state a stored snapshot of ``stream`` at ``version`` holds, checked to be that
+    stream's at that version: a row moved, copied or swapped in the snapshots table, or an
+    event's row put there, is ``UndecodableEvent``, which every load goes past by
+    replaying the stream's events (ADR-0099, ADR-0103)."""
+    state = getattr(snapshot, "state", None)
+    if not isinstance(state, AggregateState) or state.id != stream or state.version != version:
+        raise UndecodableEvent(stream, version, None, NOT_THIS_STREAMS)
+    return state
 
 
 E = TypeVar("E", bound=DomainEvent)

@@ -22,7 +22,7 @@ from workcenter.domain import conversation as conv
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.errors import UndecodableEvent, snapshot_ignored
-from workcenter.domain.model import AggregateState, DomainEvent
+from workcenter.domain.model import AggregateState, DomainEvent, snapshot_state
 from workcenter.projections import sql
 
 log = logging.getLogger("workcenter.store")
@@ -169,7 +169,7 @@ class EventStoreStates:
             row = c.fetchone()
             if row is not None:
                 try:
-                    state = self._decode(aggregate_id, row).state
+                    state = snapshot_state(self._decode(aggregate_id, row), aggregate_id, row[0])
                     after = state.version
                 except UndecodableEvent as damaged:
                     # A cache of the fold below: replayed from the first event instead.

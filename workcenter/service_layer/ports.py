@@ -74,7 +74,7 @@ class ChainReader(Protocol):
 class StoredSnapshot(NamedTuple):
     """A stored snapshot: its state, or why it does not decode (``damage``)."""
 
-    stream: UUID
+    stream: UUID | str  # text when the stored id is not a UUID (SQLite's column takes any)
     version: int
     state: Any
     damage: str | None

@@ -32,7 +32,7 @@ from workcenter.domain.errors import (
     WorkcenterError,
     snapshot_ignored,
 )
-from workcenter.domain.model import AggregateState, DomainEvent
+from workcenter.domain.model import NO_START, AggregateState, DomainEvent, snapshot_state
 from workcenter.domain.unit import Unit
 from workcenter.projections.detail_states import Kind
 from workcenter.projections.inline import InlineWrite
@@ -72,7 +72,13 @@ def _projector(
             raise ForeignStream  # a cached state of another type
         for event in events:
             if isinstance(event, snapshot):
-                state = event.state  # type: ignore[attr-defined]
+                state = snapshot_state(event, event.originator_id, event.originator_version)
+            elif state is None and event.originator_version != 1:
+                # What the snapshots table held was no snapshot of this stream (another's,
+                # or an event's row): loads replay the events instead (ADR-0103).
+                raise UndecodableEvent(
+                    event.originator_id, event.originator_version, None, NO_START
+                )
             elif isinstance(event, event_class):
                 state = evolve(state, event)
             else:
@@ -124,14 +130,12 @@ class Repository:
             "ledger": self.project_ledger,
             "conversation": self.project_conversation,
         }
-        self._projectors_by_state: dict[
-            type[AggregateState], Callable[[Any, Iterable[Any]], Any]
-        ] = {
-            wi.WorkItemState: self.project_work_item,
-            act.ActionState: self.project_action,
-            rl.LedgerState: self.project_ledger,
-            conv.ConversationState: self.project_conversation,
-        }
+        self._projectors_by_event: tuple[tuple[type, Projector], ...] = (
+            (wi.WorkItemEvent, self.project_work_item),
+            (act.ActionEvent, self.project_action),
+            (rl.LedgerEvent, self.project_ledger),
+            (conv.ConversationEvent, self.project_conversation),
+        )
         recorder = store.recorder
         self.streams_after = recorder if isinstance(recorder, StreamsAfter) else None
         self._ignored_snapshots: set[tuple[UUID | str, int]] = set()
@@ -187,21 +191,27 @@ class Repository:
             log.warning(snapshot_ignored(damaged))
         return state
 
-    def folds_of_events(
-        self, stream_id: UUID, state_class: type[AggregateState], versions: Sequence[int]
-    ) -> dict[int, Any]:
+    def folds_of_events(self, stream_id: UUID, versions: Sequence[int]) -> dict[int, Any]:
         """The stream's state at each of ``versions``, folded from its events alone, never
-        from a snapshot (what a snapshot must equal, ADR-0103): one read of the events up
-        to the last version. A version the events do not reach is left out."""
-        projector = self._projectors_by_state.get(state_class)
-        if projector is None or not versions:
-            return {}  # a state of no aggregate here: nothing it could equal
+        from a snapshot (what a snapshot must equal, ADR-0103), by the projector of the
+        aggregate its first event belongs to: one read of the events up to the last
+        version. A version the events do not reach is left out."""
+        if not versions:
+            return {}
         folds: dict[int, Any] = {}
         state: Any = None
+        project: Projector | None = None
         wanted = set(versions)
         try:
             for event in self.store.events.get(stream_id, lte=max(versions)):
-                state = projector(state, (event,))
+                if project is None:
+                    project = next(
+                        (p for kind, p in self._projectors_by_event if isinstance(event, kind)),
+                        None,
+                    )
+                    if project is None:
+                        return {}  # no aggregate's stream: nothing a snapshot could equal
+                state = project(state, (event,))
                 if event.originator_version in wanted:
                     folds[event.originator_version] = state
         except ForeignStream:

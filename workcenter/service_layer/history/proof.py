@@ -118,13 +118,14 @@ class HistoryProof:
         if not snapshots:
             return
         try:
-            folds = self.repo.folds_of_events(
-                stream, type(snapshots[-1].state), [s.version for s in snapshots]
-            )
+            folds = self.repo.folds_of_events(stream, [s.version for s in snapshots])
         except UndecodableEvent:
             return  # an event that does not decode: the stream's loads raise it anyway
         for snapshot in snapshots:
-            if folds.get(snapshot.version) != snapshot.state:
+            # No state (an event's row) or no fold (past the stream's end, or no
+            # aggregate's stream) equals nothing.
+            fold = folds.get(snapshot.version)
+            if snapshot.state is None or fold is None or fold != snapshot.state:
                 yield DamagedSnapshot(stream, snapshot.version, NOT_THE_FOLD)
 
     def anchor(self) -> Anchor | None:
