@@ -7,6 +7,7 @@ error and that nothing was written.
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import pytest
 from conftest import (
@@ -31,7 +32,14 @@ from conftest import (
 from workcenter.application import WorkCenter
 from workcenter.domain import bounds
 from workcenter.domain import work_item as wi
-from workcenter.domain.errors import CommandRefused, InvalidInput, NotFound, StaleRun
+from workcenter.domain.errors import (
+    CommandRefused,
+    InvalidInput,
+    NotFound,
+    StaleRun,
+    WorkcenterError,
+)
+from workcenter.service_layer.handlers import work_item as work_item_handlers
 
 
 @pytest.fixture(params=BACKENDS)
@@ -916,3 +924,38 @@ def test_one_criterion_past_the_bound_is_refused(wc: WorkCenter) -> None:
     too_many = [f"Criterion {n}" for n in range(bounds.CRITERIA + 1)]
     with refused(wc, InvalidInput, f"more than {bounds.CRITERIA} entries"):
         create_dynamic(wc, criteria=too_many)
+
+
+def test_a_create_whose_write_is_sent_again_after_it_committed_returns_the_item(
+    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recorder sends a write again when the connection is lost before its answer
+    (ADR-0056); a create that had committed then met its own rows, and the library's
+    IntegrityError (duplicate key) left the API, untyped (found by the crash test on
+    CI). Its fresh ids can only be its own: the create succeeded."""
+    events = wc._repository.store.events
+    put = events.put
+
+    def committed_then_sent_again(*args: Any, **kwargs: Any) -> Any:
+        put(*args, **kwargs)
+        return put(*args, **kwargs)  # as the recorder's retry would, after the commit
+
+    monkeypatch.setattr(events, "put", committed_then_sent_again)
+    item = wc.create_work_item(title="Once", goal="G", acceptance_criteria=["c"])
+    monkeypatch.setattr(events, "put", put)
+    assert wc.work_item(item.id) == item
+    assert [i["id"] for i in wc.list_work_items()] == [item.id]
+
+
+def test_a_create_that_meets_another_items_rows_is_a_typed_error(
+    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Were the rows not the create's own (ids drawn twice: never, but not assumed), the
+    create is not said to have succeeded."""
+    first = wc.create_work_item(title="First", goal="G", acceptance_criteria=["c"])
+    monkeypatch.setattr(work_item_handlers, "uuid4", lambda: first.id)
+    count = wc.event_count()
+    with pytest.raises(WorkcenterError):
+        wc.create_work_item(title="Second", goal="G", acceptance_criteria=["c"])
+    assert wc.event_count() == count
+    assert wc.work_item(first.id).title == "First"

@@ -408,6 +408,23 @@ class Repository:
             states[unit.conversation.id] = unit.conversation
         self.save_events(unit.events, states)
 
+    def save_created(self, unit: Unit) -> None:
+        """``save`` for a unit that starts a new WorkItem's streams, under ids drawn for
+        it. The recorder sends a write again when its connection is lost before the
+        answer (ADR-0056), so a create that had committed meets its own rows: the item
+        stored as decided means it did. Anything else is refused, nothing written."""
+        try:
+            self.save(unit)
+        except IntegrityError:
+            try:
+                stored: wi.WorkItemState | None = self.work_item(unit.item.id)
+            except NotFound:
+                stored = None
+            if stored != unit.item:
+                raise WriteContention(
+                    f"WorkItem {unit.item.id} exists already: nothing was written"
+                ) from None
+
     def save_events(
         self, events: Sequence[DomainEvent], states: Mapping[UUID, AggregateState]
     ) -> None:

@@ -75,7 +75,7 @@ class WorkItemCommands:
             actor=actor,
             at=self.clock.now(),
         )
-        self.repo.save(unit)
+        self.repo.save_created(unit)
         return unit.item
 
     def update_contract(
