@@ -40,6 +40,7 @@ from workcenter.adapters.worker import default_name, load_executor, run_worker
 from workcenter.adapters.worker_run import StopSignals
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain import bounds
+from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import InvalidInput, WorkcenterError
 from workcenter.domain.work_item import WorkItemStatus
@@ -235,19 +236,12 @@ def show(ctx: click.Context, item_id: str, as_json: bool, state: bool) -> None:
         else:
             item = wc.work_item(work_item_id(wc, item_id))
             detail = presenters.detail_json(wc, item)
-            coordinator = _coordinator_state(wc, item.id)
+            waits = None if as_json else _waiting_to_be_planned(wc, item)
     if as_json:
         _emit_json(detail if state else dto)
     else:
         console.print(cli_tables.item_table(detail))
-        _say_what_next(
-            ctx,
-            item.id,
-            detail["item"]["status"],
-            detail["item"]["mode"],
-            detail["actions"],
-            coordinator,
-        )
+        _say_what_next(ctx, item.id, waits)
 
 
 @cli.command()
@@ -422,25 +416,28 @@ def resume(
             actor=actor,
         )
         snapshot = presenters.budget_json(wc, item.id)
-        coordinator = _coordinator_state(wc, item.id)
+        waits = None if as_json else _waiting_to_be_planned(wc, item)
     if as_json:
         _emit_json({"item": presenters.item_json(item), "budget": snapshot})
     else:
         console.print(f"resumed: WorkItem is {item.status} (version {item.version})")
-        _say_what_next(
-            ctx,
-            item.id,
-            item.status,
-            item.mode,
-            [{"status": e.status} for e in item.plan],
-            coordinator,
-        )
+        _say_what_next(ctx, item.id, waits)
 
 
-def _coordinator_state(wc: WorkCenter, item_id: UUID) -> Literal["due", "failed", "idle"]:
-    """Whether the item's Coordinator has a wake to take (an open mailbox entry), and
-    if not, whether its last turn failed: a permanent failure is not retried (ADR-0023)."""
-    conversation = wc.conversation(item_id)
+CoordinatorState = Literal["due", "failed", "idle"]
+
+
+def _waiting_to_be_planned(wc: WorkCenter, item: wi.WorkItemState) -> CoordinatorState | None:
+    """For a dynamic item running with no open Action (a resume supersedes the stopped
+    ones), which waits for its next Actions to be planned: whether its Coordinator has
+    a wake to take (an open mailbox entry), or else whether its last turn failed (a
+    permanent failure is not retried, ADR-0023). None for any other item: its
+    Conversation is not read."""
+    if item.mode != "dynamic" or item.status != "running":
+        return None
+    if any(entry.status in ("ready", "running", "waiting") for entry in item.plan):
+        return None
+    conversation = wc.conversation(item.id)
     if conversation is None:
         return "idle"
     if conversation.open_entries():
@@ -450,28 +447,18 @@ def _coordinator_state(wc: WorkCenter, item_id: UUID) -> Literal["due", "failed"
     return "failed" if turn is not None and turn.status == "failed" else "idle"
 
 
-def _say_what_next(
-    ctx: click.Context,
-    item_id: UUID,
-    status: str,
-    mode: str,
-    actions: list[dict[str, Any]],
-    coordinator: Literal["due", "failed", "idle"],
-) -> None:
-    """A dynamic item that is running with no open Action waits for its next Actions to
-    be planned (a resume supersedes the stopped ones): say so, or it looks stuck; send
-    the user to `coordinate` only when a step is due, else it would step nothing."""
-    if mode != "dynamic" or status != "running":
-        return
-    if any(a["status"] in ("ready", "running", "waiting") for a in actions):
+def _say_what_next(ctx: click.Context, item_id: UUID, waits: CoordinatorState | None) -> None:
+    """Say what an item waiting to be planned waits for, or it looks stuck; send the
+    user to `coordinate` only when a step is due, else it would step nothing."""
+    if waits is None:
         return
     message = f"`{command_hint(ctx, 'message', str(item_id), 'TEXT')}`"
-    if coordinator == "due":
+    if waits == "due":
         what = (
             f"run `{command_hint(ctx, 'coordinate')}` (or a worker), or say what to do"
             f" with {message}"
         )
-    elif coordinator == "failed":
+    elif waits == "failed":
         what = (
             "its Coordinator's last turn failed and is not retried"
             f" (`{command_hint(ctx, 'conversation', str(item_id))}` says why); say what to do"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import partial
+from itertools import chain
 from typing import Any, TypeVar, cast
 from uuid import UUID
 
@@ -198,19 +199,18 @@ class Repository:
         version. A version the events do not reach is left out."""
         if not versions:
             return {}
+        events = iter(self.store.events.get(stream_id, lte=max(versions)))
+        first = next(events, None)
+        project = next(
+            (p for kind, p in self._projectors_by_event if isinstance(first, kind)), None
+        )
+        if first is None or project is None:
+            return {}  # no events, or no aggregate's stream: nothing a snapshot could equal
         folds: dict[int, Any] = {}
         state: Any = None
-        project: Projector | None = None
         wanted = set(versions)
         try:
-            for event in self.store.events.get(stream_id, lte=max(versions)):
-                if project is None:
-                    project = next(
-                        (p for kind, p in self._projectors_by_event if isinstance(event, kind)),
-                        None,
-                    )
-                    if project is None:
-                        return {}  # no aggregate's stream: nothing a snapshot could equal
+            for event in chain((first,), events):
                 state = project(state, (event,))
                 if event.originator_version in wanted:
                     folds[event.originator_version] = state

@@ -63,14 +63,17 @@ class BudgetCommands:
             raise InvalidInput(f"kind must be action or coordinator, not {kind!r}")
         run_id = inputs.optional_id(run_id, "Run")
         ref = None if run is None else run_ref(run)
-        if (ref is not None or run_id is not None) and kind != "action":
+        if (ref is not None or run_id is not None) and (
+            kind != "action" or (ref is not None and run_id not in (None, ref.run_id))
+        ):
             raise InvalidInput("a Run's request is of kind action, with that Run's id")
         if ref is not None:
-            if run_id not in (None, ref.run_id):
-                raise InvalidInput("a Run's request is of kind action, with that Run's id")
             run_id = ref.run_id
-        elif run_id is not None:
-            self._own_run(work_item_id, run_id)
+        elif run_id is not None and not self.repo.has_run(work_item_id, run_id):
+            # Unfenced, unlike the Claim's form: any Run of the item's Actions, live or
+            # ended; a made-up id, the item's own or another item's Run was once recorded
+            # on the ledger as the request's Run. A Run, once claimed, is never removed.
+            raise NotFound("Run", run_id)
         if request_id is not None:
             request_id = inputs.text(request_id, "request_id", bounds.REQUEST_ID)
         default = actors.COORDINATOR if kind == "coordinator" else actors.USER
@@ -93,15 +96,6 @@ class BudgetCommands:
             )
 
         return self._admit(work_item_id, reserve, by)
-
-    def _own_run(self, work_item_id: UUID, run_id: UUID) -> None:
-        """``NotFound`` unless ``run_id`` names a Run of one of the item's Actions (a
-        made-up id, the item's own, another item's Run: each was once recorded on the
-        ledger as the request's Run). Checked once, before the write: a Run, once
-        claimed, is never removed. Unfenced, unlike ``run=``: any of its Runs, live or
-        ended."""
-        if not self.repo.has_run(work_item_id, run_id):
-            raise NotFound("Run", run_id)
 
     def _fence(self, work_item_id: UUID, ref: act.RunRef, at: datetime) -> None:
         """``StaleRun`` unless the Run is live (LRF+, ADR-0049): it is read in the
