@@ -18,9 +18,11 @@ code, run each from its own checkout and virtual environment, alternating.
 ``--per-command`` instead times each command of the cycle apart, the client's CPU and
 the wall clock, on PostgreSQL and then on a SQLite file with the same work, and on
 PostgreSQL the client CPU of a command's parts: its write's exchange (psycopg's
-pipeline exit: the sync and the answers), its statements (psycopg's ``execute``,
-parameters dumped; outside a pipeline the round trip's own CPU too), the detail view's
-rows built before the write, and the pool (ADR-0087).
+pipeline exit: the sync and the answers; or the wire's, ADR-0104), its statements
+(psycopg's ``execute``, parameters dumped; outside a pipeline the round trip's own CPU
+too), the detail view's rows built before the write, and the pool (ADR-0087).
+``--psycopg-writes`` sends the one-exchange writes through psycopg's cursors, as before
+ADR-0104.
 """
 
 from __future__ import annotations
@@ -102,11 +104,13 @@ def counting_parts() -> Iterator[None]:
     """Count into ``PARTS`` the client CPU spent in the parts of a PostgreSQL command."""
     from psycopg import _pipeline
 
+    from workcenter.adapters import postgres_wire
     from workcenter.projections import inline
 
     wrapped = [
         (psycopg.Cursor, "execute", "statements (execute; alone, its exchange too)"),
         (_pipeline.Pipeline, "__exit__", "pipelined exchanges (sync, answers)"),
+        (postgres_wire, "send", "a write's exchange on the wire (sent, answers; ADR-0104)"),
         (inline.InlineWrite, "streams_ahead", "detail rows built before the write"),
         (inline.InlineWrite, "prebuilt_write", "the write's rows assembled"),
         (psycopg_pool.ConnectionPool, "getconn", "the pool"),
@@ -198,6 +202,11 @@ def main() -> None:
         "--two-exchange", action="store_true", help="every write the ADR-0051 way (ADR-0070)"
     )
     parser.add_argument(
+        "--psycopg-writes",
+        action="store_true",
+        help="each one-exchange write through psycopg's cursors, not the wire (ADR-0104)",
+    )
+    parser.add_argument(
         "--per-command", action="store_true", help="each command timed apart, and on SQLite"
     )
     args = parser.parse_args()
@@ -212,6 +221,8 @@ def main() -> None:
         recorder: Any = wc.store.recorder
         if args.two_exchange:
             recorder.one_exchange = False
+        if args.psycopg_writes:
+            recorder.wire = False
         for _ in range(20):
             cycle(wc)
         holds: list[tuple[float, float]] = []

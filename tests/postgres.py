@@ -79,18 +79,28 @@ def fresh_schema(prefix: str = "wct") -> Iterator[str]:
 
 @contextmanager
 def statements() -> Iterator[list[tuple[Any, Any]]]:
-    """Every statement psycopg executes meanwhile, with its parameters, in order."""
+    """Every statement psycopg executes or a write's batch takes for the wire
+    (ADR-0104) meanwhile, with its parameters, in order."""
     import psycopg
+
+    from workcenter.adapters import postgres_wire
 
     sent: list[tuple[Any, Any]] = []
     execute = psycopg.Cursor.execute
+    add = postgres_wire.Batch.add
 
     def recording(self: psycopg.Cursor[Any], query: Any, params: Any = None, **kw: Any) -> Any:
         sent.append((query, params))
         return execute(self, query, params, **kw)
 
+    def taken(self: postgres_wire.Batch, statement: Any, query: str, params: Any) -> None:
+        sent.append((query, params))
+        add(self, statement, query, params)
+
     psycopg.Cursor.execute = recording  # type: ignore[method-assign]
+    postgres_wire.Batch.add = taken  # type: ignore[method-assign]
     try:
         yield sent
     finally:
         psycopg.Cursor.execute = execute  # type: ignore[method-assign]
+        postgres_wire.Batch.add = add  # type: ignore[method-assign]

@@ -197,9 +197,7 @@ def test_a_failed_statement_raises_its_own_error_however_the_answers_arrive(
     assert_views_equal_a_rebuild(wc)
 
 
-def test_a_write_is_its_call_its_rows_and_its_commit(
-    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_write_is_its_call_its_rows_and_its_commit(wc: WorkCenter) -> None:
     """The library's lock timeout, lock, notify and insert are done by the one call
     (ADR-0075), and each view's row is one statement: a renewal sends BEGIN, the call,
     the work queue's row, the detail view's marker (ADR-0076) and COMMIT (8 statements
@@ -207,17 +205,16 @@ def test_a_write_is_its_call_its_rows_and_its_commit(
     their item's queue row once (ADR-0087; twice before, its status and its update
     time)."""
     create_linear(wc, stages=("implement",))
-    sent: list[str] = []
-    execute = psycopg.Cursor.execute
-
-    def spy(self: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
-        text = query if isinstance(query, str) else query.as_string(self)
-        sent.append(" ".join(text.split("(")[0].split()[:3]).upper())
-        return execute(self, query, *args, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", spy)
-    claimed = wc.claim_next("worker-1")
-    assert claimed is not None
+    with postgres.statements() as seen:
+        claimed = wc.claim_next("worker-1")
+        assert claimed is not None
+        sent = _heads(seen)
+        seen.clear()
+        wc.renew_lease(claimed)
+        renewed = _heads(seen)
+        seen.clear()
+        wc.finish_run(claimed, report())
+        finished = _heads(seen)
     # After the claim's reads (its candidate, then the Action, item and ledger).
     assert sent[sent.index("BEGIN", 1) :] == [
         "BEGIN",
@@ -229,20 +226,16 @@ def test_a_write_is_its_call_its_rows_and_its_commit(
         "COMMIT",
         "COMMIT",  # the claim's read, which held its candidate (ADR-0054)
     ], sent
-    sent.clear()
-    wc.renew_lease(claimed)
     # The write alone: the renewal is decided on the Action the claim left in the
     # worker's cache, unread (ADR-0078; a read of it went first before).
-    assert sent == [
+    assert renewed == [
         "BEGIN",
         "SELECT * FROM",
         "UPDATE WQ_RUNS SET",
         "INSERT INTO DV_DETAILS",
         "COMMIT",
-    ], sent
-    sent.clear()
-    wc.finish_run(claimed, report())
-    assert sent == [
+    ], renewed
+    assert finished == [
         "BEGIN",
         "SELECT * FROM",
         "DELETE FROM WQ_RUNS",
@@ -251,7 +244,13 @@ def test_a_write_is_its_call_its_rows_and_its_commit(
         "UPDATE MB_ITEMS SET",  # the item's turns gated off: it is done
         "INSERT INTO DV_DETAILS",
         "COMMIT",
-    ], sent
+    ], finished
+
+
+def _heads(seen: list[tuple[Any, Any]]) -> list[str]:
+    """Each statement's first words, up to a parenthesis, in capitals."""
+    texts = [q if isinstance(q, str) else q.as_string() for q, _ in seen]
+    return [" ".join(t.split("(")[0].split()[:3]).upper() for t in texts]
 
 
 def test_a_lost_race_through_the_call_is_the_librarys_integrity_error(

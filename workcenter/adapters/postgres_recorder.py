@@ -22,7 +22,7 @@ from eventsourcing.persistence import InterfaceError, Notification, OperationalE
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.utils import retry
 
-from workcenter.adapters import postgres_write
+from workcenter.adapters import postgres_wire, postgres_write
 from workcenter.adapters.postgres_chain import PostgresChainTable
 from workcenter.adapters.recorders import INLINE_WRITE, SNAPSHOTS, SnapshotWrite
 from workcenter.projections import inline as inline_views
@@ -53,6 +53,9 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
     # A write whose rows were all built before the lock goes to the server in one
     # exchange (ADR-0070); off, every write takes the two-exchange way (for comparing).
     one_exchange = True
+    # One-exchange writes sent on libpq's pipeline past psycopg's cursors (ADR-0104); off,
+    # with psycopg's (for comparing).
+    wire = True
     # One-exchange writes the server sent back to the two-exchange way (ADR-0070).
     fallbacks = 0
 
@@ -181,6 +184,14 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
         the rows did not see (``FALLBACK``): the transaction is rolled back and the caller
         writes the two-exchange way."""
         started = time.time()  # the wall clock: compared with the server's, on this machine
+        snapshots: SnapshotWrite | None = kwargs.get(SNAPSHOTS)
+        if self.wire and snapshots is None and postgres_wire.usable(conn):
+            try:
+                batch, call, released = self._batch(stored_events, once)
+            except postgres_wire.Unencodable:
+                pass  # a parameter the wire does not send: psycopg's cursors do
+            else:
+                return self._sent(conn, started, batch, call, released)
         try:
             with conn.pipeline(), postgres_write.held_back(conn):
                 postgres_write.send_begin(conn.cursor(), self.synchronous_commit)
@@ -193,7 +204,6 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
                     self.chained,
                     once,
                 )
-                snapshots: SnapshotWrite | None = kwargs.get(SNAPSHOTS)
                 if snapshots is not None:
                     snapshots.recorder._insert_stored_events(conn.cursor(), snapshots.stored)  # type: ignore[attr-defined]
                 conn.cursor().execute("COMMIT")
@@ -219,6 +229,53 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
             raise
         answer = call.fetchone()
         if self.lock_holds is not None:
+            self._hold(started, answer["started"], released.fetchone()["t"])
+        return list(answer["ids"])
+
+    def _batch(
+        self, stored_events: Sequence[StoredEvent], once: Prebuilt
+    ) -> tuple[postgres_wire.Batch, Any, Any]:
+        """The one-exchange write's statements, collected for the wire (ADR-0104): the
+        same statements, in the same order, as ``_write_once`` sends with psycopg's; with
+        the statements whose answers are read (the call, and the clock after the commit
+        when holds are timed)."""
+        batch = postgres_wire.Batch()
+        postgres_write.send_begin(batch.cursor(), self.synchronous_commit)
+        call = postgres_write.send(
+            batch,
+            self.datastore.schema,
+            self.events_table_name,
+            stored_events,
+            self.datastore.lock_timeout,
+            self.chained,
+            once,
+        )
+        batch.cursor().execute("COMMIT")
+        released = None
+        if self.lock_holds is not None:
+            released = batch.cursor().execute(postgres_write.CLOCK)
+        postgres_write.send_flush(batch.cursor(), self.synchronous_commit)
+        return batch, call, released
+
+    def _sent(
+        self, conn: Any, started: float, batch: postgres_wire.Batch, call: Any, released: Any
+    ) -> Sequence[int] | None:
+        """Send a batch collected by ``_batch``; as ``_write_once`` from there."""
+        try:
+            postgres_wire.send(conn, batch)
+        except psycopg.Error as error:
+            sql.roll_back(conn)
+            if error.sqlstate == postgres_write.CUT:
+                raise hash_chain.HistoryConflict(error.diag.message_primary or str(error)) from None
+            if error.sqlstate == postgres_write.FALLBACK:
+                self.fallbacks += 1
+                return None
+            raise
+        except BaseException:
+            sql.roll_back(conn)
+            raise
+        answer = call.fetchone()
+        if released is not None:
             self._hold(started, answer["started"], released.fetchone()["t"])
         return list(answer["ids"])
 

@@ -1,0 +1,277 @@
+"""A one-exchange write sent on libpq's own pipeline, past psycopg's cursors (ADR-0104).
+
+psycopg turns each statement into a query object, adapts its parameters through its
+adapters map, manages its prepared statements and keeps a cursor's results, all in
+Python: about 35 us of a client's CPU a statement on the benchmark machine, and a write
+sends five to eight of them. A write's statements are few and of a few kinds, so here
+they are collected by a stand-in for psycopg's connection and cursors (``Batch``, which
+``postgres_write.send`` and the views' ``rows_of`` write into as they would into
+psycopg's), their parameters encoded by ``encode`` (the types a write sends), and the
+batch sent with libpq's pipeline calls on the connection psycopg holds, driven by
+psycopg's own generators and wait (so round trips are counted, and a lost connection
+raises psycopg's ``OperationalError``, as before).
+
+A statement whose parameters ``encode`` does not know raises ``Unencodable`` while the
+batch is collected, before anything is sent: the recorder then writes with psycopg's
+cursors. Statements are prepared once per connection under names of their own; a
+connection whose prepared statements were dropped (psycopg sends ``DEALLOCATE ALL``
+after a ``ROLLBACK`` it ran) answers "does not exist", and the batch is sent again,
+prepared afresh (``send``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import struct
+import weakref
+from collections.abc import Generator, Sequence
+from typing import Any, Final
+from uuid import UUID
+
+from psycopg import errors, generators, pq
+
+_EXEC: Final = pq.ExecStatus
+# SQLSTATE of "prepared statement ... does not exist".
+_NOT_PREPARED: Final = "26000"
+
+# Type oids of what ``encode`` sends (PostgreSQL's catalogue, stable across versions).
+_BOOL, _BYTEA, _INT8, _FLOAT8, _TEXT, _UUID = 16, 17, 20, 701, 25, 2950
+_ARRAY_OF: Final = {_BYTEA: 1001, _INT8: 1016, _TEXT: 1009, _UUID: 2951}
+_TEXT_FORMAT, _BINARY_FORMAT = 0, 1
+_INT4: Final = struct.Struct("!i")
+_INT8_BYTES: Final = struct.Struct("!q")
+
+
+class Unencodable(TypeError):
+    """A parameter of a type the wire write does not send: write with psycopg's cursors."""
+
+
+Encoded = tuple[bytes | None, int, int]  # value, type oid, format
+
+
+def _element(value: Any) -> tuple[int, bytes]:
+    if isinstance(value, UUID):
+        return _UUID, value.bytes
+    if isinstance(value, bool):
+        raise Unencodable("a list of booleans")
+    if isinstance(value, int):
+        return _INT8, _INT8_BYTES.pack(value)
+    if isinstance(value, str):
+        return _TEXT, value.encode()
+    if isinstance(value, bytes | bytearray | memoryview):
+        return _BYTEA, bytes(value)
+    raise Unencodable(f"a list of {type(value).__name__}")
+
+
+def _array(values: Sequence[Any]) -> Encoded:
+    """A one-dimensional array in PostgreSQL's binary format; an empty one as text, its
+    type left to the server (no element to name it by)."""
+    if not values:
+        return b"{}", 0, _TEXT_FORMAT
+    oid = None
+    parts = []
+    for value in values:
+        if value is None:
+            parts.append(_INT4.pack(-1))
+            continue
+        element_oid, data = _element(value)
+        if oid is None:
+            oid = element_oid
+        elif oid != element_oid:
+            raise Unencodable("a list of mixed types")
+        parts.append(_INT4.pack(len(data)) + data)
+    if oid is None:
+        raise Unencodable("a list of nulls")
+    has_null = int(any(v is None for v in values))
+    header = struct.pack("!iiiii", 1, has_null, oid, len(values), 1)
+    return header + b"".join(parts), _ARRAY_OF[oid], _BINARY_FORMAT
+
+
+def encode(value: Any) -> Encoded:
+    """A parameter as psycopg would send it: str as "unknown" (the server infers its
+    type from the statement), the rest typed."""
+    if value is None:
+        return None, 0, _TEXT_FORMAT
+    if isinstance(value, str):
+        return value.encode(), 0, _TEXT_FORMAT
+    if isinstance(value, bool):
+        return (b"t" if value else b"f"), _BOOL, _TEXT_FORMAT
+    if isinstance(value, int):
+        return str(value).encode(), _INT8, _TEXT_FORMAT
+    if isinstance(value, float):
+        return repr(value).encode(), _FLOAT8, _TEXT_FORMAT
+    if isinstance(value, UUID):
+        return value.bytes, _UUID, _BINARY_FORMAT
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value), _BYTEA, _BINARY_FORMAT
+    if isinstance(value, list | tuple):
+        return _array(value)
+    raise Unencodable(type(value).__name__)
+
+
+_PLACEHOLDER: Final = re.compile(r"%.?", re.DOTALL)
+
+
+def _numbered(query: str) -> bytes:
+    """psycopg's ``%s`` placeholders as ``$1``, ``$2``, ... (``%%`` is a percent sign);
+    any other (``%b``, ``%t``, ``%(name)s``) is psycopg's to send."""
+    count = 0
+
+    def number(match: re.Match[str]) -> str:
+        nonlocal count
+        if match.group() == "%%":
+            return "%"
+        if match.group() != "%s":
+            raise Unencodable(f"the placeholder {match.group()!r}")
+        count += 1
+        return f"${count}"
+
+    return _PLACEHOLDER.sub(number, query).encode()
+
+
+def usable(conn: Any) -> bool:
+    """Whether the wire may write on ``conn``: its text is sent in UTF-8, which must be
+    the connection's client encoding (it is unless an operator set another)."""
+    return bool(conn.info.encoding == "utf-8")
+
+
+class _Statement:
+    """One statement of a batch, and after the exchange its answer: the cursor a caller
+    of ``execute`` holds."""
+
+    def __init__(self, batch: Batch) -> None:
+        self._batch = batch
+        self.row_factory: Any = None  # set by sql.PortableCursor; rows here are dicts
+        self.result: pq.abc.PGresult | None = None
+
+    def execute(self, query: Any, params: Sequence[Any] | None = None, **_: Any) -> _Statement:
+        if not isinstance(query, str):
+            raise Unencodable("a composed query")
+        self._batch.add(self, query, params or ())
+        return self
+
+    def fetchone(self) -> dict[str, Any] | None:
+        result = self.result
+        if result is None:
+            raise RuntimeError("the statement's answer is read after the exchange")
+        if result.ntuples == 0:
+            return None
+        return {
+            (result.fname(i) or b"").decode(): _decoded(result.get_value(0, i), result.ftype(i))
+            for i in range(result.nfields)
+        }
+
+
+def _decoded(value: bytes | None, oid: int) -> Any:
+    """An answer's value in text format, of the types a write reads back."""
+    if value is None:
+        return None
+    text = value.decode()
+    if oid == _ARRAY_OF[_INT8]:
+        return [int(part) for part in text[1:-1].split(",") if part]
+    if oid == _INT8:
+        return int(text)
+    return float(text) if oid in (_FLOAT8, 1700) else text
+
+
+# Each connection's prepared statements: query and parameter types -> name. Keyed by the
+# libpq connection: a connection the pool replaces starts empty. Names are never used
+# twice in a process: a statement forgotten here may still be prepared on the server.
+_PREPARED: weakref.WeakKeyDictionary[Any, dict[tuple[bytes, tuple[int, ...]], bytes]] = (
+    weakref.WeakKeyDictionary()
+)
+_NAMES: Final = itertools.count()
+
+
+class Batch:
+    """Stands in for a psycopg connection while a write's statements are collected."""
+
+    def __init__(self) -> None:
+        self.statements: list[tuple[_Statement, bytes, list[Encoded]]] = []
+        self._queries: dict[str, bytes] = {}
+
+    def cursor(self) -> _Statement:
+        return _Statement(self)
+
+    def add(self, statement: _Statement, query: str, params: Sequence[Any]) -> None:
+        numbered = self._queries.get(query)
+        if numbered is None:
+            numbered = self._queries[query] = _numbered(query)
+        self.statements.append((statement, numbered, [encode(p) for p in params]))
+
+
+def send(conn: Any, batch: Batch) -> None:
+    """Send ``batch`` on ``conn`` in one exchange and give each statement its answer;
+    raise the first failed statement's error (psycopg's class for its SQLSTATE). A
+    statement prepared before but dropped since is prepared again, once."""
+    try:
+        _send_once(conn, batch)
+    except errors.Error as error:
+        if error.sqlstate != _NOT_PREPARED:
+            raise
+        _PREPARED.pop(conn.pgconn, None)
+        _roll_back(conn)
+        _send_once(conn, batch)
+
+
+def _roll_back(conn: Any) -> None:
+    if conn.pgconn.transaction_status == pq.TransactionStatus.INERROR:
+        conn.pgconn.send_query(b"ROLLBACK")
+        conn.wait(generators.execute(conn.pgconn))
+
+
+def _send_once(conn: Any, batch: Batch) -> None:
+    pgconn = conn.pgconn
+    prepared = _PREPARED.setdefault(pgconn, {})
+    # Whose answer each answer is, in order: a Parse's (None) or a statement's.
+    answering: list[_Statement | None] = []
+    pgconn.enter_pipeline_mode()
+    try:
+        for statement, query, params in batch.statements:
+            oids = tuple(oid for _, oid, _ in params)
+            name = prepared.get((query, oids))
+            if name is None:
+                name = f"wc_{next(_NAMES)}".encode()
+                pgconn.send_prepare(name, query, param_types=oids)
+                prepared[(query, oids)] = name
+                answering.append(None)
+            answering.append(statement)
+            pgconn.send_query_prepared(
+                name,
+                [value for value, _, _ in params],
+                param_formats=[form for _, _, form in params],
+            )
+        pgconn.pipeline_sync()
+        answers = conn.wait(_exchange(pgconn))
+    except BaseException:
+        # The names sent with this batch may not have been prepared: forget them all.
+        _PREPARED.pop(pgconn, None)
+        raise
+    finally:
+        if pgconn.pipeline_status != pq.PipelineStatus.OFF:
+            try:
+                pgconn.exit_pipeline_mode()
+            except errors.Error:
+                # Answers still unread (the exchange was interrupted) or a broken
+                # connection: closed, the pool discards it rather than lend it half-read.
+                conn.close()
+    failed = [a for a in answers if a.status == _EXEC.FATAL_ERROR]
+    if failed:
+        _PREPARED.pop(pgconn, None)
+        raise errors.error_from_result(failed[0], encoding=conn.info.encoding)
+    for answerer, answer in zip(answering, answers, strict=True):
+        if answerer is not None:
+            answerer.result = answer
+
+
+def _exchange(pgconn: Any) -> Generator[Any, Any, list[Any]]:
+    """Flush what was sent, then take every answer up to the sync's."""
+    yield from generators.send(pgconn)
+    answers: list[Any] = []
+    while True:
+        results = yield from generators.fetch_many(pgconn)
+        for result in results:
+            if result.status == _EXEC.PIPELINE_SYNC:
+                return answers
+            answers.append(result)
