@@ -21,8 +21,8 @@ PostgreSQL the client CPU of a command's parts: its write's exchange (psycopg's
 pipeline exit: the sync and the answers; or the wire's, ADR-0104), its statements
 (psycopg's ``execute``, parameters dumped; outside a pipeline the round trip's own CPU
 too), the detail view's rows built before the write, and the pool (ADR-0087).
-``--psycopg-writes`` sends the one-exchange writes through psycopg's cursors, as before
-ADR-0104.
+``--no-wire`` sends the one-exchange writes and the streams' reads through psycopg's
+cursors, as before ADR-0104.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def counting_parts() -> Iterator[None]:
     wrapped = [
         (psycopg.Cursor, "execute", "statements (execute; alone, its exchange too)"),
         (_pipeline.Pipeline, "__exit__", "pipelined exchanges (sync, answers)"),
-        (postgres_wire, "send", "a write's exchange on the wire (sent, answers; ADR-0104)"),
+        (postgres_wire, "send", "exchanges on the wire (writes, streams read; ADR-0104)"),
         (inline.InlineWrite, "streams_ahead", "detail rows built before the write"),
         (inline.InlineWrite, "prebuilt_write", "the write's rows assembled"),
         (psycopg_pool.ConnectionPool, "getconn", "the pool"),
@@ -202,9 +202,10 @@ def main() -> None:
         "--two-exchange", action="store_true", help="every write the ADR-0051 way (ADR-0070)"
     )
     parser.add_argument(
-        "--psycopg-writes",
+        "--no-wire",
         action="store_true",
-        help="each one-exchange write through psycopg's cursors, not the wire (ADR-0104)",
+        help="the one-exchange writes and the streams' reads through psycopg's cursors,"
+        " not the wire (ADR-0104)",
     )
     parser.add_argument(
         "--per-command", action="store_true", help="each command timed apart, and on SQLite"
@@ -221,7 +222,7 @@ def main() -> None:
         recorder: Any = wc.store.recorder
         if args.two_exchange:
             recorder.one_exchange = False
-        if args.psycopg_writes:
+        if args.no_wire:
             recorder.wire = False
         for _ in range(20):
             cycle(wc)

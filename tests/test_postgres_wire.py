@@ -173,11 +173,13 @@ def test_an_interrupted_exchange_closes_its_connection(
 
 @pytest.fixture
 def wire_sends(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The statements of each write (a batch that begins a transaction) sent on the wire."""
     sends: list[int] = []
     send = postgres_wire.send
 
     def spy(conn: Any, batch: postgres_wire.Batch) -> None:
-        sends.append(len(batch.statements))
+        if batch.statements[0][1] == b"BEGIN":
+            sends.append(len(batch.statements))
         send(conn, batch)
 
     monkeypatch.setattr(postgres_wire, "send", spy)
@@ -211,3 +213,17 @@ def test_a_write_the_wire_cannot_send_goes_by_psycopg(
     assert wc.detail(item.id)["status"] == "done"  # type: ignore[index]
     assert wc.maintenance.verify_history().ok
     assert_views_equal_a_rebuild(wc)
+
+
+def test_streams_read_on_the_wire_are_those_psycopg_reads(wc: WorkCenter) -> None:
+    first, second = create_linear(wc, title="first"), create_linear(wc, title="second")
+    claimed = wc.claim_next("worker-1")
+    assert claimed is not None
+    wc.finish_run(claimed, report())
+    recorder: Any = wc.store.recorder
+    after = [(first.id, 0), (second.id, 1), (claimed.action_id, 0), (uuid.uuid4(), 0)]
+    on_the_wire = recorder.select_streams_after(after)
+    recorder.wire = False
+    assert on_the_wire == recorder.select_streams_after(after)
+    assert [len(events) for events in on_the_wire][-1] == 0
+    assert all(on_the_wire[:3])

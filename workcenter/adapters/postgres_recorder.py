@@ -12,6 +12,7 @@ connection and before the one commit, does the rest of the command's writing.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -314,10 +315,19 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
         one snapshot): the SQLite twin's port (``StreamsAfter``), so a command's cached
         aggregates are brought up to date together (ADR-0051). A stream asked for after
         version 0 starts at its newest snapshot, if it has one (ADR-0069). The streams are
-        distinct, as the repository asks for them."""
-        with self.datastore.get_connection() as conn, conn.cursor() as curs:
-            self.send_streams_after(curs, after)
-            return [events for events, _ in _take_streams(curs, after)]
+        distinct, as the repository asks for them. Sent on the wire where it can be
+        (ADR-0104)."""
+        with self.datastore.get_connection() as conn:
+            if self.wire and postgres_wire.usable(conn):
+                batch = postgres_wire.Batch()
+                read = batch.cursor()
+                with contextlib.suppress(postgres_wire.Unencodable):
+                    self.send_streams_after(read, after)
+                    postgres_wire.send(conn, batch)
+                    return [events for events, _ in _take_streams(read, after)]
+            with conn.cursor() as curs:
+                self.send_streams_after(curs, after)
+                return [events for events, _ in _take_streams(curs, after)]
 
     def send_streams_after(
         self, curs: Any, after: Sequence[tuple[UUID, int]], *, newest: bool = False

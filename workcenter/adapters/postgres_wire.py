@@ -21,11 +21,13 @@ prepared afresh (``send``).
 
 from __future__ import annotations
 
+import binascii
+import functools
 import itertools
 import re
 import struct
 import weakref
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, Final
 from uuid import UUID
 
@@ -91,6 +93,10 @@ def _array(values: Sequence[Any]) -> Encoded:
 def encode(value: Any) -> Encoded:
     """A parameter as psycopg would send it: str as "unknown" (the server infers its
     type from the statement), the rest typed."""
+    by_type = _BY_TYPE.get(type(value))
+    if by_type is not None:
+        return by_type(value)
+    # Subclasses (a str enum's member, say), as psycopg adapts them: by their base.
     if value is None:
         return None, 0, _TEXT_FORMAT
     if isinstance(value, str):
@@ -110,9 +116,22 @@ def encode(value: Any) -> Encoded:
     raise Unencodable(type(value).__name__)
 
 
+# The common types by their exact type (bool is not int here), without isinstance's walk.
+_BY_TYPE: Final[dict[type, Callable[[Any], Encoded]]] = {
+    type(None): lambda _: (None, 0, _TEXT_FORMAT),
+    str: lambda v: (v.encode(), 0, _TEXT_FORMAT),
+    bool: lambda v: ((b"t" if v else b"f"), _BOOL, _TEXT_FORMAT),
+    int: lambda v: (str(v).encode(), _INT8, _TEXT_FORMAT),
+    float: lambda v: (repr(v).encode(), _FLOAT8, _TEXT_FORMAT),
+    UUID: lambda v: (v.bytes, _UUID, _BINARY_FORMAT),
+    bytes: lambda v: (v, _BYTEA, _BINARY_FORMAT),
+    list: _array,
+}
+
 _PLACEHOLDER: Final = re.compile(r"%.?", re.DOTALL)
 
 
+@functools.lru_cache(maxsize=512)
 def _numbered(query: str) -> bytes:
     """psycopg's ``%s`` placeholders as ``$1``, ``$2``, ... (``%%`` is a percent sign);
     any other (``%b``, ``%t``, ``%(name)s``) is psycopg's to send."""
@@ -152,27 +171,52 @@ class _Statement:
         return self
 
     def fetchone(self) -> dict[str, Any] | None:
+        """The answer's first row, by column name."""
+        rows = self.fetchall()
+        return rows[0] if rows else None
+
+    def fetchall(self) -> list[dict[str, Any]]:
+        """The answer's rows, by column name, their values as psycopg loads them."""
         result = self.result
         if result is None:
             raise RuntimeError("the statement's answer is read after the exchange")
-        if result.ntuples == 0:
-            return None
-        return {
-            (result.fname(i) or b"").decode(): _decoded(result.get_value(0, i), result.ftype(i))
-            for i in range(result.nfields)
-        }
+        columns = range(result.nfields)
+        names = [(result.fname(i) or b"").decode() for i in columns]
+        loaders = [_loader(result.ftype(i)) for i in columns]
+        rows = []
+        for row in range(result.ntuples):
+            values = [result.get_value(row, i) for i in columns]
+            rows.append(
+                {
+                    name: None if value is None else load(value)
+                    for name, load, value in zip(names, loaders, values, strict=True)
+                }
+            )
+        return rows
 
 
-def _decoded(value: bytes | None, oid: int) -> Any:
-    """An answer's value in text format, of the types a write reads back."""
-    if value is None:
-        return None
-    text = value.decode()
-    if oid == _ARRAY_OF[_INT8]:
-        return [int(part) for part in text[1:-1].split(",") if part]
-    if oid == _INT8:
-        return int(text)
-    return float(text) if oid in (_FLOAT8, 1700) else text
+# The types a write's answers and the reads sent on the wire hold, loaded from text as
+# psycopg loads them (an id as a UUID, bytea as bytes).
+_LOADERS: Final[dict[int, Callable[[bytes], Any]]] = {
+    _BOOL: lambda v: v == b"t",
+    _BYTEA: lambda v: binascii.unhexlify(v[2:]),
+    _INT8: int,
+    21: int,  # int2
+    23: int,  # int4
+    _TEXT: bytes.decode,
+    1043: bytes.decode,  # varchar
+    _UUID: lambda v: UUID(v.decode()),
+    _FLOAT8: float,
+    1700: lambda v: float(v),  # numeric: the server's clock, read as seconds
+    _ARRAY_OF[_INT8]: lambda v: [int(part) for part in v[1:-1].split(b",") if part],
+}
+
+
+def _loader(oid: int) -> Callable[[bytes], Any]:
+    loader = _LOADERS.get(oid)
+    if loader is None:
+        raise TypeError(f"the wire reads no column of type oid {oid}")
+    return loader
 
 
 # Each connection's prepared statements: query and parameter types -> name. Keyed by the
@@ -189,16 +233,12 @@ class Batch:
 
     def __init__(self) -> None:
         self.statements: list[tuple[_Statement, bytes, list[Encoded]]] = []
-        self._queries: dict[str, bytes] = {}
 
     def cursor(self) -> _Statement:
         return _Statement(self)
 
     def add(self, statement: _Statement, query: str, params: Sequence[Any]) -> None:
-        numbered = self._queries.get(query)
-        if numbered is None:
-            numbered = self._queries[query] = _numbered(query)
-        self.statements.append((statement, numbered, [encode(p) for p in params]))
+        self.statements.append((statement, _numbered(query), [encode(p) for p in params]))
 
 
 def send(conn: Any, batch: Batch) -> None:
