@@ -194,6 +194,40 @@ def print_per_command(url: str, n: int) -> None:
             print(f"          {cpu * 1000:.3f} ms  {part}")
 
 
+def alternate_wire(url: str, n: int, blocks: int) -> None:
+    """``n`` cycles in ``blocks`` blocks, the wire on in every other one, in one process
+    on one schema: the machine's drift between two runs (often more than the difference
+    measured) falls on both alike. Prints each side's client CPU and wall per cycle, and
+    the ratios of neighbouring blocks (median and range)."""
+    size = n // blocks
+    with (
+        seeded_schema(url, size * blocks + 20, "bench_cycle") as store,
+        WorkCenter.open(store, boot_id="worker", create=False) as wc,
+    ):
+        recorder: Any = wc.store.recorder
+        for _ in range(20):
+            cycle(wc)
+        spent: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
+        for block in range(blocks):
+            recorder.wire = block % 2 == 0
+            wall, cpu = time.perf_counter(), time.process_time()
+            for _ in range(size):
+                cycle(wc)
+            spent[recorder.wire].append(
+                ((time.process_time() - cpu) / size, (time.perf_counter() - wall) / size)
+            )
+    for name, index in (("client CPU", 0), ("wall", 1)):
+        on = [b[index] for b in spent[True]]
+        off = [b[index] for b in spent[False]]
+        ratios = sorted(a / b for a, b in zip(on, off, strict=False))
+        print(
+            f"{name}: wire {statistics.median(on) * 1000:.2f} ms,"
+            f" psycopg {statistics.median(off) * 1000:.2f} ms a cycle;"
+            f" wire / psycopg {statistics.median(ratios):.2f}"
+            f" ({ratios[0]:.2f}-{ratios[-1]:.2f}, {len(ratios)} pairs of {size} cycles)"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cycles", type=int, default=300)
@@ -210,10 +244,21 @@ def main() -> None:
     parser.add_argument(
         "--per-command", action="store_true", help="each command timed apart, and on SQLite"
     )
+    parser.add_argument(
+        "--alternate-wire",
+        type=int,
+        metavar="BLOCKS",
+        default=0,
+        help="run the cycles in BLOCKS blocks, the wire on and off in turn in one process,"
+        " and compare the two (ADR-0104)",
+    )
     args = parser.parse_args()
     n = args.cycles
     if args.per_command:
         print_per_command(args.postgres, n)
+        return
+    if args.alternate_wire:
+        alternate_wire(args.postgres, n, args.alternate_wire)
         return
     with (
         seeded_schema(args.postgres, n + 20, "bench_cycle") as store,

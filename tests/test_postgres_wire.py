@@ -114,10 +114,9 @@ def test_what_the_wire_does_not_send_is_refused_before_anything_is_sent() -> Non
         with pytest.raises(postgres_wire.Unencodable):
             postgres_wire.Batch().cursor().execute(query, (1,))
     # A percent sign doubled is one, as psycopg reads it.
-    assert (
-        postgres_wire.Batch().cursor().execute("SELECT '%%', %s", (1,))._batch.statements[0][1]
-        == b"SELECT '%', $1"
-    )
+    batch = postgres_wire.Batch()
+    batch.cursor().execute("SELECT '%%', %s", (1,))
+    assert batch.statements[0][1] == b"SELECT '%', $1"
 
 
 def test_a_connection_whose_client_encoding_is_not_utf8_is_written_by_psycopg(
@@ -173,12 +172,13 @@ def test_an_interrupted_exchange_closes_its_connection(
 
 @pytest.fixture
 def wire_sends(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The statements of each write (a batch that begins a transaction) sent on the wire."""
+    """The statements of each write (a batch that calls ``wc_write_events``) sent on the
+    wire."""
     sends: list[int] = []
     send = postgres_wire.send
 
     def spy(conn: Any, batch: postgres_wire.Batch) -> None:
-        if batch.statements[0][1] == b"BEGIN":
+        if any(b".wc_write_events(" in query for _, query, _ in batch.statements):
             sends.append(len(batch.statements))
         send(conn, batch)
 
@@ -227,3 +227,44 @@ def test_streams_read_on_the_wire_are_those_psycopg_reads(wc: WorkCenter) -> Non
     assert on_the_wire == recorder.select_streams_after(after)
     assert [len(events) for events in on_the_wire][-1] == 0
     assert all(on_the_wire[:3])
+
+
+def test_a_read_transaction_on_the_wire_sends_at_its_syncs(wc: WorkCenter) -> None:
+    datastore: Any = wc.store.recorder.datastore  # type: ignore[attr-defined]
+    an_id = uuid.uuid4()
+    with sql.read_pipeline(datastore) as read:
+        assert isinstance(read, postgres_wire.ReadExchange)
+        first = read.cursor().execute("SELECT ? AS x, ?::uuid AS u, now()::text AS t", (1, an_id))
+        series = read.cursor().execute("SELECT generate_series(1, 3) AS n")
+        read.sync()
+        row = first.fetchone()
+        assert (row["x"], row[1]) == (1, an_id.hex)  # as psycopg's portable rows are
+        assert first.fetchone() is None
+        assert [n for (n,) in series.fetchall()] == [1, 2, 3]
+        # Asked for before a sync: sent then.
+        asked = read.cursor().execute("SELECT ? AS z, now()::text AS t", ("q",)).fetchone()
+        assert asked[0] == "q"
+        # A parameter the wire does not send: psycopg's cursor, in the same transaction.
+        stamp = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
+        dated = read.cursor().execute("SELECT ?::text AS d, now()::text AS t", (stamp,))
+        answer = dated.fetchone()
+        assert answer[0].startswith("2026-01-02")
+        # One transaction throughout: its start time is the same in every answer.
+        assert row["t"] == asked["t"] == answer["t"]
+
+
+def test_a_read_after_psycopg_dropped_every_prepared_statement_prepares_again(
+    conn: Any,
+) -> None:
+    conn.execute("SELECT %s::int", (1,), prepare=True)
+    conn._prepared.clear()  # as sql.roll_back does: dropped before psycopg's next statement
+    read = postgres_wire.ReadExchange(conn)
+    read.cursor().execute("BEGIN")
+    assert read.cursor().execute("SELECT ? AS n", (1,)).fetchone()[0] == 1
+    # psycopg's turn, in the transaction: it drops every prepared statement first.
+    stamp = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
+    read.cursor().execute("SELECT ?::text AS d", (stamp,))
+    assert read.cursor().execute("SELECT ? AS n", (2,)).fetchone()[0] == 2
+    read.cursor().execute("COMMIT")
+    read.sync()
+    assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE

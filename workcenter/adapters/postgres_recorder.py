@@ -233,6 +233,13 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
             self._hold(started, answer["started"], released.fetchone()["t"])
         return list(answer["ids"])
 
+    def read_exchange(self, conn: Any) -> postgres_wire.ReadExchange | None:
+        """A read transaction's statements sent on the wire on ``conn``, if the wire is on
+        and may write there (``sql.read_pipeline``, ADR-0104)."""
+        if self.wire and postgres_wire.usable(conn):
+            return postgres_wire.ReadExchange(conn)
+        return None
+
     def _batch(
         self, stored_events: Sequence[StoredEvent], once: Prebuilt
     ) -> tuple[postgres_wire.Batch, Any, Any]:

@@ -1,22 +1,25 @@
-"""A one-exchange write sent on libpq's own pipeline, past psycopg's cursors (ADR-0104).
+"""A command's write and a claim's reads sent on libpq's own pipeline, past psycopg's
+cursors (ADR-0104).
 
 psycopg turns each statement into a query object, adapts its parameters through its
 adapters map, manages its prepared statements and keeps a cursor's results, all in
-Python: about 35 us of a client's CPU a statement on the benchmark machine, and a write
-sends five to eight of them. A write's statements are few and of a few kinds, so here
-they are collected by a stand-in for psycopg's connection and cursors (``Batch``, which
-``postgres_write.send`` and the views' ``rows_of`` write into as they would into
-psycopg's), their parameters encoded by ``encode`` (the types a write sends), and the
-batch sent with libpq's pipeline calls on the connection psycopg holds, driven by
-psycopg's own generators and wait (so round trips are counted, and a lost connection
-raises psycopg's ``OperationalError``, as before).
+Python: about 35 us of a client's CPU a statement on the benchmark machine, and a run
+cycle sends about twenty. The statements of the hot path are few and of a few kinds, so
+here they are collected by stand-ins for psycopg's connection and cursors (``Batch``,
+which ``postgres_write.send`` and the views' ``rows_of`` write into as they would into
+psycopg's; ``ReadExchange``, which ``sql.read_pipeline`` yields), their parameters
+encoded by ``encode`` as psycopg types them, and sent with libpq's pipeline calls on the
+connection psycopg holds, driven by psycopg's own generators and wait (so round trips
+are counted, and a lost connection raises psycopg's ``OperationalError``, as before).
+Answers are loaded from text as psycopg loads them, for the column types these
+statements read (``_LOADERS``).
 
-A statement whose parameters ``encode`` does not know raises ``Unencodable`` while the
-batch is collected, before anything is sent: the recorder then writes with psycopg's
-cursors. Statements are prepared once per connection under names of their own; a
-connection whose prepared statements were dropped (psycopg sends ``DEALLOCATE ALL``
-after a ``ROLLBACK`` it ran) answers "does not exist", and the batch is sent again,
-prepared afresh (``send``).
+A parameter ``encode`` does not know raises ``Unencodable`` before anything is sent: a
+write is then sent with psycopg's cursors, a read's statement by psycopg's cursor in the
+same transaction. Statements are prepared once per connection under names of their own;
+a connection whose prepared statements were dropped (psycopg sends ``DEALLOCATE ALL``
+after a ``ROLLBACK`` it ran) answers "does not exist", and a batch that is a transaction
+of its own is sent again, prepared afresh (``send``).
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ import re
 import struct
 import weakref
 from collections.abc import Callable, Generator, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 from uuid import UUID
 
 from psycopg import errors, generators, pq
+
+from workcenter.projections.sql import PortableCursor
 
 _EXEC: Final = pq.ExecStatus
 # SQLSTATE of "prepared statement ... does not exist".
@@ -90,6 +95,20 @@ def _array(values: Sequence[Any]) -> Encoded:
     return header + b"".join(parts), _ARRAY_OF[oid], _BINARY_FORMAT
 
 
+def _integer(value: int) -> Encoded:
+    """An int typed by its size, as psycopg types it: the server then resolves functions
+    and operators as it does for psycopg's (``pg_try_advisory_xact_lock(int, int)``)."""
+    if -(2**15) <= value < 2**15:
+        oid = 21  # int2
+    elif -(2**31) <= value < 2**31:
+        oid = 23  # int4
+    elif -(2**63) <= value < 2**63:
+        oid = _INT8
+    else:
+        oid = 1700  # numeric
+    return str(value).encode(), oid, _TEXT_FORMAT
+
+
 def encode(value: Any) -> Encoded:
     """A parameter as psycopg would send it: str as "unknown" (the server infers its
     type from the statement), the rest typed."""
@@ -104,7 +123,7 @@ def encode(value: Any) -> Encoded:
     if isinstance(value, bool):
         return (b"t" if value else b"f"), _BOOL, _TEXT_FORMAT
     if isinstance(value, int):
-        return str(value).encode(), _INT8, _TEXT_FORMAT
+        return _integer(value)
     if isinstance(value, float):
         return repr(value).encode(), _FLOAT8, _TEXT_FORMAT
     if isinstance(value, UUID):
@@ -121,7 +140,7 @@ _BY_TYPE: Final[dict[type, Callable[[Any], Encoded]]] = {
     type(None): lambda _: (None, 0, _TEXT_FORMAT),
     str: lambda v: (v.encode(), 0, _TEXT_FORMAT),
     bool: lambda v: ((b"t" if v else b"f"), _BOOL, _TEXT_FORMAT),
-    int: lambda v: (str(v).encode(), _INT8, _TEXT_FORMAT),
+    int: lambda v: _integer(v),
     float: lambda v: (repr(v).encode(), _FLOAT8, _TEXT_FORMAT),
     UUID: lambda v: (v.bytes, _UUID, _BINARY_FORMAT),
     bytes: lambda v: (v, _BYTEA, _BINARY_FORMAT),
@@ -155,44 +174,69 @@ def usable(conn: Any) -> bool:
     return bool(conn.info.encoding == "utf-8")
 
 
+class _Column(NamedTuple):
+    name: str
+
+
 class _Statement:
     """One statement of a batch, and after the exchange its answer: the cursor a caller
-    of ``execute`` holds."""
+    of ``execute`` holds. Its rows are dicts by column name, or made by ``row_factory``
+    (set by ``sql.PortableCursor``) as psycopg's cursor makes them."""
 
-    def __init__(self, batch: Batch) -> None:
-        self._batch = batch
-        self.row_factory: Any = None  # set by sql.PortableCursor; rows here are dicts
+    def __init__(self, owner: Batch | ReadExchange) -> None:
+        self._owner = owner
+        self.row_factory: Any = None
         self.result: pq.abc.PGresult | None = None
+        self._next_row = 0
 
     def execute(self, query: Any, params: Sequence[Any] | None = None, **_: Any) -> _Statement:
         if not isinstance(query, str):
             raise Unencodable("a composed query")
-        self._batch.add(self, query, params or ())
+        self.result = None
+        self._next_row = 0
+        self._owner.add(self, query, params or ())
         return self
 
-    def fetchone(self) -> dict[str, Any] | None:
-        """The answer's first row, by column name."""
-        rows = self.fetchall()
+    @property
+    def description(self) -> list[_Column]:
+        result = self._answer()
+        return [_Column((result.fname(i) or b"").decode()) for i in range(result.nfields)]
+
+    def fetchone(self) -> Any:
+        """The answer's next row, None after the last."""
+        rows = self._rows(self._next_row, self._next_row + 1)
         return rows[0] if rows else None
 
-    def fetchall(self) -> list[dict[str, Any]]:
-        """The answer's rows, by column name, their values as psycopg loads them."""
-        result = self.result
-        if result is None:
-            raise RuntimeError("the statement's answer is read after the exchange")
+    def fetchall(self) -> list[Any]:
+        """The answer's rows not fetched yet."""
+        return self._rows(self._next_row, None)
+
+    def _answer(self) -> pq.abc.PGresult:
+        if self.result is None:
+            self._owner.answer(self)
+        assert self.result is not None
+        return self.result
+
+    def _rows(self, first: int, end: int | None) -> list[Any]:
+        result = self._answer()
         columns = range(result.nfields)
-        names = [(result.fname(i) or b"").decode() for i in columns]
         loaders = [_loader(result.ftype(i)) for i in columns]
-        rows = []
-        for row in range(result.ntuples):
-            values = [result.get_value(row, i) for i in columns]
-            rows.append(
-                {
-                    name: None if value is None else load(value)
-                    for name, load, value in zip(names, loaders, values, strict=True)
-                }
+        end = result.ntuples if end is None else min(end, result.ntuples)
+        self._next_row = max(first, end)
+        if self.row_factory is not None:
+            make: Callable[[list[Any]], Any] = self.row_factory(self)
+        else:
+            names = [column.name for column in self.description]
+            make = lambda values: dict(zip(names, values, strict=True))  # noqa: E731
+        return [
+            make(
+                [
+                    None if (value := result.get_value(row, i)) is None else loaders[i](value)
+                    for i in columns
+                ]
             )
-        return rows
+            for row in range(first, end)
+        ]
 
 
 # The types a write's answers and the reads sent on the wire hold, loaded from text as
@@ -240,15 +284,57 @@ class Batch:
     def add(self, statement: _Statement, query: str, params: Sequence[Any]) -> None:
         self.statements.append((statement, _numbered(query), [encode(p) for p in params]))
 
+    def answer(self, statement: _Statement) -> None:
+        raise RuntimeError("a batch's answers are read after it was sent")
+
+
+class ReadExchange:
+    """A read transaction's statements on the wire (``sql.read_pipeline``'s, ADR-0104):
+    each ``sync`` sends those executed since the last, one round trip; a statement whose
+    answer is asked for before its sync is sent then, as psycopg's pipeline does."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._batch = Batch()
+
+    def cursor(self) -> PortableCursor:
+        return PortableCursor(_Statement(self))
+
+    def add(self, statement: _Statement, query: str, params: Sequence[Any]) -> None:
+        try:
+            self._batch.add(statement, query, params)
+        except Unencodable:
+            # Sent by psycopg's cursor, in the same transaction, after what went before.
+            self.sync()
+            cursor = self._conn.cursor()
+            cursor.execute(query, params)
+            statement.result = cursor.pgresult
+            # psycopg may have dropped every prepared statement first (DEALLOCATE ALL):
+            # the next batch prepares its own again, inside this transaction.
+            _PREPARED.pop(self._conn.pgconn, None)
+
+    def answer(self, statement: _Statement) -> None:
+        self.sync()
+        if statement.result is None:
+            raise RuntimeError("the statement was not executed")
+
+    def sync(self) -> None:
+        batch, self._batch = self._batch, Batch()
+        if batch.statements:
+            send(self._conn, batch)
+
 
 def send(conn: Any, batch: Batch) -> None:
     """Send ``batch`` on ``conn`` in one exchange and give each statement its answer;
     raise the first failed statement's error (psycopg's class for its SQLSTATE). A
-    statement prepared before but dropped since is prepared again, once."""
+    statement prepared before but dropped since is prepared again, once, if the batch
+    is a transaction of its own (sent on an idle connection): one sent inside a
+    transaction cannot be sent again without what went before it."""
+    idle = conn.pgconn.transaction_status == pq.TransactionStatus.IDLE
     try:
         _send_once(conn, batch)
     except errors.Error as error:
-        if error.sqlstate != _NOT_PREPARED:
+        if error.sqlstate != _NOT_PREPARED or not idle:
             raise
         _PREPARED.pop(conn.pgconn, None)
         _roll_back(conn)

@@ -18,7 +18,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 # A schema name is used in DDL and in ``search_path``, so only plain identifiers pass.
@@ -158,16 +158,34 @@ def listening(datastore: Any) -> Iterator[None]:
         yield
 
 
+class Reads(Protocol):
+    """What ``read_pipeline`` yields: a cursor per statement, and the sync that sends
+    those executed since the last (``ReadPipeline``, or the adapters' wire, ADR-0104)."""
+
+    def cursor(self) -> PortableCursor: ...
+
+    def sync(self) -> None: ...
+
+
 @contextmanager
-def read_pipeline(datastore: Any, *, held: bool = False) -> Iterator[ReadPipeline]:
+def read_pipeline(datastore: Any, *, held: bool = False) -> Iterator[Reads]:
     """PostgreSQL only: a read transaction whose ``BEGIN`` goes to the server with its
     first statements, at the caller's first ``sync`` (``transaction`` sends it alone, a
     round trip of its own). It ends as ``transaction``'s read does, in a ``COMMIT``;
     any advisory lock it took is held until then (ADR-0074). ``held``: the caller
     takes other connections while it holds this one (a claim), and waits its turn to
-    (ADR-0095)."""
+    (ADR-0095). Sent on the wire where the store's recorder offers it
+    (``datastore.read_exchange``, ADR-0104), else in psycopg's pipeline mode."""
+    exchange = getattr(datastore, "read_exchange", None)
     with datastore.get_connection(held=True) if held else datastore.get_connection() as conn:
         try:
+            wire = exchange(conn) if exchange is not None else None
+            if wire is not None:
+                wire.cursor().execute("BEGIN")
+                yield wire
+                wire.cursor().execute("COMMIT")
+                wire.sync()
+                return
             with conn.pipeline() as pipeline:
                 conn.cursor().execute("BEGIN")
                 yield ReadPipeline(conn, pipeline)
