@@ -352,6 +352,8 @@ def _send_once(conn: Any, batch: Batch) -> None:
     prepared = _PREPARED.setdefault(pgconn, {})
     # Whose answer each answer is, in order: a Parse's (None) or a statement's.
     answering: list[_Statement | None] = []
+    # The Parses sent with this batch: the index of each one's answer, and its key.
+    parses: list[tuple[int, tuple[bytes, tuple[int, ...]]]] = []
     pgconn.enter_pipeline_mode()
     try:
         for statement, query, params in batch.statements:
@@ -361,6 +363,7 @@ def _send_once(conn: Any, batch: Batch) -> None:
                 name = f"wc_{next(_NAMES)}".encode()
                 pgconn.send_prepare(name, query, param_types=oids)
                 prepared[(query, oids)] = name
+                parses.append((len(answering), (query, oids)))
                 answering.append(None)
             answering.append(statement)
             pgconn.send_query_prepared(
@@ -384,8 +387,16 @@ def _send_once(conn: Any, batch: Batch) -> None:
                 conn.close()
     failed = [a for a in answers if a.status == _EXEC.FATAL_ERROR]
     if failed:
-        _PREPARED.pop(pgconn, None)
-        raise errors.error_from_result(failed[0], encoding=conn.info.encoding)
+        error = errors.error_from_result(failed[0], encoding=conn.info.encoding)
+        if error.sqlstate == _NOT_PREPARED:
+            _PREPARED.pop(pgconn, None)  # dropped under the wire: every name is stale
+        else:
+            # A statement prepared stays prepared through the rollback (the server holds
+            # it for the connection's life): only the Parses not answered are forgotten.
+            for index, key in parses:
+                if answers[index].status != _EXEC.COMMAND_OK:
+                    prepared.pop(key, None)
+        raise error
     for answerer, answer in zip(answering, answers, strict=True):
         if answerer is not None:
             answerer.result = answer
