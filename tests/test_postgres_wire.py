@@ -295,3 +295,18 @@ def test_a_failed_exchange_leaves_no_prepared_statement_behind_on_the_server(
     assert server_prepared(conn) == before + 2
     (answer,) = sent(conn, ("SELECT %s::bigint AS a", (7,)))
     assert answer.fetchone() == {"a": 7}
+
+
+def test_text_holding_a_nul_is_left_to_psycopg() -> None:
+    """libpq reads a text parameter up to its first NUL: sent by the wire, "a\\x00b" would
+    be stored as "a" without a word. psycopg refuses it (``DataError``)."""
+    for value in ("a\x00b", ["a", "b\x00"]):
+        with pytest.raises(postgres_wire.Unencodable):
+            postgres_wire.Batch().cursor().execute("SELECT %s", (value,))
+
+
+def test_a_list_of_ints_past_bigint_is_left_to_psycopg() -> None:
+    """Not a ``struct.error`` out of the write: psycopg sends it as numbers."""
+    for value in ([2**63], [-(2**63) - 1], [1, 2**70]):
+        with pytest.raises(postgres_wire.Unencodable):
+            postgres_wire.Batch().cursor().execute("SELECT %s", (value,))

@@ -63,12 +63,22 @@ def _element(value: Any) -> tuple[int, bytes]:
     if isinstance(value, bool):
         raise Unencodable("a list of booleans")
     if isinstance(value, int):
+        if not -(2**63) <= value < 2**63:
+            raise Unencodable("a list of ints past bigint")
         return _INT8, _INT8_BYTES.pack(value)
     if isinstance(value, str):
-        return _TEXT, value.encode()
+        return _TEXT, _text(value)
     if isinstance(value, bytes | bytearray | memoryview):
         return _BYTEA, bytes(value)
     raise Unencodable(f"a list of {type(value).__name__}")
+
+
+def _text(value: str) -> bytes:
+    """A str's bytes; one holding a NUL is psycopg's to refuse (``DataError``): libpq
+    would send a text parameter up to its first NUL, the rest lost without a word."""
+    if "\x00" in value:
+        raise Unencodable("text holding a NUL")
+    return value.encode()
 
 
 def _array(values: Sequence[Any]) -> Encoded:
@@ -119,7 +129,7 @@ def encode(value: Any) -> Encoded:
     if value is None:
         return None, 0, _TEXT_FORMAT
     if isinstance(value, str):
-        return value.encode(), 0, _TEXT_FORMAT
+        return _text(value), 0, _TEXT_FORMAT
     if isinstance(value, bool):
         return (b"t" if value else b"f"), _BOOL, _TEXT_FORMAT
     if isinstance(value, int):
@@ -138,7 +148,7 @@ def encode(value: Any) -> Encoded:
 # The common types by their exact type (bool is not int here), without isinstance's walk.
 _BY_TYPE: Final[dict[type, Callable[[Any], Encoded]]] = {
     type(None): lambda _: (None, 0, _TEXT_FORMAT),
-    str: lambda v: (v.encode(), 0, _TEXT_FORMAT),
+    str: lambda v: (_text(v), 0, _TEXT_FORMAT),
     bool: lambda v: ((b"t" if v else b"f"), _BOOL, _TEXT_FORMAT),
     int: lambda v: _integer(v),
     float: lambda v: (repr(v).encode(), _FLOAT8, _TEXT_FORMAT),
