@@ -310,3 +310,8 @@ def test_a_list_of_ints_past_bigint_is_left_to_psycopg() -> None:
     for value in ([2**63], [-(2**63) - 1], [1, 2**70]):
         with pytest.raises(postgres_wire.Unencodable):
             postgres_wire.Batch().cursor().execute("SELECT %s", (value,))
+
+
+def test_a_bigint_array_with_nulls_is_read_as_psycopg_reads_it(conn: Any) -> None:
+    (answer,) = sent(conn, ("SELECT ARRAY[1, NULL, 3]::bigint[] AS ids", ()))
+    assert answer.fetchone() == {"ids": [1, None, 3]}

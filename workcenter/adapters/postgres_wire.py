@@ -262,7 +262,9 @@ _LOADERS: Final[dict[int, Callable[[bytes], Any]]] = {
     _UUID: lambda v: UUID(v.decode()),
     _FLOAT8: float,
     1700: lambda v: float(v),  # numeric: the server's clock, read as seconds
-    _ARRAY_OF[_INT8]: lambda v: [int(part) for part in v[1:-1].split(b",") if part],
+    _ARRAY_OF[_INT8]: lambda v: [
+        None if part == b"NULL" else int(part) for part in v[1:-1].split(b",") if part
+    ],
 }
 
 
