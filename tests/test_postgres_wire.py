@@ -268,3 +268,50 @@ def test_a_read_after_psycopg_dropped_every_prepared_statement_prepares_again(
     read.cursor().execute("COMMIT")
     read.sync()
     assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def server_prepared(conn: Any) -> int:
+    (count,) = conn.execute("SELECT count(*) FROM pg_prepared_statements").fetchone()
+    return int(count)
+
+
+def test_a_failed_exchange_leaves_no_prepared_statement_behind_on_the_server(
+    conn: Any,
+) -> None:
+    """A statement the server prepared before another failed stays prepared (a prepared
+    statement outlives a rollback): the wire keeps its name and uses it again, rather than
+    prepare it anew under another name for every failure, each copy held by the server
+    for the connection's life (found by acceptance testing)."""
+    statements = (
+        ("SELECT %s::bigint AS a", (1,)),
+        ("SELECT %s::bigint AS b", (2,)),
+        ("INSERT INTO keyed VALUES (%s)", (1,)),
+    )
+    sent(conn, ("INSERT INTO keyed VALUES (%s)", (1,)))
+    before = server_prepared(conn)
+    for _ in range(20):
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            sent(conn, *statements)
+    assert server_prepared(conn) == before + 2
+    (answer,) = sent(conn, ("SELECT %s::bigint AS a", (7,)))
+    assert answer.fetchone() == {"a": 7}
+
+
+def test_text_holding_a_nul_is_left_to_psycopg() -> None:
+    """libpq reads a text parameter up to its first NUL: sent by the wire, "a\\x00b" would
+    be stored as "a" without a word. psycopg refuses it (``DataError``)."""
+    for value in ("a\x00b", ["a", "b\x00"]):
+        with pytest.raises(postgres_wire.Unencodable):
+            postgres_wire.Batch().cursor().execute("SELECT %s", (value,))
+
+
+def test_a_list_of_ints_past_bigint_is_left_to_psycopg() -> None:
+    """Not a ``struct.error`` out of the write: psycopg sends it as numbers."""
+    for value in ([2**63], [-(2**63) - 1], [1, 2**70]):
+        with pytest.raises(postgres_wire.Unencodable):
+            postgres_wire.Batch().cursor().execute("SELECT %s", (value,))
+
+
+def test_a_bigint_array_with_nulls_is_read_as_psycopg_reads_it(conn: Any) -> None:
+    (answer,) = sent(conn, ("SELECT ARRAY[1, NULL, 3]::bigint[] AS ids", ()))
+    assert answer.fetchone() == {"ids": [1, None, 3]}

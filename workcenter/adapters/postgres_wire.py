@@ -63,12 +63,22 @@ def _element(value: Any) -> tuple[int, bytes]:
     if isinstance(value, bool):
         raise Unencodable("a list of booleans")
     if isinstance(value, int):
+        if not -(2**63) <= value < 2**63:
+            raise Unencodable("a list of ints past bigint")
         return _INT8, _INT8_BYTES.pack(value)
     if isinstance(value, str):
-        return _TEXT, value.encode()
+        return _TEXT, _text(value)
     if isinstance(value, bytes | bytearray | memoryview):
         return _BYTEA, bytes(value)
     raise Unencodable(f"a list of {type(value).__name__}")
+
+
+def _text(value: str) -> bytes:
+    """A str's bytes; one holding a NUL is psycopg's to refuse (``DataError``): libpq
+    would send a text parameter up to its first NUL, the rest lost without a word."""
+    if "\x00" in value:
+        raise Unencodable("text holding a NUL")
+    return value.encode()
 
 
 def _array(values: Sequence[Any]) -> Encoded:
@@ -119,7 +129,7 @@ def encode(value: Any) -> Encoded:
     if value is None:
         return None, 0, _TEXT_FORMAT
     if isinstance(value, str):
-        return value.encode(), 0, _TEXT_FORMAT
+        return _text(value), 0, _TEXT_FORMAT
     if isinstance(value, bool):
         return (b"t" if value else b"f"), _BOOL, _TEXT_FORMAT
     if isinstance(value, int):
@@ -138,7 +148,7 @@ def encode(value: Any) -> Encoded:
 # The common types by their exact type (bool is not int here), without isinstance's walk.
 _BY_TYPE: Final[dict[type, Callable[[Any], Encoded]]] = {
     type(None): lambda _: (None, 0, _TEXT_FORMAT),
-    str: lambda v: (v.encode(), 0, _TEXT_FORMAT),
+    str: lambda v: (_text(v), 0, _TEXT_FORMAT),
     bool: lambda v: ((b"t" if v else b"f"), _BOOL, _TEXT_FORMAT),
     int: lambda v: _integer(v),
     float: lambda v: (repr(v).encode(), _FLOAT8, _TEXT_FORMAT),
@@ -252,7 +262,9 @@ _LOADERS: Final[dict[int, Callable[[bytes], Any]]] = {
     _UUID: lambda v: UUID(v.decode()),
     _FLOAT8: float,
     1700: lambda v: float(v),  # numeric: the server's clock, read as seconds
-    _ARRAY_OF[_INT8]: lambda v: [int(part) for part in v[1:-1].split(b",") if part],
+    _ARRAY_OF[_INT8]: lambda v: [
+        None if part == b"NULL" else int(part) for part in v[1:-1].split(b",") if part
+    ],
 }
 
 
@@ -352,6 +364,8 @@ def _send_once(conn: Any, batch: Batch) -> None:
     prepared = _PREPARED.setdefault(pgconn, {})
     # Whose answer each answer is, in order: a Parse's (None) or a statement's.
     answering: list[_Statement | None] = []
+    # The Parses sent with this batch: the index of each one's answer, and its key.
+    parses: list[tuple[int, tuple[bytes, tuple[int, ...]]]] = []
     pgconn.enter_pipeline_mode()
     try:
         for statement, query, params in batch.statements:
@@ -361,6 +375,7 @@ def _send_once(conn: Any, batch: Batch) -> None:
                 name = f"wc_{next(_NAMES)}".encode()
                 pgconn.send_prepare(name, query, param_types=oids)
                 prepared[(query, oids)] = name
+                parses.append((len(answering), (query, oids)))
                 answering.append(None)
             answering.append(statement)
             pgconn.send_query_prepared(
@@ -384,8 +399,16 @@ def _send_once(conn: Any, batch: Batch) -> None:
                 conn.close()
     failed = [a for a in answers if a.status == _EXEC.FATAL_ERROR]
     if failed:
-        _PREPARED.pop(pgconn, None)
-        raise errors.error_from_result(failed[0], encoding=conn.info.encoding)
+        error = errors.error_from_result(failed[0], encoding=conn.info.encoding)
+        if error.sqlstate == _NOT_PREPARED:
+            _PREPARED.pop(pgconn, None)  # dropped under the wire: every name is stale
+        else:
+            # A statement prepared stays prepared through the rollback (the server holds
+            # it for the connection's life): only the Parses not answered are forgotten.
+            for index, key in parses:
+                if answers[index].status != _EXEC.COMMAND_OK:
+                    prepared.pop(key, None)
+        raise error
     for answerer, answer in zip(answering, answers, strict=True):
         if answerer is not None:
             answerer.result = answer
