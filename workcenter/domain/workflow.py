@@ -71,6 +71,11 @@ def parse_stages(raw: object) -> tuple[Stage, ...]:
         raise InvalidInput(f"a linear workflow has at most {MAX_STAGES} stages")
     stages = tuple(_stage(s) for s in raw)
     names = [s.type for s in stages]
+    # The next stage is found by the finished one's name: a name given twice would send
+    # the item back to its first place for ever (found by acceptance testing, ADR-0104).
+    repeated = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    if repeated is not None:
+        raise InvalidInput(f"a linear workflow's stages are distinct: {repeated!r} is given twice")
     for index, name in enumerate(names):
         if name == "review" and all(s in ("review", "deliver") for s in names[:index]):
             raise InvalidInput("a review stage needs an earlier stage to return to")
