@@ -315,3 +315,18 @@ def test_a_list_of_ints_past_bigint_is_left_to_psycopg() -> None:
 def test_a_bigint_array_with_nulls_is_read_as_psycopg_reads_it(conn: Any) -> None:
     (answer,) = sent(conn, ("SELECT ARRAY[1, NULL, 3]::bigint[] AS ids", ()))
     assert answer.fetchone() == {"ids": [1, None, 3]}
+
+
+def test_a_statement_without_parameters_is_sent_as_it_is(conn: Any) -> None:
+    batch = postgres_wire.Batch()
+    percent = batch.cursor().execute("SELECT '5 %% 2' AS t")
+    postgres_wire.send(conn, batch)
+    assert percent.fetchone() == {"t": "5 %% 2"}  # as psycopg sends it without parameters
+    assert conn.execute("SELECT '5 %% 2' AS t").fetchone() == ("5 %% 2",)
+
+
+def test_bytes_are_read_in_either_output_format(conn: Any) -> None:
+    for output in ("hex", "escape"):
+        conn.execute(f"SET bytea_output = {output}")
+        (answer,) = sent(conn, ("SELECT %s::bytea AS b", (b"\x00\\'\xff ok",)))
+        assert answer.fetchone() == {"b": b"\x00\\'\xff ok"}, output

@@ -39,6 +39,7 @@ from psycopg import errors, generators, pq
 from workcenter.projections.sql import PortableCursor
 
 _EXEC: Final = pq.ExecStatus
+_UNESCAPE: Final = pq.Escaping().unescape_bytea
 # SQLSTATE of "prepared statement ... does not exist".
 _NOT_PREPARED: Final = "26000"
 
@@ -204,7 +205,7 @@ class _Statement:
             raise Unencodable("a composed query")
         self.result = None
         self._next_row = 0
-        self._owner.add(self, query, params or ())
+        self._owner.add(self, query, params)
         return self
 
     @property
@@ -253,7 +254,8 @@ class _Statement:
 # psycopg loads them (an id as a UUID, bytea as bytes).
 _LOADERS: Final[dict[int, Callable[[bytes], Any]]] = {
     _BOOL: lambda v: v == b"t",
-    _BYTEA: lambda v: binascii.unhexlify(v[2:]),
+    # Hex, the server's default output; "escape" (an operator's bytea_output) by libpq.
+    _BYTEA: lambda v: binascii.unhexlify(v[2:]) if v[:2] == b"\\x" else _UNESCAPE(v),
     _INT8: int,
     21: int,  # int2
     23: int,  # int4
@@ -293,7 +295,12 @@ class Batch:
     def cursor(self) -> _Statement:
         return _Statement(self)
 
-    def add(self, statement: _Statement, query: str, params: Sequence[Any]) -> None:
+    def add(self, statement: _Statement, query: str, params: Sequence[Any] | None) -> None:
+        """Take a statement; without parameters its text is sent as it is (a ``%`` in it
+        is not a placeholder), as psycopg sends it."""
+        if params is None:
+            self.statements.append((statement, query.encode(), []))
+            return
         self.statements.append((statement, _numbered(query), [encode(p) for p in params]))
 
     def answer(self, statement: _Statement) -> None:
@@ -312,7 +319,7 @@ class ReadExchange:
     def cursor(self) -> PortableCursor:
         return PortableCursor(_Statement(self))
 
-    def add(self, statement: _Statement, query: str, params: Sequence[Any]) -> None:
+    def add(self, statement: _Statement, query: str, params: Sequence[Any] | None) -> None:
         try:
             self._batch.add(statement, query, params)
         except Unencodable:
