@@ -36,7 +36,8 @@ five would hold 80 of the server's 100.
 PostgreSQL also runs at W = 0 with ``WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT`` set to
 ``early-release`` (``-early-release``: the lock released before the flush, the command
 still durable at its return, ADR-0088) and to ``off`` (``-commit-off``, ADR-0053) beside
-the default (``--modes`` chooses which, ``--modes-wait-ms`` at which W); each PostgreSQL
+the default (``--modes`` chooses which, ``--modes-wait-ms`` at which W; ``no-wire``,
+not run unless asked, sends the hot path through psycopg's cursors, ADR-0104); each PostgreSQL
 row shows the table lock's hold per write (median and p95 over every write of the run,
 from the lock's grant to the commit's end, on the server's clock) and the ceiling it
 implies, 1 / median (ADR-0052).
@@ -93,6 +94,9 @@ LEASE = 30.0
 COMMIT_MODES = {
     "early-release": {"WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT": "early-release"},
     "commit-off": {"WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT": "off"},
+    # Not a commit mode: the hot path through psycopg's cursors, not the wire (ADR-0104),
+    # for comparing the two in one invocation (``--modes no-wire``).
+    "no-wire": {"BENCH_NO_WIRE": "1"},
 }
 WORKER_ENV = {"POSTGRES_POOL_SIZE": "2", "POSTGRES_MAX_OVERFLOW": "2"}
 # (label, workers, W ms, the worker count it is compared with, at least this ratio)
@@ -121,6 +125,8 @@ def worker(
     with WorkCenter.open(
         store, boot_id=f"{name}-{os.getpid()}", inline_projections=inline, create=False
     ) as wc:
+        if os.environ.get("BENCH_NO_WIRE"):
+            wc.store.recorder.wire = False  # type: ignore[attr-defined]
         # A worker's first cycle, on the item seeded for it, outside the clock.
         warm = wc.claim_next(name, lease_seconds=LEASE)
         if warm is not None:
@@ -578,8 +584,9 @@ def main() -> None:
     parser.add_argument("--wait-ms", default="0,100,500", help="the executor's wait, W")
     parser.add_argument(
         "--modes",
-        default=",".join(COMMIT_MODES),
-        help="the commit modes run beside the default (comma-separated; empty for none)",
+        default="early-release,commit-off",
+        help="the modes run beside the default (comma-separated; empty for none):"
+        f" {', '.join(COMMIT_MODES)}",
     )
     parser.add_argument(
         "--modes-wait-ms", default="0", help="the values of W at which those modes run"
