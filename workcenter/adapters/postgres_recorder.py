@@ -181,39 +181,27 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
         """The write in one exchange (ADR-0070): ``BEGIN``, ``wc_write_events`` (the
         library's lock, notify and insert, the chain, the views' locks, checks and
         positions, ADR-0075), the rows built before the lock, the snapshots and
-        ``COMMIT``, all held back and sent at the one sync. None if the server found what
-        the rows did not see (``FALLBACK``): the transaction is rolled back and the caller
-        writes the two-exchange way."""
+        ``COMMIT``, all sent at the one sync: on the wire (ADR-0104), or held back in
+        psycopg's pipeline where the wire does not apply (a write with snapshots, a
+        parameter it does not encode). None if the server found what the rows did not
+        see (``FALLBACK``): the transaction is rolled back and the caller writes the
+        two-exchange way."""
         started = time.time()  # the wall clock: compared with the server's, on this machine
         snapshots: SnapshotWrite | None = kwargs.get(SNAPSHOTS)
+        batch = None
         if self.wire and snapshots is None and postgres_wire.usable(conn):
+            batch = postgres_wire.Batch()
             try:
-                batch, call, released = self._batch(stored_events, once)
+                call, released = self._write_statements(batch, stored_events, once, None)
             except postgres_wire.Unencodable:
-                pass  # a parameter the wire does not send: psycopg's cursors do
-            else:
-                return self._sent(conn, started, batch, call, released)
+                batch = None  # a parameter the wire does not send: psycopg's cursors do
         try:
-            with conn.pipeline(), postgres_write.held_back(conn):
-                postgres_write.send_begin(conn.cursor(), self.synchronous_commit)
-                call = postgres_write.send(
-                    conn,
-                    self.datastore.schema,
-                    self.events_table_name,
-                    stored_events,
-                    self.datastore.lock_timeout,
-                    self.chained,
-                    once,
-                )
-                if snapshots is not None:
-                    snapshots.recorder._insert_stored_events(conn.cursor(), snapshots.stored)  # type: ignore[attr-defined]
-                conn.cursor().execute("COMMIT")
-                if self.lock_holds is not None:
-                    # The server's clock once the commit ended, the lock released.
-                    released = conn.cursor()
-                    released.execute(postgres_write.CLOCK)
-                postgres_write.send_flush(conn.cursor(), self.synchronous_commit)
-            # Leaving the pipeline sends everything and one sync, and takes the answers.
+            if batch is not None:
+                postgres_wire.send(conn, batch)  # ADR-0104
+            else:
+                with conn.pipeline(), postgres_write.held_back(conn):
+                    call, released = self._write_statements(conn, stored_events, once, snapshots)
+                # Leaving the pipeline sent everything and one sync, and took the answers.
         except psycopg.Error as raised:
             sql.roll_back(conn)
             error = _failed_statement(raised)
@@ -229,28 +217,24 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
             sql.roll_back(conn)
             raise
         answer = call.fetchone()
-        if self.lock_holds is not None:
+        if released is not None:
             self._hold(started, answer["started"], released.fetchone()["t"])
         return list(answer["ids"])
 
-    def read_exchange(self, conn: Any) -> postgres_wire.ReadExchange | None:
-        """A read transaction's statements sent on the wire on ``conn``, if the wire is on
-        and may write there (``sql.read_pipeline``, ADR-0104)."""
-        if self.wire and postgres_wire.usable(conn):
-            return postgres_wire.ReadExchange(conn)
-        return None
-
-    def _batch(
-        self, stored_events: Sequence[StoredEvent], once: Prebuilt
-    ) -> tuple[postgres_wire.Batch, Any, Any]:
-        """The one-exchange write's statements, collected for the wire (ADR-0104): the
-        same statements, in the same order, as ``_write_once`` sends with psycopg's; with
-        the statements whose answers are read (the call, and the clock after the commit
-        when holds are timed)."""
-        batch = postgres_wire.Batch()
-        postgres_write.send_begin(batch.cursor(), self.synchronous_commit)
+    def _write_statements(
+        self,
+        target: Any,
+        stored_events: Sequence[StoredEvent],
+        once: Prebuilt,
+        snapshots: SnapshotWrite | None,
+    ) -> tuple[Any, Any]:
+        """The one-exchange write's statements, executed on ``target``: psycopg's
+        connection in its pipeline, or the wire's ``Batch`` (ADR-0104), which takes the
+        same statements in the same order. Returns the cursors whose answers are read:
+        the call's, and the server's clock after the commit when holds are timed."""
+        postgres_write.send_begin(target.cursor(), self.synchronous_commit)
         call = postgres_write.send(
-            batch,
+            target,
             self.datastore.schema,
             self.events_table_name,
             stored_events,
@@ -258,34 +242,23 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
             self.chained,
             once,
         )
-        batch.cursor().execute("COMMIT")
+        if snapshots is not None:
+            snapshots.recorder._insert_stored_events(target.cursor(), snapshots.stored)  # type: ignore[attr-defined]
+        target.cursor().execute("COMMIT")
         released = None
         if self.lock_holds is not None:
-            released = batch.cursor().execute(postgres_write.CLOCK)
-        postgres_write.send_flush(batch.cursor(), self.synchronous_commit)
-        return batch, call, released
+            # The server's clock once the commit ended, the lock released.
+            released = target.cursor()
+            released.execute(postgres_write.CLOCK)
+        postgres_write.send_flush(target.cursor(), self.synchronous_commit)
+        return call, released
 
-    def _sent(
-        self, conn: Any, started: float, batch: postgres_wire.Batch, call: Any, released: Any
-    ) -> Sequence[int] | None:
-        """Send a batch collected by ``_batch``; as ``_write_once`` from there."""
-        try:
-            postgres_wire.send(conn, batch)
-        except psycopg.Error as error:
-            sql.roll_back(conn)
-            if error.sqlstate == postgres_write.CUT:
-                raise hash_chain.HistoryConflict(error.diag.message_primary or str(error)) from None
-            if error.sqlstate == postgres_write.FALLBACK:
-                self.fallbacks += 1
-                return None
-            raise
-        except BaseException:
-            sql.roll_back(conn)
-            raise
-        answer = call.fetchone()
-        if released is not None:
-            self._hold(started, answer["started"], released.fetchone()["t"])
-        return list(answer["ids"])
+    def read_exchange(self, conn: Any) -> postgres_wire.ReadExchange | None:
+        """A read transaction's statements sent on the wire on ``conn``, if the wire is on
+        and may write there (``sql.read_pipeline``, ADR-0104)."""
+        if self.wire and postgres_wire.usable(conn):
+            return postgres_wire.ReadExchange(conn)
+        return None
 
     def _hold(self, started: float, granted: Any, released: Any) -> None:
         """Note a write's hold of the table lock: from its grant to its commit's end, on
