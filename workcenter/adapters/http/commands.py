@@ -97,7 +97,11 @@ class CreateWorkItem(Body):
     )
     delivery_target: DeliveryTarget | None = Field(None, alias="deliveryTarget")
     mode: Literal["dynamic", "linear"] = "dynamic"
-    stages: list[fields.StageName | Stage] | None = Field(None, max_length=bounds.STAGES)
+    # Each stage's name once (ADR-0104): the document states it of the names given as
+    # strings; a name given once as a string and once as an object is refused too.
+    stages: list[fields.StageName | Stage] | None = Field(
+        None, max_length=bounds.STAGES, json_schema_extra={"uniqueItems": True}
+    )
     start: bool = False
     limits: Limits | None = None
 
