@@ -122,40 +122,32 @@ def _integer(value: int) -> Encoded:
 
 def encode(value: Any) -> Encoded:
     """A parameter as psycopg would send it: str as "unknown" (the server infers its
-    type from the statement), the rest typed."""
-    by_type = _BY_TYPE.get(type(value))
-    if by_type is not None:
-        return by_type(value)
-    # Subclasses (a str enum's member, say), as psycopg adapts them: by their base.
-    if value is None:
-        return None, 0, _TEXT_FORMAT
-    if isinstance(value, str):
-        return _text(value), 0, _TEXT_FORMAT
-    if isinstance(value, bool):
-        return (b"t" if value else b"f"), _BOOL, _TEXT_FORMAT
-    if isinstance(value, int):
-        return _integer(value)
-    if isinstance(value, float):
-        return repr(value).encode(), _FLOAT8, _TEXT_FORMAT
-    if isinstance(value, UUID):
-        return value.bytes, _UUID, _BINARY_FORMAT
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value), _BYTEA, _BINARY_FORMAT
-    if isinstance(value, list | tuple):
-        return _array(value)
+    type from the statement), the rest typed. A subclass (a str enum's member, say) is
+    sent as its nearest base that is sent, as psycopg adapts it; bool before int."""
+    for kind in type(value).__mro__:
+        by_type = _BY_TYPE.get(kind)
+        if by_type is not None:
+            return by_type(value)
     raise Unencodable(type(value).__name__)
 
 
-# The common types by their exact type (bool is not int here), without isinstance's walk.
+def _as_bytes(value: bytes | bytearray | memoryview) -> Encoded:
+    return bytes(value), _BYTEA, _BINARY_FORMAT
+
+
+# What each type is sent as, found by the value's exact type first (one lookup).
 _BY_TYPE: Final[dict[type, Callable[[Any], Encoded]]] = {
     type(None): lambda _: (None, 0, _TEXT_FORMAT),
     str: lambda v: (_text(v), 0, _TEXT_FORMAT),
     bool: lambda v: ((b"t" if v else b"f"), _BOOL, _TEXT_FORMAT),
-    int: lambda v: _integer(v),
+    int: _integer,
     float: lambda v: (repr(v).encode(), _FLOAT8, _TEXT_FORMAT),
     UUID: lambda v: (v.bytes, _UUID, _BINARY_FORMAT),
-    bytes: lambda v: (v, _BYTEA, _BINARY_FORMAT),
+    bytes: _as_bytes,
+    bytearray: _as_bytes,
+    memoryview: _as_bytes,
     list: _array,
+    tuple: _array,
 }
 
 _PLACEHOLDER: Final = re.compile(r"%.?", re.DOTALL)
@@ -234,11 +226,11 @@ class _Statement:
         loaders = [_loader(result.ftype(i)) for i in columns]
         end = result.ntuples if end is None else min(end, result.ntuples)
         self._next_row = max(first, end)
-        if self.row_factory is not None:
-            make: Callable[[list[Any]], Any] = self.row_factory(self)
-        else:
-            names = [column.name for column in self.description]
-            make = lambda values: dict(zip(names, values, strict=True))  # noqa: E731
+        make: Callable[[list[Any]], Any] = (
+            self.row_factory(self)
+            if self.row_factory is not None
+            else functools.partial(_by_name, [column.name for column in self.description])
+        )
         return [
             make(
                 [
@@ -248,6 +240,10 @@ class _Statement:
             )
             for row in range(first, end)
         ]
+
+
+def _by_name(names: list[str], values: list[Any]) -> dict[str, Any]:
+    return dict(zip(names, values, strict=True))
 
 
 # The types a write's answers and the reads sent on the wire hold, loaded from text as
