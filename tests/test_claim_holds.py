@@ -12,6 +12,9 @@ candidates a claim tried (instrumented, not timed); the 16-process test in
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Any
 from uuid import UUID
 
 import postgres
@@ -137,3 +140,47 @@ def test_a_claim_ends_its_holds_however_it_ends(
         ]
         assert free(actions[2]) == [False]  # held meanwhile
     assert free(actions[0], actions[2]) == [True, True]
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+@pytest.mark.parametrize("table", ["wq_actions", "workcenter_events", "tracking"])
+def test_maintenance_locks_a_table_a_claim_read_while_the_claim_goes_on(
+    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch, table: str
+) -> None:
+    """An operator's ``ACCESS EXCLUSIVE`` lock (``ALTER TABLE``, ``VACUUM FULL``) on a
+    table a claim in flight has read is granted at once, and the claim then waits for
+    the maintenance and goes on. A claim holds its candidates, not the tables it read:
+    had it held them, it would wait (reading and saving on other connections) for the
+    maintenance that waits for it, through the worker, where PostgreSQL sees no
+    deadlock (ADR-0105)."""
+    actions = three_items(wc)
+    entered, go = threading.Event(), threading.Event()
+    run_states = wc._runs.repo.run_states
+
+    def paused(*args: Any, **kwargs: Any) -> Any:
+        entered.set()
+        go.wait(30)
+        return run_states(*args, **kwargs)
+
+    monkeypatch.setattr(wc._runs.repo, "run_states", paused)
+    claimed: list[Any] = []
+    claiming = threading.Thread(target=lambda: claimed.append(wc.claim_next("w1")))
+    claiming.start()
+    try:
+        assert entered.wait(30)  # the claim holds its candidate and its connection
+        schema = wc.store.recorder.datastore.schema  # type: ignore[attr-defined]
+        with postgres.connect() as conn:
+            conn.execute("SET lock_timeout = '5s'")
+            with conn.transaction():
+                # Refused after 5 s (LockNotAvailable) while the claim holds the table.
+                conn.execute(f'LOCK TABLE "{schema}".{table} IN ACCESS EXCLUSIVE MODE')
+                go.set()
+                # The claim reads and saves meanwhile: it waits for this transaction.
+                time.sleep(0.3)
+                assert claiming.is_alive()
+    finally:
+        go.set()
+        claiming.join(30)
+    assert not claiming.is_alive()
+    assert [c.action_id for c in claimed] == [actions[0]]
+    assert free(actions[0]) == [True]

@@ -124,9 +124,10 @@ def wait_until_listening(runner: ProjectionRunner) -> None:
 def test_a_claim_held_while_its_save_waits_for_the_lock_is_not_ended_under_it(
     small_pool: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The claim's candidate connection is idle in its transaction while the save waits
-    for the event table's lock; the session's idle timeout (the library's setting, 5 s by
-    default) ended it, and the claim, saved, was answered as a lost connection."""
+    """The claim's candidate connection is held while the save waits for the event
+    table's lock. It was idle in a transaction then, which the session's idle timeout (the
+    library's setting, 5 s by default) ended, and the claim, saved, was answered as a lost
+    connection (ADR-0095); it holds no transaction open since ADR-0105."""
     monkeypatch.setenv("POSTGRES_IDLE_IN_TRANSACTION_SESSION_TIMEOUT", "1")
     with postgres.fresh_schema("wcpool") as url, WorkCenter.open(url) as wc:
         item = create_linear(wc, stages=("implement",))

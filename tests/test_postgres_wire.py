@@ -17,6 +17,7 @@ import postgres
 import psycopg
 import pytest
 from conftest import create_linear, report
+from eventsourcing.persistence import DataError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_read_ahead import assert_views_equal_a_rebuild
@@ -229,28 +230,66 @@ def test_streams_read_on_the_wire_are_those_psycopg_reads(wc: WorkCenter) -> Non
     assert all(on_the_wire[:3])
 
 
-def test_a_read_transaction_on_the_wire_sends_at_its_syncs(wc: WorkCenter) -> None:
+def test_a_claims_reads_on_the_wire_send_at_their_syncs(wc: WorkCenter) -> None:
     datastore: Any = wc.store.recorder.datastore  # type: ignore[attr-defined]
     an_id = uuid.uuid4()
-    with sql.read_pipeline(datastore) as read:
+    with sql.claim_reads(datastore) as read:
         assert isinstance(read, postgres_wire.ReadExchange)
-        first = read.cursor().execute("SELECT ? AS x, ?::uuid AS u, now()::text AS t", (1, an_id))
+        first = read.cursor().execute("SELECT ? AS x, ?::uuid AS u", (1, an_id))
         series = read.cursor().execute("SELECT generate_series(1, 3) AS n")
+        held = read.cursor().execute("SELECT pg_try_advisory_lock(?, ?) AS h", (7, 8))
         read.sync()
         row = first.fetchone()
         assert (row["x"], row[1]) == (1, an_id.hex)  # as psycopg's portable rows are
         assert first.fetchone() is None
         assert [n for (n,) in series.fetchall()] == [1, 2, 3]
+        assert held.fetchone()[0] is True
         # Asked for before a sync: sent then.
-        asked = read.cursor().execute("SELECT ? AS z, now()::text AS t", ("q",)).fetchone()
+        asked = read.cursor().execute("SELECT ? AS z", ("q",)).fetchone()
         assert asked[0] == "q"
-        # A parameter the wire does not send: psycopg's cursor, in the same transaction.
+        # A parameter the wire does not send: psycopg's cursor, on the same connection.
         stamp = datetime.datetime(2026, 1, 2, tzinfo=datetime.UTC)
-        dated = read.cursor().execute("SELECT ?::text AS d, now()::text AS t", (stamp,))
-        answer = dated.fetchone()
-        assert answer[0].startswith("2026-01-02")
-        # One transaction throughout: its start time is the same in every answer.
-        assert row["t"] == asked["t"] == answer["t"]
+        dated = read.cursor().execute("SELECT ?::text AS d", (stamp,))
+        assert dated.fetchone()[0].startswith("2026-01-02")
+        # No transaction is held between the exchanges (ADR-0105).
+        conn = read._conn  # type: ignore[attr-defined]
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert not free_for_another_session(7, 8)
+    # The holds taken are released at the end.
+    assert free_for_another_session(7, 8)
+
+
+@pytest.mark.parametrize("wire", [True, False])
+def test_a_claims_reads_release_their_holds_however_they_end(
+    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch, wire: bool
+) -> None:
+    """A claim's holds are its session's advisory locks (ADR-0105): released when its
+    reads end with a failed statement or an error of the caller's, on the wire or
+    through psycopg's pipeline, and the connection is lent again in a good state."""
+    datastore: Any = wc.store.recorder.datastore  # type: ignore[attr-defined]
+    if not wire:
+        monkeypatch.setattr(datastore, "read_exchange", None)
+    with pytest.raises(DataError, match="division by zero"), sql.claim_reads(datastore) as read:
+        read.cursor().execute("SELECT pg_try_advisory_lock(?, ?) AS h", (7, 9))
+        read.sync()
+        read.cursor().execute("SELECT 1 / 0 AS z")
+        read.sync()
+    assert free_for_another_session(7, 9)
+    with pytest.raises(KeyError), sql.claim_reads(datastore) as read:
+        read.cursor().execute("SELECT pg_try_advisory_lock(?, ?) AS h", (7, 9))
+        read.sync()
+        raise KeyError("the caller's")
+    assert free_for_another_session(7, 9)
+    with sql.claim_reads(datastore) as read:
+        assert read.cursor().execute("SELECT ? AS n", (5,)).fetchone()[0] == 5
+
+
+def free_for_another_session(*key: int) -> bool:
+    """Whether another session can take advisory lock ``key`` (and gives it back)."""
+    with postgres.connect() as other:
+        (taken,) = other.execute("SELECT pg_try_advisory_lock(%s, %s)", key).fetchone()
+        other.execute("SELECT pg_advisory_unlock_all()")
+    return bool(taken)
 
 
 def test_a_read_after_psycopg_dropped_every_prepared_statement_prepares_again(

@@ -254,8 +254,8 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
         return call, released
 
     def read_exchange(self, conn: Any) -> postgres_wire.ReadExchange | None:
-        """A read transaction's statements sent on the wire on ``conn``, if the wire is on
-        and may write there (``sql.read_pipeline``, ADR-0104)."""
+        """A claim's reads sent on the wire on ``conn``, if the wire is on and may write
+        there (``sql.claim_reads``, ADR-0104)."""
         if self.wire and postgres_wire.usable(conn):
             return postgres_wire.ReadExchange(conn)
         return None

@@ -174,7 +174,7 @@ class WorkcenterPostgresFactory(PostgresFactory):
             recorder.synchronous_commit = synchronous_commit(os.environ.get(SYNCHRONOUS_COMMIT_ENV))
             if recorder.synchronous_commit == "early-release":
                 flush_once(self.datastore)
-            # The read transactions of the views (a claim's) on the wire too (ADR-0104).
+            # A claim's reads on the wire too (ADR-0104).
             self.datastore.read_exchange = recorder.read_exchange  # type: ignore[attr-defined]
             recorder.chained = hash_chain.enabled(self.env.get(hash_chain.HASH_CHAIN_KEY))
             if recorder.chained:

@@ -7,7 +7,7 @@ Python: about 35 us of a client's CPU a statement on the benchmark machine, and 
 cycle sends about twenty. The statements of the hot path are few and of a few kinds, so
 here they are collected by stand-ins for psycopg's connection and cursors (``Batch``,
 which ``postgres_write.send`` and the views' ``rows_of`` write into as they would into
-psycopg's; ``ReadExchange``, which ``sql.read_pipeline`` yields), their parameters
+psycopg's; ``ReadExchange``, which ``sql.claim_reads`` yields), their parameters
 encoded by ``encode`` as psycopg types them, and sent with libpq's pipeline calls on the
 connection psycopg holds, driven by psycopg's own generators and wait (so round trips
 are counted, and a lost connection raises psycopg's ``OperationalError``, as before).
@@ -15,8 +15,8 @@ Answers are loaded from text as psycopg loads them, for the column types these
 statements read (``_LOADERS``).
 
 A parameter ``encode`` does not know raises ``Unencodable`` before anything is sent: a
-write is then sent with psycopg's cursors, a read's statement by psycopg's cursor in the
-same transaction. Statements are prepared once per connection under names of their own;
+write is then sent with psycopg's cursors, a read's statement by psycopg's cursor on the
+same connection. Statements are prepared once per connection under names of their own;
 a connection whose prepared statements were dropped (psycopg sends ``DEALLOCATE ALL``
 after a ``ROLLBACK`` it ran) answers "does not exist", and a batch that is a transaction
 of its own is sent again, prepared afresh (``send``).
@@ -108,7 +108,7 @@ def _array(values: Sequence[Any]) -> Encoded:
 
 def _integer(value: int) -> Encoded:
     """An int typed by its size, as psycopg types it: the server then resolves functions
-    and operators as it does for psycopg's (``pg_try_advisory_xact_lock(int, int)``)."""
+    and operators as it does for psycopg's (``pg_try_advisory_lock(int, int)``)."""
     if -(2**15) <= value < 2**15:
         oid = 21  # int2
     elif -(2**31) <= value < 2**31:
@@ -304,7 +304,7 @@ class Batch:
 
 
 class ReadExchange:
-    """A read transaction's statements on the wire (``sql.read_pipeline``'s, ADR-0104):
+    """A claim's reads on the wire (``sql.claim_reads``', ADR-0104):
     each ``sync`` sends those executed since the last, one round trip; a statement whose
     answer is asked for before its sync is sent then, as psycopg's pipeline does."""
 
@@ -319,13 +319,13 @@ class ReadExchange:
         try:
             self._batch.add(statement, query, params)
         except Unencodable:
-            # Sent by psycopg's cursor, in the same transaction, after what went before.
+            # Sent by psycopg's cursor, on the same connection, after what went before.
             self.sync()
             cursor = self._conn.cursor()
             cursor.execute(query, params)
             statement.result = cursor.pgresult
             # psycopg may have dropped every prepared statement first (DEALLOCATE ALL):
-            # the next batch prepares its own again, inside this transaction.
+            # the next batch prepares its own again.
             _PREPARED.pop(self._conn.pgconn, None)
 
     def answer(self, statement: _Statement) -> None:

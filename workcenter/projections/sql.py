@@ -134,7 +134,7 @@ def transaction(datastore: Any, *, commit: bool) -> Iterator[Any]:
 
 
 class ReadPipeline:
-    """A PostgreSQL read transaction in psycopg's pipeline mode (see ``read_pipeline``)."""
+    """A claim's PostgreSQL reads in psycopg's pipeline mode (see ``claim_reads``)."""
 
     def __init__(self, conn: Any, pipeline: Any) -> None:
         self._conn = conn
@@ -159,7 +159,7 @@ def listening(datastore: Any) -> Iterator[None]:
 
 
 class Reads(Protocol):
-    """What ``read_pipeline`` yields: a cursor per statement, and the sync that sends
+    """What ``claim_reads`` yields: a cursor per statement, and the sync that sends
     those executed since the last (``ReadPipeline``, or the adapters' wire, ADR-0104)."""
 
     def cursor(self) -> PortableCursor: ...
@@ -167,32 +167,50 @@ class Reads(Protocol):
     def sync(self) -> None: ...
 
 
+# Ends a claim's reads: the holds on its candidates are its session's (ADR-0105).
+RELEASE_HOLDS = "SELECT pg_advisory_unlock_all()"
+
+
 @contextmanager
-def read_pipeline(datastore: Any, *, held: bool = False) -> Iterator[Reads]:
-    """PostgreSQL only: a read transaction whose ``BEGIN`` goes to the server with its
-    first statements, at the caller's first ``sync`` (``transaction`` sends it alone, a
-    round trip of its own). It ends as ``transaction``'s read does, in a ``COMMIT``;
-    any advisory lock it took is held until then (ADR-0074). ``held``: the caller
-    takes other connections while it holds this one (a claim), and waits its turn to
-    (ADR-0095). Sent on the wire where the store's recorder offers it
-    (``datastore.read_exchange``, ADR-0104), else in psycopg's pipeline mode."""
+def claim_reads(datastore: Any) -> Iterator[Reads]:
+    """PostgreSQL only: a claim's reads, on a connection it holds while it reads and
+    saves on others (and waits its turn for, ADR-0095), sent in pipelines: each ``sync``
+    one round trip (ADR-0074). No transaction is held open: each statement is its own,
+    so the claim holds no lock on a table it read while it waits on its other
+    connections. (An operator's ``ACCESS EXCLUSIVE`` lock would wait for such a lock,
+    and the claim's other connections for the operator's, a wait through the worker
+    that PostgreSQL cannot see as a deadlock, ADR-0105.) The holds on candidates it
+    takes are session advisory locks, released at its end however it ends, and with the
+    session if the connection is lost. Sent on the wire where the store's recorder
+    offers it (``datastore.read_exchange``, ADR-0104), else in psycopg's pipeline mode."""
     exchange = getattr(datastore, "read_exchange", None)
-    with datastore.get_connection(held=True) if held else datastore.get_connection() as conn:
+    with datastore.get_connection(held=True) as conn:
         try:
             wire = exchange(conn) if exchange is not None else None
             if wire is not None:
-                wire.cursor().execute("BEGIN")
                 yield wire
-                wire.cursor().execute("COMMIT")
+                wire.cursor().execute(RELEASE_HOLDS)
                 wire.sync()
                 return
             with conn.pipeline() as pipeline:
-                conn.cursor().execute("BEGIN")
                 yield ReadPipeline(conn, pipeline)
-                conn.cursor().execute("COMMIT")
+                conn.cursor().execute(RELEASE_HOLDS)
         except BaseException:
-            roll_back(conn)
+            release_holds(conn)
             raise
+
+
+def release_holds(conn: Any) -> None:
+    """After a claim's reads failed: release the holds they took, and forget what psycopg
+    prepared (``roll_back``). A lost connection took them with its session."""
+    from psycopg import Error
+
+    roll_back(conn)
+    if not conn.closed:
+        try:
+            conn.execute(RELEASE_HOLDS)
+        except Error:
+            conn.close()  # a session that may still hold them ends
 
 
 def roll_back(conn: Any) -> None:

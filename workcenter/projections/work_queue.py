@@ -28,16 +28,16 @@ READY = (
     "SELECT action_id, work_item_id FROM wq_actions WHERE status = 'ready' AND held = 0"
     " ORDER BY ready_since, sequence LIMIT ? OFFSET ?"
 )
-NO_IDLE_TIMEOUT = "SET LOCAL idle_in_transaction_session_timeout = 0"
 # PostgreSQL: the oldest ready Action no other claim holds, and a hold on it until the
-# claim's read transaction ends (ADR-0054). The lock is tried in the outer query, over
+# claim ends (ADR-0054): a session advisory lock, which its reads release at their end
+# (``sql.claim_reads``, ADR-0105). The lock is tried in the outer query, over
 # a page already ordered and limited, so only the row returned is ever locked; the ids
 # this claim already tried are left out (it holds their locks itself).
 RESERVE = (
     "SELECT action_id, work_item_id FROM (SELECT action_id, work_item_id FROM wq_actions"
     " WHERE status = 'ready' AND held = 0 AND action_id <> ALL(?)"
     " ORDER BY ready_since, sequence LIMIT ?) AS page"
-    " WHERE pg_try_advisory_xact_lock(?, hashtext(action_id)) LIMIT 1"
+    " WHERE pg_try_advisory_lock(?, hashtext(action_id)) LIMIT 1"
 )
 # The first key of the claim holds: apart from the views' write locks (one bigint key).
 CLAIM_LOCKS = 0x57C1
@@ -240,21 +240,17 @@ class WorkQueueView(TrackedView):
         ``current`` says the view is behind the head (given a cursor, it sends its read
         and returns what takes the answer).
 
-        On PostgreSQL each candidate is held for the claim (a transaction-scoped advisory
-        lock) and one that another claim holds is passed over, so concurrent claims take
-        different Actions instead of racing for the oldest (ADR-0054). The hold is a hint
-        only: the claim's optimistic save stays the fence. A candidate the claim found
-        stale means the view is behind (kept by a runner, it lags the claims other
-        workers committed): ``catch_up`` brings it to the head before the next one. The
-        transaction's ``BEGIN``, ``current``'s read and the first candidate's go to the
-        server together, one round trip (ADR-0074).
+        On PostgreSQL each candidate is held for the claim (a session advisory lock,
+        released when the claim ends; no transaction is held open, ADR-0105) and one that
+        another claim holds is passed over, so concurrent claims take different Actions
+        instead of racing for the oldest (ADR-0054). The hold is a hint only: the claim's
+        optimistic save stays the fence. A candidate the claim found stale means the view
+        is behind (kept by a runner, it lags the claims other workers committed):
+        ``catch_up`` brings it to the head before the next one. ``current``'s read and the
+        first candidate's go to the server together, one round trip (ADR-0074).
         On SQLite (one writer) the candidates are the pages of the queue, as before."""
         if sql.is_postgres(self.datastore):
-            with sql.read_pipeline(self.datastore, held=True) as read:
-                # Held idle while the claim saves on another connection, perhaps waiting
-                # for the event table's lock: the session's idle timeout must not end it
-                # under a claim that then saves (found by acceptance testing, ADR-0095).
-                read.cursor().execute(NO_IDLE_TIMEOUT)
+            with sql.claim_reads(self.datastore) as read:
                 at_head = current(read.cursor()) if current is not None else None
                 first = read.cursor().execute(RESERVE, ([], page, CLAIM_LOCKS))
                 read.sync()
