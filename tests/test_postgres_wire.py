@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime
 import uuid
 from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
 import postgres
@@ -103,7 +104,7 @@ def test_the_answers_are_read_as_a_write_reads_them(conn: Any) -> None:
     )
     assert call.fetchone() == {"ids": [1, 2, 9007199254740993], "started": 1.5}
     answer = clock.fetchone()
-    assert isinstance(answer["t"], float) and answer["s"] == "x" and answer["n"] == 7
+    assert isinstance(answer["t"], Decimal) and answer["s"] == "x" and answer["n"] == 7
     assert empty.fetchone() is None
 
 
@@ -290,6 +291,21 @@ def free_for_another_session(*key: int) -> bool:
         (taken,) = other.execute("SELECT pg_try_advisory_lock(%s, %s)", key).fetchone()
         other.execute("SELECT pg_advisory_unlock_all()")
     return bool(taken)
+
+
+def test_a_column_type_the_wire_has_no_loader_for_is_read_as_psycopg_reads_it(
+    conn: Any,
+) -> None:
+    query = (
+        "SELECT 1.50::numeric AS n, '{\"a\": [1, null]}'::jsonb AS j,"
+        " '2026-01-02 03:04:05+00'::timestamptz AS t, ARRAY['x', NULL]::text[] AS a,"
+        " '(1,2)'::point AS p, NULL::jsonb AS nothing"
+    )
+    read = postgres_wire.ReadExchange(conn)
+    on_the_wire = read.cursor().execute(query).fetchone()
+    by_psycopg = conn.execute(query).fetchone()
+    assert list(on_the_wire) == list(by_psycopg)
+    assert on_the_wire[0] == Decimal("1.50") and on_the_wire[1] == {"a": [1, None]}
 
 
 def test_a_read_after_psycopg_dropped_every_prepared_statement_prepares_again(

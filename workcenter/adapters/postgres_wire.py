@@ -11,8 +11,8 @@ psycopg's; ``ReadExchange``, which ``sql.claim_reads`` yields), their parameters
 encoded by ``encode`` as psycopg types them, and sent with libpq's pipeline calls on the
 connection psycopg holds, driven by psycopg's own generators and wait (so round trips
 are counted, and a lost connection raises psycopg's ``OperationalError``, as before).
-Answers are loaded from text as psycopg loads them, for the column types these
-statements read (``_LOADERS``).
+Answers are loaded from text as psycopg loads them: the column types these statements
+read by loaders of the wire's own (``_LOADERS``), any other by psycopg's.
 
 A parameter ``encode`` does not know raises ``Unencodable`` before anything is sent: a
 write is then sent with psycopg's cursors, a read's statement by psycopg's cursor on the
@@ -190,6 +190,8 @@ class _Statement:
         self._owner = owner
         self.row_factory: Any = None
         self.result: pq.abc.PGresult | None = None
+        # The connection that answered: psycopg's loaders of the types the wire has none for.
+        self.context: Any = None
         self._next_row = 0
 
     def execute(self, query: Any, params: Sequence[Any] | None = None, **_: Any) -> _Statement:
@@ -223,7 +225,7 @@ class _Statement:
     def _rows(self, first: int, end: int | None) -> list[Any]:
         result = self._answer()
         columns = range(result.nfields)
-        loaders = [_loader(result.ftype(i)) for i in columns]
+        loaders = [_loader(result.ftype(i), self.context) for i in columns]
         end = result.ntuples if end is None else min(end, result.ntuples)
         self._next_row = max(first, end)
         make: Callable[[list[Any]], Any] = (
@@ -259,18 +261,21 @@ _LOADERS: Final[dict[int, Callable[[bytes], Any]]] = {
     1043: bytes.decode,  # varchar
     _UUID: lambda v: UUID(v.decode()),
     _FLOAT8: float,
-    1700: lambda v: float(v),  # numeric: the server's clock, read as seconds
     _ARRAY_OF[_INT8]: lambda v: [
         None if part == b"NULL" else int(part) for part in v[1:-1].split(b",") if part
     ],
 }
 
 
-def _loader(oid: int) -> Callable[[bytes], Any]:
+def _loader(oid: int, context: Any) -> Callable[[bytes], Any]:
+    """The wire's loader of a column type, else psycopg's (a type the hot path's
+    statements do not return is read as psycopg reads it, only not as fast)."""
     loader = _LOADERS.get(oid)
-    if loader is None:
-        raise TypeError(f"the wire reads no column of type oid {oid}")
-    return loader
+    if loader is not None:
+        return loader
+    adapters = context.adapters
+    found = adapters.get_loader(oid, pq.Format.TEXT) or adapters.get_loader(0, pq.Format.TEXT)
+    return found(oid, context).load
 
 
 # Each connection's prepared statements: query and parameter types -> name. Keyed by the
@@ -324,6 +329,7 @@ class ReadExchange:
             cursor = self._conn.cursor()
             cursor.execute(query, params)
             statement.result = cursor.pgresult
+            statement.context = self._conn
             # psycopg may have dropped every prepared statement first (DEALLOCATE ALL):
             # the next batch prepares its own again.
             _PREPARED.pop(self._conn.pgconn, None)
@@ -415,6 +421,7 @@ def _send_once(conn: Any, batch: Batch) -> None:
     for answerer, answer in zip(answering, answers, strict=True):
         if answerer is not None:
             answerer.result = answer
+            answerer.context = conn
 
 
 def _exchange(pgconn: Any) -> Generator[Any, Any, list[Any]]:
