@@ -5,8 +5,8 @@ cd "$(dirname "$0")/.."
 python3 -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -e '.[dev]'
-.venv/bin/ruff check workcenter tests benchmarks
-.venv/bin/ruff format --check workcenter tests benchmarks
-.venv/bin/mypy workcenter
+.venv/bin/ruff check workcenter workcenter_launcher.py tests benchmarks
+.venv/bin/ruff format --check workcenter workcenter_launcher.py tests benchmarks
+.venv/bin/mypy workcenter workcenter_launcher.py
 # Two test processes (ADR-0102); arguments given after override it, `-n 0` runs one.
 .venv/bin/python -m pytest -n 2 "$@"

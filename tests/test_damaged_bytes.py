@@ -351,13 +351,39 @@ def test_the_snapshot_check_reports_progress_after_each_stream(
     class Stopped(Exception):
         pass
 
-    def stop_once_folding(at: int, last: int) -> None:
+    told: list[tuple[str, int, int]] = []
+
+    def stop_once_folding(phase: str, done: int, total: int) -> None:
+        told.append((phase, done, total))
         if folded:
             raise Stopped
 
     with pytest.raises(Stopped):
         store.wc.maintenance.verify_history(progress=stop_once_folding)
     assert len(folded) == 1  # taken after the first stream's fold, not at the end
+    # The walk's pages, then the check's streams, each phase named (ADR-0106).
+    *walk, check = told
+    assert walk and {phase for phase, *_ in walk} == {"events"}
+    assert check[:2] == ("snapshots", 1) and check[2] >= 1
+
+
+def test_the_snapshot_check_takes_no_stop_once_the_walk_found_a_break(store: Store) -> None:
+    """A stop in the check would hide the break the walk found: the check then runs to its
+    end untold, and the verdict is returned (ADR-0106)."""
+    _snapshotted(store)
+    position, _ = _deflated_event(store, store.items[0])
+    _flip(store, position)
+    wc = store.reopen()
+
+    class Stopped(Exception):
+        pass
+
+    def stop_in_the_check(phase: str, *_: int) -> None:
+        if phase != "events":
+            raise Stopped
+
+    verdict = wc.maintenance.verify_history(progress=stop_in_the_check)
+    assert verdict.broken is not None and verdict.broken.position == position
 
 
 def _events_table(store: Store) -> str:

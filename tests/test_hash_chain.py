@@ -592,9 +592,9 @@ def test_two_openers_of_an_unchained_store_chain_it_once(store: Store) -> None:
 
 
 def test_verify_reports_its_progress_up_to_the_last_position(store: Store) -> None:
-    seen: list[tuple[int, int]] = []
+    seen: list[tuple[str, int, int]] = []
     assert store.wc.maintenance.verify_history(
-        progress=lambda done, last: seen.append((done, last))
+        progress=lambda phase, done, last: seen.append((phase, done, last))
     ).ok
     last = store.tamper.positions()[-1]
-    assert seen and seen[-1] == (last, last)
+    assert seen and seen[-1] == ("events", last, last)

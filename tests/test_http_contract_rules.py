@@ -126,3 +126,24 @@ def test_a_text_refused_by_its_pattern_is_said_in_the_apis_words(
     assert answer.status_code == 422
     assert answer.json()["detail"].startswith(said), answer.text
     assert "pattern" not in answer.text
+
+
+def test_a_linear_item_given_no_stage_is_422_and_the_document_says_at_least_one(
+    api: TestClient, wc: WorkCenter
+) -> None:
+    """An empty ``stages`` list gave a linear item the default stages (the document
+    admitted it); left out, they still are the defaults. A dynamic item's empty list
+    asks for no stage, as the document's other branch says."""
+    before = wc.event_count()
+    answer = api.post("/api/work-items", json=LINEAR | {"stages": []})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["title"] == "InvalidInput"
+    assert "at least one stage" in answer.json()["detail"]
+    assert wc.event_count() == before
+    schema = api.get("/openapi.json").json()["components"]["schemas"]["CreateWorkItem"]
+    assert schema["if"]["properties"]["mode"] == {"const": "linear"}
+    assert schema["then"]["properties"]["stages"]["minItems"] == 1
+    defaults = {k: v for k, v in LINEAR.items() if k != "stages"}
+    assert api.post("/api/work-items", json=defaults).status_code == 201
+    dynamic = LINEAR | {"mode": "dynamic", "stages": []}
+    assert api.post("/api/work-items", json=dynamic).status_code == 201

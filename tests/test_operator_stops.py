@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ import pytest
 from conftest import action_spec, create_dynamic, plan
 
 from workcenter.application import WorkCenter
+from workcenter.service_layer.repository import SNAPSHOT_INTERVAL
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-c", "from workcenter.adapters.cli import main; main()"]
@@ -47,6 +49,13 @@ if SLOW == "verify":
     verify = Maintenance.verify_history
     Maintenance.verify_history = lambda self, scope=None, *, anchor=None, progress=None: (
         verify(self, scope, anchor=anchor, progress=slowed(progress)))
+elif SLOW == "fold":  # the snapshot check's first stream, after the walk
+    from workcenter.service_layer.repository import Repository
+    fold = Repository.folds_of_events
+    def slowed_fold(self, *args):
+        slowed(None)()
+        return fold(self, *args)
+    Repository.folds_of_events = slowed_fold
 elif SLOW == "replay":
     replay = Maintenance.replay_decisions
     Maintenance.replay_decisions = lambda self, scope=None, *, rules=None, progress=None: (
@@ -117,6 +126,54 @@ def test_an_interrupted_verify_is_no_broken_history(
     line = one_line(done, signum, status)
     assert "audit verify stopped" in line and "neither verified nor found broken" in line
     assert done.stdout == ""  # no verdict for a script to read
+
+
+@pytest.fixture
+def snapshotted(db_path: Path) -> str:
+    """A store with snapshots to check: two Actions' streams renewed past 50 events."""
+    with WorkCenter.open(db_path) as wc:
+        plan(wc, create_dynamic(wc).id, action_spec(), action_spec("test", "Run it"))
+        for _ in range(2):
+            claimed = wc.claim_next("w", lease_seconds=3_600)
+            assert claimed is not None
+            while wc.action(claimed.action_id).version < SNAPSHOT_INTERVAL:
+                assert wc.renew_lease(claimed)
+    return str(db_path)
+
+
+@pytest.mark.parametrize(("signum", "status"), SIGNALS)
+def test_a_verify_stopped_in_its_snapshot_check_says_the_events_were_verified(
+    snapshotted: str, tmp_path: Path, signum: int, status: int
+) -> None:
+    """A stop after the walk said "stopped at position N of N", which read as a walk cut
+    at its last page (ADR-0103's finding): it names the snapshot check now."""
+    args = ["--db", snapshotted, "audit", "verify", "--json"]
+    done = stopped(tmp_path, "fold", args, signum)
+    line = one_line(done, signum, status)
+    assert line.endswith(
+        "audit verify stopped in its snapshot check, 1 of 2 snapshotted streams checked:"
+        " every event was verified; the history is neither verified nor found broken"
+    ), line
+    assert done.stdout == ""  # no verdict for a script to read
+
+
+def test_a_stop_in_the_snapshot_check_of_a_broken_history_still_says_it_is_broken(
+    snapshotted: str, tmp_path: Path
+) -> None:
+    """The walk found a break before the check began: a stop during the check must not
+    turn that verdict into "neither verified nor found broken"."""
+    con = sqlite3.connect(snapshotted)
+    with con:
+        [(position, state)] = con.execute(
+            "SELECT rowid, state FROM stored_events ORDER BY rowid LIMIT 1"
+        )
+        flipped = bytes([state[0] ^ 1]) + bytes(state[1:])
+        con.execute("UPDATE stored_events SET state = ? WHERE rowid = ?", (flipped, position))
+    con.close()
+    done = stopped(tmp_path, "fold", ["--db", snapshotted, "audit", "verify"], signal.SIGINT)
+    assert done.returncode == 1, (done.returncode, done.stdout, done.stderr)
+    assert f"history of the store BROKEN at position {position} (digest)" in done.stdout
+    assert "Traceback" not in done.stderr
 
 
 @pytest.mark.parametrize(("signum", "status"), SIGNALS)

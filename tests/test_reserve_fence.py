@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 from conftest import FakeClock, action_spec, claim, create_dynamic, plan, refused
+from http_client import client
 
 from workcenter.adapters.metered import MeteredProvider
 from workcenter.application import Claim, WorkCenter
-from workcenter.domain.errors import InvalidInput, NotFound, StaleRun
+from workcenter.domain.errors import CommandRefused, InvalidInput, NotFound, StaleRun
 
 REQUEST: dict[str, Any] = {"messages": [{"role": "user", "content": "Go"}], "max_tokens": 50}
 
@@ -58,7 +59,7 @@ def test_a_run_whose_lease_ran_out_cannot_reserve(wc: WorkCenter, clock: FakeClo
 def test_a_run_of_another_item_or_a_coordinator_request_is_refused(wc: WorkCenter) -> None:
     run = claimed(wc)
     other = create_dynamic(wc, title="Another")
-    with refused(wc, InvalidInput, "not a Run of WorkItem"):
+    with refused(wc, CommandRefused, f"Run {run.run_id} is not a Run of WorkItem {other.id}"):
         wc.reserve_request(other.id, request=REQUEST, run=run)
     with refused(wc, InvalidInput, "kind action"):
         wc.reserve_request(run.work_item_id, request=REQUEST, run=run, kind="coordinator")
@@ -87,27 +88,60 @@ def test_an_ended_run_cannot_reserve(wc: WorkCenter, how: str) -> None:
 
 def test_a_run_id_that_names_no_run_of_the_item_is_refused(wc: WorkCenter) -> None:
     """``run_id`` once took any UUID (a made-up one, the item's own id) and recorded it on
-    the ledger as the request's Run. An id that is no Run of the item is NotFound, the
-    README's rule for an id of the wrong kind; a malformed one is NotFound too, as for
-    every id the API looks up (``work_item("not-a-uuid")``)."""
+    the ledger as the request's Run. An id that is no Run of the item is refused as an
+    Action of another item is by ``retry`` or ``add_input`` (``CommandRefused``); a string
+    that is no UUID names nothing (NotFound, as for every id the API parses)."""
     run = claimed(wc)
     item_id = run.work_item_id
     ledger = wc.ledger(item_id)
-    for wrong in (uuid.uuid4(), item_id, run.action_id, str(uuid.uuid4()), "not-a-uuid"):
-        with refused(wc, NotFound, "Run"):
+    for wrong in (uuid.uuid4(), item_id, run.action_id, str(uuid.uuid4())):
+        with refused(wc, CommandRefused, f"is not a Run of WorkItem {item_id}"):
             wc.reserve_request(item_id, request=REQUEST, run_id=wrong)  # type: ignore[arg-type]
+    with refused(wc, NotFound, "Run not-a-uuid not found"):
+        wc.reserve_request(item_id, request=REQUEST, run_id="not-a-uuid")  # type: ignore[arg-type]
     with refused(wc, InvalidInput, "Run id must be a UUID"):
         wc.reserve_request(item_id, request=REQUEST, run_id=5)  # type: ignore[arg-type]
     assert wc.ledger(item_id) == ledger
 
 
-def test_a_run_id_of_another_item_is_refused(wc: WorkCenter) -> None:
-    """The item's ledger holds its own Runs' requests only: from another item, a Run is
-    one it does not have (NotFound, nothing written)."""
+def test_a_run_of_another_item_is_refused_alike_by_its_id_and_by_its_claim(
+    wc: WorkCenter,
+) -> None:
+    """The Run exists but is not the item's: by ``run_id`` it was NotFound while by the
+    Claim it was InvalidInput. Both are now the refusal every command gives an id of
+    another item's Action or Run (``CommandRefused``), in the same words."""
     run = claimed(wc)
     other = create_dynamic(wc, title="Another")
-    with refused(wc, NotFound, str(run.run_id)):
-        wc.reserve_request(other.id, request=REQUEST, run_id=run.run_id)
+    said = []
+    for given in ({"run_id": run.run_id}, {"run": run}, {"run": run.ref}):
+        with refused(wc, CommandRefused) as info:
+            wc.reserve_request(other.id, request=REQUEST, **given)  # type: ignore[arg-type]
+        said.append(str(info.value))
+    assert said == [f"Run {run.run_id} is not a Run of WorkItem {other.id}"] * 3
+
+
+def test_a_worker_fence_naming_another_items_run_is_refused_over_http(
+    wc: WorkCenter,
+) -> None:
+    """The worker protocol takes the item from the fence's Action: a fence whose Run is
+    another item's is no fence of that Action (``StaleRun``, a ``CommandRefused``: 409),
+    and nothing is written."""
+    api = client(wc)
+    for title in ("One", "Two"):
+        plan(wc, create_dynamic(wc, title=title).id, action_spec())
+    fences = [
+        api.post("/api/worker/claim", json={"worker": "w1", "bootId": "b"}).json()["fence"]
+        for _ in range(2)
+    ]
+    crossed = fences[0] | {"runId": fences[1]["runId"]}
+    before = wc.event_count()
+    answer = api.post(
+        "/api/worker/requests/reserve",
+        json={"fence": crossed, "requestId": "r1", "request": REQUEST},
+    )
+    assert answer.status_code == 409, answer.text
+    assert answer.json()["title"] == "StaleRun"
+    assert wc.event_count() == before
 
 
 def test_a_coordinator_request_names_no_run(wc: WorkCenter) -> None:

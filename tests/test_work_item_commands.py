@@ -152,17 +152,40 @@ def test_create_refuses_stages_that_are_no_list(wc: WorkCenter, stages: object) 
     assert wc.list_work_items() == []
 
 
+def test_create_linear_without_stages_has_the_default_ones(wc: WorkCenter) -> None:
+    """Only stages left out (None) mean the default ones."""
+    item = wc.create_work_item(title="T", goal="G", acceptance_criteria=["c"], mode="linear")
+    assert item.stages == wi.DEFAULT_STAGES
+
+
+@pytest.mark.parametrize("stages", [[], ()])
+def test_create_linear_refuses_an_empty_list_of_stages(wc: WorkCenter, stages: object) -> None:
+    """An empty list once gave the default stages without a word: a caller who built
+    the list and ended with none is told, not given four stages it did not ask for."""
+    with refused(wc, InvalidInput, "at least one stage: give stages or leave them out"):
+        wc.create_work_item(
+            title="T",
+            goal="G",
+            acceptance_criteria=["c"],
+            mode="linear",
+            stages=stages,  # type: ignore[arg-type]
+        )
+    assert wc.list_work_items() == []
+
+
 @pytest.mark.parametrize("stages", [None, [], ()])
-def test_create_linear_without_stages_has_the_default_ones(wc: WorkCenter, stages: object) -> None:
-    """Left out, or an empty list (which the HTTP document admits), asks for no stage."""
+def test_a_dynamic_item_takes_stages_left_out_or_an_empty_list(
+    wc: WorkCenter, stages: object
+) -> None:
+    """A dynamic item has no stages: an empty list asks for none (docs/limits.md)."""
     item = wc.create_work_item(
         title="T",
         goal="G",
         acceptance_criteria=["c"],
-        mode="linear",
+        mode="dynamic",
         stages=stages,  # type: ignore[arg-type]
     )
-    assert item.stages == wi.DEFAULT_STAGES
+    assert item.stages == ()
 
 
 # --- 3.1 update -------------------------------------------------------------------

@@ -481,7 +481,8 @@ class WorkCenter:
         them; Coordinator requests default to it. A Run's request given its ``run`` (the
         Claim) is admitted only while the Run is live, as ``finish_run`` is (``StaleRun``
         otherwise, nothing written; ADR-0049); by its ``run_id`` alone, unfenced, of a
-        Run of the item (``NotFound`` otherwise)."""
+        Run of the item. A Run that is not the item's, by either form, is
+        ``CommandRefused``, as an Action of another item is (ADR-0106)."""
         return self._budget.reserve_request(
             work_item_id,
             request=request,

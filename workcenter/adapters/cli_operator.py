@@ -230,17 +230,12 @@ def audit_verify(
         try:
             with open_center(ctx, inline_projections=False) as wc, bar_on_terminal(as_json) as bar:
                 scope = work_item_id(wc, item_id) if item_id is not None else None
-                verdict = wc.maintenance.verify_history(
-                    scope, anchor=anchor, progress=steps.shown_on(bar, "verifying")
-                )
-            stop.check()
+                progress = steps.shown_on(bar, VERIFY_PHASES["events"]).by_phase(VERIFY_PHASES)
+                verdict = wc.maintenance.verify_history(scope, anchor=anchor, progress=progress)
+            if verdict.ok:  # a break found is said, whatever stop came after it
+                stop.check()
         except Interrupted as stopped:
-            where = f" at position {steps.done:,} of {steps.total:,}" if steps.total else ""
-            interrupted(
-                ctx,
-                stopped,
-                f"audit verify stopped{where}: the history is neither verified nor found broken",
-            )
+            interrupted(ctx, stopped, _verify_stopped(steps))
         if as_json:
             emit_json(verdict.json())
         else:
@@ -248,6 +243,22 @@ def audit_verify(
         if not verdict.ok:
             ctx.exit(HISTORY_BROKEN)
         stop.exit_if_stopped(ctx)
+
+
+VERIFY_PHASES = {"events": "verifying", "snapshots": "checking snapshots"}
+
+
+def _verify_stopped(steps: Steps) -> str:
+    unsaid = "the history is neither verified nor found broken"
+    if steps.phase == "snapshots":
+        # The walk was whole (a broken one takes no stop in the check): only the check
+        # of the snapshots against their events was cut.
+        return (
+            f"audit verify stopped in its snapshot check, {steps.done:,} of {steps.total:,}"
+            f" snapshotted streams checked: every event was verified; {unsaid}"
+        )
+    where = f" at position {steps.done:,} of {steps.total:,}" if steps.total else ""
+    return f"audit verify stopped{where}: {unsaid}"
 
 
 def _verify_bundle(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -68,11 +68,26 @@ class Steps:
         self.bar: Progress | None = None
         self.task: TaskID | None = None
         self.done = self.total = 0
+        self.phase: str | None = None
 
     def shown_on(self, bar: Progress | None, description: str) -> Steps:
         if bar is not None:
             self.bar, self.task = bar, bar.add_task(description, total=None)
         return self
+
+    def by_phase(self, descriptions: Mapping[str, str]) -> Callable[[str, int, int], None]:
+        """The callback of a verb whose work comes in phases (``audit verify``: the walk,
+        then the snapshot check), each counted from zero: the stop's line names the
+        phase it cut, and the bar shows it."""
+
+        def step(phase: str, done: int, total: int) -> None:
+            if phase != self.phase:
+                self.phase = phase
+                if self.bar is not None and self.task is not None:
+                    self.bar.update(self.task, description=descriptions.get(phase, phase))
+            self(done, total)
+
+        return step
 
     def __call__(self, done: int, total: int) -> None:
         self.done, self.total = done, max(done, total)

@@ -92,15 +92,15 @@ def position_of(store: Application[UUID], stream: UUID | str, version: int) -> i
 
 def stored_snapshots(
     store: Application[UUID], streams: Sequence[UUID] | None
-) -> Iterator[StoredSnapshot]:
-    """The snapshots (of ``streams``, or every one), by stream, oldest version first,
-    each decoded as it is reached, or the reason it does not decode: loads go past one
-    that does not (ADR-0099), and ``audit verify`` reports it and checks every other
-    against its events' fold (ADR-0103). One per 50 events of a stream, so this reads a
-    fiftieth of what the walk does."""
+) -> tuple[int, Iterator[StoredSnapshot]]:
+    """How many streams have snapshots (of ``streams``, or of every one), and the
+    snapshots by stream, oldest version first, each decoded as it is reached, or the
+    reason it does not decode: loads go past one that does not (ADR-0099), and ``audit
+    verify`` reports it and checks every other against its events' fold (ADR-0103). One
+    per 50 events of a stream, so this reads a fiftieth of what the walk does."""
     snapshots: Any = store.snapshots
     if snapshots is None:
-        return
+        return 0, iter(())
     recorder = snapshots.recorder
     statement = (
         f"SELECT originator_id, originator_version, topic, state FROM {recorder.events_table_name}"
@@ -112,6 +112,11 @@ def stored_snapshots(
     with sql.transaction(recorder.datastore, commit=False) as c:
         c.execute(statement + " ORDER BY originator_id, originator_version", params)
         rows = c.fetchall()
+    # The count lets `audit verify` say how far its check got (ADR-0106).
+    return len({row[0] for row in rows}), _decoded(store, rows)
+
+
+def _decoded(store: Application[UUID], rows: list[Any]) -> Iterator[StoredSnapshot]:
     for row in rows:
         version = row[1]
         try:

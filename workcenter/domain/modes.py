@@ -108,9 +108,8 @@ class ModePolicy(Protocol):
 
 
 def _asks_for_no_stage(stages: object) -> bool:
-    """Stages left out, or an empty list (which the HTTP document admits). Any other
-    value is given stages, refused unless it is a list of them: a falsy 0 or "" is not
-    "no stages" (it once gave a linear item the default ones)."""
+    """A dynamic item's stages left out, or an empty list. Any other value is given
+    stages, refused: a falsy 0 or "" is not "no stages"."""
     return stages is None or (isinstance(stages, list | tuple) and not stages)
 
 
@@ -220,7 +219,9 @@ class Linear:
     next_generation_reuses_attempts = False
 
     def workflow(self, stages: StageInput | None) -> tuple[Stage, ...]:
-        return parse_stages(wi.DEFAULT_STAGES if _asks_for_no_stage(stages) else stages)
+        # Only stages left out are the defaults: an empty list is refused, since a caller
+        # whose list came out empty did not ask for four stages (ADR-0106).
+        return parse_stages(wi.DEFAULT_STAGES if stages is None else stages)
 
     def wake(self, unit: Unit, kind: str, source_key: str, **trigger: object) -> None:
         return None  # a linear item follows its stages; no Coordinator is woken

@@ -66,7 +66,10 @@ def parse_stages(raw: object) -> tuple[Stage, ...]:
     if isinstance(raw, str | bytes | Mapping) or not isinstance(raw, Sequence):
         raise InvalidInput("stages must be a list of stage names or objects")
     if not raw:
-        raise InvalidInput("a linear workflow needs at least one stage")
+        raise InvalidInput(
+            "a linear workflow has at least one stage: give stages or leave them out for"
+            " the default ones"
+        )
     if len(raw) > MAX_STAGES:
         raise InvalidInput(f"a linear workflow has at most {MAX_STAGES} stages")
     stages = tuple(_stage(s) for s in raw)

@@ -81,11 +81,12 @@ class StoredSnapshot(NamedTuple):
 
 
 class SnapshotCheck(Protocol):
-    """The stored snapshots (of ``streams``, or all), oldest version of each stream
-    first: one that does not decode is gone past by every load (ADR-0099), every other
-    is checked against the fold of its stream's events (ADR-0103)."""
+    """How many streams have snapshots, and the stored snapshots (of ``streams``, or
+    all), oldest version of each stream first: one that does not decode is gone past by
+    every load (ADR-0099), every other is checked against the fold of its stream's
+    events (ADR-0103)."""
 
-    def __call__(self, streams: Sequence[UUID] | None) -> Iterable[StoredSnapshot]: ...
+    def __call__(self, streams: Sequence[UUID] | None) -> tuple[int, Iterable[StoredSnapshot]]: ...
 
 
 class NotificationReader(Protocol):

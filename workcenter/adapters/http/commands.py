@@ -78,9 +78,11 @@ Criterion = Annotated[str, Field(max_length=bounds.CRITERION)]
 
 
 # Stages are for linear items: any other item takes none, which the document states
-# (the service refuses stages given to a dynamic item, ADR-0090).
+# (the service refuses stages given to a dynamic item, ADR-0090). A linear item's list
+# has at least one stage (ADR-0106): left out, the stages are the default ones.
 STAGES_ONLY_WHEN_LINEAR: Final[dict[str, Any]] = {
     "if": {"required": ["mode"], "properties": {"mode": {"const": "linear"}}},
+    "then": {"properties": {"stages": {"minItems": 1}}},
     "else": {
         "properties": {"stages": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]}}
     },

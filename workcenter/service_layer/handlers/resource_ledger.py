@@ -14,7 +14,7 @@ from workcenter.domain import bounds, inputs
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
-from workcenter.domain.errors import InvalidInput, NotFound
+from workcenter.domain.errors import CommandRefused, InvalidInput, NotFound
 from workcenter.domain.unit import Unit
 from workcenter.service_layer.handlers.claim import Claim
 from workcenter.service_layer.handlers.run import run_ref
@@ -73,7 +73,7 @@ class BudgetCommands:
             # Unfenced, unlike the Claim's form: any Run of the item's Actions, live or
             # ended; a made-up id, the item's own or another item's Run was once recorded
             # on the ledger as the request's Run. A Run, once claimed, is never removed.
-            raise NotFound("Run", run_id)
+            raise _not_the_items(run_id, work_item_id)
         if request_id is not None:
             request_id = inputs.text(request_id, "request_id", bounds.REQUEST_ID)
         default = actors.COORDINATOR if kind == "coordinator" else actors.USER
@@ -105,7 +105,7 @@ class BudgetCommands:
         finish racing a claim cannot: the next request is refused."""
         action = self.repo.action(ref.action_id)
         if action.work_item_id != work_item_id:
-            raise InvalidInput(f"Run {ref.run_id} is not a Run of WorkItem {work_item_id}")
+            raise _not_the_items(ref.run_id, work_item_id)
         act.live_run(action, ref, at=at)
 
     def settle_request(
@@ -266,6 +266,13 @@ class BudgetCommands:
             return False
         retry_after = self.repo.ledger(work_item_id).retry_after
         return user_message or retry_after is None or self.clock.now() >= retry_after
+
+
+def _not_the_items(run_id: UUID, work_item_id: UUID) -> CommandRefused:
+    """A Run that is not one of the item's, named by its id or by its Claim: refused as
+    ``retry``, ``add_input`` and ``complete`` refuse an Action or Run of another item
+    (ADR-0106). A made-up id is refused alike: from the item, both are none of its own."""
+    return CommandRefused(f"Run {run_id} is not a Run of WorkItem {work_item_id}")
 
 
 def _estimate(request: object) -> int:

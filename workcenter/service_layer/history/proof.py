@@ -20,8 +20,10 @@ from workcenter.service_layer.repository import Repository
 
 NOT_THE_FOLD = "it is not the fold of the stream's events at its version"
 
-# (position reached, the store's last position when the walk began)
-VerifyProgress = Callable[[int, int], None]
+VerifyProgress = Callable[[str, int, int], None]
+"""Called after each page of the walk with ("events", position reached, the store's last
+position when the walk began), then, once every event verified, after each stream's
+snapshots were checked with ("snapshots", streams checked, streams to check)."""
 
 
 class HistoryProof:
@@ -81,7 +83,7 @@ class HistoryProof:
         progress: VerifyProgress | None,
     ) -> Verdict:
         _, last = self.chain.extent()
-        step = None if progress is None else lambda position: progress(position, last)
+        step = None if progress is None else lambda position: progress("events", position, last)
         with closing(self.chain.walk(streams)) as rows:
             verdict = hash_chain.verify(
                 rows,
@@ -94,7 +96,14 @@ class HistoryProof:
             return verdict
         damaged: list[DamagedSnapshot] = []
         mismatched: list[DamagedSnapshot] = []
-        for stream, of_stream in groupby(self.snapshots(streams), key=lambda s: s.stream):
+        # Each stream's fold reads its events again: the caller hears of each, as of each
+        # page of the walk, so a stop is taken between two (ADR-0100). Not once the walk
+        # found a break: a stop would then hide the verdict in hand (ADR-0106).
+        told = progress if progress is not None and verdict.broken is None else None
+        to_check, snapshots = self.snapshots(streams)
+        for checked, (stream, of_stream) in enumerate(
+            groupby(snapshots, key=lambda s: s.stream), start=1
+        ):
             readable = []
             for snapshot in of_stream:
                 if snapshot.damage is None:
@@ -102,10 +111,8 @@ class HistoryProof:
                 else:
                     damaged.append(DamagedSnapshot(stream, snapshot.version, snapshot.damage))
             mismatched.extend(self._mismatched(stream, readable))
-            if step is not None:
-                # Each stream's fold reads its events again: the caller hears of each, as of
-                # each page of the walk, so a stop is taken between two (ADR-0100).
-                step(last)
+            if told is not None:
+                told("snapshots", checked, to_check)
         return replace(
             verdict, damaged_snapshots=tuple(damaged), mismatched_snapshots=tuple(mismatched)
         )
