@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from workcenter.application import WorkCenter
+
 ROOT = Path(__file__).resolve().parents[1]
 CONSOLE_SCRIPT = Path(sys.executable).with_name("workcenter")
 
@@ -109,3 +111,30 @@ def test_the_installed_command_does_the_same(tmp_path: Path) -> None:
     )
     assert "Traceback" not in done.stderr, done.stderr
     assert done.returncode == 130, (done.returncode, done.stderr)
+
+
+def test_a_ctrl_c_while_a_short_verb_works_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    """A verb with no stop of its own (ADR-0100's long verbs and the worker have theirs)
+    is stopped by Ctrl-C with one line and 130, not click's "Aborted!" and 1."""
+    db = tmp_path / "wc.db"
+    WorkCenter.open(str(db)).close()
+    script = (
+        "import os, signal, sys, time\n"
+        "from workcenter.application import WorkCenter\n"
+        "def interrupted(*args, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    time.sleep(30)\n"
+        "WorkCenter.list_work_items = interrupted\n"
+        "from workcenter_launcher import main\n"
+        f"sys.argv = ['workcenter', '--db', {str(db)!r}, 'list']\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert "Traceback" not in done.stderr and "Aborted" not in done.stderr, done.stderr
+    assert done.returncode == 130, (done.returncode, done.stderr)
+    assert done.stderr.splitlines()[-1] == (
+        "interrupted by SIGINT: workcenter list stopped before it finished"
+        " (a change it was making is recorded whole or not at all)"
+    )

@@ -54,11 +54,23 @@ def _refusal_line(error: WorkcenterError) -> str:
 
 
 class WorkcenterGroup(click.Group):
-    """Turns a typed refusal raised by any verb into one line on stderr and exit 2."""
+    """Turns a typed refusal raised by any verb into one line on stderr and exit 2, and
+    a Ctrl-C that no verb took itself into one line and exit 130 (click would say
+    "Aborted!" and exit 1, its status for "declined", ADR-0106)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:
+            verb = (
+                f"workcenter {ctx.invoked_subcommand}" if ctx.invoked_subcommand else "workcenter"
+            )
+            click.echo(
+                f"interrupted by SIGINT: {verb} stopped before it finished"
+                " (a change it was making is recorded whole or not at all)",
+                err=True,
+            )
+            ctx.exit(130)  # 128 + SIGINT, as the long verbs exit (ADR-0100)
         except WorkcenterError as error:
             click.echo(_refusal_line(error), err=True)
             ctx.exit(2)
