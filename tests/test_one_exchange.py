@@ -216,7 +216,7 @@ def test_a_write_is_its_call_its_rows_and_its_commit(wc: WorkCenter) -> None:
         wc.finish_run(claimed, report())
         finished = _heads(seen)
     # After the claim's reads (its candidate, then the Action, item and ledger).
-    assert sent[sent.index("BEGIN", 1) :] == [
+    assert sent[sent.index("BEGIN") :] == [
         "BEGIN",
         "SELECT * FROM",
         "INSERT INTO WQ_RUNS",
@@ -224,7 +224,7 @@ def test_a_write_is_its_call_its_rows_and_its_commit(wc: WorkCenter) -> None:
         "UPDATE WQ_ITEMS SET",
         "INSERT INTO DV_DETAILS",
         "COMMIT",
-        "COMMIT",  # the claim's read, which held its candidate (ADR-0054)
+        "SELECT PG_ADVISORY_UNLOCK_ALL",  # the claim's hold on its candidate (ADR-0105)
     ], sent
     # The write alone: the renewal is decided on the Action the claim left in the
     # worker's cache, unread (ADR-0078; a read of it went first before).
