@@ -106,8 +106,25 @@ LANGUAGE plpgsql AS $f$
 DECLARE
   first_id bigint; last_id bigint; head_position bigint; head_digest bytea;
   prev bigint; prev_digest bytea; stream_digest bytea; link bytea;
-  e record; v text; pos bigint; i int;
+  e record; v text; pos bigint; i int; j int;
+  -- By each event's place in the arguments: its stream's link before it, and its own.
+  stream_links bytea[]; links bytea[];
 BEGIN
+  IF chained THEN
+    -- Each stream's last link before this write, read before the lock, which is then
+    -- held for less (ADR-0109): an event's predecessor in its stream committed, with
+    -- its link, before this write was decided on it; one in this write is linked below.
+    FOR i IN 1 .. cardinality(oids) LOOP
+      stream_digest := NULL;
+      IF NOT EXISTS (SELECT 1 FROM generate_subscripts(oids, 1) k
+          WHERE oids[k] = oids[i] AND versions[k] = versions[i] - 1) THEN
+        SELECT c.digest INTO stream_digest FROM {ev} p JOIN {s}.{chain} c
+          ON c.position = p.notification_id
+          WHERE p.originator_id = oids[i] AND p.originator_version = versions[i] - 1;
+      END IF;
+      stream_links[i] := stream_digest;
+    END LOOP;
+  END IF;
   -- What the library's insert does (its lock timeout, lock, notify and insert), here so
   -- that the whole write is one statement (ADR-0075). The lock serialises the writers:
   -- their ids commit in order, and these are the newest.
@@ -142,15 +159,20 @@ BEGIN
     FOR e IN SELECT notification_id, originator_id, originator_version, topic, state
         FROM {ev} WHERE notification_id BETWEEN first_id AND last_id
         ORDER BY notification_id LOOP
-      IF e.originator_id <> ALL(oids) THEN  -- never, while the library locks the table
+      i := NULL;
+      stream_digest := NULL;
+      FOR j IN 1 .. cardinality(oids) LOOP
+        IF oids[j] = e.originator_id AND versions[j] = e.originator_version THEN
+          i := j;
+        ELSIF oids[j] = e.originator_id AND versions[j] = e.originator_version - 1 THEN
+          stream_digest := links[j];  -- linked by this loop already
+        END IF;
+      END LOOP;
+      IF i IS NULL THEN  -- never, while the library locks the table
         RAISE EXCEPTION 'event % is not this write''s', e.notification_id;
       END IF;
-      -- The stream's previous link: stored before, or inserted by this loop.
-      SELECT c.digest INTO stream_digest FROM {ev} p JOIN {s}.{chain} c
-        ON c.position = p.notification_id
-        WHERE p.originator_id = e.originator_id
-          AND p.originator_version = e.originator_version - 1;
-      stream_digest := COALESCE(stream_digest, {_GENESIS});
+      -- The stream's previous link: linked by this loop, or stored before.
+      stream_digest := COALESCE(stream_digest, stream_links[i], {_GENESIS});
       -- The expression of wc_chain_digest, written out: PostgreSQL plans a SQL function
       -- called from plpgsql at every call, an expression once per session.
       link := {
@@ -166,6 +188,7 @@ BEGIN
         )
     };
       INSERT INTO {s}.{chain} VALUES (e.notification_id, prev, link);
+      links[i] := link;
       prev := e.notification_id;
       prev_digest := link;
     END LOOP;
