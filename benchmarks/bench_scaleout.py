@@ -68,6 +68,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import dataclasses
+import gc
 import json
 import os
 import statistics
@@ -127,6 +128,7 @@ def worker(
     ) as wc:
         if os.environ.get("BENCH_NO_WIRE"):
             wc.store.recorder.wire = False  # type: ignore[attr-defined]
+        gc.freeze()  # as `workcenter worker` does once its store is open (ADR-0110)
         # A worker's first cycle, on the item seeded for it, outside the clock.
         warm = wc.claim_next(name, lease_seconds=LEASE)
         if warm is not None:

@@ -5,11 +5,13 @@ the Coordinator must plan again. Also the CLI's read, budget and resume verbs.""
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from typing import Any
 from uuid import UUID
 
+import pytest
 from click.testing import CliRunner, Result
 from demo_stops import SMALL_BUDGET, stopped_demo
 
@@ -149,6 +151,31 @@ def test_worker_verb_runs_an_executor_until_idle(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     stats = json.loads(result.output)
     assert stats["claimed"] == 3 and stats["outcomes"] == {"completed": 3}
+
+
+def test_the_worker_verb_keeps_what_it_opened_out_of_garbage_collections(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once its store is open, a worker process freezes what it holds (ADR-0110); here
+    the freeze is observed, not done, so this test process keeps collecting its own."""
+    db = str(tmp_path / "w.db")
+    WorkCenter.open(db).close()
+    frozen: list[int] = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(1))
+    result = CliRunner().invoke(
+        cli,
+        [
+            "--db",
+            db,
+            "worker",
+            "--executor",
+            "workcenter.adapters.executors:echo",
+            "--exit-when-idle",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert frozen == [1]
 
 
 def test_worker_verb_refuses_a_bad_executor(tmp_path: Path) -> None:
