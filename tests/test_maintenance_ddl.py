@@ -10,12 +10,17 @@ of the log (a claim's catch-up of the work queue, the projection runner's subscr
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import postgres
 import pytest
+from click.testing import CliRunner
 from conftest import create_linear
+from eventsourcing.persistence import NotSupportedError
 
+from workcenter.adapters.cli import cli
 from workcenter.adapters.executors import echo
+from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
 from workcenter.application import WorkCenter
 
 
@@ -62,3 +67,41 @@ def test_a_column_added_then_dropped_breaks_no_read_of_a_running_process(
         conn.execute(f'ALTER TABLE "{schema}".{table} DROP COLUMN operators_note')
     for _ in range(4):
         work(wc, worker)
+
+
+class FailingSubscription:
+    """A subscription whose read fails as the library reports a refused statement (the
+    prepared ``SELECT *`` above, before ADR-0107, was one)."""
+
+    def __enter__(self) -> FailingSubscription:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+    def __iter__(self) -> FailingSubscription:
+        return self
+
+    def __next__(self) -> Any:
+        raise NotSupportedError("cached plan must not change result type")
+
+    def stop(self) -> None:
+        pass
+
+
+def test_a_runner_whose_subscription_fails_says_so_in_one_line(
+    wc: WorkCenter, location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner stops on a store error it cannot wait out, as its catch-up does: one
+    line and exit 2 (before, the subscription's failure was wrapped in a RuntimeError,
+    which reached the user as a traceback)."""
+    create_linear(wc, stages=("implement",))
+    monkeypatch.setattr(
+        OneCommitPostgresRecorder, "subscribe", lambda self, gt=None: FailingSubscription()
+    )
+    result = CliRunner().invoke(cli, ["--db", location, "projections", "run"])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "StoreUnavailable: cached plan must not change result type"
+    )
