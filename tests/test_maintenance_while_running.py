@@ -20,6 +20,7 @@ from eventsourcing.persistence import NotSupportedError
 
 from workcenter.adapters.cli import cli
 from workcenter.adapters.executors import echo
+from workcenter.adapters.postgres_connection import PoolBusy
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
 from workcenter.application import WorkCenter
 
@@ -105,3 +106,33 @@ def test_a_runner_whose_subscription_fails_says_so_in_one_line(
     assert result.output.strip().splitlines()[-1] == (
         "StoreUnavailable: cached plan must not change result type"
     )
+
+
+def test_a_write_that_waits_out_the_lock_timeout_is_a_passing_store_error(
+    location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``POSTGRES_LOCK_TIMEOUT`` set, a write that waits longer than it for an
+    operator's lock on the event table is refused by the server and rolled back: a
+    ``PoolBusy`` (a ``StoreDisconnected``), which workers wait out and try again, said in
+    one line without the server's PL/pgSQL context. Before ADR-0107 it was the library's
+    ``OperationalError``, which ended every worker (exit 2) under a 15 s maintenance lock,
+    the reports of the Runs they had finished lost."""
+    monkeypatch.setenv("POSTGRES_LOCK_TIMEOUT", "1")
+    # One try, not the library's ten 0.2 s apart (its retry decorator's own).
+    monkeypatch.setattr(
+        OneCommitPostgresRecorder,
+        "insert_events",
+        OneCommitPostgresRecorder.insert_events.__wrapped__,  # type: ignore[attr-defined]
+    )
+    with WorkCenter.open(location, inline_projections=False) as wc:
+        create_linear(wc, stages=("implement",))
+        schema = location.rsplit("schema=", 1)[1]
+        with postgres.connect() as conn, conn.transaction():
+            conn.execute(f'LOCK TABLE "{schema}".workcenter_events IN ACCESS EXCLUSIVE MODE')
+            with pytest.raises(PoolBusy) as refused:
+                create_linear(wc, stages=("implement",))
+        said = str(refused.value)
+        assert "POSTGRES_LOCK_TIMEOUT" in said and "CONTEXT" not in said, said
+        assert len(wc.list_work_items()) == 1  # nothing written
+        create_linear(wc, stages=("implement",))  # the lock released: writes go on
+        assert len(wc.list_work_items()) == 2
