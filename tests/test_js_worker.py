@@ -75,6 +75,21 @@ def test_the_javascript_worker_runs_an_item_to_done(server: str, db_path: Path) 
         assert {r.actor_id for r in claims} == {f"js@{events[0]['bootId']}"}
 
 
+def test_the_javascript_worker_decides_the_reviews_it_runs(server: str) -> None:
+    """A linear item's default stages include a review, and a completed review must
+    decide: the reference worker approved none, so every review it ran failed and its
+    item needed attention (found by acceptance testing, ADR-0107)."""
+    item = httpx.post(server + "/api/work-items", json=LINEAR | {"stages": None}).json()
+    worker = node(server, "--exit-when-idle", "--wait", "1", "--lease", "5")
+    out, err = worker.communicate(timeout=120)
+    assert worker.returncode == 0, err
+    finished = [json.loads(line) for line in out.splitlines()]
+    outcomes = [e["outcome"] for e in finished if e["event"] == "finished"]
+    assert outcomes == ["completed"] * 4
+    detail = httpx.get(f"{server}/api/work-items/{item['id']}").json()
+    assert detail["status"] == "done"
+
+
 def test_a_killed_javascript_worker_is_fenced_off_and_its_run_recovered(
     server: str, db_path: Path
 ) -> None:

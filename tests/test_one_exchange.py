@@ -224,7 +224,9 @@ def test_a_write_is_its_call_its_rows_and_its_commit(wc: WorkCenter) -> None:
         "UPDATE WQ_ITEMS SET",
         "INSERT INTO DV_DETAILS",
         "COMMIT",
-        "SELECT PG_ADVISORY_UNLOCK_ALL",  # the claim's hold on its candidate (ADR-0105)
+        # The claim's reads end by releasing the holds on its candidates: its session's
+        # advisory locks, with no transaction of its own to commit (ADR-0105).
+        "SELECT PG_ADVISORY_UNLOCK_ALL",
     ], sent
     # The write alone: the renewal is decided on the Action the claim left in the
     # worker's cache, unread (ADR-0078; a read of it went first before).

@@ -124,6 +124,24 @@ def claim_again_after_expiry(api: TestClient, clock: FakeClock) -> dict[str, Any
     return claim(api, bootId="boot-2")
 
 
+def test_a_lapsed_lease_is_ended_while_every_claim_finds_work(
+    api: TestClient, wc: WorkCenter, clock: FakeClock
+) -> None:
+    """A remote worker that died holds its Run until its lease lapses, and then no longer
+    than about a second of the server's claims: before ADR-0107 only a claim that found
+    nothing to do recovered, so under a steady backlog the Run stayed running, its item
+    blocked, for as long as the backlog lasted (found with remote workers always busy)."""
+    create(api)
+    lost = claim(api, leaseSeconds=5)  # its worker dies
+    for _ in range(3):
+        create(api)
+    claim(api, bootId="boot-2")
+    clock.advance(6)  # the lease lapses; every claim below finds work
+    claim(api, bootId="boot-2")
+    run = wc.action(UUID(lost["fence"]["actionId"])).run(UUID(lost["fence"]["runId"]))
+    assert run is not None and run.status == "interrupted"
+
+
 @pytest.mark.parametrize("verb", VERBS)
 def test_the_fence_of_a_recovered_run_is_refused_on_every_verb(
     api: TestClient, wc: WorkCenter, clock: FakeClock, verb: str

@@ -539,10 +539,11 @@ def worker(
     steps beside them, until stopped.
 
     Ctrl-C or SIGTERM interrupts the Runs in hand (each is retried, and has spent one
-    of its Action's attempts; an executor working in a thread of its own is left to
-    end with the process, its report unrecorded), prints the summary and exits 130 or
-    143. A malformed executor report is an error: the Run is interrupted with the
-    reason and the worker goes on.
+    of its Action's attempts, but a deliver Action is never run again by itself: it
+    fails and its item needs attention, `workcenter retry` runs it again; an executor
+    working in a thread of its own is left to end with the process, its report
+    unrecorded), prints the summary and exits 130 or 143. A malformed executor report
+    is an error: the Run is interrupted with the reason and the worker goes on.
     """
     if no_coordinator and no_runs:
         raise click.UsageError("--no-coordinator and --no-runs leave nothing to do")

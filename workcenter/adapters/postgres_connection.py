@@ -64,7 +64,8 @@ class PoolBusy(StoreDisconnected):
     """No connection of the pool (or no turn to hold one) came free in time: more
     commands ran at once than the pool serves, or commands were held up in the database
     (a lock). Nothing was sent by the command that got it; like a lost connection it
-    passes, and workers wait it out the same way."""
+    passes, and workers wait it out the same way. Also a write that waited out
+    ``POSTGRES_LOCK_TIMEOUT``: sent, refused and rolled back (``held_up``)."""
 
     code = "store_busy"
 
@@ -84,6 +85,29 @@ def busy(pool: Any, cause: BaseException | None = None) -> PoolBusy:
         f"no connection of the pool's {size} came free within {pool.timeout:g} s: every one"
         " was in use, by more commands at once than POSTGRES_POOL_SIZE +"
         " POSTGRES_MAX_OVERFLOW serve, or by commands held up in the database (a lock)"
+    )
+
+
+# SQLSTATE lock_not_available: a statement waited out the session's lock_timeout.
+LOCK_NOT_AVAILABLE: Final = "55P03"
+
+
+def lock_timed_out(error: BaseException) -> bool:
+    """Whether ``error`` (the library's wrapping of psycopg's) is a statement that waited
+    longer than ``POSTGRES_LOCK_TIMEOUT`` for a lock: refused, its transaction rolled back."""
+    return isinstance(error, OperationalError) and (
+        getattr(error.__cause__, "sqlstate", None) == LOCK_NOT_AVAILABLE
+    )
+
+
+def held_up() -> PoolBusy:
+    """The failure of a write that waited out the lock timeout: held up in the database
+    (an operator's maintenance holding a table, most often). Like a busy pool it passes,
+    and workers wait it out; before ADR-0107 it ended them. The server's own text, whose
+    PL/pgSQL context spans lines, is left to the cause."""
+    return PoolBusy(
+        "a write waited longer than POSTGRES_LOCK_TIMEOUT for a lock on the store's tables"
+        " (maintenance holding one?); nothing was written: try again"
     )
 
 
@@ -181,6 +205,8 @@ def watch_connections(datastore: Any) -> None:
                 raise
             if is_busy(error):
                 raise busy(datastore.pool, error.__cause__) from error
+            if lock_timed_out(error):
+                raise held_up() from error
             if not disconnected(error):
                 raise
             # psycopg's messages run over several lines: the log line is one.

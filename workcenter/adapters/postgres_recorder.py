@@ -25,6 +25,7 @@ from eventsourcing.utils import retry
 
 from workcenter.adapters import postgres_wire, postgres_write
 from workcenter.adapters.postgres_chain import PostgresChainTable
+from workcenter.adapters.postgres_columns import NamedColumnsNotifications, name_stream_columns
 from workcenter.adapters.recorders import INLINE_WRITE, SNAPSHOTS, SnapshotWrite
 from workcenter.projections import inline as inline_views
 from workcenter.projections import sql, tracked
@@ -33,9 +34,10 @@ from workcenter.projections.sql import PortableCursor
 from workcenter.service_layer.history import hash_chain
 
 
-class OneCommitPostgresRecorder(PostgresApplicationRecorder):
+class OneCommitPostgresRecorder(NamedColumnsNotifications, PostgresApplicationRecorder):
     """Inserts a command's events, their links in the hash chain, then its snapshots and
-    inline views, in one transaction."""
+    inline views, in one transaction. Its reads name the columns they take, so a column
+    an operator adds or drops breaks none of them (``postgres_columns``, ADR-0107)."""
 
     # Set by the factory from the store's settings (ADR-0028), as on SQLite.
     chained = True
@@ -62,6 +64,7 @@ class OneCommitPostgresRecorder(PostgresApplicationRecorder):
 
     def __init__(self, datastore: Any, **kwargs: Any) -> None:
         super().__init__(datastore, **kwargs)
+        name_stream_columns(self)
         self.chain = PostgresChainTable(datastore, self.events_table_name, self._lock_table)
         # The server's digest hashes the id's 16 bytes, as hash_chain does a UUID's.
         if datastore.originator_id_type != "uuid":

@@ -20,12 +20,13 @@ from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import psycopg
-from eventsourcing.persistence import ApplicationRecorder, PersistenceError
+from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, PersistenceError
 from eventsourcing.postgres import PostgresFactory
 from eventsourcing.utils import Environment, EnvType, get_topic
 
 from workcenter.adapters import postgres_write
 from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.adapters.postgres_columns import name_stream_columns
 from workcenter.adapters.postgres_connection import watch_connections
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
 from workcenter.domain.errors import InvalidInput
@@ -167,6 +168,12 @@ class WorkcenterPostgresFactory(PostgresFactory):
         if self.env_create_table():
             with sql.transaction(self.datastore, commit=True) as c:
                 c.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.datastore.schema}"')
+
+    def aggregate_recorder(self, purpose: str = "events") -> AggregateRecorder:
+        """The snapshots' recorder, whose reads name their columns (ADR-0107)."""
+        recorder = super().aggregate_recorder(purpose)
+        name_stream_columns(recorder)
+        return recorder
 
     def application_recorder(self) -> ApplicationRecorder:
         recorder = super().application_recorder()

@@ -25,6 +25,7 @@ from typing import Any
 
 from workcenter.adapters.postgres_connection import StoreDisconnected
 from workcenter.adapters.worker_run import (
+    BusyRecovery,
     Executor,
     Reconnect,
     StopSignals,
@@ -109,6 +110,7 @@ def run_worker(
     by = actors.worker(worker, wc.boot_id)
     if runs:
         reconnect.call(lambda: wc.recover(actor=by))
+    recover_when_busy = BusyRecovery(wc, by, lease_seconds)
     if coordinator is not None:
         wc.recover_coordinator(at_open=True)
     if runs and runs_at_once > 1:
@@ -122,6 +124,7 @@ def run_worker(
             exit_when_idle=exit_when_idle,
             on_event=on_event,
             by=by,
+            recover_when_busy=recover_when_busy,
         ).run(
             runs_at_once,
             stats,
@@ -135,6 +138,7 @@ def run_worker(
         stepped = _coordinate(wc, coordinator, stats, on_step) if coordinator else False
         claim = None
         if runs:
+            recover_when_busy()
             try:
                 claim = run_one(
                     wc,

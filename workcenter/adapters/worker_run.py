@@ -21,8 +21,9 @@ import random
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass, field
+from datetime import timedelta
 from typing import Any, Protocol
 
 from workcenter.adapters.persistence import StoreClosed
@@ -180,6 +181,33 @@ class Reconnect:
                 continue
             self.answered()
             return result
+
+
+class BusyRecovery:
+    """Ends the Runs whose lease lapsed while this worker is busy, at most once per
+    ``every`` seconds of the store's clock (the worker's own lease), before a claim.
+
+    A worker that finds nothing to claim recovers at once; one that always finds work
+    never would, and a Run whose worker died (or whose renewals waited out an operator's
+    lock longer than the lease) stayed running, its linear item blocked, for as long
+    as the backlog lasted (ADR-0107). One read of the live Runs, sorted by expiry, when
+    none lapsed. Shared by the threads of a worker running several Runs at once."""
+
+    def __init__(self, wc: WorkCenter, by: Any, every: float) -> None:
+        self.wc, self.by, self.every = wc, by, timedelta(seconds=every)
+        self._next = wc.clock.now() + self.every  # the loop recovered as it started
+        self._lock = threading.Lock()
+
+    def __call__(self) -> None:
+        with self._lock:
+            now = self.wc.clock.now()
+            if now < self._next:
+                return
+            self._next = now + self.every
+        # The database away, or recoveries racing: the claim that follows meets the
+        # first as it would have anyway, and the next recovery tries again.
+        with suppress(WorkcenterError):
+            self.wc.recover(actor=self.by)
 
 
 class _LeaseKeeper(threading.Thread):

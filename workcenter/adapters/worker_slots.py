@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from workcenter.adapters.postgres_connection import StoreDisconnected
 from workcenter.adapters.worker_run import (
+    BusyRecovery,
     Executor,
     Reconnect,
     StopSignals,
@@ -128,8 +129,10 @@ class Slots:
         exit_when_idle: bool,
         on_event: Callable[[str, Claim, str], None] | None,
         by: Actor,
+        recover_when_busy: BusyRecovery,
     ) -> None:
         self.wc, self.executor, self.worker, self.by = wc, executor, worker, by
+        self.recover_when_busy = recover_when_busy
         self.lease_seconds, self.poll_seconds = lease_seconds, poll_seconds
         self.exit_when_idle, self.on_event = exit_when_idle, on_event
         self.tickets = _Tickets(max_runs)
@@ -220,6 +223,7 @@ class Slots:
         reconnect = Reconnect(self.ending)
         while not self.ending.is_set() and self.tickets.take():
             seen = self.round
+            self.recover_when_busy()
             try:
                 claim = run_one(
                     self.wc,

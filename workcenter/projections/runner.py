@@ -153,7 +153,10 @@ class ProjectionRunner:
                             break
                     failures = [n for n in page if isinstance(n, BaseException)]
                     if failures:
-                        raise RuntimeError("the subscription failed") from failures[0]
+                        # Its own error, as the catch-up's would be: a lost connection is
+                        # waited out, a store's refusal is one line to the CLI's user (a
+                        # wrapper of another type reached them as a traceback, ADR-0107).
+                        raise failures[0]
                     self.applied += self.engine.apply_notifications(page)  # type: ignore[arg-type]
             finally:
                 subscription.stop()

@@ -157,6 +157,8 @@ async def claim(wc: Center, heads: Heads, request: Request, body: ClaimBody) -> 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + body.wait_seconds
     recovered_at = float("-inf")
+    # Lapsed leases are ended by busy claims too, about once a second per process.
+    await run_in_threadpool(protocol.recover_when_due, RECHECK_SECONDS)
     while not heads.closed and not await request.is_disconnected():
         # Read before the claim, so that work arriving after it wakes the wait.
         head = await run_in_threadpool(wc.changes.head) if body.wait_seconds else 0

@@ -14,10 +14,11 @@ and the usage) and answered with the first result, writing nothing.
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -114,6 +115,9 @@ class WorkerProtocol:
         self.budget = budget
         self.repo = runs.repo
         self.clock = runs.clock
+        # When the claims of this process next end lapsed leases though they find work.
+        self._next_recovery: datetime | None = None
+        self._recovery_lock = threading.Lock()
 
     # --- claims -------------------------------------------------------------------
 
@@ -127,6 +131,19 @@ class WorkerProtocol:
         if (problem := actors.actor_problem(actor)) is not None:
             raise InvalidInput(f"worker and bootId: {problem}")
         return claiming.claim_next(_OwnBoot(self.runs, boot), worker, lease, actor)
+
+    def recover_when_due(self, every: float) -> list[UUID]:
+        """``recover_expired``, at most once per ``every`` seconds of the store's clock
+        across this process's claims, whether they find work or not. Only a claim that
+        found nothing recovered before, so under a steady backlog a dead remote worker's
+        Run stayed running, its item blocked, for as long as the backlog lasted
+        (ADR-0107). One read of the live Runs, sorted by expiry, when none lapsed."""
+        with self._recovery_lock:
+            now = self.clock.now()
+            if self._next_recovery is not None and now < self._next_recovery:
+                return []
+            self._next_recovery = now + timedelta(seconds=every)
+        return self.recover_expired()
 
     def recover_expired(self) -> list[UUID]:
         """End the Runs whose lease has expired, whoever owns them: a remote worker that

@@ -1,0 +1,138 @@
+"""An operator's schema change on the store's tables while its processes run (ADR-0107).
+
+docs/deployment.md lets table-locking maintenance (``ALTER TABLE`` among it) run while
+workers run (ADR-0105). A column added to the event or snapshot table, then dropped,
+must leave every read of a process that was already running working: a stream loaded
+that is not in the process's cache (snapshots first, then events), a claim, and a page
+of the log (a claim's catch-up of the work queue, the projection runner's subscription).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import postgres
+import pytest
+from click.testing import CliRunner
+from conftest import create_linear
+from eventsourcing.persistence import NotSupportedError
+
+from workcenter.adapters.cli import cli
+from workcenter.adapters.executors import echo
+from workcenter.adapters.postgres_connection import PoolBusy
+from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
+from workcenter.application import WorkCenter
+
+
+@pytest.fixture
+def backend() -> str:
+    return "postgresql"
+
+
+@pytest.fixture
+def worker(location: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[WorkCenter]:
+    """A worker process's store: its own connections (two, each soon used by every read
+    below), cache and prepared statements."""
+    monkeypatch.setenv("POSTGRES_POOL_SIZE", "2")
+    monkeypatch.setenv("POSTGRES_MAX_OVERFLOW", "0")
+    center = WorkCenter.open(location, create=False, inline_projections=False)
+    yield center
+    center.close()
+
+
+def work(wc: WorkCenter, worker: WorkCenter) -> None:
+    """What a running worker and runner read, each statement prepared on their
+    connections once run (psycopg prepares the library's reads at once)."""
+    item = create_linear(wc, stages=("implement",))
+    assert worker.work_item(item.id).id == item.id  # not in its cache: the library's load
+    assert worker.store.recorder.select_notifications(1, 5)  # a page of the log
+    claim = worker.claim_next("w1")
+    assert claim is not None and claim.work_item_id == item.id
+    worker.finish_run(claim, echo(claim))
+
+
+@pytest.mark.parametrize("table", ["workcenter_events", "workcenter_snapshots"])
+def test_a_column_added_then_dropped_breaks_no_read_of_a_running_process(
+    wc: WorkCenter, worker: WorkCenter, location: str, table: str
+) -> None:
+    for _ in range(4):
+        work(wc, worker)
+    schema = location.rsplit("schema=", 1)[1]
+    with postgres.connect() as conn:
+        conn.execute(f'ALTER TABLE "{schema}".{table} ADD COLUMN operators_note text')
+    # Before ADR-0107: NotSupportedError "cached plan must not change result type".
+    for _ in range(4):
+        work(wc, worker)
+    with postgres.connect() as conn:
+        conn.execute(f'ALTER TABLE "{schema}".{table} DROP COLUMN operators_note')
+    for _ in range(4):
+        work(wc, worker)
+
+
+class FailingSubscription:
+    """A subscription whose read fails as the library reports a refused statement (the
+    prepared ``SELECT *`` above, before ADR-0107, was one)."""
+
+    def __enter__(self) -> FailingSubscription:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+    def __iter__(self) -> FailingSubscription:
+        return self
+
+    def __next__(self) -> Any:
+        raise NotSupportedError("cached plan must not change result type")
+
+    def stop(self) -> None:
+        pass
+
+
+def test_a_runner_whose_subscription_fails_says_so_in_one_line(
+    wc: WorkCenter, location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner stops on a store error it cannot wait out, as its catch-up does: one
+    line and exit 2 (before, the subscription's failure was wrapped in a RuntimeError,
+    which reached the user as a traceback)."""
+    create_linear(wc, stages=("implement",))
+    monkeypatch.setattr(
+        OneCommitPostgresRecorder, "subscribe", lambda self, gt=None: FailingSubscription()
+    )
+    result = CliRunner().invoke(cli, ["--db", location, "projections", "run"])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "StoreUnavailable: cached plan must not change result type"
+    )
+
+
+def test_a_write_that_waits_out_the_lock_timeout_is_a_passing_store_error(
+    location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``POSTGRES_LOCK_TIMEOUT`` set, a write that waits longer than it for an
+    operator's lock on the event table is refused by the server and rolled back: a
+    ``PoolBusy`` (a ``StoreDisconnected``), which workers wait out and try again, said in
+    one line without the server's PL/pgSQL context. Before ADR-0107 it was the library's
+    ``OperationalError``, which ended every worker (exit 2) under a 15 s maintenance lock,
+    the reports of the Runs they had finished lost."""
+    monkeypatch.setenv("POSTGRES_LOCK_TIMEOUT", "1")
+    # One try, not the library's ten 0.2 s apart (its retry decorator's own).
+    monkeypatch.setattr(
+        OneCommitPostgresRecorder,
+        "insert_events",
+        OneCommitPostgresRecorder.insert_events.__wrapped__,  # type: ignore[attr-defined]
+    )
+    with WorkCenter.open(location, inline_projections=False) as wc:
+        create_linear(wc, stages=("implement",))
+        schema = location.rsplit("schema=", 1)[1]
+        with postgres.connect() as conn, conn.transaction():
+            conn.execute(f'LOCK TABLE "{schema}".workcenter_events IN ACCESS EXCLUSIVE MODE')
+            with pytest.raises(PoolBusy) as refused:
+                create_linear(wc, stages=("implement",))
+        said = str(refused.value)
+        assert "POSTGRES_LOCK_TIMEOUT" in said and "CONTEXT" not in said, said
+        assert len(wc.list_work_items()) == 1  # nothing written
+        create_linear(wc, stages=("implement",))  # the lock released: writes go on
+        assert len(wc.list_work_items()) == 2
