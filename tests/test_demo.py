@@ -116,8 +116,14 @@ def test_unknown_item_is_a_clear_error(tmp_path: Path) -> None:
     assert result.stderr == "NotFound: WorkItem 00000000-0000-0000-0000-000000000000 not found\n"
 
 
-def test_worker_verb_runs_an_executor_until_idle(tmp_path: Path) -> None:
+def test_worker_verb_runs_an_executor_until_idle(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     db = str(tmp_path / "w.db")
+    # Once its store is open, the worker freezes what it holds (ADR-0110): observed here,
+    # not done, so this test process keeps collecting its own garbage.
+    frozen: list[int] = []
+    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(1))
     with WorkCenter.open(db) as wc:
         item = wc.create_work_item(
             title="t", goal="g", acceptance_criteria=["c"], delivery_target="response", start=True
@@ -151,30 +157,6 @@ def test_worker_verb_runs_an_executor_until_idle(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     stats = json.loads(result.output)
     assert stats["claimed"] == 3 and stats["outcomes"] == {"completed": 3}
-
-
-def test_the_worker_verb_keeps_what_it_opened_out_of_garbage_collections(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Once its store is open, a worker process freezes what it holds (ADR-0110); here
-    the freeze is observed, not done, so this test process keeps collecting its own."""
-    db = str(tmp_path / "w.db")
-    WorkCenter.open(db).close()
-    frozen: list[int] = []
-    monkeypatch.setattr(gc, "freeze", lambda: frozen.append(1))
-    result = CliRunner().invoke(
-        cli,
-        [
-            "--db",
-            db,
-            "worker",
-            "--executor",
-            "workcenter.adapters.executors:echo",
-            "--exit-when-idle",
-            "--json",
-        ],
-    )
-    assert result.exit_code == 0, result.output
     assert frozen == [1]
 
 

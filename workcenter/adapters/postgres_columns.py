@@ -75,13 +75,18 @@ class NamedColumnsNotifications:
         params.append(limit)
         with self.datastore.get_connection() as conn, conn.cursor() as curs:
             curs.execute(statement, params, prepare=True)
-            return [
-                Notification(
-                    id=row["notification_id"],
-                    originator_id=row["originator_id"],
-                    originator_version=row["originator_version"],
-                    topic=row["topic"],
-                    state=bytes(row["state"]),
-                )
-                for row in curs.fetchall()
-            ]
+            return notifications(curs.fetchall())
+
+
+def notifications(rows: Sequence[Any]) -> list[Notification]:
+    """Rows of the event table read with their notification ids, by column name."""
+    return [
+        Notification(
+            id=row["notification_id"],
+            originator_id=row["originator_id"],
+            originator_version=row["originator_version"],
+            topic=row["topic"],
+            state=bytes(row["state"]),
+        )
+        for row in rows
+    ]

@@ -23,7 +23,7 @@ from eventsourcing.persistence import InterfaceError, Notification, OperationalE
 from eventsourcing.postgres import PostgresApplicationRecorder
 from eventsourcing.utils import retry
 
-from workcenter.adapters import postgres_wire, postgres_write
+from workcenter.adapters import postgres_columns, postgres_wire, postgres_write
 from workcenter.adapters.postgres_chain import PostgresChainTable
 from workcenter.adapters.postgres_columns import NamedColumnsNotifications, name_stream_columns
 from workcenter.adapters.recorders import INLINE_WRITE, SNAPSHOTS, SnapshotWrite
@@ -384,16 +384,7 @@ class OneCommitPostgresRecorder(NamedColumnsNotifications, PostgresApplicationRe
 
     @staticmethod
     def _take_gap(c: Any) -> list[Notification]:
-        return [
-            Notification(
-                id=row["notification_id"],
-                originator_id=row["originator_id"],
-                originator_version=row["originator_version"],
-                topic=row["topic"],
-                state=bytes(row["state"]),
-            )
-            for row in c.fetchall()
-        ]
+        return postgres_columns.notifications(c.fetchall())
 
     def _read_gap(
         self, c: PortableCursor, after: int, before: int, limit: int
