@@ -110,6 +110,9 @@ DECLARE
   -- By each event's place in the arguments: its stream's link before it, and its own.
   stream_links bytea[]; links bytea[];
 BEGIN
+  -- Before any read of the event table: an operator's lock on it is waited for no
+  -- longer than the lock timeout here either.
+  PERFORM set_config('lock_timeout', lock_timeout, true);
   IF chained THEN
     -- Each stream's last link before this write, read before the lock, which is then
     -- held for less (ADR-0109): an event's predecessor in its stream committed, with
@@ -125,10 +128,9 @@ BEGIN
       stream_links[i] := stream_digest;
     END LOOP;
   END IF;
-  -- What the library's insert does (its lock timeout, lock, notify and insert), here so
-  -- that the whole write is one statement (ADR-0075). The lock serialises the writers:
-  -- their ids commit in order, and these are the newest.
-  PERFORM set_config('lock_timeout', lock_timeout, true);
+  -- What the library's insert does (its lock timeout, above, lock, notify and insert),
+  -- here so that the whole write is one statement (ADR-0075). The lock serialises the
+  -- writers: their ids commit in order, and these are the newest.
   LOCK TABLE {ev} IN EXCLUSIVE MODE;
   -- Returned: when the lock was granted (the client times the hold).
   started := extract(epoch FROM clock_timestamp());
