@@ -32,6 +32,7 @@ from workcenter.application import Claim, WorkCenter
 from workcenter.domain.errors import CommandRefused, InvalidInput, StaleRun, WorkcenterError
 from workcenter.domain.outcome import RunReport
 from workcenter.projections.sanitize import sanitize_personal
+from workcenter.service_layer.cadence import Cadence
 
 Executor = Callable[[Claim], RunReport | Mapping[str, Any]]
 LATE_INPUT = "input arrived while the Run was executing; the next Run receives it"
@@ -195,15 +196,12 @@ class BusyRecovery:
 
     def __init__(self, wc: WorkCenter, by: Any, every: float) -> None:
         self.wc, self.by, self.every = wc, by, timedelta(seconds=every)
-        self._next = wc.clock.now() + self.every  # the loop recovered as it started
-        self._lock = threading.Lock()
+        # The loop recovered as it started.
+        self._cadence = Cadence(wc.clock, not_before=wc.clock.now() + self.every)
 
     def __call__(self) -> None:
-        with self._lock:
-            now = self.wc.clock.now()
-            if now < self._next:
-                return
-            self._next = now + self.every
+        if not self._cadence.due(self.every):
+            return
         # The database away, or recoveries racing: the claim that follows meets the
         # first as it would have anyway, and the next recovery tries again.
         with suppress(WorkcenterError):

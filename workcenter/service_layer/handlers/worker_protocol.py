@@ -14,11 +14,10 @@ and the usage) and answered with the first result, writing nothing.
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -36,6 +35,7 @@ from workcenter.domain.errors import (
 from workcenter.domain.outcome import RunReport, report_digest
 from workcenter.domain.unit import Unit
 from workcenter.projections.work_queue import Candidate
+from workcenter.service_layer.cadence import Cadence
 from workcenter.service_layer.handlers import claim as claiming
 from workcenter.service_layer.handlers.claim import Claim
 from workcenter.service_layer.handlers.resource_ledger import BudgetCommands
@@ -116,8 +116,7 @@ class WorkerProtocol:
         self.repo = runs.repo
         self.clock = runs.clock
         # When the claims of this process next end lapsed leases though they find work.
-        self._next_recovery: datetime | None = None
-        self._recovery_lock = threading.Lock()
+        self._recovery = Cadence(self.clock)
 
     # --- claims -------------------------------------------------------------------
 
@@ -138,11 +137,8 @@ class WorkerProtocol:
         found nothing recovered before, so under a steady backlog a dead remote worker's
         Run stayed running, its item blocked, for as long as the backlog lasted
         (ADR-0107). One read of the live Runs, sorted by expiry, when none lapsed."""
-        with self._recovery_lock:
-            now = self.clock.now()
-            if self._next_recovery is not None and now < self._next_recovery:
-                return []
-            self._next_recovery = now + timedelta(seconds=every)
+        if not self._recovery.due(timedelta(seconds=every)):
+            return []
         return self.recover_expired()
 
     def recover_expired(self) -> list[UUID]:
