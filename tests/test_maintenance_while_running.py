@@ -9,6 +9,8 @@ of the log (a claim's catch-up of the work queue, the projection runner's subscr
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,8 +22,9 @@ from eventsourcing.persistence import NotSupportedError
 
 from workcenter.adapters.cli import cli
 from workcenter.adapters.executors import echo
-from workcenter.adapters.postgres_connection import PoolBusy
+from workcenter.adapters.postgres_connection import PoolBusy, StoreDisconnected, held_up
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
+from workcenter.adapters.worker_run import Reconnect
 from workcenter.application import WorkCenter
 
 
@@ -136,3 +139,21 @@ def test_a_write_that_waits_out_the_lock_timeout_is_a_passing_store_error(
         assert len(wc.list_work_items()) == 1  # nothing written
         create_linear(wc, stages=("implement",))  # the lock released: writes go on
         assert len(wc.list_work_items()) == 2
+
+
+def test_a_worker_waiting_out_a_busy_store_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
+    """A worker backing off a busy store (a write that waited out the lock timeout, a
+    pool with no connection free) logs one line as the wait begins, not one per try, and
+    one again for the next wait; a lost connection is left to the store's own line."""
+    stop = threading.Event()
+    stop.set()  # each wait returns at once
+    reconnect = Reconnect(stop)
+    with caplog.at_level(logging.WARNING, logger="workcenter.store"):
+        for _ in range(3):
+            reconnect.wait(held_up())
+        reconnect.answered()
+        reconnect.wait(held_up())
+        reconnect.answered()
+        reconnect.wait(StoreDisconnected("lost the connection to the database"))
+    said = [record.getMessage() for record in caplog.records]
+    assert said == [f"{held_up()}; waiting"] * 2

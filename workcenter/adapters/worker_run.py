@@ -17,6 +17,7 @@ several Runs at once, ``worker_slots`` (ADR-0097).
 
 from __future__ import annotations
 
+import logging
 import random
 import signal
 import threading
@@ -27,12 +28,14 @@ from datetime import timedelta
 from typing import Any, Protocol
 
 from workcenter.adapters.persistence import StoreClosed
-from workcenter.adapters.postgres_connection import StoreDisconnected
+from workcenter.adapters.postgres_connection import PoolBusy, StoreDisconnected
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain.errors import CommandRefused, InvalidInput, StaleRun, WorkcenterError
 from workcenter.domain.outcome import RunReport
 from workcenter.projections.sanitize import sanitize_personal
 from workcenter.service_layer.cadence import Cadence
+
+log = logging.getLogger("workcenter.store")
 
 Executor = Callable[[Claim], RunReport | Mapping[str, Any]]
 LATE_INPUT = "input arrived while the Run was executing; the next Run receives it"
@@ -164,7 +167,11 @@ class Reconnect:
         self.delay = 0.0
 
     def wait(self, error: StoreDisconnected) -> bool:
-        """Back off after ``error``; False when the worker was stopped meanwhile."""
+        """Back off after ``error``; False when the worker was stopped meanwhile. A busy
+        store (its pool, or a write that waited out the lock timeout) is logged in one
+        line as the wait begins; the store logs a lost connection itself."""
+        if isinstance(error, PoolBusy) and not self.delay:
+            log.warning("%s; waiting", error)
         self.delay = min(BACKOFF_CAP, self.delay * 2 or BACKOFF_FIRST)
         return not self.stop.wait(random.uniform(self.delay / 2, self.delay))
 
