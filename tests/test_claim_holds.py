@@ -12,8 +12,13 @@ candidates a claim tried (instrumented, not timed); the 16-process test in
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -21,7 +26,9 @@ import postgres
 import pytest
 from conftest import create_linear
 
+from workcenter.adapters.postgres_connection import StoreDisconnected
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
+from workcenter.adapters.postgres_settings import CLAIM_HOLD_TIMEOUT_ENV
 from workcenter.application import WorkCenter
 from workcenter.projections import sql
 from workcenter.projections.work_queue import CLAIM_LOCKS
@@ -184,3 +191,94 @@ def test_maintenance_locks_a_table_a_claim_read_while_the_claim_goes_on(
     assert not claiming.is_alive()
     assert [c.action_id for c in claimed] == [actions[0]]
     assert free(actions[0]) == [True]
+
+
+def hold_timeout(wc: WorkCenter, seconds: int) -> None:
+    """As ``$WORKCENTER_POSTGRES_CLAIM_HOLD_TIMEOUT`` would set it for ``wc``'s claims."""
+    wc.store.recorder.datastore.claim_hold_timeout = seconds  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_claim_frozen_between_its_exchanges_loses_its_holds(
+    wc: WorkCenter, other: WorkCenter
+) -> None:
+    """A claim that sends nothing for the hold timeout (its thread stalled here) has its
+    session ended by the server, and its holds with it: another claim takes the Action.
+    The frozen claim, going on, meets a typed error, not a hang (ADR-0111)."""
+    actions = three_items(wc)
+    hold_timeout(other, 1)
+    with pytest.raises(StoreDisconnected), other._runs.claim_candidates(16) as candidates:
+        assert candidates is not None
+        assert next(candidates).action_id == actions[0]
+        assert free(actions[0]) == [False]
+        time.sleep(2.5)
+        assert free(actions[0]) == [True]
+        claim = wc.claim_next("w1")
+        assert claim is not None and claim.action_id == actions[0]
+    # The next claim of the frozen store reconnects and goes on.
+    claim = other.claim_next("w2")
+    assert claim is not None and claim.action_id == actions[1]
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_claims_connection_goes_back_to_the_pool_without_the_timeout(
+    wc: WorkCenter, location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hold timeout is the claim's only: every connection of the pool, the claim's
+    among them, is still open after idling longer than it once the claim ended."""
+    actions = three_items(wc)
+    monkeypatch.setenv("POSTGRES_POOL_SIZE", "2")
+    monkeypatch.setenv("POSTGRES_MAX_OVERFLOW", "0")
+    monkeypatch.setenv(CLAIM_HOLD_TIMEOUT_ENV, "1")
+    with WorkCenter.open(location, create=False) as worker:
+        claim = worker.claim_next("w1")
+        assert claim is not None and claim.action_id == actions[0]
+        time.sleep(2.5)
+        datastore = worker.store.recorder.datastore  # type: ignore[attr-defined]
+        with datastore.get_connection() as one, datastore.get_connection() as two:
+            for conn in (one, two):
+                row = conn.execute("SELECT current_setting('idle_session_timeout') AS t").fetchone()
+                assert row["t"] == "0"
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_session_the_server_ended_for_idling_is_a_lost_connection(wc: WorkCenter) -> None:
+    """The server's own words for it (SQLSTATE 57P05) are a ``StoreDisconnected``, as any
+    lost connection is, never the driver's error."""
+    datastore = wc.store.recorder.datastore  # type: ignore[attr-defined]
+    with pytest.raises(StoreDisconnected), datastore.get_connection() as conn:
+        conn.execute("SET idle_session_timeout = '500ms'")
+        time.sleep(1.5)
+        conn.execute("SELECT 1")
+
+
+@pytest.mark.parametrize("backend", ["postgresql"])
+def test_a_stopped_worker_process_gives_its_candidate_up(wc: WorkCenter, location: str) -> None:
+    """A worker process stopped (SIGSTOP) while it holds a candidate: once the hold
+    timeout passes, another worker claims that Action; continued, the stopped one is
+    told its claim lost its connection, in one typed error (ADR-0111)."""
+    actions = three_items(wc)
+    script = Path(__file__).with_name("frozen_claim.py")
+    env = {**os.environ, CLAIM_HOLD_TIMEOUT_ENV: "1"}
+    child = subprocess.Popen(
+        [sys.executable, str(script), location], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().split() == ["held", str(actions[0])]
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{child.pid}/stat").read_text().split(") ")[1][0] != "T":
+            assert time.monotonic() < deadline, "the worker never stopped"
+            time.sleep(0.05)
+        assert free(actions[0]) == [False]
+        time.sleep(2.5)
+        claim = wc.claim_next("w1")
+        assert claim is not None and claim.action_id == actions[0]
+        child.send_signal(signal.SIGCONT)
+        out, _ = child.communicate(timeout=30)
+        assert out.split() == ["refused", "StoreDisconnected"]
+        assert child.returncode == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()

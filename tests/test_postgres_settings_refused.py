@@ -10,12 +10,16 @@ import postgres
 import pytest
 from conftest import create_dynamic
 
-from workcenter.adapters.postgres_settings import SYNCHRONOUS_COMMIT_ENV
+from workcenter.adapters import postgres_settings
+from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.adapters.postgres_settings import CLAIM_HOLD_TIMEOUT_ENV, SYNCHRONOUS_COMMIT_ENV
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput
 
 REFUSED = [
     (SYNCHRONOUS_COMMIT_ENV, "early_release"),
+    (CLAIM_HOLD_TIMEOUT_ENV, "0"),
+    (CLAIM_HOLD_TIMEOUT_ENV, "30s"),
     ("POSTGRES_POOL_SIZE", "abc"),
     ("POSTGRES_POOL_SIZE", "-1"),
     ("POSTGRES_MAX_OVERFLOW", "-5"),
@@ -78,3 +82,16 @@ def test_good_values_and_the_library_defaults_open(monkeypatch: pytest.MonkeyPat
 def test_a_url_that_does_not_parse_is_invalid_input() -> None:
     with pytest.raises(InvalidInput, match="not a valid PostgreSQL URL"):
         WorkCenter.open("postgresql://postgres@[::1:5432/test")
+
+
+def test_a_server_too_old_to_bound_claims_is_refused_before_anything_is_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A claim bounds its holds with ``idle_session_timeout`` (PostgreSQL 14, ADR-0111):
+    an older server is refused by name when a store opens, no schema made."""
+    monkeypatch.setattr(postgres_settings, "LEAST_SERVER_VERSION", 990000)
+    with postgres.fresh_schema("wcset") as url:
+        schema = url.rsplit("=", 1)[1]
+        with pytest.raises(StoreUnavailable, match="Workcenter needs PostgreSQL 99 or newer"):
+            WorkCenter.open(url)
+        assert not schema_exists(schema)

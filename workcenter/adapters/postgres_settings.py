@@ -38,6 +38,12 @@ SCHEMA_ENV: Final = "WORKCENTER_SCHEMA"
 # at the commit's reply), "early-release" (durable at the reply, the lock released before
 # the flush, ADR-0088) or "off" (ADR-0053).
 SYNCHRONOUS_COMMIT_ENV: Final = "WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT"
+# How long, in seconds, a claim may send nothing on the connection holding its candidates
+# before the server ends that session and the holds with it (ADR-0111).
+CLAIM_HOLD_TIMEOUT_ENV: Final = "WORKCENTER_POSTGRES_CLAIM_HOLD_TIMEOUT"
+CLAIM_HOLD_TIMEOUT: Final = 60
+# The first release with ``idle_session_timeout``, which bounds a claim's holds.
+LEAST_SERVER_VERSION: Final = 140000
 # The library's own settings of its pool and sessions, read by it from the environment
 # (its key with the application's prefix first, then as it is), with the least value each
 # takes. The library refuses a malformed one as OSError or ValueError, some (a negative
@@ -165,6 +171,10 @@ class WorkcenterPostgresFactory(PostgresFactory):
         super().__init__(env)
         sql.pin_search_path(self.datastore)
         watch_connections(self.datastore)
+        require_version(self.datastore)  # before anything is made
+        self.datastore.claim_hold_timeout = claim_hold_timeout(  # type: ignore[attr-defined]
+            os.environ.get(CLAIM_HOLD_TIMEOUT_ENV)
+        )
         if self.env_create_table():
             with sql.transaction(self.datastore, commit=True) as c:
                 c.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.datastore.schema}"')
@@ -194,6 +204,7 @@ def check_settings(environ: Mapping[str, str]) -> None:
     """``InvalidInput`` naming the first PostgreSQL setting in ``environ`` that is not one
     a store opens with, before anything is opened or written."""
     synchronous_commit(environ.get(SYNCHRONOUS_COMMIT_ENV))
+    claim_hold_timeout(environ.get(CLAIM_HOLD_TIMEOUT_ENV))
     for name, least in WHOLE_SETTINGS.items():
         key, value = _library_setting(environ, name)
         if not value:
@@ -246,6 +257,37 @@ def synchronous_commit(value: str | None) -> postgres_write.CommitMode:
         if text == mode:
             return mode
     raise InvalidInput(f"${SYNCHRONOUS_COMMIT_ENV} must be on, early-release or off, not {value!r}")
+
+
+def claim_hold_timeout(value: str | None) -> int:
+    """The seconds a claim may send nothing while holding candidates (ADR-0111):
+    ``CLAIM_HOLD_TIMEOUT`` unless set; a value not a whole number of at least 1 is
+    InvalidInput."""
+    if not value:
+        return CLAIM_HOLD_TIMEOUT
+    try:
+        seconds = int(value)
+    except ValueError:
+        seconds = 0
+    if seconds < 1:
+        raise InvalidInput(
+            f"${CLAIM_HOLD_TIMEOUT_ENV} must be a whole number of seconds of at least 1,"
+            f" not {value!r}"
+        )
+    return seconds
+
+
+def require_version(datastore: Any) -> None:
+    """``StoreUnavailable`` on a server older than ``LEAST_SERVER_VERSION``, whose claims
+    could not bound their holds (``idle_session_timeout``, ADR-0111). The version is the
+    connection's, read without a round trip."""
+    with datastore.get_connection() as conn:
+        version = conn.info.server_version
+    if version < LEAST_SERVER_VERSION:
+        raise StoreUnavailable(
+            f"PostgreSQL {version // 10000} is too old: Workcenter needs PostgreSQL"
+            f" {LEAST_SERVER_VERSION // 10000} or newer"
+        )
 
 
 def flush_once(datastore: Any) -> None:

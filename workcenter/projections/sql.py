@@ -92,8 +92,10 @@ def is_postgres(datastore: Any) -> bool:
 
 
 # Class 08 is "connection exception"; 57P01 to 57P03 are the server shutting down,
-# crashing or not yet accepting connections; client-side failures have no SQLSTATE.
-DISCONNECTED_STATES = ("57P01", "57P02", "57P03")
+# crashing or not yet accepting connections; 57P05 and 25P03 a session it ended for
+# idling too long (a claim's hold timeout, ADR-0111; an idle transaction's); client-side
+# failures have no SQLSTATE.
+DISCONNECTED_STATES = ("57P01", "57P02", "57P03", "57P05", "25P03")
 
 
 def connection_lost(error: BaseException) -> bool:
@@ -167,8 +169,11 @@ class Reads(Protocol):
     def sync(self) -> None: ...
 
 
-# Ends a claim's reads: the holds on its candidates are its session's (ADR-0105).
-RELEASE_HOLDS = "SELECT pg_advisory_unlock_all()"
+# Ends a claim's reads: the holds on its candidates are its session's (ADR-0105), and
+# so is the idle timeout that ends the session of a claim frozen between its exchanges
+# (a stopped process, a lost machine), taking its holds with it (ADR-0111).
+RELEASE_HOLDS = "SELECT pg_advisory_unlock_all(), set_config('idle_session_timeout', '0', false)"
+HOLD_TIMEOUT = "SELECT set_config('idle_session_timeout', ?, false)"
 
 
 @contextmanager
@@ -181,19 +186,26 @@ def claim_reads(datastore: Any) -> Iterator[Reads]:
     and the claim's other connections for the operator's, a wait through the worker
     that PostgreSQL cannot see as a deadlock, ADR-0105.) The holds on candidates it
     takes are session advisory locks, released at its end however it ends, and with the
-    session if the connection is lost. Sent on the wire where the store's recorder
+    session if the connection is lost, or if the claim sends nothing on it for
+    ``datastore.claim_hold_timeout`` seconds (its process stopped, its machine lost: the
+    server ends the session, ADR-0111). Sent on the wire where the store's recorder
     offers it (``datastore.read_exchange``, ADR-0104), else in psycopg's pipeline mode."""
     exchange = getattr(datastore, "read_exchange", None)
+    # Sent first, with the claim's first reads.
+    hold_timeout = (f"{datastore.claim_hold_timeout}s",)
     with datastore.get_connection(held=True) as conn:
         try:
             wire = exchange(conn) if exchange is not None else None
             if wire is not None:
+                wire.cursor().execute(HOLD_TIMEOUT, hold_timeout)
                 yield wire
                 wire.cursor().execute(RELEASE_HOLDS)
                 wire.sync()
                 return
             with conn.pipeline() as pipeline:
-                yield ReadPipeline(conn, pipeline)
+                reads = ReadPipeline(conn, pipeline)
+                reads.cursor().execute(HOLD_TIMEOUT, hold_timeout)
+                yield reads
                 conn.cursor().execute(RELEASE_HOLDS)
         except BaseException:
             release_holds(conn)
