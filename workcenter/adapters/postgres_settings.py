@@ -24,7 +24,7 @@ from eventsourcing.persistence import AggregateRecorder, ApplicationRecorder, Pe
 from eventsourcing.postgres import PostgresFactory
 from eventsourcing.utils import Environment, EnvType, get_topic
 
-from workcenter.adapters import postgres_write
+from workcenter.adapters import postgres_layout, postgres_write
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.postgres_columns import name_stream_columns
 from workcenter.adapters.postgres_connection import watch_connections
@@ -132,35 +132,37 @@ class PostgresTarget:
     def require_server(self) -> None:
         """``StoreUnavailable`` in the server's own words unless it answers: a store about
         to be made would otherwise wait out its pool's timeout at each try to open it
-        (two minutes in all), and name a lost connection that never was."""
-        try:
-            self._has_store()
-        except psycopg.Error as error:
-            raise StoreUnavailable(f"cannot open the store at {self.where}: {error}") from None
+        (two minutes in all), and name a lost connection that never was. Also unless a
+        store already there has a layout this Workcenter knows (``check_layout``)."""
+        self._has_store()
 
     def require_store(self) -> None:
-        """``StoreUnavailable`` unless the server answers and the schema holds a store:
-        reading never makes one."""
-        try:
-            found = self._has_store()
-        except psycopg.Error as error:
-            raise StoreUnavailable(f"cannot open the store at {self.where}: {error}") from None
-        if not found:
+        """``StoreUnavailable`` unless the server answers and the schema holds a store
+        whose layout this Workcenter knows: reading never makes one."""
+        if not self._has_store():
             raise StoreUnavailable(f"no Workcenter store at {self.where}")
 
     def _has_store(self) -> bool:
-        with psycopg.connect(
-            host=self.host,
-            port=self.port,
-            user=self.user,
-            password=self.password,
-            dbname=self.dbname,
-            connect_timeout=5,
-        ) as conn:
-            row = conn.execute(
-                "SELECT to_regclass(%s)", (f"{self.schema}.{EVENTS_TABLE}",)
-            ).fetchone()
-        return row is not None and row[0] is not None
+        try:
+            with psycopg.connect(
+                host=self.host,
+                port=self.port,
+                user=self.user,
+                password=self.password,
+                dbname=self.dbname,
+                connect_timeout=5,
+            ) as conn:
+                row = conn.execute(
+                    "SELECT to_regclass(%s), to_regclass(%s)",
+                    (f"{self.schema}.{EVENTS_TABLE}", f"{self.schema}.{postgres_layout.TABLE}"),
+                ).fetchone()
+                events, layout = row if row is not None else (None, None)
+                found = events is not None
+                if found and layout is not None:
+                    postgres_layout.check(postgres_layout.read(conn, self.schema), self.where)
+        except psycopg.Error as error:
+            raise StoreUnavailable(f"cannot open the store at {self.where}: {error}") from None
+        return found
 
 
 class WorkcenterPostgresFactory(PostgresFactory):
@@ -193,6 +195,8 @@ class WorkcenterPostgresFactory(PostgresFactory):
                 flush_once(self.datastore)
             # A claim's reads on the wire too (ADR-0104).
             self.datastore.read_exchange = recorder.read_exchange  # type: ignore[attr-defined]
+            if self.env_create_table():
+                postgres_layout.record(self.datastore)  # its tables and functions are made
             recorder.chained = hash_chain.enabled(self.env.get(hash_chain.HASH_CHAIN_KEY))
             if recorder.chained:
                 # A store written before the chain (or with it off) is chained on open.
