@@ -76,10 +76,14 @@ def _element(value: Any) -> tuple[int, bytes]:
 
 def _text(value: str) -> bytes:
     """A str's bytes; one holding a NUL is psycopg's to refuse (``DataError``): libpq
-    would send a text parameter up to its first NUL, the rest lost without a word."""
+    would send a text parameter up to its first NUL, the rest lost without a word. So is
+    one that UTF-8 cannot encode (a lone surrogate): psycopg says so as it always did."""
     if "\x00" in value:
         raise Unencodable("text holding a NUL")
-    return value.encode()
+    try:
+        return value.encode()
+    except UnicodeEncodeError:
+        raise Unencodable("text that UTF-8 cannot encode") from None
 
 
 def _array(values: Sequence[Any]) -> Encoded:
