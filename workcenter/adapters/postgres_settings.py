@@ -133,7 +133,7 @@ class PostgresTarget:
         """``StoreUnavailable`` in the server's own words unless it answers: a store about
         to be made would otherwise wait out its pool's timeout at each try to open it
         (two minutes in all), and name a lost connection that never was. Also unless a
-        store already there has a layout this Workcenter knows (``check_layout``)."""
+        store already there has a layout this Workcenter knows (ADR-0113)."""
         self._has_store()
 
     def require_store(self) -> None:
