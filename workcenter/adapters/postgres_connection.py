@@ -76,6 +76,11 @@ def busy(pool: Any, cause: BaseException | None = None) -> PoolBusy:
     from psycopg_pool import TooManyRequests  # the PostgreSQL extra's, as the pool is
 
     size = pool.max_size
+    refusal = _refusal(pool)
+    if refusal is not None:
+        return PoolBusy(
+            f"no connection to the database could be made within {pool.timeout:g} s: {refusal}"
+        )
     if isinstance(cause, TooManyRequests):
         return PoolBusy(
             f"the pool's {size} connections were all in use and {pool.max_waiting} commands"
@@ -86,6 +91,22 @@ def busy(pool: Any, cause: BaseException | None = None) -> PoolBusy:
         " was in use, by more commands at once than POSTGRES_POOL_SIZE +"
         " POSTGRES_MAX_OVERFLOW serve, or by commands held up in the database (a lock)"
     )
+
+
+def _refusal(pool: Any) -> str | None:
+    """Why a pool that holds no connection cannot make one, in the refusing side's words
+    (the server's, or a pooler's between): the pool tries again until its timeout and
+    keeps the reason to its log. None while the pool holds connections (they are busy)
+    or a connection can be made now."""
+    import psycopg
+
+    if pool.get_stats().get("pool_size", 0) > 0:
+        return None
+    try:
+        psycopg.connect(**pool.kwargs, connect_timeout=5).close()
+    except psycopg.Error as error:
+        return " ".join(str(error).split())
+    return None
 
 
 # SQLSTATE lock_not_available: a statement waited out the session's lock_timeout.

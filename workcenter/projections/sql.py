@@ -315,12 +315,25 @@ def lock_view(c: Any, datastore: Any, name: str) -> None:
 def pin_search_path(datastore: Any) -> None:
     """Every connection the datastore opens finds unqualified names in its schema.
 
-    Called before the pool opens its first connection (the library opens it
-    lazily), through the connection options psycopg passes to the server."""
+    Called before the pool opens its first connection (the library opens it lazily):
+    the pool's callback for each new connection, the library's own, is followed by a
+    ``SET search_path``. Not by the ``options`` startup parameter, which a pooler
+    between the processes and the server may refuse (PgBouncer closes the connection)
+    or drop (ADR-0115). ``_configure`` is psycopg_pool's attribute for the callback it
+    was given; the library builds the pool, so it cannot be passed in."""
     schema = datastore.schema
     if not SCHEMA_NAME.match(schema):
         raise ValueError(f"not a plain schema name: {schema!r}")
-    connection_params(datastore)["options"] = f"-c search_path={schema}"
+    pool = datastore.pool
+    library: Callable[[Any], None] | None = pool._configure
+    statement = f"SET search_path = {schema}"
+
+    def configure(conn: Any) -> None:
+        if library is not None:
+            library(conn)  # autocommit, and the session's idle timeout
+        conn.execute(statement)
+
+    pool._configure = configure
 
 
 def connection_params(datastore: Any) -> dict[str, Any]:

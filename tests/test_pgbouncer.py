@@ -1,0 +1,159 @@
+"""Workcenter through PgBouncer in session mode, as deployment.md says to put a pooler
+between the processes and the server (ADR-0115).
+
+A PgBouncer of the test's own, on a free port, in front of the test server. Before
+ADR-0115 no connection got through: every one asked for its schema by the ``options``
+startup parameter, which PgBouncer refuses, and a store failed to open after its pool's
+30 s. Here a store opens through it, claims hold their candidates (session advisory
+locks), a worker drains the queue, the chain verifies, and a claim frozen past its hold
+timeout loses its holds (ADR-0111) through the pooler too. Without PgBouncer installed
+the tests skip with that reason, except in CI, where they fail: CI installs it
+(``.ci/run``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import postgres
+import pytest
+from conftest import create_linear
+from private_postgres import OS_USER, free_port
+
+from workcenter.adapters.executors import echo
+from workcenter.adapters.postgres_connection import StoreDisconnected, busy
+from workcenter.adapters.worker import run_worker
+from workcenter.application import WorkCenter
+
+PGBOUNCER = Path(os.environ.get("WORKCENTER_PGBOUNCER", "/usr/sbin/pgbouncer"))
+
+
+@pytest.fixture
+def backend() -> str:
+    return "postgresql"
+
+
+def require_pgbouncer() -> None:
+    if PGBOUNCER.exists():
+        return
+    reason = f"no PgBouncer at {PGBOUNCER} (apt-get install pgbouncer)"
+    if os.environ.get("CI"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def bouncer() -> Iterator[int]:
+    """A PgBouncer in session mode in front of the test server: its port."""
+    require_pgbouncer()
+    postgres.require_server()
+    directory = Path(tempfile.mkdtemp(prefix="wc-pgbouncer-"))
+    port = free_port()
+    (directory / "users.txt").write_text(f'"{postgres.USER}" ""\n')
+    (directory / "pgbouncer.ini").write_text(
+        "[databases]\n"
+        f"{postgres.DBNAME} = host={postgres.HOST} port={postgres.PORT}"
+        f" dbname={postgres.DBNAME} user={postgres.USER}\n"
+        "[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        f"auth_type = trust\nauth_file = {directory}/users.txt\n"
+        "pool_mode = session\nmax_client_conn = 200\ndefault_pool_size = 50\n"
+        f"logfile = {directory}/pgbouncer.log\n"
+    )
+    as_user: list[str] = []
+    if os.geteuid() == 0:  # PgBouncer refuses to run as root
+        for path in (directory, *directory.iterdir()):
+            shutil.chown(path, user=OS_USER)
+        as_user = ["runuser", "-u", OS_USER, "--"]
+    process = subprocess.Popen([*as_user, str(PGBOUNCER), str(directory / "pgbouncer.ini")])
+    try:
+        deadline = time.monotonic() + 10
+        while "listening on" not in _log(directory):
+            assert process.poll() is None, f"PgBouncer ended: {_log(directory)}"
+            assert time.monotonic() < deadline, f"PgBouncer did not listen: {_log(directory)}"
+            time.sleep(0.05)
+        yield port
+    finally:
+        process.terminate()
+        process.wait(10)
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _log(directory: Path) -> str:
+    try:
+        return (directory / "pgbouncer.log").read_text()
+    except FileNotFoundError:
+        return ""
+
+
+@pytest.fixture
+def through(bouncer: int) -> Iterator[str]:
+    """A fresh store's URL through the bouncer."""
+    with postgres.fresh_schema("wcpgb") as url:
+        yield url.replace(f":{postgres.PORT}/", f":{bouncer}/", 1)
+
+
+def test_a_store_works_through_pgbouncer_in_session_mode(through: str) -> None:
+    with WorkCenter.open(through) as wc, WorkCenter.open(through, create=False) as other:
+        items = [create_linear(wc, stages=("implement",), title=f"Item {n}") for n in range(6)]
+        actions = [item.current_action_id for item in items]
+        # A claim in flight holds the oldest Action: another claim passes it over.
+        with other._runs.claim_candidates(16) as candidates:
+            assert candidates is not None
+            assert next(candidates).action_id == actions[0]
+            claim = wc.claim_next("w1")
+            assert claim is not None and claim.action_id == actions[1]
+        wc.finish_run(claim, echo(claim))
+        stats = run_worker(other, echo, worker="w2", exit_when_idle=True, poll_seconds=0.1)
+        assert stats.finished == 5 and stats.errors == 0
+        assert wc.claim_next("w1") is None
+        assert wc.maintenance.verify_history().ok
+
+
+def test_a_frozen_claim_loses_its_holds_through_pgbouncer(
+    through: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("WORKCENTER_POSTGRES_CLAIM_HOLD_TIMEOUT", "1")
+    with WorkCenter.open(through) as wc, WorkCenter.open(through, create=False) as other:
+        first = create_linear(wc, stages=("implement",)).current_action_id
+        with (
+            pytest.raises(StoreDisconnected),
+            other._runs.claim_candidates(16) as candidates,
+        ):
+            assert candidates is not None
+            assert next(candidates).action_id == first
+            time.sleep(2.5)
+            claim = wc.claim_next("w1")
+            assert claim is not None and claim.action_id == first
+
+
+class Pool:
+    """What ``busy`` reads of a pool that gave up: its size, timeout and stats, and the
+    arguments it connects with."""
+
+    def __init__(self, open_connections: int, port: int) -> None:
+        self.max_size, self.timeout = 4, 30.0
+        self.kwargs = {"host": "127.0.0.1", "port": port, "user": "postgres", "dbname": "test"}
+        self._open = open_connections
+
+    def get_stats(self) -> dict[str, int]:
+        return {"pool_size": self._open}
+
+
+def test_a_pool_that_could_make_no_connection_says_why() -> None:
+    """Every connection refused (before ADR-0115, PgBouncer refused each one's startup
+    parameter): the failure names the refusal, not a pool whose connections were all in
+    use, which it never had."""
+    closed = free_port()
+    said = str(busy(Pool(0, closed)))
+    assert "no connection to the database could be made within 30 s" in said
+    assert str(closed) in said  # the driver's words name the address it tried
+    assert "were all in use" not in said
+    # A pool holding connections, all in use: as before.
+    assert "every one was in use" in str(busy(Pool(3, closed)))
