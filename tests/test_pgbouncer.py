@@ -30,6 +30,7 @@ from workcenter.adapters.executors import echo
 from workcenter.adapters.postgres_connection import StoreDisconnected, busy
 from workcenter.adapters.worker import run_worker
 from workcenter.application import WorkCenter
+from workcenter.projections.runner import ProjectionRunner
 
 PGBOUNCER = Path(os.environ.get("WORKCENTER_PGBOUNCER", "/usr/sbin/pgbouncer"))
 
@@ -157,3 +158,24 @@ def test_a_pool_that_could_make_no_connection_says_why() -> None:
     assert "were all in use" not in said
     # A pool holding connections, all in use: as before.
     assert "every one was in use" in str(busy(Pool(3, closed)))
+
+
+def test_a_runner_follows_new_events_through_pgbouncer(through: str) -> None:
+    """The runner is woken by the library's LISTEN/NOTIFY subscription through the
+    pooler: with no polling to fall back on within the test's wait, the views reach each
+    new head only if the notifications arrive. A stop ends it at once."""
+    with WorkCenter.open(through, inline_projections=False) as wc:
+        create_linear(wc, stages=("implement",))
+        runner = ProjectionRunner(wc, poll=600).start()
+        try:
+            runner.wait(wc.store.recorder.max_notification_id(), timeout=30)  # the backlog
+            for n in range(3):
+                create_linear(wc, stages=("implement",), title=f"New {n}")
+                runner.wait(wc.store.recorder.max_notification_id(), timeout=10)
+            assert runner.running and runner.error is None
+        finally:
+            follower = runner._thread
+            runner.stop()
+        # Woken by the subscription's end, not at its next poll: before, the stop gave up
+        # on it after 10 s and left it waiting out the 600.
+        assert follower is not None and not follower.is_alive()

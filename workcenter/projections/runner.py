@@ -107,7 +107,9 @@ class ProjectionRunner:
             except Exception as error:
                 if self._stop.is_set():
                     return
-                if not sql.connection_lost(error):
+                # A subscription that ended unasked is followed again, as after a lost
+                # database.
+                if not sql.connection_lost(error) and not isinstance(error, SubscriptionEnded):
                     self.error = error  # kept for wait() and the caller
                     return
             # The store's connections log the outage (one line); a runner that had
@@ -216,13 +218,22 @@ class ProjectionRunner:
             time.sleep(0.005)
 
 
+class SubscriptionEnded(Exception):
+    """The subscription ended without an error: stopped (the follower then returns at
+    once, instead of at its next ``poll``, found with ``--poll 600``: a stop waited out
+    ``stop``'s 10 s and left the thread behind)."""
+
+
 def _read(subscription: Any, arrived: queue.Queue[Notification | BaseException]) -> None:
-    """The subscription's notifications, in order, into ``arrived`` (its error last)."""
+    """The subscription's notifications, in order, into ``arrived`` (its error last, or
+    ``SubscriptionEnded``)."""
     try:
         for notification in subscription:
             arrived.put(notification)
     except BaseException as error:
         arrived.put(error)
+    else:
+        arrived.put(SubscriptionEnded("the subscription ended"))
 
 
 def _drain(arrived: queue.Queue[Notification | BaseException]) -> None:
