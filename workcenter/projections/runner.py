@@ -219,9 +219,8 @@ class ProjectionRunner:
 
 
 class SubscriptionEnded(Exception):
-    """The subscription ended without an error: stopped (the follower then returns at
-    once, instead of at its next ``poll``, found with ``--poll 600``: a stop waited out
-    ``stop``'s 10 s and left the thread behind)."""
+    """The subscription ended without an error (a stop): the follower wakes at once, not
+    at its next ``poll``, which with a long one outlasted ``stop``'s wait (ADR-0115)."""
 
 
 def _read(subscription: Any, arrived: queue.Queue[Notification | BaseException]) -> None:
