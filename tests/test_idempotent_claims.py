@@ -161,9 +161,7 @@ def test_a_bad_claim_id_is_refused(api: TestClient, wc: WorkCenter, value: objec
     refused(wc, api, "InvalidInput", 422, clientClaimId=value)
 
 
-def test_another_process_of_the_store_answers_the_retry(
-    wc: WorkCenter, other: WorkCenter
-) -> None:
+def test_another_process_of_the_store_answers_the_retry(wc: WorkCenter, other: WorkCenter) -> None:
     """The id is kept with the Run's claim in the store, so a retry that reaches another
     server process of the same store is answered with the same Run."""
     with client(wc) as first_api, client(other) as second_api:
