@@ -195,3 +195,20 @@ def test_the_run_records_its_claim_id_and_a_claim_without_one_is_stored_as_befor
     )
     assert old.client_claim_id is None
     assert UUID(str(old.run_id)) == without.run_id
+
+
+def test_the_ids_are_rebuilt_from_the_claims_events(wc: WorkCenter) -> None:
+    """``wq_claims`` is a read model like the rest of the work queue: rebuilt from zero
+    it holds the same rows, so a rebuilt store still answers a retried claim."""
+    with client(wc) as api:
+        create(api)
+        create(api)
+    first = wc.worker_protocol.claim("w1", "boot-1", 60, "claim-1")
+    assert first is not None
+    wc.worker_protocol.claim("w1", "boot-1", 60, "claim-2")
+    live = wc.work_queue.dump()["wq_claims"]
+    assert len(live) == 2
+    wc.maintenance.rebuild_projection("work_queue")
+    assert wc.work_queue.dump()["wq_claims"] == live
+    again = wc.worker_protocol.claim("w1", "boot-1", 60, "claim-1")
+    assert again is not None and again.replayed and again.ref == first.ref

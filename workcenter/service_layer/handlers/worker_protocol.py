@@ -8,7 +8,8 @@ command names its Run by the fence the claim returned (``act.RunRef``), and the
 model requests it reserves and settles are fenced the same way. And a network
 retries: a finish or a settlement that arrives a second time is recognised by
 what it repeats (the fence and a digest of the report; the fence, the request id
-and the usage) and answered with the first result, writing nothing.
+and the usage) and answered with the first result, writing nothing; so is a claim
+that carries the worker's own id for it (ADR-0114).
 """
 
 from __future__ import annotations
