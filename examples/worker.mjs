@@ -15,7 +15,8 @@
 // The token is also read from WORKCENTER_WORKER_TOKEN. Each step is printed as
 // one JSON line on stdout. SIGTERM or Ctrl-C interrupts the Run in hand with
 // its progress so far, then exits 143 or 130. A request that fails on the
-// network is sent again as it was: finish, reserve and settle are recognised
+// network (or times out) is sent again as it was: a claim carries an id of
+// its own (clientClaimId), and it, finish, reserve and settle are recognised
 // when repeated, so a retry never counts twice.
 
 import { randomUUID } from "node:crypto";
@@ -57,8 +58,8 @@ class Problem extends Error {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-// POST a verb; a network failure or a 503 is sent again, the same body.
-async function post(verb, body) {
+// POST a verb; a network failure, a timeout or a 503 is sent again, the same body.
+async function post(verb, body, timeoutMs = 30_000) {
   const headers = { "content-type": "application/json" };
   if (token) headers.authorization = `Bearer ${token}`;
   for (let attempt = 1; ; attempt++) {
@@ -68,6 +69,7 @@ async function post(verb, body) {
         method: "POST",
         headers,
         body: JSON.stringify(body),
+        signal: AbortSignal.timeout(timeoutMs),
       });
     } catch (error) {
       if (attempt >= RETRIES) throw error;
@@ -169,12 +171,32 @@ async function execute(claim, signal) {
   };
 }
 
+// Claim a Run. A new id for each claim: sent again with it (its answer was lost),
+// the claim answers the Run it got rather than a second one (ADR-0114).
+async function claimOne() {
+  const clientClaimId = randomUUID();
+  const body = { worker, bootId, leaseSeconds, waitSeconds, clientClaimId };
+  try {
+    return await post("claim", body, (waitSeconds + 30) * 1000);
+  } catch (error) {
+    // Its Run ended before a retry reached the server (a long outage): claim anew.
+    if (error.title !== "ClaimIdUsed") throw error;
+    say("claim-lost", { clientClaimId, error: error.message });
+    return claimOne();
+  }
+}
+
 async function runOne() {
-  const claim = await post("claim", { worker, bootId, leaseSeconds, waitSeconds });
+  const claim = await claimOne();
   if (claim === null) return false;
   const { fence } = claim;
   inHand = fence;
-  say("claimed", { fence, workItemId: claim.workItemId, actionType: claim.actionType });
+  say("claimed", {
+    fence,
+    workItemId: claim.workItemId,
+    actionType: claim.actionType,
+    replayed: claim.replayed,
+  });
   const lost = new AbortController();
   const stop = keepRenewing(fence, lost);
   try {

@@ -1,15 +1,20 @@
 """The reference JavaScript worker (examples/worker.mjs) against a live
 ``workcenter serve``: it runs a linear item to ``done`` through the worker protocol,
-and, killed mid-Run, its Run is recovered once the lease lapses and its late finish
-is refused with nothing written (ADR-0065)."""
+a claim whose answer is lost is sent again and answers the same Run (ADR-0114), and,
+killed mid-Run, its Run is recovered once the lease lapses and its late finish is
+refused with nothing written (ADR-0065)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import IO, Any
 from uuid import UUID
@@ -73,6 +78,65 @@ def test_the_javascript_worker_runs_an_item_to_done(server: str, db_path: Path) 
         assert all(r.status == "reported" for r in ledger.reservations.values())
         claims = wc.audit(UUID(item["id"]), type="RunClaimed")
         assert {r.actor_id for r in claims} == {f"js@{events[0]['bootId']}"}
+
+
+@contextmanager
+def losing_first_claim(upstream: str) -> Iterator[str]:
+    """A proxy to ``upstream`` that drops the connection of the first claim the server
+    answered with a Run, as a timeout or a broken proxy would: the Run is claimed, and
+    the worker never hears of it."""
+    dropped = threading.Event()
+
+    class Forward(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("content-length", 0)))
+            headers = {"content-type": self.headers.get("content-type", "application/json")}
+            answer = httpx.post(upstream + self.path, content=body, headers=headers, timeout=60)
+            if self.path.endswith("/claim") and answer.status_code == 200 and not dropped.is_set():
+                dropped.set()
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+                return
+            self.send_response(answer.status_code)
+            for name in ("content-type", "content-length"):
+                if name in answer.headers:
+                    self.send_header(name, answer.headers[name])
+            self.end_headers()
+            self.wfile.write(answer.content)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Forward)
+    thread = threading.Thread(target=proxy.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{proxy.server_address[1]}"
+        assert dropped.is_set(), "no claim answer was dropped"
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+
+
+def test_a_claim_whose_answer_is_lost_is_sent_again_and_answers_the_same_run(
+    server: str, db_path: Path
+) -> None:
+    """Before ADR-0114 the retry got a second Run, and the first held its Action until
+    its lease lapsed: the item waited, and that Run spent one of its Action's attempts."""
+    item = httpx.post(server + "/api/work-items", json=LINEAR).json()
+    with losing_first_claim(server) as proxy:
+        worker = node(proxy, "--exit-when-idle", "--wait", "1", "--lease", "30")
+        out, err = worker.communicate(timeout=120)
+    assert worker.returncode == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    claimed = [e for e in events if e["event"] == "claimed"]
+    assert [e["replayed"] for e in claimed] == [True, False, False]
+    assert [e["outcome"] for e in events if e["event"] == "finished"] == ["completed"] * 3
+    with WorkCenter.open(db_path, create=False) as wc:
+        claims = wc.audit(UUID(item["id"]), type="RunClaimed")
+        assert len(claims) == 3, "the retried claim made a second Run"
+    detail = httpx.get(f"{server}/api/work-items/{item['id']}").json()
+    assert detail["status"] == "done"
 
 
 def test_the_javascript_worker_decides_the_reviews_it_runs(server: str) -> None:

@@ -23,7 +23,10 @@ from workcenter.application import WorkCenter
 
 # The catalog's fingerprint of each layout's store (``fingerprint``), by layout and the
 # server's major version (whose catalog writes a function's definition out).
-FINGERPRINTS = {(1, 15): "f91efd4c5b2ad9de593e594db80def1a9b9e406ed47cdb7943786967525b81a0"}
+FINGERPRINTS = {
+    (1, 15): "f91efd4c5b2ad9de593e594db80def1a9b9e406ed47cdb7943786967525b81a0",
+    (2, 15): "1740bf2846a51fac8a5f843a5bb0e816c8003b992a3e74282ac09f3c1b0d8ab6",
+}
 
 
 @pytest.fixture

@@ -17,7 +17,8 @@ from typing import Any, Final
 
 from workcenter.adapters.persistence import StoreUnavailable
 
-LAYOUT: Final = 1
+# 2: the work queue keeps the client claim ids of claims, wq_claims (ADR-0114).
+LAYOUT: Final = 2
 TABLE: Final = "workcenter_layout"
 
 

@@ -134,6 +134,9 @@ class RunClaimed(ActionEvent):
     lease_epoch: int
     expires_at: datetime
     attempt: int
+    # The id the worker chose for its claim (ADR-0114). Absent when None, so a claim
+    # without one serialises exactly as before the field existed, and older events load.
+    client_claim_id: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class LeaseRenewed(ActionEvent):
@@ -302,6 +305,7 @@ def evolve(state: ActionState | None, event: ActionEvent) -> ActionState:
                 spec_hash=state.spec_hash,
                 attempt=event.attempt,
                 contract_revision=state.contract_revision,
+                client_claim_id=event.client_claim_id,
             )
             changes |= {
                 "status": "running",
@@ -460,6 +464,7 @@ def claim(
     lease: timedelta,
     at: datetime,
     by: Actor,
+    client_claim_id: str | None = None,
 ) -> list[ActionEvent]:
     if state.status != "ready" or state.current_run_id is not None:
         raise CommandRefused(f"Action {state.id} is {state.status}, not ready to claim")
@@ -474,6 +479,7 @@ def claim(
         lease_epoch=state.lease_epoch + 1,
         expires_at=at + lease,
         attempt=state.attempt + 1,
+        client_claim_id=client_claim_id,
     )
     return emit.events
 

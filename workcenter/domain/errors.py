@@ -34,6 +34,14 @@ class StaleRun(CommandRefused):
         super().__init__(message)
 
 
+class ClaimIdUsed(CommandRefused):
+    """A claim's client claim id names a Run it cannot answer (ADR-0114): claimed by
+    another worker, or ended. A worker that reuses an id has a bug; a new claim needs a
+    new id."""
+
+    code = "claim_id_used"
+
+
 class NotFound(WorkcenterError, LookupError):
     """No WorkItem or Action has this id (or had the version asked for)."""
 

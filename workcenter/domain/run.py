@@ -124,6 +124,9 @@ class Run(Immutable):
     progress: RunProgress | None = None
     # A deferred Run gave its attempt back: it counts against no attempt limit.
     deferred: bool = False
+    # The id its worker chose for the claim (ADR-0114): a retried claim answers this Run.
+    # Absent when None, so a Run claimed without one is kept exactly as before.
+    client_claim_id: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class RunRef(Immutable):

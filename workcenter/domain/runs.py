@@ -45,6 +45,7 @@ def claim(
     lease: timedelta,
     at: datetime,
     by: Actor,
+    client_claim_id: str | None = None,
 ) -> Unit:
     """Start a Run, unless the ledger has no attempt left for the Action.
 
@@ -66,7 +67,17 @@ def claim(
     if stop is not None:
         unit.apply_ledger(stop)
         return unit
-    unit.apply_action(act.claim(action, worker=worker, boot_id=boot_id, lease=lease, at=at, by=by))
+    unit.apply_action(
+        act.claim(
+            action,
+            worker=worker,
+            boot_id=boot_id,
+            lease=lease,
+            at=at,
+            by=by,
+            client_claim_id=client_claim_id,
+        )
+    )
     unit.set_status("running", action.id)
     return unit
 

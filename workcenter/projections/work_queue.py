@@ -85,7 +85,7 @@ TITLES_AS_IS = Titles(seal=lambda title: title, unseal=lambda title: title)
 
 
 class WorkQueueView(TrackedView):
-    TABLES: ClassVar[tuple[str, ...]] = ("wq_actions", "wq_runs", "wq_items")
+    TABLES: ClassVar[tuple[str, ...]] = ("wq_actions", "wq_runs", "wq_items", "wq_claims")
     # Its rows follow from the events alone (ADR-0070).
     ROWS_NEED_POSITIONS = False
 
@@ -108,6 +108,10 @@ class WorkQueueView(TrackedView):
             "CREATE TABLE IF NOT EXISTS wq_runs ("
             " run_id TEXT PRIMARY KEY, action_id TEXT NOT NULL, work_item_id TEXT NOT NULL,"
             " worker TEXT NOT NULL, boot_id TEXT NOT NULL, expires_at REAL NOT NULL)",
+            # Every client claim id and the Run its latest claim got, ended or not (ADR-0114):
+            # a retried claim is answered by any process, and a reused id refused.
+            "CREATE TABLE IF NOT EXISTS wq_claims ("
+            " client_claim_id TEXT PRIMARY KEY, run_id TEXT NOT NULL, action_id TEXT NOT NULL)",
             "CREATE TABLE IF NOT EXISTS wq_items ("
             " work_item_id TEXT PRIMARY KEY, title TEXT NOT NULL, status TEXT NOT NULL,"
             " mode TEXT NOT NULL, created_at REAL NOT NULL, updated_at REAL NOT NULL)",
@@ -167,6 +171,14 @@ class WorkQueueView(TrackedView):
                 " FROM wq_actions WHERE action_id = ?",
                 (event.run_id.hex, event.worker, event.boot_id, _ts(event.expires_at), aid),
             )
+            if event.client_claim_id is not None:
+                # The latest claim wins: an id is claimed again only once its Run was
+                # given back unanswered, or by claims that raced (ADR-0114).
+                c.execute(
+                    "INSERT INTO wq_claims VALUES (?, ?, ?) ON CONFLICT (client_claim_id)"
+                    " DO UPDATE SET run_id = excluded.run_id, action_id = excluded.action_id",
+                    (event.client_claim_id, event.run_id.hex, aid),
+                )
         elif isinstance(event, act.LeaseRenewed):
             c.execute(
                 "UPDATE wq_runs SET expires_at = ? WHERE run_id = ?",
@@ -299,6 +311,13 @@ class WorkQueueView(TrackedView):
             "SELECT action_id, run_id, worker, boot_id, expires_at FROM wq_runs ORDER BY expires_at"
         )
         return [(UUID(r[0]), UUID(r[1]), r[2], r[3], r[4]) for r in rows]
+
+    def claimed_by_id(self, client_claim_id: str) -> tuple[UUID, UUID] | None:
+        """(action id, run id) of the Run the latest claim with this client claim id got."""
+        rows = self._rows(
+            "SELECT action_id, run_id FROM wq_claims WHERE client_claim_id = ?", (client_claim_id,)
+        )
+        return (UUID(rows[0][0]), UUID(rows[0][1])) if rows else None
 
     def work_items(
         self, status: str | None = None, limit: int | None = None, offset: int = 0

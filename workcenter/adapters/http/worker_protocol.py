@@ -8,7 +8,8 @@ one is ``409 StaleRun`` with nothing written. A claim waits up to ``waitSeconds`
 for work (a long poll woken by new events, and at least every second, when it also
 ends Runs whose lease expired); 204 when none came. A finish, a reservation or a
 settlement sent again answers the first result with ``replayed: true`` and writes
-nothing. The routes call the facade's ``worker_protocol`` part only.
+nothing, and so does a claim sent again with its ``clientClaimId`` while its Run is
+live (ADR-0114). The routes call the facade's ``worker_protocol`` part only.
 """
 
 from __future__ import annotations
@@ -103,6 +104,12 @@ class ClaimBody(Body):
     )
     lease_seconds: float = Field(60.0, ge=1, le=86_400)
     wait_seconds: float = Field(0.0, ge=0, le=MAX_WAIT_SECONDS)
+    client_claim_id: Annotated[str, fields.text(bounds.REQUEST_ID, required=True)] | None = Field(
+        None,
+        description="An id you choose for this claim (a UUID, say): the same claim sent again"
+        " by you while its Run is live answers that Run, `replayed`, and writes nothing; 409"
+        " ClaimIdUsed once its Run ended or for another worker's id (ADR-0114).",
+    )
 
 
 class InputOut(Model):
@@ -138,6 +145,9 @@ class Claimed(Model):
     delivery_target: str | None
     attempt: int
     inputs: list[InputOut]
+    replayed: bool = Field(
+        description="This claim was made before with its clientClaimId: the same Run"
+    )
 
 
 def _claimed(claim: Claim) -> Claimed:
@@ -162,9 +172,12 @@ async def claim(wc: Center, heads: Heads, request: Request, body: ClaimBody) -> 
     while not heads.closed and not await request.is_disconnected():
         # Read before the claim, so that work arriving after it wakes the wait.
         head = await run_in_threadpool(wc.changes.head) if body.wait_seconds else 0
-        claimed = await run_in_threadpool(protocol.claim, body.worker, boot, body.lease_seconds)
+        claimed = await run_in_threadpool(
+            protocol.claim, body.worker, boot, body.lease_seconds, body.client_claim_id
+        )
         if claimed is not None:
-            if await request.is_disconnected():  # e.g. it gave up while the claim waited
+            # A replayed Run is not given back: the claim that made it may have been read.
+            if not claimed.replayed and await request.is_disconnected():
                 await run_in_threadpool(protocol.unanswered, claimed)
                 return Response(status_code=204)
             return _claimed(claimed)

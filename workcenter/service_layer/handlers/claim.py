@@ -14,6 +14,7 @@ from eventsourcing.persistence import IntegrityError
 from workcenter.domain import action as act
 from workcenter.domain import actor as actors
 from workcenter.domain import runs
+from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.projections.work_queue import Candidate
 from workcenter.service_layer.ports import Clock
@@ -45,6 +46,9 @@ class Claim:
     # Candidates this claim tried, the won one included: 1 unless it lost races to
     # other workers or met stale queue rows (counted for the scale-out benchmark).
     candidates_tried: int = 1
+    # A claim repeated with its client claim id, answered with the Run the first got
+    # and nothing written (ADR-0114).
+    replayed: bool = False
 
     @property
     def ref(self) -> act.RunRef:
@@ -72,21 +76,33 @@ class ClaimSource(Protocol):
     def claim_candidates(self, page: int) -> AbstractContextManager[Iterator[Candidate]]: ...
 
 
-def claim_next(wc: ClaimSource, worker: str, lease: timedelta, by: Actor) -> Claim | None:
+def claim_next(
+    wc: ClaimSource,
+    worker: str,
+    lease: timedelta,
+    by: Actor,
+    client_claim_id: str | None = None,
+) -> Claim | None:
     """Claim for ``worker`` (already validated) by ``by``; see ``WorkCenter.claim_next``.
+    ``client_claim_id`` (validated) is recorded on the Run's claim (ADR-0114).
 
     The candidates come oldest first; on PostgreSQL each is held for this claim until
     it ends, so concurrent claims pass over each other's (ADR-0054)."""
     with wc.claim_candidates(CLAIM_PAGE) as candidates:
         for tried, candidate in enumerate(candidates, start=1):
-            claim = _try_claim(wc, candidate, worker, lease, by)
+            claim = _try_claim(wc, candidate, worker, lease, by, client_claim_id)
             if claim is not None:
                 return replace(claim, candidates_tried=tried)
     return None
 
 
 def _try_claim(
-    wc: ClaimSource, candidate: Candidate, worker: str, lease: timedelta, by: Actor
+    wc: ClaimSource,
+    candidate: Candidate,
+    worker: str,
+    lease: timedelta,
+    by: Actor,
+    client_claim_id: str | None,
 ) -> Claim | None:
     action_id = candidate.action_id
     action, item, ledger = wc.repo.run_states(
@@ -103,6 +119,7 @@ def _try_claim(
         lease=lease,
         at=wc.clock.now(),
         by=by,
+        client_claim_id=client_claim_id,
     )
     try:
         wc.repo.save(unit)
@@ -112,20 +129,28 @@ def _try_claim(
     run = claimed.current_run
     if run is None:
         return None  # the ledger had no attempt left: the stop was saved instead
+    return claim_of(item, claimed, run)
+
+
+def claim_of(
+    item: wi.WorkItemState, action: act.ActionState, run: act.Run, *, replayed: bool = False
+) -> Claim:
+    """What a worker is told of its Run ``run`` of ``action``: its fence and its work."""
     return Claim(
         work_item_id=item.id,
-        action_id=action_id,
+        action_id=action.id,
         run_id=run.id,
         boot_id=run.owner_boot_id,
         lease_epoch=run.lease_epoch,
         expires_at=run.expires_at,
-        worker=worker,
-        action_type=claimed.type,
-        brief=claimed.brief,
-        context=claimed.context,
+        worker=run.worker,
+        action_type=action.type,
+        brief=action.brief,
+        context=action.context,
         goal=item.goal,
         acceptance_criteria=item.acceptance_criteria,
         delivery_target=item.delivery_target,
-        attempt=claimed.attempt,
-        inputs=claimed.unconsumed_inputs,
+        attempt=run.attempt,
+        inputs=action.unconsumed_inputs,
+        replayed=replayed,
     )

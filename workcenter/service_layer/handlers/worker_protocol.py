@@ -8,12 +8,14 @@ command names its Run by the fence the claim returned (``act.RunRef``), and the
 model requests it reserves and settles are fenced the same way. And a network
 retries: a finish or a settlement that arrives a second time is recognised by
 what it repeats (the fence and a digest of the report; the fence, the request id
-and the usage) and answered with the first result, writing nothing.
+and the usage) and answered with the first result, writing nothing; so is a claim
+that carries the worker's own id for it (ADR-0114).
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
@@ -26,6 +28,7 @@ from workcenter.domain import actor as actors
 from workcenter.domain import bounds, inputs, runs
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain.errors import (
+    ClaimIdUsed,
     CommandRefused,
     InvalidInput,
     NotFound,
@@ -44,6 +47,8 @@ from workcenter.service_layer.ports import Clock
 from workcenter.service_layer.repository import Repository
 
 BOOT_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+# Locks that claims with a client claim id share by the id's hash (ADR-0114).
+CLAIM_ID_LOCKS = 64
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,15 @@ def boot_id(value: object) -> str:
     return value
 
 
+def _fence(run: act.Run, action: act.ActionState) -> act.RunRef:
+    return act.RunRef(
+        action_id=action.id,
+        run_id=run.id,
+        boot_id=run.owner_boot_id,
+        lease_epoch=run.lease_epoch,
+    )
+
+
 def _owned(action: act.ActionState, ref: act.RunRef) -> act.Run:
     """The Run this fence was issued for (live or not); StaleRun for a foreign fence."""
     run = action.run(ref.run_id)
@@ -117,19 +131,70 @@ class WorkerProtocol:
         self.clock = runs.clock
         # When the claims of this process next end lapsed leases though they find work.
         self._recovery = Cadence(self.clock)
+        # Claims with a client claim id, serialised by its hash: bounded, never cleaned.
+        self._claim_ids = tuple(threading.Lock() for _ in range(CLAIM_ID_LOCKS))
 
     # --- claims -------------------------------------------------------------------
 
-    def claim(self, worker: str, boot: str, lease_seconds: float) -> Claim | None:
-        """Claim the oldest claimable Action for ``worker`` of process ``boot``, or None."""
+    def claim(
+        self,
+        worker: str,
+        boot: str,
+        lease_seconds: float,
+        client_claim_id: str | None = None,
+    ) -> Claim | None:
+        """Claim the oldest claimable Action for ``worker`` of process ``boot``, or None.
+
+        With ``client_claim_id`` (ADR-0114), a claim repeated by the same worker while
+        the Run its id got is live answers that Run (``replayed``) and writes nothing;
+        the id of another worker's Run, or of a Run that ended, is ``ClaimIdUsed``."""
         worker = inputs.text(worker, "worker", bounds.WORKER, required=True)
         boot = boot_id(boot)
         lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))
+        if client_claim_id is not None:
+            client_claim_id = inputs.text(
+                client_claim_id, "clientClaimId", bounds.REQUEST_ID, required=True
+            )
         actor = actors.worker(worker, boot)
         # Refused now, not at the Run's first ledger command, which records this actor.
         if (problem := actors.actor_problem(actor)) is not None:
             raise InvalidInput(f"worker and bootId: {problem}")
-        return claiming.claim_next(_OwnBoot(self.runs, boot), worker, lease, actor)
+        source = _OwnBoot(self.runs, boot)
+        if client_claim_id is None:
+            return claiming.claim_next(source, worker, lease, actor)
+        # Two claims with one id in this process take turns, so that the second finds the
+        # first's Run; across processes only the store's order decides (ADR-0114).
+        with self._claim_ids[hash(client_claim_id) % len(self._claim_ids)]:
+            first = self._claimed_before(client_claim_id, worker, boot)
+            if first is not None:
+                return first
+            return claiming.claim_next(source, worker, lease, actor, client_claim_id)
+
+    def _claimed_before(self, client_claim_id: str, worker: str, boot: str) -> Claim | None:
+        """The live Run a claim with this id got, for this worker; None when the id is
+        new, or its Run was given back unanswered (ADR-0098: nobody read that claim)."""
+        known = self.runs.work_queue().claimed_by_id(client_claim_id)
+        if known is None:
+            return None
+        action, item, _ = self.repo.run_states(known[0], with_ledger=False)
+        run = action.run(known[1])
+        if run is None or run.client_claim_id != client_claim_id:
+            return None  # the view is ahead of nothing it knows: treat the id as new
+        if run.worker != worker or run.owner_boot_id != boot:
+            raise ClaimIdUsed(
+                f"clientClaimId {client_claim_id!r} was used by another worker's claim"
+            )
+        if run.deferred and run.end_reason == act.UNANSWERED_REASON:
+            return None
+        try:
+            act.live_run(action, _fence(run, action), at=self.clock.now())
+        except StaleRun:
+            ended = f"ended ({run.status})" if run.status != "running" else "lost its lease"
+            raise ClaimIdUsed(
+                f"clientClaimId {client_claim_id!r} claimed Run {run.id}, which has {ended};"
+                " a new claim needs a new id"
+            ) from None
+        return claiming.claim_of(item, action, run, replayed=True)
 
     def recover_when_due(self, every: float) -> list[UUID]:
         """``recover_expired``, at most once per ``every`` seconds of the store's clock

@@ -1,0 +1,214 @@
+"""A claim sent again with its ``clientClaimId`` (ADR-0114): answered with the Run the
+first got and nothing written, by any process of the store; the id of another worker's
+Run, or of a Run that ended, refused with nothing written; on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+from uuid import UUID
+
+import pytest
+from conftest import BACKENDS, FakeClock
+from fastapi.testclient import TestClient
+from http_client import LINEAR, client
+
+from workcenter.application import WorkCenter
+from workcenter.domain import action as act
+from workcenter.domain.errors import ClaimIdUsed
+
+PROBLEM = "application/problem+json"
+WORKER = {"worker": "w1", "bootId": "boot-1"}
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def api(wc: WorkCenter) -> Iterator[TestClient]:
+    with client(wc) as api:
+        yield api
+
+
+def create(api: TestClient) -> None:
+    response = api.post("/api/work-items", json=LINEAR)
+    assert response.status_code == 201, response.text
+
+
+def post_claim(api: TestClient, **body: Any) -> Any:
+    return api.post("/api/worker/claim", json=WORKER | body)
+
+
+def claimed(api: TestClient, **body: Any) -> dict[str, Any]:
+    response = post_claim(api, **body)
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+def refused(wc: WorkCenter, api: TestClient, title: str, status: int = 409, **body: Any) -> str:
+    """The claim ``body`` is refused as ``title`` and writes nothing; its detail."""
+    before = wc.event_count()
+    response = post_claim(api, **body)
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == PROBLEM
+    assert response.json()["title"] == title
+    assert wc.event_count() == before, "a refused claim wrote events"
+    detail: str = response.json()["detail"]
+    return detail
+
+
+def test_a_claim_sent_again_answers_the_same_run_and_writes_nothing(
+    api: TestClient, wc: WorkCenter
+) -> None:
+    create(api)
+    create(api)  # a second claimable Action a new claim would take
+    first = claimed(api, clientClaimId="claim-1")
+    assert first["replayed"] is False
+    before = wc.event_count()
+    again = claimed(api, clientClaimId="claim-1")
+    assert wc.event_count() == before, "a repeated claim wrote events"
+    assert again["fence"] == first["fence"]
+    assert again["replayed"] is True
+    assert {k: v for k, v in again.items() if k != "replayed"} == {
+        k: v for k, v in first.items() if k != "replayed"
+    }
+    # The Run it answers is the worker's to use: its fence renews.
+    renewed = api.post("/api/worker/renew", json={"fence": again["fence"]})
+    assert renewed.status_code == 200, renewed.text
+
+
+def test_another_id_or_none_gets_another_run(api: TestClient, wc: WorkCenter) -> None:
+    for _ in range(3):
+        create(api)
+    first = claimed(api, clientClaimId="claim-1")
+    second = claimed(api, clientClaimId="claim-2")
+    third = claimed(api)
+    runs = {c["fence"]["runId"] for c in (first, second, third)}
+    assert len(runs) == 3
+    assert second["replayed"] is False and third["replayed"] is False
+
+
+@pytest.mark.parametrize(
+    "who", [{"worker": "w2"}, {"bootId": "boot-2"}], ids=["another name", "another process"]
+)
+def test_the_id_of_another_workers_claim_is_refused(
+    api: TestClient, wc: WorkCenter, who: dict[str, str]
+) -> None:
+    create(api)
+    create(api)
+    claimed(api, clientClaimId="claim-1")
+    detail = refused(wc, api, "ClaimIdUsed", clientClaimId="claim-1", **who)
+    assert "another worker" in detail
+
+
+def test_the_id_of_a_finished_run_is_refused(api: TestClient, wc: WorkCenter) -> None:
+    create(api)
+    create(api)
+    first = claimed(api, clientClaimId="claim-1")
+    report = {
+        "outcome": "completed",
+        "summary": "triaged",
+        "evidence": ["pytest: 48 passed"],
+        "acceptanceChecks": [
+            {"criterion": c, "status": "passed", "evidence": "48 passed"}
+            for c in first["acceptanceCriteria"]
+        ],
+    }
+    finished = api.post("/api/worker/finish", json={"fence": first["fence"], "report": report})
+    assert finished.status_code == 200, finished.text
+    detail = refused(wc, api, "ClaimIdUsed", clientClaimId="claim-1")
+    assert "ended (completed)" in detail and first["fence"]["runId"] in detail
+
+
+def test_the_id_of_a_run_whose_lease_lapsed_is_refused(wc: WorkCenter, clock: FakeClock) -> None:
+    """Before anyone recovered the Run: its fence is no longer good for anything."""
+    protocol = wc.worker_protocol
+    with client(wc) as api:
+        create(api)
+    first = protocol.claim("w1", "boot-1", 5, "claim-1")
+    assert first is not None
+    clock.advance(6)
+    before = wc.event_count()
+    with pytest.raises(ClaimIdUsed, match="lost its lease"):
+        protocol.claim("w1", "boot-1", 5, "claim-1")
+    assert wc.event_count() == before
+
+
+def test_a_run_given_back_unanswered_frees_its_id(wc: WorkCenter) -> None:
+    """ADR-0098 gives back a claim whose client left: that client retries with the same
+    id, and must get a Run, not a refusal."""
+    protocol = wc.worker_protocol
+    with client(wc) as api:
+        create(api)
+    first = protocol.claim("w1", "boot-1", 60, "claim-1")
+    assert first is not None
+    protocol.unanswered(first)
+    second = protocol.claim("w1", "boot-1", 60, "claim-1")
+    assert second is not None and not second.replayed
+    assert second.action_id == first.action_id and second.run_id != first.run_id
+    again = protocol.claim("w1", "boot-1", 60, "claim-1")
+    assert again is not None and again.replayed and again.ref == second.ref
+
+
+@pytest.mark.parametrize(
+    "value", ["", "   ", "x" * 201, 7], ids=["empty", "blank", "too long", "a number"]
+)
+def test_a_bad_claim_id_is_refused(api: TestClient, wc: WorkCenter, value: object) -> None:
+    create(api)
+    refused(wc, api, "InvalidInput", 422, clientClaimId=value)
+
+
+def test_another_process_of_the_store_answers_the_retry(wc: WorkCenter, other: WorkCenter) -> None:
+    """The id is kept with the Run's claim in the store, so a retry that reaches another
+    server process of the same store is answered with the same Run."""
+    with client(wc) as first_api, client(other) as second_api:
+        create(first_api)
+        create(first_api)
+        first = claimed(first_api, clientClaimId="claim-1")
+        before = wc.event_count()
+        again = claimed(second_api, clientClaimId="claim-1")
+        assert wc.event_count() == before == other.event_count()
+        assert again["fence"] == first["fence"] and again["replayed"] is True
+        claimed(first_api, clientClaimId="claim-1")  # and back again, from its cache
+        assert refused(other, second_api, "ClaimIdUsed", clientClaimId="claim-1", worker="w2")
+
+
+def test_the_run_records_its_claim_id_and_a_claim_without_one_is_stored_as_before(
+    wc: WorkCenter,
+) -> None:
+    with client(wc) as api:
+        create(api)
+        create(api)
+    with_id = wc.worker_protocol.claim("w1", "boot-1", 60, "  claim-1 ")
+    without = wc.worker_protocol.claim("w1", "boot-1", 60)
+    assert with_id is not None and without is not None
+    run = wc.action(with_id.action_id).run(with_id.run_id)
+    assert run is not None and run.client_claim_id == "claim-1"  # stripped, as clientMessageId
+    claims = [e for e in wc._repository.events(without.action_id) if isinstance(e, act.RunClaimed)]
+    assert claims and "client_claim_id" not in claims[0].model_dump()
+    # A claim recorded before the field existed loads, with no id.
+    old = act.RunClaimed.model_validate(
+        {k: v for k, v in claims[0].model_dump().items() if k != "client_claim_id"}
+    )
+    assert old.client_claim_id is None
+    assert UUID(str(old.run_id)) == without.run_id
+
+
+def test_the_ids_are_rebuilt_from_the_claims_events(wc: WorkCenter) -> None:
+    """``wq_claims`` is a read model like the rest of the work queue: rebuilt from zero
+    it holds the same rows, so a rebuilt store still answers a retried claim."""
+    with client(wc) as api:
+        create(api)
+        create(api)
+    first = wc.worker_protocol.claim("w1", "boot-1", 60, "claim-1")
+    assert first is not None
+    wc.worker_protocol.claim("w1", "boot-1", 60, "claim-2")
+    live = wc.work_queue.dump()["wq_claims"]
+    assert len(live) == 2
+    wc.maintenance.rebuild_projection("work_queue")
+    assert wc.work_queue.dump()["wq_claims"] == live
+    again = wc.worker_protocol.claim("w1", "boot-1", 60, "claim-1")
+    assert again is not None and again.replayed and again.ref == first.ref
