@@ -539,11 +539,13 @@ def worker(
     steps beside them, until stopped.
 
     Ctrl-C or SIGTERM interrupts the Runs in hand (each is retried, and has spent one
-    of its Action's attempts, but a deliver Action is never run again by itself: it
-    fails and its item needs attention, `workcenter retry` runs it again; an executor
-    working in a thread of its own is left to end with the process, its report
-    unrecorded), prints the summary and exits 130 or 143. A malformed executor report
-    is an error: the Run is interrupted with the reason and the worker goes on.
+    of its Action's attempts; an executor working in a thread of its own is left to end
+    with the process, its report unrecorded), prints the summary and exits 130 or 143.
+    A delivery in hand (a deliver Action, never run again by itself) is let finish and
+    recorded first, claiming nothing new; a second Ctrl-C or SIGTERM interrupts it, and
+    the deliver Action fails: its item needs attention until `workcenter retry`. A
+    malformed executor report is an error: the Run is interrupted with the reason and
+    the worker goes on.
     """
     if no_coordinator and no_runs:
         raise click.UsageError("--no-coordinator and --no-runs leave nothing to do")
@@ -559,7 +561,9 @@ def worker(
 
     def on_event(kind: str, claim: Claim, detail: str) -> None:
         line = f"{kind} {claim.action_type} {claim.action_id} {detail}".rstrip()
-        if kind == "error":  # on stderr, so --json keeps stdout for the stats
+        # On stderr, so --json keeps stdout for the stats; a drain says what a second
+        # signal would cost, where the operator who sent the first looks.
+        if kind in ("error", "draining"):
             click.echo(safe(" ".join(line.split())), err=True)
         elif not as_json:
             console.print(text(line), highlight=False)

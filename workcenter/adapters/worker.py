@@ -82,7 +82,16 @@ def run_worker(
     them, and ``executor`` is not called). Every argument is checked before anything is
     claimed or recovered (``InvalidInput`` naming it). ``runs_at_once`` Runs are
     executed at once, each by a thread of its own (ADR-0097): the executor is then
-    called from that many threads."""
+    called from that many threads.
+
+    ``stop`` (an event) ends the loop and lets every Run in hand finish. ``signals``
+    (``StopSignals``, entered by the caller, which installs the SIGINT and SIGTERM
+    handlers) ends it on the first signal and gives back each Run in hand, its executor
+    interrupted (or, in a thread of its own, abandoned), but a delivery (a deliver
+    Action, never run twice by itself) is let finish and its report recorded: its
+    drain is said once to ``on_event`` as ``("draining", claim, line)``, and a second
+    signal interrupts it, failing the deliver Action (ADR-0112). A Ctrl-C raised as
+    ``KeyboardInterrupt`` without ``signals`` drains nothing."""
     # Refused here, not at each claim: there a refusal counts as contention, silently.
     worker = inputs.text(worker, "worker", bounds.WORKER, required=True)
     inputs.lease_seconds(lease_seconds)

@@ -9,7 +9,9 @@ as the executor starts; input that arrives while it runs cannot be in its
 report, so that Run is interrupted and the next one receives it.
 
 A stop signal while an executor works interrupts it (``StopSignals``), and its Run is
-given back at once instead of waiting for its lease; a finish the database did not
+given back at once instead of waiting for its lease; but a delivery (a deliver Action,
+never run twice by itself) is let finish on the first signal and interrupted by a
+second (ADR-0112). A finish the database did not
 answer is tried again (``Reconnect``), and a second application of it is refused by
 the Run's fence (ADR-0056). The loops around it are ``worker.run_worker`` and, for
 several Runs at once, ``worker_slots`` (ADR-0097).
@@ -30,6 +32,7 @@ from typing import Any, Protocol
 from workcenter.adapters.persistence import StoreClosed
 from workcenter.adapters.postgres_connection import PoolBusy, StoreDisconnected
 from workcenter.application import Claim, WorkCenter
+from workcenter.domain.action import runs_once
 from workcenter.domain.errors import CommandRefused, InvalidInput, StaleRun, WorkcenterError
 from workcenter.domain.outcome import RunReport
 from workcenter.projections.sanitize import sanitize_personal
@@ -102,17 +105,38 @@ class WorkerStopped(BaseException):
         self.given_back = given_back
 
 
-class Executing(Protocol):
-    """Where a Run's executor works: ``executing(claim)`` surrounds the call, and raises
-    ``WorkerStopped`` when a stop ends the Run instead (``StopSignals`` in the main
-    thread, a slot's hand in another, ADR-0097)."""
+# Called once, with the first signal's number, when a stop lets a delivery finish.
+Draining = Callable[[int], None]
 
-    def executing(self, claim: Claim) -> AbstractContextManager[None]: ...
+
+def draining_line(signum: int) -> str:
+    return (
+        f"worker stopped by {signal.Signals(signum).name}: finishing the delivery in hand;"
+        " a second stop signal interrupts it, and its deliver Action fails"
+    )
+
+
+class Executing(Protocol):
+    """Where a Run's executor works: ``executing(claim, draining)`` surrounds the call,
+    and raises ``WorkerStopped`` when a stop ends the Run instead (``StopSignals`` in the
+    main thread, a slot's hand in another, ADR-0097), or calls ``draining`` when the
+    stop lets the Run's delivery finish (ADR-0112)."""
+
+    def executing(self, claim: Claim, draining: Draining) -> AbstractContextManager[None]: ...
+
+
+def drains(claim: Claim, signals_received: int) -> bool:
+    """Whether a stop lets this Run's executor finish: a delivery, on the first signal.
+    Interrupted, a deliver Action fails and its item waits for a person's ``retry``, so
+    a rolling restart would stop every item whose delivery was in hand (ADR-0112)."""
+    return signals_received == 1 and runs_once(claim.action_type)
 
 
 class StopSignals:
     """SIGINT and SIGTERM stop the worker: the loop ends, and an executor at work is
     interrupted so its Run is given back at once instead of waiting for its lease.
+    A delivery is not: on the first signal its executor is let finish and its report
+    recorded, and a second signal interrupts it (ADR-0112).
 
     Outside the executor a signal only sets ``event``: a claim or a finish being
     written is completed first, never cut in half.
@@ -122,8 +146,11 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.event = threading.Event()
-        self.signum: int | None = None
-        self._executing = False
+        self.signum: int | None = None  # the first
+        self.last: int | None = None
+        self.count = 0
+        self._executing: Claim | None = None
+        self._draining: Draining | None = None
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> StopSignals:
@@ -136,27 +163,47 @@ class StopSignals:
             signal.signal(signum, handler)
 
     def _handle(self, signum: int, _frame: object) -> None:
+        self.count += 1
+        self.last = signum
         first = self.signum is None
         self.signum = self.signum or signum
+        claim = self._executing
+        draining = self._draining if claim is not None and drains(claim, self.count) else None
         if first:
-            # Set from another thread: the handler runs in the main thread between two
-            # of its bytecodes, perhaps while it holds the event's own lock (waiting on
-            # it, or setting it for an earlier signal), and setting it here would wait
-            # for that lock for ever (found by acceptance testing, ADR-0097).
-            threading.Thread(target=self.event.set, name="workcenter-stop").start()
-        if self._executing:
-            self._executing = False
+            # Set (and the drain said) from another thread: the handler runs in the main
+            # thread between two of its bytecodes, perhaps while it holds the event's own
+            # lock (waiting on it, or setting it for an earlier signal), and setting it
+            # here would wait for that lock for ever (found by acceptance testing,
+            # ADR-0097); a line written here could cut into one the thread is writing.
+            threading.Thread(
+                target=self._stopped, args=(signum, draining), name="workcenter-stop"
+            ).start()
+        if claim is not None and draining is None:
+            self._executing = None
             raise WorkerStopped(signum)
 
+    def _stopped(self, signum: int, draining: Draining | None) -> None:
+        self.event.set()
+        if draining is not None:
+            try:
+                draining(signum)
+            except Exception:  # a callback's failure must not hide the stop
+                log.exception("the worker's drain callback failed")
+
     @contextmanager
-    def executing(self, claim: Claim) -> Iterator[None]:
+    def executing(self, claim: Claim, draining: Draining) -> Iterator[None]:
         if self.signum is not None:  # the event may be set a moment later
-            raise WorkerStopped(self.signum)
-        self._executing = True
+            if not drains(claim, self.count):
+                raise WorkerStopped(self.signum)
+            # Claimed as the stop came: given back, the delivery would fail unrun.
+            draining(self.signum)
+        self._draining = draining
+        self._executing = claim
         try:
             yield
         finally:
-            self._executing = False
+            self._executing = None
+            self._draining = None
 
 
 class Reconnect:
@@ -303,8 +350,13 @@ def run_one(
         wc.consume_input(claim, [queued.id for queued in claim.inputs])
     keeper = _LeaseKeeper(wc, claim, lease_seconds)
     keeper.start()
+
+    def draining(signum: int) -> None:
+        if on_event:
+            on_event("draining", claim, draining_line(signum))
+
     try:
-        with signals.executing(claim) if signals else nullcontext():
+        with signals.executing(claim, draining) if signals else nullcontext():
             report = executor(claim)
     except WorkerStopped as stopped:
         keeper.stopped.set()

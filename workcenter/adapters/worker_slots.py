@@ -11,14 +11,17 @@ A stop signal reaches the main thread only, and an executor at work in another t
 cannot be interrupted. So the main thread gives back every Run whose executor is at
 work (interrupted, retryable, as a single-Run worker's stop does); those executors are
 left to end with the process, and what they report is not recorded. A slot claiming or
-finishing completes that write first. Stopped without a signal (the API's ``stop``
-event), each Run in hand finishes, as in the single-Run loop.
+finishing completes that write first. A delivery is the exception: on the first signal
+the main thread waits for each slot delivering to finish and record it, and a second
+signal gives those Runs back too (ADR-0112). Stopped without a signal (the API's
+``stop`` event), each Run in hand finishes, as in the single-Run loop.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,11 +29,13 @@ from dataclasses import dataclass, field
 from workcenter.adapters.postgres_connection import StoreDisconnected
 from workcenter.adapters.worker_run import (
     BusyRecovery,
+    Draining,
     Executor,
     Reconnect,
     StopSignals,
     WorkerStats,
     WorkerStopped,
+    drains,
     give_back,
     run_one,
 )
@@ -49,16 +54,22 @@ class _Hand:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._claim: Claim | None = None
+        self._draining: Draining | None = None
         self._stopped_by: int | None = None
+        # Signals received when the stop last looked: one lets a delivery finish.
+        self._signals = 0
         self.given_back = False
 
     @contextmanager
-    def executing(self, claim: Claim) -> Iterator[None]:
+    def executing(self, claim: Claim, draining: Draining) -> Iterator[None]:
         with self._lock:
-            if self._stopped_by is not None:  # claimed as the stop came: run_one gives it back
-                raise WorkerStopped(self._stopped_by)
-            self._claim = claim
+            stopped_by = self._stopped_by
+            if stopped_by is not None and not drains(claim, self._signals):
+                raise WorkerStopped(stopped_by)  # claimed as the stop came: run_one gives it back
+            self._claim, self._draining = claim, draining
         try:
+            if stopped_by is not None:  # a delivery claimed as the stop came: given back, it fails
+                draining(stopped_by)
             yield
         finally:
             with self._lock:
@@ -67,15 +78,23 @@ class _Hand:
             if stopped_by is not None:
                 raise WorkerStopped(stopped_by, given_back=True)
 
-    def take_back(self, signum: int) -> Claim | None:
+    def take_back(self, signum: int, signals: int) -> Claim | None:
         """The Run whose executor is at work, now the stop's to give back; None when
-        none is (the slot's own write, if any, completes, and it executes no more)."""
+        none is (the slot's own write, if any, completes, and it executes no more) or
+        when it is a delivery the stop lets finish (``signals``: those received, 1
+        for the first; its drain is said once)."""
         with self._lock:
-            self._stopped_by = signum
-            if self._claim is None:
+            first_look = self._stopped_by is None
+            self._stopped_by, self._signals = signum, signals
+            claim, draining = self._claim, self._draining
+            if claim is None:
                 return None
-            self.given_back = True
-            return self._claim
+            if not drains(claim, signals):
+                self.given_back = True
+                return claim
+        if first_look and draining is not None:
+            draining(signum)
+        return None
 
 
 @dataclass
@@ -170,7 +189,7 @@ class Slots:
                 self.changed.notify_all()
             signum = signals.signum if signals and signals.signum else interrupted
             if signum is not None:
-                self._give_back_runs_in_hand(slots, signum, stats)
+                self._give_back_runs_in_hand(slots, signum, stats, signals)
             for slot in slots:
                 if not slot.hand.given_back and slot.thread is not None:
                     slot.thread.join()
@@ -206,12 +225,34 @@ class Slots:
             stop.wait(WATCH_SECONDS)
             due -= WATCH_SECONDS
 
-    def _give_back_runs_in_hand(self, slots: list[_Slot], signum: int, stats: WorkerStats) -> None:
+    def _give_back_runs_in_hand(
+        self, slots: list[_Slot], signum: int, stats: WorkerStats, signals: StopSignals | None
+    ) -> None:
+        """Every Run in hand but the deliveries, which are let finish until a second
+        signal (ADR-0112). Without ``StopSignals`` (Ctrl-C raised through the loop) a
+        second Ctrl-C would end the wait with an exception: nothing drains."""
+        received = signals.count if signals else 2
         reason = f"worker stopped by {signal.Signals(signum).name}"
         for slot in slots:
-            claim = slot.hand.take_back(signum)
+            claim = slot.hand.take_back(signum, received)
             if claim is not None:
                 give_back(self.wc, claim, reason, stats, self.on_event)
+        if signals is None or received > 1:
+            return
+        # The slots given back are left to end with the process; the others are
+        # delivering, or ending a write they had begun.
+        while signals.count == 1 and any(
+            slot.thread is not None and slot.thread.is_alive() and not slot.hand.given_back
+            for slot in slots
+        ):
+            time.sleep(WATCH_SECONDS)
+        if signals.count > 1:
+            second = signals.last or signum
+            reason = f"worker stopped by {signal.Signals(second).name}"
+            for slot in slots:
+                claim = slot.hand.take_back(second, signals.count)
+                if claim is not None:
+                    give_back(self.wc, claim, reason, stats, self.on_event)
 
     def _loop(self, slot: _Slot) -> None:
         try:

@@ -514,9 +514,16 @@ def renew(
     return emit.events
 
 
+def runs_once(action_type: str) -> bool:
+    """Whether an Action of this type is never run twice by itself: a deliver Action
+    (ADR-0007), whose interrupted Run fails it. A stopped worker lets its Run finish
+    instead (ADR-0112)."""
+    return action_type == "deliver"
+
+
 def auto_retry(state: ActionState) -> bool:
     """Whether an interrupted Run's Action goes back to ``ready`` (deliver never does)."""
-    return state.type != "deliver" and state.attempt < state.max_attempts
+    return not runs_once(state.type) and state.attempt < state.max_attempts
 
 
 def finish(
