@@ -1,0 +1,294 @@
+"""A stopped worker finishes its delivery (ADR-0112).
+
+A deliver Action is never run twice by itself: a Run of it that is interrupted fails
+the Action and its item waits for a person's ``retry``. So the first SIGTERM or Ctrl-C
+lets a delivery in hand finish and be recorded before the worker exits with its stop
+status; a second interrupts it as before; every other Run is given back at once, as
+before. Each test runs a real ``workcenter worker`` and reads the store afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+import pytest
+from conftest import create_linear, report
+
+from workcenter.adapters.worker import run_worker
+from workcenter.adapters.worker_run import StopSignals, WorkerStats, run_one
+from workcenter.application import Claim, WorkCenter
+
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = Path(__file__).resolve().parent
+WORKCENTER = [sys.executable, "-c", "from workcenter.adapters.cli import main; main()"]
+WAIT = 60.0
+
+
+class Worker:
+    """A ``workcenter worker`` process running ``drain_executor:slow``, its stdout and
+    stderr in files (read while it runs)."""
+
+    def __init__(self, db: str, marks: Path, *options: str, deliver_seconds: float) -> None:
+        marks.mkdir()
+        self.marks = marks
+        self.out, self.err = marks.parent / "worker.out", marks.parent / "worker.err"
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]),
+            "DRAIN_MARKS": str(marks),
+            "DRAIN_DELIVER_SECONDS": str(deliver_seconds),
+            "DRAIN_OTHER_SECONDS": "60",
+        }
+        with open(self.out, "wb") as out, open(self.err, "wb") as err:
+            self.process = subprocess.Popen(
+                [
+                    *WORKCENTER,
+                    *("--db", db),
+                    "worker",
+                    *("--executor", "drain_executor:slow", "--poll", "0.1"),
+                    *options,
+                ],
+                stdout=out,
+                stderr=err,
+                env=env,
+            )
+
+    def wait_for(self, what: str, count: int = 1) -> None:
+        deadline = time.monotonic() + WAIT
+        while len(list(self.marks.glob(what))) < count:
+            assert self.process.poll() is None, self.stderr()
+            assert time.monotonic() < deadline, f"no {what} in time"
+            time.sleep(0.05)
+
+    def wait_for_line(self, words: str) -> None:
+        deadline = time.monotonic() + WAIT
+        while words not in self.stderr():
+            assert self.process.poll() is None, self.stderr()
+            assert time.monotonic() < deadline, f"no {words!r} in time: {self.stderr()}"
+            time.sleep(0.05)
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def end(self) -> int:
+        try:
+            return self.process.wait(timeout=WAIT)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+
+    def stdout(self) -> str:
+        return self.out.read_text()
+
+    def stderr(self) -> str:
+        return self.err.read_text()
+
+
+@pytest.fixture
+def stopped(db_path: Path, tmp_path: Path) -> Iterator[list[Worker]]:
+    """The test's workers, killed if a failed assertion left one running."""
+    workers: list[Worker] = []
+    yield workers
+    for worker in workers:
+        if worker.process.poll() is None:
+            worker.process.kill()
+            worker.process.wait()
+
+
+def seed(db: str, *stages: str) -> list[UUID]:
+    """One linear item of one stage per name, in that order of claims."""
+    with WorkCenter.open(db) as wc:
+        return [create_linear(wc, stages=(stage,), title=stage).id for stage in stages]
+
+
+def only_action(db: str, item_id: UUID) -> tuple[Any, str]:
+    """The item's one Action and the item's status."""
+    with WorkCenter.open(db) as wc:
+        item = wc.work_item(item_id)
+        (action,) = wc.actions(item).values()
+        return action, item.status
+
+
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stopped_worker_finishes_its_delivery_and_exits_with_its_stop_status(
+    db_path: Path, tmp_path: Path, stopped: list[Worker], signum: int, status: int
+) -> None:
+    db = str(db_path)
+    (item_id,) = seed(db, "deliver")
+    worker = Worker(db, tmp_path / "marks", "--json", deliver_seconds=1.5)
+    stopped.append(worker)
+    worker.wait_for("deliver-*.started")
+    with WorkCenter.open(db) as wc:
+        before = wc.event_count()
+    worker.signal(signum)
+    assert worker.end() == status, worker.stderr()
+    assert list(worker.marks.glob("deliver-*.returned")), "the worker left before the delivery"
+    action, item_status = only_action(db, item_id)
+    (run,) = action.runs
+    assert (run.status, action.status, item_status) == ("completed", "completed", "done")
+    with WorkCenter.open(db) as wc:
+        assert wc.event_count() > before  # the finish, recorded after the signal
+    stats = json.loads(worker.stdout())  # --json: the drain's line is not on stdout
+    assert (stats["claimed"], stats["finished"], stats["interrupted"]) == (1, 1, 0), stats
+    err = worker.stderr()
+    assert "Traceback" not in err
+    (line,) = [line for line in err.splitlines() if line.startswith("draining")]
+    assert f"draining deliver {action.id}" in line
+    assert signal.Signals(signum).name in line and "second stop signal" in line
+
+
+def test_a_second_signal_interrupts_the_delivery_and_fails_it(
+    db_path: Path, tmp_path: Path, stopped: list[Worker]
+) -> None:
+    db = str(db_path)
+    (item_id,) = seed(db, "deliver")
+    worker = Worker(db, tmp_path / "marks", deliver_seconds=60)
+    stopped.append(worker)
+    worker.wait_for("deliver-*.started")
+    worker.signal(signal.SIGTERM)
+    worker.wait_for_line("draining deliver")
+    worker.signal(signal.SIGTERM)
+    assert worker.end() == 143, worker.stderr()
+    assert not list(worker.marks.glob("*.returned"))
+    action, item_status = only_action(db, item_id)
+    (run,) = action.runs
+    assert (run.status, action.status) == ("interrupted", "failed")
+    assert "SIGTERM" in (run.end_reason or "")
+    assert item_status == "needs_attention"
+    assert "claimed 1, finished 0, interrupted 1" in worker.stdout()
+    assert "Traceback" not in worker.stderr()
+
+
+def test_any_other_run_is_still_given_back_at_once(
+    db_path: Path, tmp_path: Path, stopped: list[Worker]
+) -> None:
+    db = str(db_path)
+    (item_id,) = seed(db, "implement")
+    worker = Worker(db, tmp_path / "marks", deliver_seconds=1.5)
+    stopped.append(worker)
+    worker.wait_for("implement-*.started")
+    signalled = time.monotonic()
+    worker.signal(signal.SIGTERM)
+    assert worker.end() == 143, worker.stderr()
+    assert time.monotonic() - signalled < 30  # its executor works for 60 s
+    action, item_status = only_action(db, item_id)
+    (run,) = action.runs
+    assert (run.status, action.status, item_status) == ("interrupted", "ready", "ready")
+    assert "draining" not in worker.stderr()
+    assert "claimed 1, finished 0, interrupted 1" in worker.stdout()
+
+
+def test_with_two_runs_at_once_the_delivery_drains_and_the_other_is_given_back(
+    db_path: Path, tmp_path: Path, stopped: list[Worker]
+) -> None:
+    db = str(db_path)
+    delivery, other = seed(db, "deliver", "implement")
+    worker = Worker(db, tmp_path / "marks", "--runs-at-once", "2", deliver_seconds=2)
+    stopped.append(worker)
+    worker.wait_for("*.started", count=2)
+    worker.signal(signal.SIGTERM)
+    assert worker.end() == 143, worker.stderr()
+    assert list(worker.marks.glob("deliver-*.returned"))
+    assert not list(worker.marks.glob("implement-*.returned"))
+    action, status = only_action(db, delivery)
+    assert (action.runs[0].status, action.status, status) == ("completed", "completed", "done")
+    action, status = only_action(db, other)
+    assert (action.runs[0].status, action.status) == ("interrupted", "ready")
+    assert "claimed 2, finished 1, interrupted 1" in worker.stdout()
+    assert worker.stderr().count("draining deliver") == 1
+    assert "Traceback" not in worker.stderr()
+
+
+def test_with_two_runs_at_once_a_second_signal_interrupts_the_delivery(
+    db_path: Path, tmp_path: Path, stopped: list[Worker]
+) -> None:
+    db = str(db_path)
+    delivery, other = seed(db, "deliver", "implement")
+    worker = Worker(db, tmp_path / "marks", "--runs-at-once", "2", deliver_seconds=60)
+    stopped.append(worker)
+    worker.wait_for("*.started", count=2)
+    worker.signal(signal.SIGTERM)
+    worker.wait_for_line("draining deliver")
+    worker.signal(signal.SIGINT)
+    assert worker.end() == 143, worker.stderr()
+    action, status = only_action(db, delivery)
+    assert (action.runs[0].status, action.status, status) == (
+        "interrupted",
+        "failed",
+        "needs_attention",
+    )
+    assert "SIGINT" in (action.runs[0].end_reason or "")
+    action, status = only_action(db, other)
+    assert (action.runs[0].status, action.status) == ("interrupted", "ready")
+    assert "claimed 2, finished 0, interrupted 2" in worker.stdout()
+
+
+def test_run_worker_with_stop_signals_finishes_the_delivery_and_says_so(
+    db_path: Path,
+) -> None:
+    """The Python API, its caller having installed the handlers: the first signal while
+    a delivery executes lets it finish, the drain said once to ``on_event``."""
+    events: list[tuple[str, str]] = []
+    with WorkCenter.open(str(db_path)) as wc:
+        (item_id,) = [create_linear(wc, stages=("deliver",)).id]
+        with StopSignals() as signals:
+
+            def executor(claim: Claim) -> dict[str, Any]:
+                signals._handle(signal.SIGTERM, None)  # as the signal would, in this thread
+                time.sleep(0.2)  # the drain is said from another thread
+                return report()
+
+            stats = run_worker(
+                wc,
+                executor,
+                worker="w",
+                signals=signals,
+                poll_seconds=0.01,
+                on_event=lambda kind, claim, detail: events.append((kind, detail)),
+            )
+        assert (stats.claimed, stats.finished, stats.interrupted) == (1, 1, 0), stats
+        (action,) = wc.actions(wc.work_item(item_id)).values()
+        assert (action.runs[0].status, action.status) == ("completed", "completed")
+    assert [kind for kind, _ in events] == ["claimed", "draining", "finished"]
+    assert "SIGTERM" in events[1][1]
+
+
+def test_a_delivery_claimed_as_the_stop_came_is_run_not_given_back(db_path: Path) -> None:
+    """Given back unrun, a delivery fails: claimed just after the first signal (the loop
+    sees the stop only after the claim it was writing), it is executed and recorded."""
+    events: list[str] = []
+    with WorkCenter.open(str(db_path)) as wc, StopSignals() as signals:
+        (item_id,) = [create_linear(wc, stages=("deliver",)).id]
+        signals._handle(signal.SIGTERM, None)
+        stats = WorkerStats()
+        claim = run_one(
+            wc,
+            lambda claim: report(),
+            worker="w",
+            stats=stats,
+            signals=signals,
+            on_event=lambda kind, claim, detail: events.append(kind),
+        )
+        assert claim is not None
+        assert (stats.finished, stats.interrupted) == (1, 0), stats
+        (action,) = wc.actions(wc.work_item(item_id)).values()
+        assert action.status == "completed"
+        # A non-deliver Run claimed then is given back before it executes, as before.
+        other = create_linear(wc, stages=("implement",)).id
+        ran = threading.Event()
+        run_one(wc, lambda claim: ran.set() or report(), worker="w", stats=stats, signals=signals)
+        assert not ran.is_set()
+        (action,) = wc.actions(wc.work_item(other)).values()
+        assert (action.runs[0].status, action.status) == ("interrupted", "ready")
+    assert events == ["claimed", "draining", "finished"]
