@@ -24,8 +24,9 @@ from uuid import UUID
 import pytest
 from conftest import create_linear, report
 
+from workcenter.adapters.postgres_connection import StoreDisconnected
 from workcenter.adapters.worker import run_worker
-from workcenter.adapters.worker_run import StopSignals, WorkerStats, run_one
+from workcenter.adapters.worker_run import Reconnect, StopSignals, WorkerStats, run_one
 from workcenter.application import Claim, WorkCenter
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -292,3 +293,63 @@ def test_a_delivery_claimed_as_the_stop_came_is_run_not_given_back(db_path: Path
         (action,) = wc.actions(wc.work_item(other)).values()
         assert (action.runs[0].status, action.status) == ("interrupted", "ready")
     assert events == ["claimed", "draining", "finished"]
+
+
+def test_a_drained_finish_waits_out_the_database_until_a_second_signal(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's waits for the database end with its stop: a finish after the first
+    signal gave up at once, and the delivery it had let finish lapsed (and failed) with
+    its lease. It is tried again until the database answers, or a second signal."""
+    with WorkCenter.open(str(db_path)) as wc, StopSignals() as signals:
+        (item_id,) = [create_linear(wc, stages=("deliver",)).id]
+        finish = wc.finish_run
+        refusals = [StoreDisconnected("lost the connection to the database")] * 2
+
+        def flaky_finish(claim: Claim, checked: Any) -> Any:
+            if refusals:
+                raise refusals.pop()
+            return finish(claim, checked)
+
+        monkeypatch.setattr(wc, "finish_run", flaky_finish)
+
+        def executor(claim: Claim) -> dict[str, Any]:
+            signals._handle(signal.SIGTERM, None)
+            return report()
+
+        stats = WorkerStats()
+        run_one(
+            wc,
+            executor,
+            worker="w",
+            stats=stats,
+            signals=signals,
+            reconnect=Reconnect(signals.event),
+        )
+        assert not refusals
+        assert (stats.finished, stats.interrupted) == (1, 0), stats
+        (action,) = wc.actions(wc.work_item(item_id)).values()
+        assert action.status == "completed"
+
+    # A second signal ends the wait: the finish is not recorded.
+    with WorkCenter.open(str(db_path)) as wc, StopSignals() as signals:
+        other = create_linear(wc, stages=("deliver",)).id
+        tries: list[int] = []
+
+        def down(claim: Claim, checked: Any) -> Any:
+            tries.append(1)
+            if len(tries) == 3:
+                signals._handle(signal.SIGINT, None)
+            raise StoreDisconnected("lost the connection to the database")
+
+        monkeypatch.setattr(wc, "finish_run", down)
+
+        def delivers(claim: Claim) -> dict[str, Any]:
+            signals._handle(signal.SIGTERM, None)
+            return report()
+
+        with pytest.raises(StoreDisconnected):
+            run_one(wc, delivers, worker="w", signals=signals, reconnect=Reconnect(signals.event))
+        assert 3 <= len(tries) < 10
+        (action,) = wc.actions(wc.work_item(other)).values()
+        assert action.status == "running"  # its lease lapses; a recovery then fails it

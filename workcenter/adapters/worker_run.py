@@ -120,7 +120,10 @@ class Executing(Protocol):
     """Where a Run's executor works: ``executing(claim, draining)`` surrounds the call,
     and raises ``WorkerStopped`` when a stop ends the Run instead (``StopSignals`` in the
     main thread, a slot's hand in another, ADR-0097), or calls ``draining`` when the
-    stop lets the Run's delivery finish (ADR-0112)."""
+    stop lets the Run's delivery finish (ADR-0112). ``again`` is set by a second stop
+    signal: a drained finish waits out the database until then."""
+
+    again: threading.Event
 
     def executing(self, claim: Claim, draining: Draining) -> AbstractContextManager[None]: ...
 
@@ -146,6 +149,7 @@ class StopSignals:
 
     def __init__(self) -> None:
         self.event = threading.Event()
+        self.again = threading.Event()
         self.signum: int | None = None  # the first
         self.last: int | None = None
         self.count = 0
@@ -178,6 +182,8 @@ class StopSignals:
             threading.Thread(
                 target=self._stopped, args=(signum, draining), name="workcenter-stop"
             ).start()
+        elif self.count == 2:
+            threading.Thread(target=self.again.set, name="workcenter-stop-again").start()
         if claim is not None and draining is None:
             self._executing = None
             raise WorkerStopped(signum)
@@ -351,7 +357,10 @@ def run_one(
     keeper = _LeaseKeeper(wc, claim, lease_seconds)
     keeper.start()
 
+    drained: list[int] = []
+
     def draining(signum: int) -> None:
+        drained.append(signum)
         if on_event:
             on_event("draining", claim, draining_line(signum))
 
@@ -373,6 +382,10 @@ def run_one(
         return claim
     keeper.stopped.set()
     keeper.join()
+    if drained and reconnect is not None and signals is not None:
+        # The worker's own waits end with the stop; a delivery let finish is recorded
+        # through an outage too, until a second signal (ADR-0112).
+        reconnect = Reconnect(signals.again)
     try:
         checked = _checked(report)
         if reconnect is None:

@@ -59,6 +59,7 @@ class _Hand:
         # Signals received when the stop last looked: one lets a delivery finish.
         self._signals = 0
         self.given_back = False
+        self.again = threading.Event()  # a second signal: a drained finish stops waiting
 
     @contextmanager
     def executing(self, claim: Claim, draining: Draining) -> Iterator[None]:
@@ -250,6 +251,7 @@ class Slots:
             second = signals.last or signum
             reason = f"worker stopped by {signal.Signals(second).name}"
             for slot in slots:
+                slot.hand.again.set()
                 claim = slot.hand.take_back(second, signals.count)
                 if claim is not None:
                     give_back(self.wc, claim, reason, stats, self.on_event)
