@@ -127,7 +127,7 @@ def test_a_stopped_worker_finishes_its_delivery_and_exits_with_its_stop_status(
 ) -> None:
     db = str(db_path)
     (item_id,) = seed(db, "deliver")
-    worker = Worker(db, tmp_path / "marks", "--json", deliver_seconds=1.5)
+    worker = Worker(db, tmp_path / "marks", "--json", deliver_seconds=2.5)
     stopped.append(worker)
     worker.wait_for("deliver-*.started")
     with WorkCenter.open(db) as wc:
@@ -195,7 +195,7 @@ def test_with_two_runs_at_once_the_delivery_drains_and_the_other_is_given_back(
 ) -> None:
     db = str(db_path)
     delivery, other = seed(db, "deliver", "implement")
-    worker = Worker(db, tmp_path / "marks", "--runs-at-once", "2", deliver_seconds=2)
+    worker = Worker(db, tmp_path / "marks", "--runs-at-once", "2", deliver_seconds=3)
     stopped.append(worker)
     worker.wait_for("*.started", count=2)
     worker.signal(signal.SIGTERM)
