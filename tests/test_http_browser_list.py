@@ -10,6 +10,8 @@ Skips as ``test_http_browser`` does without Chromium."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -408,3 +410,59 @@ def test_a_token_stop_whose_turns_spent_the_failures_names_both(
             f" tokens by {asked:,} more before you Resume.')",
             timeout=TIMEOUT_MS,
         )
+
+
+def test_a_read_begun_before_a_commands_answer_does_not_take_its_etag_back(
+    wc: WorkCenter, browser: Any
+) -> None:
+    """Found as a rare failure of the test above ("The item changed meanwhile" at
+    Resume): a refresh of the detail that read the item before a command's answer, and
+    came back after it, put the page's ETag back to the one before the command, so the
+    next click was refused as stale. Here that read is made slow on purpose: the ETag the
+    command's answer gave is never replaced by an older one, and the next command goes
+    through."""
+    item = wc.create_work_item(
+        title="Two reads", goal="g", mode="linear", stages=["work"], start=True,
+        limits={"max_tokens": 1000},
+    )  # fmt: skip
+    assert not wc.reserve_request(
+        item.id, request={"messages": [{"role": "user", "content": "word " * 2000}]}
+    ).allowed
+    detail_path = f"/api/work-items/{item.id}"
+    slow, read_made = threading.Event(), threading.Event()
+    app = create_app(wc)
+
+    @app.middleware("http")
+    async def late_detail(request: Any, call_next: Any) -> Any:
+        response = await call_next(request)  # the item as read now
+        if slow.is_set() and request.method == "GET" and request.url.path == detail_path:
+            slow.clear()
+            read_made.set()
+            await asyncio.sleep(1.5)  # answered after the command below
+        return response
+
+    with served(app) as base:
+        page = browser.new_page(viewport={"width": 1360, "height": 1100})
+        page.goto(base + "/")
+        wait_text(page, "#item-title", "Two reads")
+        page.wait_for_selector("#budget-stop[data-limit='maxTokens']:visible", timeout=TIMEOUT_MS)
+        wait_current_etag(page, base, str(item.id))
+        before = httpx.get(base + detail_path).headers["ETag"]
+        page.evaluate(
+            "() => { window.etags = []; let held = state.itemEtag;"
+            " Object.defineProperty(state, 'itemEtag', { configurable: true,"
+            " get: () => held, set: (value) => { held = value; window.etags.push(value); } });"
+            " }"
+        )
+        slow.set()
+        page.evaluate("() => { state.detailDirty = true; refresh(); }")
+        assert read_made.wait(10)  # the slow read has the item from before the command
+        page.click("#extend:enabled")
+        assert note(page, "ok") == "Budget extended."
+        after = httpx.get(base + detail_path).headers["ETag"]
+        assert after != before
+        page.wait_for_timeout(2000)  # the slow read's answer has come back meanwhile
+        etags: list[str] = page.evaluate("() => window.etags")
+        assert after in etags and before not in etags[etags.index(after) :], etags
+        page.click("#resume:enabled", timeout=TIMEOUT_MS)
+        assert note(page, "ok") == "Resumed."

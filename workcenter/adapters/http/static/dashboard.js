@@ -22,6 +22,9 @@ const state = {
   conversationEtag: null,
   // The item's ETag as its detail was last read: a steering command echoes it.
   itemEtag: null,
+  // Counts the commands answered: a detail read begun before the last one may show the
+  // item from before it, and is not let replace the ETag that command's answer gave.
+  commandsAnswered: 0,
   detail: null,
   commanding: false,
   // Kept until a post of this text is answered, so a retry of it writes nothing twice.
@@ -123,6 +126,7 @@ function askForToken() {
 async function refreshDetail() {
   const id = state.selected;
   if (!id) return;
+  const answered = state.commandsAnswered;
   const base = "/api/work-items/" + encodeURIComponent(id);
   let shown;
   try {
@@ -146,6 +150,13 @@ async function refreshDetail() {
     api(base + "/decisions"),
   ]);
   if (id !== state.selected) return;
+  if (answered !== state.commandsAnswered) {
+    // Read before a command's answer: read again rather than echo an ETag from before
+    // it, which the server would refuse as stale.
+    state.detailDirty = true;
+    schedule();
+    return;
+  }
   $("not-found").hidden = true;
   const detail = shown.body;
   state.itemEtag = shown.etag;

@@ -49,6 +49,7 @@ async function command(path, body, done) {
     const response = await checked(
       await fetch(url, { method: "POST", headers: headers(extra), body: JSON.stringify(body) }),
     );
+    state.commandsAnswered += 1;
     if (id === state.selected) state.itemEtag = response.headers.get("ETag");
     showNote(done, "ok");
     return true;
@@ -63,8 +64,10 @@ async function command(path, body, done) {
     return false;
   } finally {
     // The controls wait for the read that follows: a click before it would echo the
-    // ETag that was just refused.
+    // ETag that was just refused. A refresh already under way (begun before the answer)
+    // is waited out first, so that this one reads the item as the command left it.
     state.listDirty = state.detailDirty = true;
+    while (state.refreshing) await new Promise((done) => setTimeout(done, 20));
     await refresh();
     state.commanding = false;
     setControls();
