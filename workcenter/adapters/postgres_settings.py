@@ -132,8 +132,9 @@ class PostgresTarget:
     def require_server(self) -> None:
         """``StoreUnavailable`` in the server's own words unless it answers: a store about
         to be made would otherwise wait out its pool's timeout at each try to open it
-        (two minutes in all), and name a lost connection that never was. Also unless a
-        store already there has a layout this Workcenter knows (ADR-0113)."""
+        (two minutes in all), and name a lost connection that never was. Also unless the
+        server is recent enough (ADR-0111) and a store already there has a layout this
+        Workcenter knows (ADR-0113)."""
         self._has_store()
 
     def require_store(self) -> None:
@@ -152,6 +153,7 @@ class PostgresTarget:
                 dbname=self.dbname,
                 connect_timeout=5,
             ) as conn:
+                check_version(conn.info.server_version)  # before anything is made
                 row = conn.execute(
                     "SELECT to_regclass(%s), to_regclass(%s)",
                     (f"{self.schema}.{EVENTS_TABLE}", f"{self.schema}.{postgres_layout.TABLE}"),
@@ -173,7 +175,6 @@ class WorkcenterPostgresFactory(PostgresFactory):
         super().__init__(env)
         sql.pin_search_path(self.datastore)
         watch_connections(self.datastore)
-        require_version(self.datastore)  # before anything is made
         self.datastore.claim_hold_timeout = claim_hold_timeout(  # type: ignore[attr-defined]
             os.environ.get(CLAIM_HOLD_TIMEOUT_ENV)
         )
@@ -281,12 +282,10 @@ def claim_hold_timeout(value: str | None) -> int:
     return seconds
 
 
-def require_version(datastore: Any) -> None:
-    """``StoreUnavailable`` on a server older than ``LEAST_SERVER_VERSION``, whose claims
-    could not bound their holds (``idle_session_timeout``, ADR-0111). The version is the
-    connection's, read without a round trip."""
-    with datastore.get_connection() as conn:
-        version = conn.info.server_version
+def check_version(version: int) -> None:
+    """``StoreUnavailable`` for a server older than ``LEAST_SERVER_VERSION``, whose claims
+    could not bound their holds (``idle_session_timeout``, ADR-0111). ``version`` is a
+    connection's, known without a round trip."""
     if version < LEAST_SERVER_VERSION:
         raise StoreUnavailable(
             f"PostgreSQL {version // 10000} is too old: Workcenter needs PostgreSQL"

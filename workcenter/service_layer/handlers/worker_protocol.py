@@ -104,15 +104,6 @@ def boot_id(value: object) -> str:
     return value
 
 
-def _fence(run: act.Run, action: act.ActionState) -> act.RunRef:
-    return act.RunRef(
-        action_id=action.id,
-        run_id=run.id,
-        boot_id=run.owner_boot_id,
-        lease_epoch=run.lease_epoch,
-    )
-
-
 def _owned(action: act.ActionState, ref: act.RunRef) -> act.Run:
     """The Run this fence was issued for (live or not); StaleRun for a foreign fence."""
     run = action.run(ref.run_id)
@@ -186,15 +177,16 @@ class WorkerProtocol:
             )
         if run.deferred and run.end_reason == act.UNANSWERED_REASON:
             return None
+        claim = claiming.claim_of(item, action, run, replayed=True)
         try:
-            act.live_run(action, _fence(run, action), at=self.clock.now())
+            act.live_run(action, claim.ref, at=self.clock.now())
         except StaleRun:
             ended = f"ended ({run.status})" if run.status != "running" else "lost its lease"
             raise ClaimIdUsed(
                 f"clientClaimId {client_claim_id!r} claimed Run {run.id}, which has {ended};"
                 " a new claim needs a new id"
             ) from None
-        return claiming.claim_of(item, action, run, replayed=True)
+        return claim
 
     def recover_when_due(self, every: float) -> list[UUID]:
         """``recover_expired``, at most once per ``every`` seconds of the store's clock
