@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import orjson
 import postgres
@@ -25,6 +26,7 @@ from workcenter.domain import action as act
 from workcenter.domain import work_item as wi
 from workcenter.projections.dto import detail_json
 from workcenter.service_layer.handlers.resource_ledger import BudgetCommands
+from workcenter.service_layer.read_models import ReadModels
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 CRITERIA: tuple[str, ...] = ("Tests pass", "Docs updated")
@@ -126,6 +128,14 @@ def refused(
         yield info
     assert type(info.value) is error, f"expected {error.__name__}, got {type(info.value).__name__}"
     assert wc.event_count() == before, "a refused command wrote events"
+
+
+@contextmanager
+def saves_writing_no_view() -> Iterator[None]:
+    """Saves that write no read model, leaving every view behind the log: a writer with
+    inline projections off did so before ADR-0116 (and one of those versions still may)."""
+    with mock.patch.object(ReadModels, "written_by", lambda self, events: {}):
+        yield
 
 
 # --- items -----------------------------------------------------------------------

@@ -22,6 +22,7 @@ from conftest import (
     plan,
     refused,
     report,
+    saves_writing_no_view,
 )
 
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
@@ -132,12 +133,20 @@ def test_every_kind_of_command_commits_once(wc: WorkCenter, clock: FakeClock) ->
 
 
 def test_with_inline_projections_off_a_command_still_commits_once(db_path: Path) -> None:
-    """Events and snapshots still share the commit; the views are left to the runner."""
+    """Events, snapshots and the views claims and wakes read share the commit; the detail
+    view is left to the runner (ADR-0116)."""
     with WorkCenter.open(db_path, inline_projections=False) as wc:
         counts = counted(wc, lambda: create_dynamic(wc))
         assert counts.commits == 1
         [statements] = write_transactions(counts)
-        assert not [s for s in statements if s.startswith("INSERT INTO tracking")]
+        tracked = {
+            name
+            for name in wc.projections.views
+            for s in statements
+            if s.startswith("INSERT INTO tracking") and f"'{name}'" in s
+        }
+        assert tracked == {"work_queue", "mailbox"}
+        assert not [s for s in statements if "dv_" in s]
 
 
 def test_a_refused_command_commits_nothing(wc: WorkCenter) -> None:
@@ -196,8 +205,8 @@ def test_the_store_refuses_a_recorder_that_would_drop_the_views(db_path: Path) -
 
 
 def writes_without_views(db_path: Path, clock: FakeClock, items: int) -> None:
-    """Another writer on the same file with inline projections off."""
-    with WorkCenter.open(db_path, clock=clock, inline_projections=False) as other:
+    """Another writer on the same file whose saves write no view."""
+    with saves_writing_no_view(), WorkCenter.open(db_path, clock=clock) as other:
         for i in range(items):
             plan(other, create_dynamic(other, title=f"unseen {i}").id)
 

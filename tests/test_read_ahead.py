@@ -15,7 +15,7 @@ from typing import Any
 
 import postgres
 import pytest
-from conftest import BACKENDS, FakeClock, create_linear, report
+from conftest import BACKENDS, FakeClock, create_linear, report, saves_writing_no_view
 
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
 from workcenter.application import WorkCenter
@@ -57,7 +57,7 @@ def gap_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
 
 
 def writes_without_views(location: str, clock: FakeClock, items: int) -> None:
-    with WorkCenter.open(location, clock=clock, inline_projections=False) as other:
+    with saves_writing_no_view(), WorkCenter.open(location, clock=clock) as other:
         for i in range(items):
             create_linear(other, title=f"unseen {i}", stages=("implement",))
 

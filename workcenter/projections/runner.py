@@ -51,6 +51,11 @@ DEFAULT_POLL = 0.5
 # LISTEN, as when it is made again after a lost database), and only the next one would
 # bring it. The views skip what they already have.
 CATCH_UP_EVERY = 5.0
+# Once a notification arrives, the ones after it are gathered this long (or to a page)
+# before the views are written: a page's reads, locks and commit are paid once for the
+# writes of that time, not once per write, which halved the runner's CPU per run cycle
+# behind one busy worker (ADR-0116). The views lag by as much more.
+GATHER = 0.05
 # The wait before following again after a lost database: doubling, at most the cap.
 RECONNECT_FIRST = 0.1
 RECONNECT_CAP = 5.0
@@ -148,9 +153,10 @@ class ProjectionRunner:
                             self.run_once()
                         continue
                     page = [first]
+                    until = time.monotonic() + GATHER
                     while len(page) < PAGE:
                         try:
-                            page.append(arrived.get_nowait())
+                            page.append(arrived.get(timeout=max(0.0, until - time.monotonic())))
                         except queue.Empty:
                             break
                     failures = [n for n in page if isinstance(n, BaseException)]

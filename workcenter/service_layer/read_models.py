@@ -3,8 +3,9 @@
 A read model is written in a command's own transaction (inline) by every save or
 by the saves its ``inline_for`` picks, and may be caught up when it is read and
 found behind the head of the event log. With inline projections off (scale-out)
-no save writes any of them: the projection runner does (asynchronous), and only
-the models read ``ALWAYS`` are caught up by their readers.
+the models read ``ALWAYS`` (the work queue, the mailbox) are still written by the
+saves, since their readers would otherwise catch them up from the log before every
+claim (ADR-0116); the others are the projection runner's (asynchronous).
 """
 
 from __future__ import annotations
@@ -42,12 +43,9 @@ class ReadModel:
     inline_for: Callable[[Sequence[DomainEvent]], bool] | None = None
     on_read: OnRead = OnRead.NEVER
 
-    def lifecycle(self, inline_projections: bool) -> str:
-        if not inline_projections:
-            written = "asynchronous (the projection runner)"
-        else:
-            written = "inline" + ("" if self.inline_for is None else " for some saves")
-        return f"{written}; caught up on read: {self.on_read.value}"
+    def written_inline(self, inline_projections: bool) -> bool:
+        """Whether saves write it, with inline projections on or off (ADR-0116)."""
+        return inline_projections or self.on_read is OnRead.ALWAYS
 
 
 class ReadModels:
@@ -84,7 +82,7 @@ class ReadModels:
         return {
             name: cast(InTransactionView, m.view)
             for name, m in self.registry.items()
-            if m.inline_for is None or m.inline_for(events)
+            if m.written_inline(self.inline) and (m.inline_for is None or m.inline_for(events))
         }
 
     def catches_up_on_read(self, name: str) -> bool:

@@ -437,10 +437,10 @@ class Repository:
         if snapshots:
             along.update(self.transaction.snapshots(snapshots))
         inline = None
-        if self.read_models.inline:
+        views = self.read_models.written_by(events)
+        if views:
             # The states go along for the detail view, which takes them instead of
             # folding the events onto the states before them (ADR-0043).
-            views = self.read_models.written_by(events)
             inline = InlineWrite(
                 events, views, self.store.mapper, states=states, known=self._cached
             )

@@ -1,0 +1,113 @@
+"""ADR-0116: writers with inline projections off still write the views their readers
+catch up anyway (the work queue, the mailbox); the detail view is the runner's, which
+gathers the notifications of a short time into one page."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import postgres
+import pytest
+from conftest import BACKENDS, FakeClock, claim, create_dynamic, create_linear, report
+
+from workcenter.application import WorkCenter
+from workcenter.domain.errors import NotFound
+from workcenter.projections import runner as runner_module
+from workcenter.projections.inline import InlineProjections
+from workcenter.projections.runner import ProjectionRunner
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    if request.param == "postgresql":
+        postgres.require_server()
+    return str(request.param)
+
+
+@pytest.fixture
+def writer(location: str, clock: FakeClock) -> Iterator[WorkCenter]:
+    with WorkCenter.open(location, clock=clock, inline_projections=False) as center:
+        yield center
+
+
+def lags(wc: WorkCenter) -> dict[str, int]:
+    return {s.name: s.lag for s in wc.maintenance.projection_status()}
+
+
+@pytest.fixture
+def catch_ups(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The events each catch-up from the log applied (a claim's, a runner's)."""
+    applied: list[int] = []
+    catch_up = InlineProjections.catch_up
+
+    def spy(self: InlineProjections, *args: Any, **kwargs: Any) -> int:
+        done = catch_up(self, *args, **kwargs)
+        applied.append(done)
+        return done
+
+    monkeypatch.setattr(InlineProjections, "catch_up", spy)
+    return applied
+
+
+def test_a_run_cycle_leaves_only_the_detail_view_to_the_runner(
+    writer: WorkCenter, clock: FakeClock, catch_ups: list[int]
+) -> None:
+    item = create_linear(writer, stages=("implement",))
+    claimed = claim(writer)
+    assert writer.renew_lease(claimed)
+    clock.advance(1)
+    writer.finish_run(claimed, report("completed"))
+    head = writer.event_count()
+    assert lags(writer) == {"work_queue": 0, "mailbox": 0, "detail": head}
+    # The claim found the work queue at the head: nothing was applied from the log.
+    assert sum(catch_ups) == 0
+    with pytest.raises(NotFound):
+        writer.detail(item.id)  # the runner has not built it yet
+    assert ProjectionRunner(writer).run_once() == head  # the detail view's events only
+    assert lags(writer) == dict.fromkeys(lags(writer), 0)
+    live = {name: view.dump() for name, view in writer.projections.views.items()}  # type: ignore[attr-defined]
+    writer.maintenance.rebuild_projection()
+    assert {name: view.dump() for name, view in writer.projections.views.items()} == live  # type: ignore[attr-defined]
+
+
+def test_writers_with_and_without_inline_projections_share_the_views(
+    writer: WorkCenter, location: str, clock: FakeClock
+) -> None:
+    with WorkCenter.open(location, clock=clock, create=False) as inline:
+        first = create_dynamic(inline, title="inline")
+        create_dynamic(writer, title="not inline")
+        # The inline writer's next save applies the detail view's gap before its own.
+        inline.post_user_message(first.id, "go on")
+        assert lags(inline) == dict.fromkeys(lags(inline), 0)
+        titles = {row["title"] for row in inline.list_work_items()}
+        assert titles == {"inline", "not inline"}
+
+
+def test_the_runner_writes_the_notifications_gathered_in_one_page(
+    monkeypatch: pytest.MonkeyPatch, clock: FakeClock
+) -> None:
+    postgres.require_server()
+    pages: list[int] = []
+    apply = InlineProjections.apply_notifications
+
+    def spy(self: InlineProjections, page: Any) -> int:
+        pages.append(len(page))
+        return apply(self, page)
+
+    monkeypatch.setattr(InlineProjections, "apply_notifications", spy)
+    for gather, expected in ((0.0, 3), (2.0, 1)):
+        pages.clear()
+        monkeypatch.setattr(runner_module, "GATHER", gather)
+        with (
+            postgres.fresh_schema() as url,
+            WorkCenter.open(url, clock=clock, inline_projections=False) as wc,
+            ProjectionRunner(wc, poll=0.05) as follower,
+        ):
+            time.sleep(0.3)  # following: the backlog is read, the subscription listens
+            for i in range(3):
+                create_dynamic(wc, title=f"item {i}")
+                time.sleep(0.2)  # each write's notification arrives alone
+            follower.wait(wc.event_count(), timeout=20)
+            assert len(pages) == expected, (gather, pages)
