@@ -35,7 +35,12 @@ connections (``POSTGRES_POOL_SIZE=2``): sixteen workers of the library's default
 five would hold 80 of the server's 100.
 PostgreSQL also runs at W = 0 with ``WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT`` set to
 ``early-release`` (``-early-release``: the lock released before the flush, the command
-still durable at its return, ADR-0088) and to ``off`` (``-commit-off``, ADR-0053) beside
+still durable at its return, ADR-0088) and to ``off`` (``-commit-off``, ADR-0053), and as
+the scale-out deployment of docs/deployment.md (``-scale-out``: the workers with inline
+projections off, so their saves write the work queue and the mailbox but not the detail
+view, and one projection runner process beside them keeping it, ADR-0116; the row also
+shows when the runner had every view current after the workers' last cycle, the rate
+counting that time, and the runner's CPU per cycle) beside
 the default (``--modes`` chooses which, ``--modes-wait-ms`` at which W; ``no-wire``,
 not run unless asked, sends the hot path through psycopg's cursors, ADR-0104); each PostgreSQL
 row shows the table lock's hold per write (median and p95 over every write of the run,
@@ -85,19 +90,24 @@ from bench_peer import PeerKitMissing, create, find_kit, peer_rep, report
 
 from workcenter.application import WorkCenter
 from workcenter.projections import work_queue
+from workcenter.projections.runner import ProjectionRunner
 from workcenter.service_layer.handlers import claim as claiming
 
 DEFAULT_POSTGRES = "postgresql://postgres@127.0.0.1:5432/test"
 LEASE = 30.0
-# The commit modes other than the default, each run beside it (at W = 0 unless
-# ``--modes-wait-ms`` says more): the row's suffix, the workers' environment (ADR-0053,
-# ADR-0088).
-COMMIT_MODES = {
-    "early-release": {"WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT": "early-release"},
-    "commit-off": {"WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT": "off"},
+SCALE_OUT = "scale-out"
+# The modes other than the default, each run beside it (at W = 0 unless
+# ``--modes-wait-ms`` says more): the row's suffix, the workers' mode and environment
+# (ADR-0053, ADR-0088).
+MODES = {
+    "early-release": ("inline", {"WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT": "early-release"}),
+    "commit-off": ("inline", {"WORKCENTER_POSTGRES_SYNCHRONOUS_COMMIT": "off"}),
+    # The deployment docs/deployment.md describes: writers with inline projections off,
+    # one projection runner process beside them keeping the views (ADR-0116).
+    "scale-out": (SCALE_OUT, {}),
     # Not a commit mode: the hot path through psycopg's cursors, not the wire (ADR-0104),
     # for comparing the two in one invocation (``--modes no-wire``).
-    "no-wire": {"BENCH_NO_WIRE": "1"},
+    "no-wire": ("inline", {"BENCH_NO_WIRE": "1"}),
 }
 WORKER_ENV = {"POSTGRES_POOL_SIZE": "2", "POSTGRES_MAX_OVERFLOW": "2"}
 # (label, workers, W ms, the worker count it is compared with, at least this ratio)
@@ -187,6 +197,30 @@ def worker(
             time.sleep(0.02)
 
 
+def runner(store: str, ready: str, stop: str, out: str) -> None:
+    """The scale-out mode's projection runner (ADR-0116): follows the log while the
+    workers run; once ``stop`` exists (every worker has ended), it writes when every view
+    reached the head and its own CPU."""
+    with WorkCenter.open(
+        store, boot_id=f"runner-{os.getpid()}", inline_projections=False, create=False
+    ) as wc:
+        gc.freeze()
+        with ProjectionRunner(wc) as follower:
+            Path(ready).touch()
+            cpu = time.process_time()
+            while not os.path.exists(stop):
+                time.sleep(0.01)
+            while any(row.lag for row in follower.status()):
+                if follower.error is not None:
+                    raise follower.error
+                time.sleep(0.001)
+            current = time.time()
+            cpu = time.process_time() - cpu
+        figures = {"current": current, "cpu": cpu, "applied": follower.applied}
+        Path(f"{out}.part").write_text(json.dumps(figures))
+        os.rename(f"{out}.part", out)
+
+
 def _collect_lock_holds(wc: WorkCenter) -> list[Any]:
     """The PostgreSQL recorder's per-write lock holds (ADR-0052), collected from here on;
     none on SQLite."""
@@ -264,9 +298,16 @@ def drain(
             )
             for k in range(workers)
         ]
-        while not all((d / f"w{k}.ready").exists() for k in range(workers)):
+        ready = [d / f"w{k}.ready" for k in range(workers)]
+        if mode == SCALE_OUT:
+            # Stopped by ``leave``, once it has caught up with the workers' last events.
+            runner_args = ["--runner", store, str(d / "runner.ready"), str(d / "leave")]
+            runner_args.append(str(d / "runner.json"))
+            procs.append(subprocess.Popen([sys.executable, __file__, *runner_args], env=env))
+            ready.append(d / "runner.ready")
+        while not all(path.exists() for path in ready):
             if any(p.poll() not in (None, 0) for p in procs):
-                raise RuntimeError("a worker failed to start")
+                raise RuntimeError("a worker or the runner failed to start")
             time.sleep(0.01)
         started = time.time()  # wall clock: the workers' ends are read on the same one
         machine = MachineCPU()
@@ -283,7 +324,8 @@ def drain(
             (d / "leave").touch()  # also when one failed: the others must not wait on
         for p in procs:
             if p.wait() != 0:
-                raise RuntimeError(f"a worker exited with {p.returncode}")
+                raise RuntimeError(f"a worker or the runner exited with {p.returncode}")
+        views = json.loads((d / "runner.json").read_text()) if mode == SCALE_OUT else None
     cycles = sum(r["cycles"] for r in results)
     holds = [hold[0] for r in results for hold in r.get("holds", ())]
     return {
@@ -294,6 +336,9 @@ def drain(
         "fallbacks": sum(r.get("fallbacks", 0) for r in results),
         "busy": busy,
         "workers_cpu": sum(r.get("cpu", 0.0) for r in results),
+        # When the runner had every view at the head, after the workers' last cycle.
+        "views_after": None if views is None else views["current"] - started - seconds,
+        "runner_cpu": None if views is None else views["cpu"],
     }
 
 
@@ -383,6 +428,11 @@ def measure(
         # workers' own share of it tells theirs from the database server's.
         measured["machine_cpu_ms"] = result["busy"] / n * 1000
         measured["workers_cpu_ms"] = result["workers_cpu"] / n * 1000
+    if result["views_after"] is not None:
+        measured["views_after_ms"] = result["views_after"] * 1000
+        measured["runner_cpu_ms"] = result["runner_cpu"] / n * 1000
+        # The rate with the views' catching up counted in: every view current at the end.
+        measured["views_cycles_per_s"] = n / (result["seconds"] + result["views_after"])
     if result["holds"]:
         # The table lock's hold per write, from its grant to the commit's end (server clock).
         holds = sorted(result["holds"])
@@ -400,11 +450,9 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
     counts = [int(k) for k in args.workers.split(",")]
     waits = [int(w) for w in args.wait_ms.split(",")]
     modes = [m for m in args.modes.split(",") if m]
-    unknown = sorted(set(modes) - set(COMMIT_MODES))
+    unknown = sorted(set(modes) - set(MODES))
     if unknown:
-        raise SystemExit(
-            f"--modes: unknown {', '.join(unknown)} (known: {', '.join(COMMIT_MODES)})"
-        )
+        raise SystemExit(f"--modes: unknown {', '.join(unknown)} (known: {', '.join(MODES)})")
     mode_waits = [int(w) for w in args.modes_wait_ms.split(",")]
     slots = {RUNS_AT_ONCE_ENV: str(args.runs_at_once)}
     t = args.runs_at_once
@@ -422,9 +470,9 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
             for wait in mode_waits:
                 for k in counts:
                     n = args.n if wait == 0 else max(args.n_wait, CYCLES_PER_WORKER * k * t)
-                    env = COMMIT_MODES[suffix] | slots
+                    mode, env = MODES[suffix]
                     runs.setdefault(f"{key('postgresql', k, wait)}-{suffix}", []).append(
-                        measure(stores, "postgresql", k, n, "inline", wait, env)
+                        measure(stores, "postgresql", k, n, mode, wait, env | slots)
                     )
         print(f"repetition {rep + 1}/{args.reps} done", file=sys.stderr)
     reference = median(runs["reference"], "cycles_per_s")
@@ -457,6 +505,10 @@ def scaleout(args: argparse.Namespace, stores: Stores) -> dict[str, Any]:
         if "hold_median_ms" in rep_runs[0]:
             rows[name]["hold_median_ms"] = median(rep_runs, "hold_median_ms")
             rows[name]["hold_p95_ms"] = median(rep_runs, "hold_p95_ms")
+        if "views_after_ms" in rep_runs[0]:
+            for figure in ("views_after_ms", "runner_cpu_ms", "views_cycles_per_s"):
+                rows[name][figure] = median(rep_runs, figure)
+            rows[name]["views_ratio"] = rows[name]["views_cycles_per_s"] / reference
     return {
         "n": args.n,
         "n_wait": args.n_wait,
@@ -556,6 +608,12 @@ def render(result: dict[str, Any]) -> None:
                 f"  lock hold {row['hold_median_ms']:.2f} ms median,"
                 f" {row['hold_p95_ms']:.2f} ms p95 (ceiling {ceiling:,.0f} writes/s)"
             )
+        if "views_after_ms" in row:
+            hold += (
+                f"  views current {row['views_after_ms']:.0f} ms after the last cycle"
+                f" ({row['views_cycles_per_s']:.1f} cycles/s, {row['views_ratio']:.2f}x, counting"
+                f" it; runner CPU {row['runner_cpu_ms']:.1f} ms/cycle)"
+            )
         print(f"{name:24} {row['cycles_per_s']:>10.1f} {ratio:>7} {shown:>13} {tried:>12}{hold}")
     if "scaling" not in result:
         return
@@ -572,6 +630,9 @@ def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
         worker(*sys.argv[2:10])
         return
+    if len(sys.argv) > 1 and sys.argv[1] == "--runner":
+        runner(*sys.argv[2:6])
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--n", type=int, default=300, help="items at W = 0")
     parser.add_argument("--n-wait", type=int, default=48, help="items when W > 0")
@@ -586,9 +647,9 @@ def main() -> None:
     parser.add_argument("--wait-ms", default="0,100,500", help="the executor's wait, W")
     parser.add_argument(
         "--modes",
-        default="early-release,commit-off",
+        default="early-release,commit-off,scale-out",
         help="the modes run beside the default (comma-separated; empty for none):"
-        f" {', '.join(COMMIT_MODES)}",
+        f" {', '.join(MODES)}",
     )
     parser.add_argument(
         "--modes-wait-ms", default="0", help="the values of W at which those modes run"
