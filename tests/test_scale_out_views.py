@@ -4,6 +4,7 @@ gathers the notifications of a short time into one page."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -111,3 +112,31 @@ def test_the_runner_writes_the_notifications_gathered_in_one_page(
                 time.sleep(0.2)  # each write's notification arrives alone
             follower.wait(wc.event_count(), timeout=20)
             assert len(pages) == expected, (gather, pages)
+
+
+def test_a_runner_leaves_alone_the_views_the_writers_keep(clock: FakeClock) -> None:
+    """It neither waits for nor holds the work queue's lock: with it, every write would wait
+    in the table's lock while the runner builds detail DTOs."""
+    postgres.require_server()
+    with (
+        postgres.fresh_schema() as url,
+        WorkCenter.open(url, clock=clock, inline_projections=False) as wc,
+    ):
+        create_dynamic(wc)
+        schema = wc.store.factory.datastore.schema  # type: ignore[attr-defined]
+        applied: list[int] = []
+        with postgres.connect() as holder:
+            holder.execute(
+                "SELECT pg_advisory_lock(hashtext(%s))", (f"workcenter:{schema}:work_queue",)
+            )
+            follower = threading.Thread(
+                target=lambda: applied.append(ProjectionRunner(wc).run_once())
+            )
+            follower.start()
+            follower.join(5)
+            waited = follower.is_alive()
+            holder.execute("SELECT pg_advisory_unlock_all()")
+            follower.join()
+        assert not waited, "the runner waited for the work queue's lock"
+        assert applied == [wc.event_count()]  # the detail view's, none of the others'
+        assert lags(wc) == dict.fromkeys(lags(wc), 0)

@@ -315,6 +315,13 @@ class InlineProjections:
         self, views: dict[str, View], page: Sequence[Notification], positions: dict[str, int]
     ) -> tuple[int, bool]:
         """(events applied, whether another writer raced a view) for one page."""
+        # A view already past the page is left alone, not locked: the work queue a runner
+        # follows behind writers that keep it inline (ADR-0116) would otherwise be locked
+        # while the runner builds detail DTOs, and every write waits for it in the table's
+        # lock. Positions only move forward, so one read before the lock is enough.
+        views = {name: view for name, view in views.items() if positions[name] < page[-1].id}
+        if not views:
+            return 0, False
         batch = [(n.id, self._mapper.to_domain_event(n)) for n in page]
         if _share_one_datastore(views):
             return apply_together(views, batch), False  # type: ignore[arg-type]
