@@ -18,6 +18,7 @@ from workcenter.domain.errors import NotFound
 from workcenter.projections import runner as runner_module
 from workcenter.projections.inline import InlineProjections
 from workcenter.projections.runner import ProjectionRunner
+from workcenter.service_layer import repository
 
 
 @pytest.fixture(params=BACKENDS)
@@ -140,3 +141,37 @@ def test_a_runner_leaves_alone_the_views_the_writers_keep(clock: FakeClock) -> N
         assert not waited, "the runner waited for the work queue's lock"
         assert applied == [wc.event_count()]  # the detail view's, none of the others'
         assert lags(wc) == dict.fromkeys(lags(wc), 0)
+
+
+def test_a_page_reads_the_states_of_its_items_together(
+    writer: WorkCenter, location: str, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runner that has seen none of a page's items reads their states in a few statements
+    whatever their number (it read two per stream, one stream after another), and the
+    DTOs it stores are those of a rebuild."""
+    monkeypatch.setattr(repository, "SNAPSHOT_INTERVAL", 2)  # snapshots to start from too
+    for i in range(12):
+        create_linear(writer, title=f"item {i}", stages=("implement",))
+    while (claimed := writer.claim_next("w1")) is not None:
+        writer.renew_lease(claimed)
+        writer.finish_run(claimed, report("completed"))
+    reads: list[str] = []
+    with WorkCenter.open(location, clock=clock, inline_projections=False) as fresh:
+        views = fresh.projections.views
+        states = views["detail"].source  # type: ignore[attr-defined]
+        for name in ("versions", "states", "state"):
+            monkeypatch.setattr(states, name, counted(getattr(states, name), name, reads))
+        assert ProjectionRunner(fresh).run_once() > 0
+        assert reads.count("state") == 0 and len(reads) <= 6, reads
+        live = {name: view.dump() for name, view in views.items()}  # type: ignore[attr-defined]
+        fresh.maintenance.rebuild_projection()
+        assert {name: view.dump() for name, view in views.items()} == live  # type: ignore[attr-defined]
+
+
+def counted(read: Any, name: str, reads: list[str]) -> Any:
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        if name != "states" or len(args[0]) > 1:  # a single stream is read alone
+            reads.append(name)
+        return read(*args, **kwargs)
+
+    return spy

@@ -333,6 +333,11 @@ class DetailView(TrackedView):
         # events of streams the command did not write (ADR-0069).
         known = {**ahead.states, **states} if ahead is not None and states else states
         given = _after_batch(batch, known) if known else {}
+        # No save handed its states over (a runner's page, a catch-up): the states the page
+        # starts from are read together, not one stream after another (ADR-0116).
+        together = not states and events_cursor is not None
+        if together:
+            self._load_before(batch, events_cursor)
         for position, event in batch:
             kind = kind_of(event)
             if kind is None:
@@ -354,6 +359,8 @@ class DetailView(TrackedView):
         for state in working.values():
             self._remember(state)
         stamps = _stamps(batch, working)
+        if together and ahead is None:
+            ahead = self._newest_together(touched, working, events_cursor)
         for item_id, (position, last) in touched.items():
             blob = prebuilt.get(item_id) if prebuilt is not None else None
             if self._is_marker(item_id, last, stamps, working, events_cursor, ahead):
@@ -418,6 +425,56 @@ class DetailView(TrackedView):
         if state is not None:
             self._remember(state)
         return state
+
+    def _load_before(self, batch: Batch, c: Any) -> None:
+        """Into the cache: each stream's state before its first event in ``batch``."""
+        seen: set[UUID] = set()
+        wanted: dict[UUID, tuple[Kind, int]] = {}
+        for _, event in batch:
+            kind = kind_of(event)
+            if kind is None or event.originator_id in seen:
+                continue
+            seen.add(event.originator_id)
+            cached = self._cache.get(event.originator_id)
+            version = event.originator_version - 1
+            if version > 0 and (cached is None or cached.version != version):
+                wanted[event.originator_id] = (kind, version)
+        for state in self.source.states(wanted, c).values():
+            self._remember(state)
+
+    def _newest_together(
+        self, item_ids: Collection[UUID], working: dict[UUID, AggregateState], c: Any
+    ) -> Ahead:
+        """The newest states the DTOs of ``item_ids`` are built from that the batch did
+        not fold, as a write's read ahead would give them: the items, then their Actions,
+        ledgers and conversations, each kind of read once for them all."""
+        wanted: dict[UUID, Kind] = {i: "item" for i in item_ids if i not in working}
+        found = self._read_newest(wanted, c)
+        others: dict[UUID, Kind] = {}
+        for item_id in item_ids:
+            item = working.get(item_id) or found.get(item_id)
+            if isinstance(item, wi.WorkItemState):
+                others |= {e.action_id: "action" for e in item.plan}
+                others[rl.ledger_id_for(item_id)] = "ledger"
+                others[conv.conversation_id_for(item_id)] = "conversation"
+        others = {i: kind for i, kind in others.items() if i not in working}
+        found |= self._read_newest(others, c)
+        return Ahead(frozenset(wanted) | frozenset(others), found)
+
+    def _read_newest(self, wanted: dict[UUID, Kind], c: Any) -> dict[UUID, AggregateState]:
+        versions = self.source.versions(list(wanted), c) if wanted else {}
+        found: dict[UUID, AggregateState] = {}
+        load: dict[UUID, tuple[Kind, int]] = {}
+        for aggregate_id, version in versions.items():
+            cached = self._cache.get(aggregate_id)
+            if cached is not None and cached.version == version:
+                found[aggregate_id] = cached
+            else:
+                load[aggregate_id] = (wanted[aggregate_id], version)
+        for aggregate_id, state in self.source.states(load, c).items():
+            self._remember(state)
+            found[aggregate_id] = state
+        return found
 
     def _newest(
         self,
