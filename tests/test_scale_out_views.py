@@ -99,7 +99,7 @@ def test_the_runner_writes_the_notifications_gathered_in_one_page(
         return apply(self, page)
 
     monkeypatch.setattr(InlineProjections, "apply_notifications", spy)
-    for gather, expected in ((0.0, 3), (2.0, 1)):
+    for gather in (0.0, 2.0):
         pages.clear()
         monkeypatch.setattr(runner_module, "GATHER", gather)
         with (
@@ -112,7 +112,9 @@ def test_the_runner_writes_the_notifications_gathered_in_one_page(
                 create_dynamic(wc, title=f"item {i}")
                 time.sleep(0.2)  # each write's notification arrives alone
             follower.wait(wc.event_count(), timeout=20)
-            assert len(pages) == expected, (gather, pages)
+            # Without gathering, a page per write at least (a write's events may be split
+            # between pages as the subscription's reader hands them over one by one).
+            assert len(pages) >= 3 if not gather else len(pages) == 1, (gather, pages)
 
 
 def test_a_runner_leaves_alone_the_views_the_writers_keep(clock: FakeClock) -> None:
