@@ -6,8 +6,8 @@ reservation that loses the optimistic save retries after a jittered, growing
 pause, so none fails with ``WriteContention``; none costs its Run an attempt
 (each Action completes with its one Run); the ledger holds all 120 requests,
 settled. Each process counts the pauses it took, which shows the races happened; a
-run in which no process lost one (the processes ran one after another on a busy
-machine) tested nothing, and is run again on a fresh store. The backoff's bounds and
+run in which no process lost one (they ran one after another on a busy machine)
+tested nothing, and is run again on a fresh store. The backoff's bounds and
 the repository's pause between tries are unit-tested.
 """
 
@@ -54,6 +54,7 @@ def contender(store: str, go: str, out: str) -> None:
         claim = None
         while claim is None:
             claim = wc.claim_next("contender", lease_seconds=120)
+        Path(f"{out}.ready").touch()
         while not Path(go).exists():
             time.sleep(0.01)
 
@@ -114,7 +115,12 @@ def contend(store: str, directory: Path) -> int:
         for n, out in enumerate(outs)
     ]
     try:
-        time.sleep(1.0)  # every process claims its Action first
+        # Every process claims its Action first, so that all send at once.
+        deadline = time.monotonic() + TIMEOUT
+        while not all(Path(f"{out}.ready").exists() for out in outs):
+            if any(p.poll() is not None for p in processes) or time.monotonic() > deadline:
+                break  # the checks below say which failed
+            time.sleep(0.01)
         go.touch()
         for process in processes:
             process.wait(timeout=TIMEOUT)
