@@ -190,15 +190,24 @@ def test_any_other_run_is_still_given_back_at_once(
     assert "claimed 1, finished 0, interrupted 1" in worker.stdout()
 
 
+def two_runs_stopped(
+    db: str, tmp_path: Path, stopped: list[Worker], deliver_seconds: float
+) -> tuple[Worker, UUID, UUID]:
+    """A worker running a delivery and another Run at once, sent SIGTERM: the worker,
+    the delivery's item and the other's."""
+    delivery, other = seed(db, "deliver", "implement")
+    worker = Worker(db, tmp_path / "marks", "--runs-at-once", "2", deliver_seconds=deliver_seconds)
+    stopped.append(worker)
+    worker.wait_for("*.started", count=2)
+    worker.signal(signal.SIGTERM)
+    return worker, delivery, other
+
+
 def test_with_two_runs_at_once_the_delivery_drains_and_the_other_is_given_back(
     db_path: Path, tmp_path: Path, stopped: list[Worker]
 ) -> None:
     db = str(db_path)
-    delivery, other = seed(db, "deliver", "implement")
-    worker = Worker(db, tmp_path / "marks", "--runs-at-once", "2", deliver_seconds=3)
-    stopped.append(worker)
-    worker.wait_for("*.started", count=2)
-    worker.signal(signal.SIGTERM)
+    worker, delivery, other = two_runs_stopped(db, tmp_path, stopped, deliver_seconds=3)
     assert worker.end() == 143, worker.stderr()
     assert list(worker.marks.glob("deliver-*.returned"))
     assert not list(worker.marks.glob("implement-*.returned"))
@@ -215,11 +224,7 @@ def test_with_two_runs_at_once_a_second_signal_interrupts_the_delivery(
     db_path: Path, tmp_path: Path, stopped: list[Worker]
 ) -> None:
     db = str(db_path)
-    delivery, other = seed(db, "deliver", "implement")
-    worker = Worker(db, tmp_path / "marks", "--runs-at-once", "2", deliver_seconds=60)
-    stopped.append(worker)
-    worker.wait_for("*.started", count=2)
-    worker.signal(signal.SIGTERM)
+    worker, delivery, other = two_runs_stopped(db, tmp_path, stopped, deliver_seconds=60)
     worker.wait_for_line("draining deliver")
     worker.signal(signal.SIGINT)
     assert worker.end() == 143, worker.stderr()

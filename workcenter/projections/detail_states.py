@@ -163,36 +163,7 @@ class EventStoreStates:
     ) -> AggregateState | None:
         if c is None:
             return self.load(kind, aggregate_id, version)
-        state: Any = None
-        after = 0
-        if self.snapshots_table is not None:
-            c.execute(
-                f"SELECT originator_version, topic, state FROM {self.snapshots_table}"
-                " WHERE originator_id = ? AND originator_version <= ?"
-                " ORDER BY originator_version DESC LIMIT 1",
-                (aggregate_id.hex, version),
-            )
-            row = c.fetchone()
-            if row is not None:
-                try:
-                    state = snapshot_state(self._decode(aggregate_id, row), aggregate_id, row[0])
-                    after = state.version
-                except UndecodableEvent as damaged:
-                    # A cache of the fold below: replayed from the first event instead.
-                    log.warning(snapshot_ignored(damaged))
-        c.execute(
-            f"SELECT originator_version, topic, state FROM {self.recorder.events_table_name}"
-            " WHERE originator_id = ? AND originator_version > ? AND originator_version <= ?"
-            " ORDER BY originator_version",
-            (aggregate_id.hex, after, version),
-        )
-        evolve = EVOLVE[kind]
-        for row in c.fetchall():
-            event = self._decode(aggregate_id, row)
-            if stream_kind(event) != kind:
-                return None  # a stream of another aggregate type
-            state = evolve(state, event)
-        return state if state is not None and state.version == version else None
+        return self.states({aggregate_id: (kind, version)}, c).get(aggregate_id)
 
     def states(
         self, wanted: Mapping[UUID, tuple[Kind, int]], c: Any | None = None
@@ -200,27 +171,30 @@ class EventStoreStates:
         """With ``c``, every stream's newest snapshot at or below its version in one
         statement and the events after it in another, whatever their number: the
         runner's pages read the states of every item they touch (ADR-0116)."""
-        if c is None or len(wanted) < 2:
-            return self._one_by_one(wanted, c)
-        bounds = " OR ".join(["(originator_id = ? AND originator_version <= ?)"] * len(wanted))
-        bound_values = [value for i, (_, v) in wanted.items() for value in (i.hex, v)]
+        if c is None:
+            found = {i: self.load(kind, i, v) for i, (kind, v) in wanted.items()}
+            return {i: state for i, state in found.items() if state is not None}
+        if not wanted:
+            return {}
         folded: dict[UUID, Any] = {}
         if self.snapshots_table is not None:
+            bounds = " OR ".join(["(originator_id = ? AND originator_version <= ?)"] * len(wanted))
             c.execute(
                 "SELECT s.originator_id, s.originator_version, s.topic, s.state"
                 f" FROM {self.snapshots_table} s JOIN (SELECT originator_id,"
                 f" MAX(originator_version) AS newest FROM {self.snapshots_table}"
                 f" WHERE {bounds} GROUP BY originator_id) m"
                 " ON s.originator_id = m.originator_id AND s.originator_version = m.newest",
-                bound_values,
+                [value for i, (_, v) in wanted.items() for value in (i.hex, v)],
             )
             for row in c.fetchall():
                 aggregate_id = UUID(str(row[0]))
                 try:
                     decoded = self._decode(aggregate_id, row[1:])
                     folded[aggregate_id] = snapshot_state(decoded, aggregate_id, row[1])
-                except UndecodableEvent:
-                    return self._one_by_one(wanted, c)  # each warns and replays, as alone
+                except UndecodableEvent as damaged:
+                    # A cache of the fold below: replayed from the first event instead.
+                    log.warning(snapshot_ignored(damaged))
         after = " OR ".join(
             ["(originator_id = ? AND originator_version > ? AND originator_version <= ?)"]
             * len(wanted)
@@ -249,12 +223,6 @@ class EventStoreStates:
             for i, state in folded.items()
             if i not in foreign and state is not None and state.version == wanted[i][1]
         }
-
-    def _one_by_one(
-        self, wanted: Mapping[UUID, tuple[Kind, int]], c: Any | None
-    ) -> dict[UUID, AggregateState]:
-        found = {i: self.state(kind, i, v, c) for i, (kind, v) in wanted.items()}
-        return {i: state for i, state in found.items() if state is not None}
 
     def _decode(self, aggregate_id: UUID, row: Any) -> Any:
         return self.mapper.to_domain_event(
