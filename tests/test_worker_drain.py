@@ -113,6 +113,23 @@ def seed(db: str, *stages: str) -> list[UUID]:
         return [create_linear(wc, stages=(stage,), title=stage).id for stage in stages]
 
 
+def started(
+    db: str,
+    tmp_path: Path,
+    stopped: list[Worker],
+    stages: tuple[str, ...],
+    *args: str,
+    deliver_seconds: float,
+) -> tuple[Worker, list[UUID]]:
+    """A worker (given ``args``) with a Run of each of ``stages`` under way, and the
+    items seeded for them."""
+    items = seed(db, *stages)
+    worker = Worker(db, tmp_path / "marks", *args, deliver_seconds=deliver_seconds)
+    stopped.append(worker)
+    worker.wait_for("*.started", count=len(stages))
+    return worker, items
+
+
 def only_action(db: str, item_id: UUID) -> tuple[Any, str]:
     """The item's one Action and the item's status."""
     with WorkCenter.open(db) as wc:
@@ -126,10 +143,7 @@ def test_a_stopped_worker_finishes_its_delivery_and_exits_with_its_stop_status(
     db_path: Path, tmp_path: Path, stopped: list[Worker], signum: int, status: int
 ) -> None:
     db = str(db_path)
-    (item_id,) = seed(db, "deliver")
-    worker = Worker(db, tmp_path / "marks", "--json", deliver_seconds=2.5)
-    stopped.append(worker)
-    worker.wait_for("deliver-*.started")
+    worker, (item_id,) = started(db, tmp_path, stopped, ("deliver",), "--json", deliver_seconds=2.5)
     with WorkCenter.open(db) as wc:
         before = wc.event_count()
     worker.signal(signum)
@@ -153,10 +167,7 @@ def test_a_second_signal_interrupts_the_delivery_and_fails_it(
     db_path: Path, tmp_path: Path, stopped: list[Worker]
 ) -> None:
     db = str(db_path)
-    (item_id,) = seed(db, "deliver")
-    worker = Worker(db, tmp_path / "marks", deliver_seconds=60)
-    stopped.append(worker)
-    worker.wait_for("deliver-*.started")
+    worker, (item_id,) = started(db, tmp_path, stopped, ("deliver",), deliver_seconds=60)
     worker.signal(signal.SIGTERM)
     worker.wait_for_line("draining deliver")
     worker.signal(signal.SIGTERM)
@@ -175,10 +186,7 @@ def test_any_other_run_is_still_given_back_at_once(
     db_path: Path, tmp_path: Path, stopped: list[Worker]
 ) -> None:
     db = str(db_path)
-    (item_id,) = seed(db, "implement")
-    worker = Worker(db, tmp_path / "marks", deliver_seconds=1.5)
-    stopped.append(worker)
-    worker.wait_for("implement-*.started")
+    worker, (item_id,) = started(db, tmp_path, stopped, ("implement",), deliver_seconds=1.5)
     signalled = time.monotonic()
     worker.signal(signal.SIGTERM)
     assert worker.end() == 143, worker.stderr()
@@ -190,24 +198,14 @@ def test_any_other_run_is_still_given_back_at_once(
     assert "claimed 1, finished 0, interrupted 1" in worker.stdout()
 
 
-def two_runs_stopped(
-    db: str, tmp_path: Path, stopped: list[Worker], deliver_seconds: float
-) -> tuple[Worker, UUID, UUID]:
-    """A worker running a delivery and another Run at once, sent SIGTERM: the worker,
-    the delivery's item and the other's."""
-    delivery, other = seed(db, "deliver", "implement")
-    worker = Worker(db, tmp_path / "marks", "--runs-at-once", "2", deliver_seconds=deliver_seconds)
-    stopped.append(worker)
-    worker.wait_for("*.started", count=2)
-    worker.signal(signal.SIGTERM)
-    return worker, delivery, other
-
-
 def test_with_two_runs_at_once_the_delivery_drains_and_the_other_is_given_back(
     db_path: Path, tmp_path: Path, stopped: list[Worker]
 ) -> None:
     db = str(db_path)
-    worker, delivery, other = two_runs_stopped(db, tmp_path, stopped, deliver_seconds=3)
+    worker, (delivery, other) = started(
+        db, tmp_path, stopped, ("deliver", "implement"), "--runs-at-once", "2", deliver_seconds=3
+    )
+    worker.signal(signal.SIGTERM)
     assert worker.end() == 143, worker.stderr()
     assert list(worker.marks.glob("deliver-*.returned"))
     assert not list(worker.marks.glob("implement-*.returned"))
@@ -224,7 +222,10 @@ def test_with_two_runs_at_once_a_second_signal_interrupts_the_delivery(
     db_path: Path, tmp_path: Path, stopped: list[Worker]
 ) -> None:
     db = str(db_path)
-    worker, delivery, other = two_runs_stopped(db, tmp_path, stopped, deliver_seconds=60)
+    worker, (delivery, other) = started(
+        db, tmp_path, stopped, ("deliver", "implement"), "--runs-at-once", "2", deliver_seconds=60
+    )
+    worker.signal(signal.SIGTERM)
     worker.wait_for_line("draining deliver")
     worker.signal(signal.SIGINT)
     assert worker.end() == 143, worker.stderr()
