@@ -73,36 +73,18 @@ def test_a_column_added_then_dropped_breaks_no_read_of_a_running_process(
         work(wc, worker)
 
 
-class FailingSubscription:
-    """A subscription whose read fails as the library reports a refused statement (the
-    prepared ``SELECT *`` above, before ADR-0107, was one)."""
-
-    def __enter__(self) -> FailingSubscription:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        pass
-
-    def __iter__(self) -> FailingSubscription:
-        return self
-
-    def __next__(self) -> Any:
-        raise NotSupportedError("cached plan must not change result type")
-
-    def stop(self) -> None:
-        pass
-
-
-def test_a_runner_whose_subscription_fails_says_so_in_one_line(
+def test_a_runner_whose_read_of_the_log_fails_says_so_in_one_line(
     wc: WorkCenter, location: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The runner stops on a store error it cannot wait out, as its catch-up does: one
-    line and exit 2 (before, the subscription's failure was wrapped in a RuntimeError,
-    which reached the user as a traceback)."""
+    """The runner stops on a store error it cannot wait out: one line and exit 2 (before
+    ADR-0107, the library's subscription wrapped such a failure in a RuntimeError, which
+    reached the user as a traceback)."""
     create_linear(wc, stages=("implement",))
-    monkeypatch.setattr(
-        OneCommitPostgresRecorder, "subscribe", lambda self, gt=None: FailingSubscription()
-    )
+
+    def refused(*_: Any, **__: Any) -> Any:
+        raise NotSupportedError("cached plan must not change result type")
+
+    monkeypatch.setattr(OneCommitPostgresRecorder, "select_notifications", refused)
     result = CliRunner().invoke(cli, ["--db", location, "projections", "run"])
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output

@@ -115,9 +115,9 @@ def test_a_runner_in_the_process_leaves_claims_a_connection(
 
 def wait_until_listening(runner: ProjectionRunner) -> None:
     deadline = time.monotonic() + 10
-    while runner._subscription is None:
+    while not runner.listening:
         assert runner.error is None, runner.error
-        assert time.monotonic() < deadline, "the runner never subscribed"
+        assert time.monotonic() < deadline, "the runner never listened"
         time.sleep(0.01)
 
 

@@ -213,7 +213,7 @@ def test_sqlite_stores_need_no_postgresql_driver(tmp_path: Path) -> None:
     ]
 
 
-def test_the_runner_follows_postgresql_through_the_librarys_subscription(url: str) -> None:
+def test_the_runner_follows_postgresql_by_listen_notify(url: str) -> None:
     from workcenter.projections.runner import ProjectionRunner
 
     with WorkCenter.open(url, inline_projections=False) as wc:
@@ -223,7 +223,7 @@ def test_the_runner_follows_postgresql_through_the_librarys_subscription(url: st
                 item = create_dynamic(wc, title=f"Item {n}")
                 plan(wc, item.id)
             runner.wait(wc.event_count(), timeout=20)
-            assert runner._subscription is not None  # following, not polling
+            assert runner.listening  # following, not polling
             assert all(row.lag == 0 for row in runner.status())
         live = {name: view.dump() for name, view in wc.projections.views.items()}
         assert len(live["work_queue"]["wq_items"]) == 5

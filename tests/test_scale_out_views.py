@@ -92,13 +92,13 @@ def test_the_runner_writes_the_notifications_gathered_in_one_page(
 ) -> None:
     postgres.require_server()
     pages: list[int] = []
-    apply = InlineProjections.apply_notifications
+    apply = InlineProjections._apply_page
 
-    def spy(self: InlineProjections, page: Any) -> int:
+    def spy(self: InlineProjections, views: Any, page: Any, positions: Any) -> Any:
         pages.append(len(page))
-        return apply(self, page)
+        return apply(self, views, page, positions)
 
-    monkeypatch.setattr(InlineProjections, "apply_notifications", spy)
+    monkeypatch.setattr(InlineProjections, "_apply_page", spy)
     for gather in (0.0, 2.0):
         pages.clear()
         monkeypatch.setattr(runner_module, "GATHER", gather)
@@ -107,14 +107,13 @@ def test_the_runner_writes_the_notifications_gathered_in_one_page(
             WorkCenter.open(url, clock=clock, inline_projections=False) as wc,
             ProjectionRunner(wc, poll=0.05) as follower,
         ):
-            time.sleep(0.3)  # following: the backlog is read, the subscription listens
+            time.sleep(0.3)  # following: the backlog is read, the runner listens
             for i in range(3):
                 create_dynamic(wc, title=f"item {i}")
                 time.sleep(0.2)  # each write's notification arrives alone
             follower.wait(wc.event_count(), timeout=20)
-            # Without gathering, a page per write at least (a write's events may be split
-            # between pages as the subscription's reader hands them over one by one).
-            assert len(pages) >= 3 if not gather else len(pages) == 1, (gather, pages)
+            # Without gathering, a page per write.
+            assert len(pages) == 3 if not gather else len(pages) == 1, (gather, pages)
 
 
 def test_a_runner_leaves_alone_the_views_the_writers_keep(clock: FakeClock) -> None:

@@ -143,7 +143,7 @@ def projections_run(
 ) -> None:
     """Follow the event sequence and keep every read model current (the asynchronous
     lifecycle; pair it with WORKCENTER_INLINE_PROJECTIONS=0 on the writers). On
-    PostgreSQL it follows the library's LISTEN/NOTIFY subscription. Ctrl-C or
+    PostgreSQL it is notified of new events (LISTEN/NOTIFY). Ctrl-C or
     SIGTERM stops it after the page in hand, and it exits 130 or 143. With --json the
     output is JSON Lines: one object a line, each --report's status, then the summary."""
     from workcenter.projections.runner import ProjectionRunner

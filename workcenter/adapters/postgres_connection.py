@@ -142,7 +142,7 @@ def is_busy(error: BaseException) -> bool:
 
 class ConnectionTurns:
     """Turns for work that holds a pooled connection while it takes others (claims),
-    beside the connections held for listening (a runner's subscription)."""
+    beside the connections held for listening (a projection runner's)."""
 
     def __init__(self, pool: Any) -> None:
         self._pool = pool
@@ -201,7 +201,7 @@ def watch_connections(datastore: Any) -> None:
     (the library builds the datastore itself, so it cannot be a subclass). The wrapper
     takes ``held=True`` from work that holds its connection while it takes others (a
     claim), and ``datastore.listening()`` surrounds a connection held to listen (a
-    runner's subscription): ``ConnectionTurns``, ADR-0095."""
+    projection runner's): ``ConnectionTurns``, ADR-0095."""
     sql.connection_params(datastore).update(KEEPALIVES)
     original: Callable[[], AbstractContextManager[Any]] = datastore.get_connection
     # When the last outage was logged: failures within QUIET seconds of it are the same

@@ -303,14 +303,6 @@ class InlineProjections:
                 # A short page was the head when read: no need to ask for an empty one.
                 return applied
 
-    def apply_notifications(self, page: Sequence[Notification]) -> int:
-        """Apply notifications delivered in order (by a subscription) to every view, each
-        from its own position; returns the events applied (per view, summed)."""
-        if not page:
-            return 0
-        positions = {name: self.position(name) for name in self.views}
-        return self._apply_page(self.views, page, positions)[0]
-
     def _apply_page(
         self, views: dict[str, View], page: Sequence[Notification], positions: dict[str, int]
     ) -> tuple[int, bool]:

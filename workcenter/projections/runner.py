@@ -5,11 +5,12 @@ lifecycle (``InlineProjections``), from each view's own position in the
 ``tracking`` table. How it learns of new events depends on the database
 (ADR-0011, ADR-0034):
 
-- **PostgreSQL**: the library's subscription (``recorder.subscribe``, LISTEN/NOTIFY:
-  every insert notifies the channel, and the subscription pulls what follows the
-  last notification it delivered). A reader thread moves its notifications into
-  a queue; the runner applies whatever has arrived, up to a page, in one
-  transaction per page, so a burst costs one commit, not one per event.
+- **PostgreSQL**: LISTEN/NOTIFY (every write notifies the store's channel, as the
+  library's inserts do). One thread listens; a notification wakes it, it gathers the
+  writes of ``GATHER`` seconds, then catches every view up from its position in
+  pages, one transaction a page, so a burst costs one read of the log and one
+  commit, not one per write (ADR-0117: the library's subscription read the log
+  once per notification, in threads of its own).
 - **SQLite** has no subscription in eventsourcing 9.5.6, so it polls: one cheap
   ``select_notifications`` after the lowest position every ``poll`` seconds, and
   straight on without sleeping while there is a backlog.
@@ -22,16 +23,13 @@ lock, whatever is already at or below its position.
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from collections.abc import Collection
 from typing import Any, Protocol, Self
 
-from eventsourcing.persistence import Notification
-
 from workcenter.projections import lifecycle, sql
-from workcenter.projections.inline import PAGE, InlineProjections
+from workcenter.projections.inline import InlineProjections
 from workcenter.projections.lifecycle import ProjectionStatus
 
 
@@ -46,15 +44,12 @@ class Store(Protocol):
 
 
 DEFAULT_POLL = 0.5
-# While nothing arrives, the views are caught up this often all the same: a notification
-# can be missed (a write that commits after the subscription's first read and before its
-# LISTEN, as when it is made again after a lost database), and only the next one would
-# bring it. The views skip what they already have.
-CATCH_UP_EVERY = 5.0
-# Once a notification arrives, the ones after it are gathered this long (or to a page)
-# before the views are written: a page's reads, locks and commit are paid once for the
-# writes of that time, not once per write, which halved the runner's CPU per run cycle
-# behind one busy worker (ADR-0116). The views lag by as much more.
+# How long a PostgreSQL runner waits for a notification before it looks at its stop.
+WAKE = 0.1
+# Once a notification arrives, the writes of this long are gathered before the views are
+# caught up: a page's reads, locks and commit are paid once for the writes of that time,
+# not once per write, which halved the runner's CPU per run cycle behind one busy worker
+# (ADR-0116). The views lag by as much more.
 GATHER = 0.05
 # The wait before following again after a lost database: doubling, at most the cap.
 RECONNECT_FIRST = 0.1
@@ -81,7 +76,8 @@ class ProjectionRunner:
         self.error: Exception | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._subscription: Any = None
+        # Whether a PostgreSQL runner is listening for new events now.
+        self.listening = False
 
     @property
     def subscribes(self) -> bool:
@@ -112,9 +108,7 @@ class ProjectionRunner:
             except Exception as error:
                 if self._stop.is_set():
                     return
-                # A subscription that ended unasked is followed again, as after a lost
-                # database.
-                if not sql.connection_lost(error) and not isinstance(error, SubscriptionEnded):
+                if not sql.connection_lost(error):
                     self.error = error  # kept for wait() and the caller
                     return
             # The store's connections log the outage (one line); a runner that had
@@ -130,47 +124,20 @@ class ProjectionRunner:
                 self._stop.wait(self.poll)
 
     def _follow(self) -> None:
-        self.run_once()  # the backlog, in pages
-        start = min(self.positions().values(), default=0)
-        arrived: queue.Queue[Notification | BaseException] = queue.Queue(maxsize=4 * PAGE)
-        with (
-            sql.listening(self.recorder.datastore),
-            self.recorder.subscribe(gt=start) as subscription,
-        ):
-            self._subscription = subscription
-            reader = threading.Thread(
-                target=_read, args=(subscription, arrived), name="workcenter-subscription"
-            )
-            reader.start()
+        # One thread listens and catches up: each wake reads the log once from the
+        # views' positions, the notifications of the time gathered (ADR-0117).
+        with sql.notified(self.recorder) as notified:
+            self.listening = True
             try:
-                checked = time.monotonic()
+                self.run_once()  # the backlog, in pages
                 while not self._stop.is_set():
-                    try:
-                        first = arrived.get(timeout=self.poll)
-                    except queue.Empty:
-                        if time.monotonic() - checked >= CATCH_UP_EVERY:
-                            checked = time.monotonic()
-                            self.run_once()
+                    if not notified(WAKE):
                         continue
-                    page = [first]
-                    until = time.monotonic() + GATHER
-                    while len(page) < PAGE:
-                        try:
-                            page.append(arrived.get(timeout=max(0.0, until - time.monotonic())))
-                        except queue.Empty:
-                            break
-                    failures = [n for n in page if isinstance(n, BaseException)]
-                    if failures:
-                        # Its own error, as the catch-up's would be: a lost connection is
-                        # waited out, a store's refusal is one line to the CLI's user (a
-                        # wrapper of another type reached them as a traceback, ADR-0107).
-                        raise failures[0]
-                    self.applied += self.engine.apply_notifications(page)  # type: ignore[arg-type]
+                    self._stop.wait(GATHER)
+                    notified(0.0)
+                    self.run_once()
             finally:
-                subscription.stop()
-                _drain(arrived)
-                reader.join()
-                self._subscription = None
+                self.listening = False
 
     # --- the thread -----------------------------------------------------------
 
@@ -188,9 +155,6 @@ class ProjectionRunner:
 
     def stop(self, timeout: float | None = 10.0) -> None:
         self._stop.set()
-        subscription = self._subscription
-        if subscription is not None:
-            subscription.stop()
         if self._thread is not None:
             self._thread.join(timeout)
             self._thread = None
@@ -222,29 +186,3 @@ class ProjectionRunner:
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"views at {self.positions()}, waiting for {position}")
             time.sleep(0.005)
-
-
-class SubscriptionEnded(Exception):
-    """The subscription ended without an error (a stop): the follower wakes at once, not
-    at its next ``poll``, which with a long one outlasted ``stop``'s wait (ADR-0115)."""
-
-
-def _read(subscription: Any, arrived: queue.Queue[Notification | BaseException]) -> None:
-    """The subscription's notifications, in order, into ``arrived`` (its error last, or
-    ``SubscriptionEnded``)."""
-    try:
-        for notification in subscription:
-            arrived.put(notification)
-    except BaseException as error:
-        arrived.put(error)
-    else:
-        arrived.put(SubscriptionEnded("the subscription ended"))
-
-
-def _drain(arrived: queue.Queue[Notification | BaseException]) -> None:
-    """Empty the queue, so a reader blocked on a full one can see the stop and end."""
-    try:
-        while True:
-            arrived.get_nowait()
-    except queue.Empty:
-        return

@@ -153,11 +153,31 @@ class ReadPipeline:
 
 
 @contextmanager
-def listening(datastore: Any) -> Iterator[None]:
-    """PostgreSQL: around a connection held to listen for new events (a runner's
-    subscription), which claims in the process must leave aside (ADR-0095)."""
-    with datastore.listening():
-        yield
+def notified(recorder: Any) -> Iterator[Callable[[float], bool]]:
+    """PostgreSQL: a connection held listening on the channel every write of ``recorder``
+    notifies (claims in the process leave it aside, ADR-0095). Yields ``wait(timeout)``:
+    whether a notification arrived within ``timeout`` seconds; it takes every one that
+    had, so a burst of writes is one wake. Listening starts before the caller reads
+    anything, so nothing committed after that read goes unnoticed."""
+    datastore = recorder.datastore
+    with datastore.listening(), datastore.get_connection() as conn:
+        conn.execute('LISTEN "' + recorder.channel_name.replace('"', '""') + '"')
+
+        def wait(timeout: float) -> bool:
+            arrived = False
+            for _ in conn.notifies(timeout=timeout, stop_after=1):
+                arrived = True
+            if arrived:
+                for _ in conn.notifies(timeout=0.0):
+                    pass
+            return arrived
+
+        try:
+            yield wait
+        finally:
+            # Back in the pool, the connection must not gather notifications for others.
+            with suppress(Exception):
+                conn.execute("UNLISTEN *")
 
 
 class Reads(Protocol):
