@@ -4,18 +4,22 @@ Run, or of a Run that ended, refused with nothing written; on SQLite and Postgre
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
 
+import postgres
 import pytest
-from conftest import BACKENDS, FakeClock
+from conftest import BACKENDS, FakeClock, actions_by_sequence
 from fastapi.testclient import TestClient
 from http_client import LINEAR, client
 
 from workcenter.application import WorkCenter
 from workcenter.domain import action as act
 from workcenter.domain.errors import ClaimIdUsed
+from workcenter.service_layer.handlers.claim import Claim
+from workcenter.service_layer.handlers.worker_protocol import WorkerProtocol
 
 PROBLEM = "application/problem+json"
 WORKER = {"worker": "w1", "bootId": "boot-1"}
@@ -174,6 +178,61 @@ def test_another_process_of_the_store_answers_the_retry(wc: WorkCenter, other: W
         assert again["fence"] == first["fence"] and again["replayed"] is True
         claimed(first_api, clientClaimId="claim-1")  # and back again, from its cache
         assert refused(other, second_api, "ClaimIdUsed", clientClaimId="claim-1", worker="w2")
+
+
+def test_two_processes_claiming_with_one_id_at_once_make_one_run(
+    clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A retry that reaches a second server process while the first claim is still being
+    made there waits for it and answers its Run (ADR-0118). Before, each claimed: the
+    second found no Run under the id yet and took the other Action, and the first Run was
+    held by nobody until its lease lapsed."""
+    with (
+        postgres.fresh_schema() as url,
+        WorkCenter.open(url, clock=clock) as first,
+        WorkCenter.open(url, clock=clock, boot_id="other-process", create=False) as second,
+    ):
+        with client(first) as api:
+            create(api)
+            create(api)
+        looked_up, go_on = threading.Event(), threading.Event()
+        look_up = WorkerProtocol._claimed_before
+
+        def paused(self: WorkerProtocol, *args: Any) -> Claim | None:
+            found = look_up(self, *args)
+            if self is first.worker_protocol:
+                looked_up.set()  # the first claim found no Run under the id: it claims
+                assert go_on.wait(30)
+            return found
+
+        monkeypatch.setattr(WorkerProtocol, "_claimed_before", paused)
+        answers: dict[str, Claim | None] = {}
+
+        def claim(name: str, wc: WorkCenter) -> None:
+            answers[name] = wc.worker_protocol.claim("w1", "boot-1", 60, "claim-1")
+
+        threads = {
+            name: threading.Thread(target=claim, args=(name, wc))
+            for name, wc in (("first", first), ("second", second))
+        }
+        threads["first"].start()
+        assert looked_up.wait(30)
+        threads["second"].start()
+        threads["second"].join(0.5)  # time to run ahead, were it not made to wait
+        go_on.set()
+        for thread in threads.values():
+            thread.join(30)
+        one, other = answers["first"], answers["second"]
+        assert one is not None and other is not None, answers
+        assert not one.replayed and other.replayed
+        assert other.ref == one.ref
+        runs = [
+            run
+            for row in first.list_work_items()
+            for action in actions_by_sequence(first, row["id"])
+            for run in action.runs
+        ]
+        assert len(runs) == 1, runs  # one Run claimed, not two
 
 
 def test_the_run_records_its_claim_id_and_a_claim_without_one_is_stored_as_before(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from typing import Any, Protocol
@@ -209,7 +210,15 @@ def claim_reads(datastore: Any) -> Iterator[Reads]:
     session if the connection is lost, or if the claim sends nothing on it for
     ``datastore.claim_hold_timeout`` seconds (its process stopped, its machine lost: the
     server ends the session, ADR-0111). Sent on the wire where the store's recorder
-    offers it (``datastore.read_exchange``, ADR-0104), else in psycopg's pipeline mode."""
+    offers it (``datastore.read_exchange``, ADR-0104), else in psycopg's pipeline mode.
+
+    Claim reads opened inside others on the same thread (a claim within a claim id's
+    turn, ``claim_turn``) are the outer ones: one connection, one set of holds, released
+    when the outer ends."""
+    outer = _open_reads().get(id(datastore))
+    if outer is not None:
+        yield outer
+        return
     exchange = getattr(datastore, "read_exchange", None)
     # Sent first, with the claim's first reads.
     hold_timeout = (f"{datastore.claim_hold_timeout}s",)
@@ -218,18 +227,63 @@ def claim_reads(datastore: Any) -> Iterator[Reads]:
             wire = exchange(conn) if exchange is not None else None
             if wire is not None:
                 wire.cursor().execute(HOLD_TIMEOUT, hold_timeout)
-                yield wire
+                with _opened(datastore, wire):
+                    yield wire
                 wire.cursor().execute(RELEASE_HOLDS)
                 wire.sync()
                 return
             with conn.pipeline() as pipeline:
                 reads = ReadPipeline(conn, pipeline)
                 reads.cursor().execute(HOLD_TIMEOUT, hold_timeout)
-                yield reads
+                with _opened(datastore, reads):
+                    yield reads
                 conn.cursor().execute(RELEASE_HOLDS)
         except BaseException:
             release_holds(conn)
             raise
+
+
+# The first key of a claim id's turn: apart from the candidates' holds and the views'
+# write locks (ADR-0118).
+CLAIM_ID_TURNS = 0x57C2
+TAKE_TURN = "SELECT pg_advisory_lock(?, hashtext(?))"
+
+
+@contextmanager
+def claim_turn(datastore: Any, client_claim_id: str) -> Iterator[None]:
+    """PostgreSQL: the turn of the claims with ``client_claim_id`` in every process of the
+    store (a session advisory lock keyed by the store's schema and the id, waited for);
+    a claim made inside it reads on the turn's connection, and the turn ends with its
+    holds, after that claim's save (ADR-0118). Elsewhere, nothing: a SQLite store's
+    claims with one id take turns only within a process (ADR-0114)."""
+    if not is_postgres(datastore):
+        yield
+        return
+    with claim_reads(datastore) as read:
+        read.cursor().execute(TAKE_TURN, (CLAIM_ID_TURNS, f"{datastore.schema}:{client_claim_id}"))
+        read.sync()
+        yield
+
+
+def _open_reads() -> dict[int, Reads]:
+    """This thread's claim reads in progress, by the id of their datastore."""
+    by_store: dict[int, Reads] | None = getattr(_claims, "reads", None)
+    if by_store is None:
+        by_store = _claims.reads = {}
+    return by_store
+
+
+@contextmanager
+def _opened(datastore: Any, reads: Reads) -> Iterator[None]:
+    by_store = _open_reads()
+    by_store[id(datastore)] = reads
+    try:
+        yield
+    finally:
+        del by_store[id(datastore)]
+
+
+_claims = threading.local()
 
 
 def release_holds(conn: Any) -> None:

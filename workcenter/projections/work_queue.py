@@ -9,7 +9,7 @@ be resumed, measured and rebuilt from position zero.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, NamedTuple
@@ -278,6 +278,11 @@ class WorkQueueView(TrackedView):
             c.execute(READY, (page, 0))
             candidates = [Candidate.of(row) for row in c.fetchall()]
         yield self._paged(candidates, page)
+
+    def claim_turn(self, client_claim_id: str) -> AbstractContextManager[None]:
+        """The turn of the claims with ``client_claim_id`` in every process of a PostgreSQL
+        store: held until the claim made in it has saved (``sql.claim_turn``, ADR-0118)."""
+        return sql.claim_turn(self.datastore, client_claim_id)
 
     def _reserved(
         self, c: Any, page: int, catch_up: Callable[[], None] | None

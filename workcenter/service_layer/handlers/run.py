@@ -5,7 +5,7 @@ deferring a Run, the input a running Action receives, and recovery of dead Runs.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -70,6 +70,12 @@ class RunCommands:
         """Claims and recovery read the work queue: it is brought up to the head first,
         even when inline projections are off (then only it, leaving the rest to the runner)."""
         return self.read_models.fresh(WorkQueue.name)  # type: ignore[no-any-return]
+
+    def claim_turn(self, client_claim_id: str) -> AbstractContextManager[None]:
+        """The turn of the claims with ``client_claim_id`` across the store's processes,
+        where its database offers one (ADR-0118)."""
+        view: WorkQueueView = self.read_models.view(WorkQueue.name)
+        return view.claim_turn(client_claim_id)
 
     @contextmanager
     def claim_candidates(self, page: int) -> Iterator[Iterator[Candidate]]:

@@ -153,9 +153,12 @@ class WorkerProtocol:
         source = _OwnBoot(self.runs, boot)
         if client_claim_id is None:
             return claiming.claim_next(source, worker, lease, actor)
-        # Two claims with one id in this process take turns, so that the second finds the
-        # first's Run; across processes only the store's order decides (ADR-0114).
-        with self._claim_ids[hash(client_claim_id) % len(self._claim_ids)]:
+        # Two claims with one id take turns, so that the second finds the first's Run: in
+        # this process (ADR-0114), then in every process of a PostgreSQL store (ADR-0118).
+        with (
+            self._claim_ids[hash(client_claim_id) % len(self._claim_ids)],
+            self.runs.claim_turn(client_claim_id),
+        ):
             first = self._claimed_before(client_claim_id, worker, boot)
             if first is not None:
                 return first
