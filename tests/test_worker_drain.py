@@ -22,7 +22,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from conftest import create_linear, report
+from conftest import FakeClock, create_linear, report
 
 from workcenter.adapters.postgres_connection import StoreDisconnected
 from workcenter.adapters.worker import run_worker
@@ -359,3 +359,49 @@ def test_a_drained_finish_waits_out_the_database_until_a_second_signal(
         assert 3 <= len(tries) < 10
         (action,) = wc.actions(wc.work_item(other)).values()
         assert action.status == "running"  # its lease lapses; a recovery then fails it
+
+
+def test_a_finish_after_a_stop_event_waits_out_the_database_while_the_lease_lasts(
+    db_path: Path, clock: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``stop`` event lets the Run in hand finish (ADR-0112), but the finish gave up at
+    the first lost connection, the report lost and the Run lapsing with its lease. It is
+    tried again while the lease can take it (ADR-0119)."""
+    with WorkCenter.open(str(db_path), clock=clock) as wc:
+        first = create_linear(wc, stages=("implement",)).id
+        stop = threading.Event()
+        finish = wc.finish_run
+        refusals = [StoreDisconnected("lost the connection to the database")] * 2
+
+        def flaky_finish(claim: Claim, checked: Any) -> Any:
+            if refusals:
+                raise refusals.pop()
+            return finish(claim, checked)
+
+        monkeypatch.setattr(wc, "finish_run", flaky_finish)
+
+        def executor(claim: Claim) -> dict[str, Any]:
+            stop.set()  # the embedder stops the worker while the Run is in hand
+            return report()
+
+        stats = run_worker(wc, executor, worker="w", lease_seconds=60, stop=stop)
+        assert not refusals
+        assert (stats.finished, stats.interrupted, stats.lost) == (1, 0, 0), stats
+        assert wc.work_item(first).status == "done"
+
+        # Past the lease the finish would be refused: the tries end with it.
+        second = create_linear(wc, stages=("implement",)).id
+        tries: list[int] = []
+
+        def down(claim: Claim, checked: Any) -> Any:
+            tries.append(1)
+            if len(tries) == 2:
+                clock.advance(61)
+            raise StoreDisconnected("lost the connection to the database")
+
+        monkeypatch.setattr(wc, "finish_run", down)
+        with pytest.raises(StoreDisconnected):
+            run_one(wc, executor, worker="w", reconnect=Reconnect(threading.Event()))
+        assert len(tries) == 2
+        (action,) = wc.actions(wc.work_item(second)).values()
+        assert action.status == "running"  # recovery ends it once another worker looks

@@ -121,7 +121,7 @@ class Executing(Protocol):
     and raises ``WorkerStopped`` when a stop ends the Run instead (``StopSignals`` in the
     main thread, a slot's hand in another, ADR-0097), or calls ``draining`` when the
     stop lets the Run's delivery finish (ADR-0112). ``again`` is set by a second stop
-    signal: a drained finish waits out the database until then."""
+    signal: a finish waits out the database until then at most (ADR-0119)."""
 
     again: threading.Event
 
@@ -231,13 +231,14 @@ class Reconnect:
     def answered(self) -> None:
         self.delay = 0.0
 
-    def call(self, command: Callable[[], Any]) -> Any:
-        """``command`` once the database answers; ``StoreDisconnected`` if stopped first."""
+    def call(self, command: Callable[[], Any], *, worth: Callable[[], bool] | None = None) -> Any:
+        """``command`` once the database answers; ``StoreDisconnected`` if stopped first,
+        or once ``worth`` says another try is not worth it."""
         while True:
             try:
                 result = command()
             except StoreDisconnected as error:
-                if not self.wait(error):
+                if (worth is not None and not worth()) or not self.wait(error):
                     raise
                 continue
             self.answered()
@@ -276,10 +277,14 @@ class _LeaseKeeper(threading.Thread):
         self.wc, self.claim, self.lease_seconds = wc, claim, lease_seconds
         self.stopped = threading.Event()
         self.lost = False
+        # When the lease ends at the latest, on the store's clock: a renewal extends it
+        # from its own moment, after the one read before it.
+        self.expires_at = claim.expires_at
 
     def run(self) -> None:
         interval = max(1.0, self.lease_seconds / 3)
         while not self.stopped.wait(interval):
+            at = self.wc.clock.now()
             try:
                 renewed = self.wc.renew_lease(self.claim, lease_seconds=self.lease_seconds)
             except StoreDisconnected:
@@ -289,6 +294,7 @@ class _LeaseKeeper(threading.Thread):
             if not renewed:
                 self.lost = True
                 return
+            self.expires_at = max(self.expires_at, at + timedelta(seconds=self.lease_seconds))
 
 
 def give_back(
@@ -343,7 +349,8 @@ def run_one(
     An executor that raises, or reports something that is not a valid report, is an
     error: its Run is interrupted with the reason (so it can be retried) and counted.
     With ``reconnect``, a finish the database did not answer is tried again until it
-    does (else ``StoreDisconnected`` is raised).
+    does, even after a stop, while the Run's lease can still take it and no second stop
+    signal came (else ``StoreDisconnected`` is raised, ADR-0119).
     """
     stats = stats or WorkerStats()
     claim = wc.claim_next(worker, lease_seconds=lease_seconds)
@@ -357,10 +364,7 @@ def run_one(
     keeper = _LeaseKeeper(wc, claim, lease_seconds)
     keeper.start()
 
-    drained: list[int] = []
-
     def draining(signum: int) -> None:
-        drained.append(signum)
         if on_event:
             on_event("draining", claim, draining_line(signum))
 
@@ -382,16 +386,21 @@ def run_one(
         return claim
     keeper.stopped.set()
     keeper.join()
-    if drained and reconnect is not None and signals is not None:
-        # The worker's own waits end with the stop; a delivery let finish is recorded
-        # through an outage too, until a second signal (ADR-0112).
-        reconnect = Reconnect(signals.again)
+    if reconnect is not None:
+        # The worker's own waits end with its stop, but a report in hand is recorded
+        # through an outage, stopped or not, while the Run's lease can still take it
+        # (past it the finish is refused); with stop signals, until a second one too
+        # (ADR-0112, ADR-0119).
+        reconnect = Reconnect(signals.again if signals is not None else threading.Event())
     try:
         checked = _checked(report)
         if reconnect is None:
             action = wc.finish_run(claim, checked)
         else:
-            action = reconnect.call(lambda: wc.finish_run(claim, checked))
+            action = reconnect.call(
+                lambda: wc.finish_run(claim, checked),
+                worth=lambda: wc.clock.now() < keeper.expires_at,
+            )
     except StoreDisconnected:
         raise
     except StaleRun:

@@ -52,6 +52,7 @@ from workcenter.projections.detail_states import (
     Kind,
     StateSource,
     kind_of,
+    stamps_by_item,
 )
 from workcenter.projections.dto import detail_json
 from workcenter.projections.tracked import Batch, TrackedView
@@ -228,7 +229,7 @@ class DetailView(TrackedView):
         assumed = Ahead(frozenset(wanted), held, changed=False)
         working: dict[UUID, AggregateState] = dict(given)
         built: dict[UUID, bytes] = {}
-        stamps = _stamps(batch, given)
+        stamps = stamps_by_item(batch, given)
         for item_id, last in touched.items():
             if not defers_detail(last) and item_id not in working:
                 return {}  # a heartbeat's marker needs no state of the item; a DTO does
@@ -358,7 +359,7 @@ class DetailView(TrackedView):
             touched[item_id] = (position, event)
         for state in working.values():
             self._remember(state)
-        stamps = _stamps(batch, working)
+        stamps = stamps_by_item(batch, working)
         if together and ahead is None:
             ahead = self._newest_together(touched, working, events_cursor)
         for item_id, (position, last) in touched.items():
@@ -581,18 +582,6 @@ def _after_batch(batch: Batch, states: Mapping[UUID, AggregateState]) -> dict[UU
         for aggregate_id, version in last.items()
         if (state := states.get(aggregate_id)) is not None and state.version == version
     }
-
-
-def _stamps(batch: Batch, states: Mapping[UUID, AggregateState]) -> dict[UUID, set[datetime]]:
-    """Per WorkItem, the times of the events of ``batch`` that the view applies to it."""
-    stamps: dict[UUID, set[datetime]] = {}
-    for _, event in batch:
-        state = states.get(event.originator_id)
-        if kind_of(event) is None or state is None:
-            continue
-        item_id = state.id if isinstance(state, wi.WorkItemState) else state.work_item_id  # type: ignore[attr-defined]
-        stamps.setdefault(item_id, set()).add(event.timestamp)
-    return stamps
 
 
 class Detail(Projection[DetailView]):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, Protocol
 from uuid import UUID
 
@@ -24,6 +25,7 @@ from workcenter.domain import work_item as wi
 from workcenter.domain.errors import UndecodableEvent, snapshot_ignored
 from workcenter.domain.model import AggregateState, DomainEvent, snapshot_state
 from workcenter.projections import sql
+from workcenter.projections.tracked import Batch
 
 log = logging.getLogger("workcenter.store")
 Kind = Literal["item", "action", "ledger", "conversation"]
@@ -76,6 +78,20 @@ def kind_of(event: DomainEvent) -> Kind | None:
     if isinstance(event, MESSAGE_EVENTS):
         return "conversation"
     return None
+
+
+def stamps_by_item(
+    batch: Batch, states: Mapping[UUID, AggregateState]
+) -> dict[UUID, set[datetime]]:
+    """Per WorkItem, the times of the events of ``batch`` that the view applies to it."""
+    stamps: dict[UUID, set[datetime]] = {}
+    for _, event in batch:
+        state = states.get(event.originator_id)
+        if kind_of(event) is None or state is None:
+            continue
+        item_id = state.id if isinstance(state, wi.WorkItemState) else state.work_item_id  # type: ignore[attr-defined]
+        stamps.setdefault(item_id, set()).add(event.timestamp)
+    return stamps
 
 
 @dataclass(frozen=True)
