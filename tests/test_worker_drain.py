@@ -309,15 +309,7 @@ def test_a_drained_finish_waits_out_the_database_until_a_second_signal(
     its lease. It is tried again until the database answers, or a second signal."""
     with WorkCenter.open(str(db_path)) as wc, StopSignals() as signals:
         (item_id,) = [create_linear(wc, stages=("deliver",)).id]
-        finish = wc.finish_run
-        refusals = [StoreDisconnected("lost the connection to the database")] * 2
-
-        def flaky_finish(claim: Claim, checked: Any) -> Any:
-            if refusals:
-                raise refusals.pop()
-            return finish(claim, checked)
-
-        monkeypatch.setattr(wc, "finish_run", flaky_finish)
+        refusals = finishes_failing(wc, monkeypatch, 2)
 
         def executor(claim: Claim) -> dict[str, Any]:
             signals._handle(signal.SIGTERM, None)
@@ -370,15 +362,7 @@ def test_a_finish_after_a_stop_event_waits_out_the_database_while_the_lease_last
     with WorkCenter.open(str(db_path), clock=clock) as wc:
         first = create_linear(wc, stages=("implement",)).id
         stop = threading.Event()
-        finish = wc.finish_run
-        refusals = [StoreDisconnected("lost the connection to the database")] * 2
-
-        def flaky_finish(claim: Claim, checked: Any) -> Any:
-            if refusals:
-                raise refusals.pop()
-            return finish(claim, checked)
-
-        monkeypatch.setattr(wc, "finish_run", flaky_finish)
+        refusals = finishes_failing(wc, monkeypatch, 2)
 
         def executor(claim: Claim) -> dict[str, Any]:
             stop.set()  # the embedder stops the worker while the Run is in hand
@@ -405,3 +389,18 @@ def test_a_finish_after_a_stop_event_waits_out_the_database_while_the_lease_last
         assert len(tries) == 2
         (action,) = wc.actions(wc.work_item(second)).values()
         assert action.status == "running"  # recovery ends it once another worker looks
+
+
+def finishes_failing(wc: WorkCenter, monkeypatch: pytest.MonkeyPatch, times: int) -> list[Any]:
+    """Make the next ``times`` finishes of ``wc`` fail as on a lost connection; the list of
+    those failures still to come."""
+    finish = wc.finish_run
+    refusals = [StoreDisconnected("lost the connection to the database")] * times
+
+    def flaky_finish(claim: Claim, checked: Any) -> Any:
+        if refusals:
+            raise refusals.pop()
+        return finish(claim, checked)
+
+    monkeypatch.setattr(wc, "finish_run", flaky_finish)
+    return refusals
