@@ -384,9 +384,19 @@ def test_a_finish_after_a_stop_event_waits_out_the_database_while_the_lease_last
             raise StoreDisconnected("lost the connection to the database")
 
         monkeypatch.setattr(wc, "finish_run", down)
-        with pytest.raises(StoreDisconnected):
-            run_one(wc, executor, worker="w", reconnect=Reconnect(threading.Event()))
+        events: list[tuple[str, str]] = []
+        stats = WorkerStats()
+        run_one(
+            wc,
+            executor,
+            worker="w",
+            stats=stats,
+            on_event=lambda kind, _, line: events.append((kind, line)),
+            reconnect=Reconnect(threading.Event()),
+        )
         assert len(tries) == 2
+        assert (stats.finished, stats.lost) == (0, 1), stats
+        assert events[-1] == ("lost", "the lease ran out before the outcome could be recorded")
         (action,) = wc.actions(wc.work_item(second)).values()
         assert action.status == "running"  # recovery ends it once another worker looks
 

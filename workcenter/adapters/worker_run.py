@@ -349,8 +349,9 @@ def run_one(
     An executor that raises, or reports something that is not a valid report, is an
     error: its Run is interrupted with the reason (so it can be retried) and counted.
     With ``reconnect``, a finish the database did not answer is tried again until it
-    does, even after a stop, while the Run's lease can still take it and no second stop
-    signal came (else ``StoreDisconnected`` is raised, ADR-0119).
+    does, even after a stop, while the Run's lease can still take it (past it, the Run
+    is counted lost) and no second stop signal came (else ``StoreDisconnected`` is
+    raised, ADR-0119).
     """
     stats = stats or WorkerStats()
     claim = wc.claim_next(worker, lease_seconds=lease_seconds)
@@ -402,7 +403,13 @@ def run_one(
                 worth=lambda: wc.clock.now() < keeper.expires_at,
             )
     except StoreDisconnected:
-        raise
+        if reconnect is None or wc.clock.now() < keeper.expires_at:
+            raise
+        # The lease ran out while the database was away: the finish would be refused.
+        stats.lost += 1
+        if on_event:
+            on_event("lost", claim, "the lease ran out before the outcome could be recorded")
+        return claim
     except StaleRun:
         stats.lost += 1
         if on_event:
