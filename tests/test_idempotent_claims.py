@@ -11,7 +11,7 @@ from uuid import UUID
 
 import postgres
 import pytest
-from conftest import BACKENDS, FakeClock, actions_by_sequence
+from conftest import BACKENDS, FakeClock, actions_by_sequence, saves_writing_no_view
 from fastapi.testclient import TestClient
 from http_client import LINEAR, client
 
@@ -233,6 +233,22 @@ def test_two_processes_claiming_with_one_id_at_once_make_one_run(
             for run in action.runs
         ]
         assert len(runs) == 1, runs  # one Run claimed, not two
+
+
+def test_a_retry_finds_its_run_in_a_work_queue_behind_the_log(wc: WorkCenter) -> None:
+    """On PostgreSQL the turn reads the id with the work queue's position (ADR-0118); a
+    queue behind the log (its rows left to a writer of before ADR-0116) is caught up
+    first, so the retry still answers the Run the first claim got."""
+    with client(wc) as api:
+        create(api)
+        create(api)
+    with saves_writing_no_view():
+        first = wc.worker_protocol.claim("w1", "boot-1", 60, "claim-1")
+        before = wc.event_count()
+        again = wc.worker_protocol.claim("w1", "boot-1", 60, "claim-1")
+    assert first is not None and again is not None
+    assert again.replayed and again.ref == first.ref
+    assert wc.event_count() == before
 
 
 def test_the_run_records_its_claim_id_and_a_claim_without_one_is_stored_as_before(

@@ -250,19 +250,24 @@ TAKE_TURN = "SELECT pg_advisory_lock(?, hashtext(?))"
 
 
 @contextmanager
-def claim_turn(datastore: Any, client_claim_id: str) -> Iterator[None]:
+def claim_turn(
+    datastore: Any, client_claim_id: str, ask: Callable[[Reads], Callable[[], Any]]
+) -> Iterator[Any]:
     """PostgreSQL: the turn of the claims with ``client_claim_id`` in every process of the
     store (a session advisory lock keyed by the store's schema and the id, waited for);
-    a claim made inside it reads on the turn's connection, and the turn ends with its
-    holds, after that claim's save (ADR-0118). Elsewhere, nothing: a SQLite store's
-    claims with one id take turns only within a process (ADR-0114)."""
+    ``ask`` sends reads after the lock, in the same exchange, and returns what takes
+    their answer, which is yielded. A claim made inside the turn reads on its
+    connection, and the turn ends with its holds, after that claim's save (ADR-0118).
+    Elsewhere, nothing is read and None is yielded: a SQLite store's claims with one id
+    take turns only within a process (ADR-0114)."""
     if not is_postgres(datastore):
-        yield
+        yield None
         return
     with claim_reads(datastore) as read:
         read.cursor().execute(TAKE_TURN, (CLAIM_ID_TURNS, f"{datastore.schema}:{client_claim_id}"))
+        answer = ask(read)
         read.sync()
-        yield
+        yield answer()
 
 
 def _open_reads() -> dict[int, Reads]:

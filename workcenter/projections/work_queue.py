@@ -41,6 +41,14 @@ RESERVE = (
 )
 # The first key of the claim holds: apart from the views' write locks (one bigint key).
 CLAIM_LOCKS = 0x57C1
+CLAIMED_BY_ID = "SELECT action_id, run_id FROM wq_claims WHERE client_claim_id = ?"
+
+
+class ClaimedById(NamedTuple):
+    """What a claim id's turn read of the id (ADR-0118): the (Action, Run) the latest
+    claim with it got, or None."""
+
+    found: tuple[UUID, UUID] | None
 
 
 class Candidate(NamedTuple):
@@ -279,10 +287,27 @@ class WorkQueueView(TrackedView):
             candidates = [Candidate.of(row) for row in c.fetchall()]
         yield self._paged(candidates, page)
 
-    def claim_turn(self, client_claim_id: str) -> AbstractContextManager[None]:
+    def claim_turn(
+        self, client_claim_id: str, current: Callable[[Any], Callable[[], bool]]
+    ) -> AbstractContextManager[ClaimedById | None]:
         """The turn of the claims with ``client_claim_id`` in every process of a PostgreSQL
-        store: held until the claim made in it has saved (``sql.claim_turn``, ADR-0118)."""
-        return sql.claim_turn(self.datastore, client_claim_id)
+        store, held until the claim made in it has saved (``sql.claim_turn``, ADR-0118).
+        Yields what its exchange read of the id (``claimed_by_id``), or None when it read
+        nothing (SQLite) or ``current`` found the view behind the head."""
+
+        def ask(read: sql.Reads) -> Callable[[], ClaimedById | None]:
+            at_head = current(read.cursor())
+            found = read.cursor().execute(CLAIMED_BY_ID, (client_claim_id,))
+
+            def answer() -> ClaimedById | None:
+                rows = found.fetchall()
+                if not at_head():
+                    return None
+                return ClaimedById((UUID(rows[0][0]), UUID(rows[0][1])) if rows else None)
+
+            return answer
+
+        return sql.claim_turn(self.datastore, client_claim_id, ask)
 
     def _reserved(
         self, c: Any, page: int, catch_up: Callable[[], None] | None
@@ -319,9 +344,7 @@ class WorkQueueView(TrackedView):
 
     def claimed_by_id(self, client_claim_id: str) -> tuple[UUID, UUID] | None:
         """(action id, run id) of the Run the latest claim with this client claim id got."""
-        rows = self._rows(
-            "SELECT action_id, run_id FROM wq_claims WHERE client_claim_id = ?", (client_claim_id,)
-        )
+        rows = self._rows(CLAIMED_BY_ID, (client_claim_id,))
         return (UUID(rows[0][0]), UUID(rows[0][1])) if rows else None
 
     def work_items(

@@ -5,7 +5,7 @@ deferring a Run, the input a running Action receives, and recovery of dead Runs.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 from uuid import UUID
@@ -71,11 +71,22 @@ class RunCommands:
         even when inline projections are off (then only it, leaving the rest to the runner)."""
         return self.read_models.fresh(WorkQueue.name)  # type: ignore[no-any-return]
 
-    def claim_turn(self, client_claim_id: str) -> AbstractContextManager[None]:
+    @contextmanager
+    def claim_turn(self, client_claim_id: str) -> Iterator[tuple[UUID, UUID] | None]:
         """The turn of the claims with ``client_claim_id`` across the store's processes,
-        where its database offers one (ADR-0118)."""
+        where its database offers one (ADR-0118). Yields the (Action, Run) the latest
+        claim with the id got, if any: read in the turn's own exchange when the work queue
+        is at the head, else from the queue brought up to it."""
         view: WorkQueueView = self.read_models.view(WorkQueue.name)
-        return view.claim_turn(client_claim_id)
+        at_head = self.read_models.at_head
+
+        def current(c: Any) -> Callable[[], bool]:
+            return at_head(c, WorkQueue.name)
+
+        with view.claim_turn(client_claim_id, current) as read:
+            yield (
+                read.found if read is not None else self.work_queue().claimed_by_id(client_claim_id)
+            )
 
     @contextmanager
     def claim_candidates(self, page: int) -> Iterator[Iterator[Candidate]]:

@@ -157,17 +157,19 @@ class WorkerProtocol:
         # this process (ADR-0114), then in every process of a PostgreSQL store (ADR-0118).
         with (
             self._claim_ids[hash(client_claim_id) % len(self._claim_ids)],
-            self.runs.claim_turn(client_claim_id),
+            self.runs.claim_turn(client_claim_id) as known,
         ):
-            first = self._claimed_before(client_claim_id, worker, boot)
+            first = self._claimed_before(client_claim_id, worker, boot, known)
             if first is not None:
                 return first
             return claiming.claim_next(source, worker, lease, actor, client_claim_id)
 
-    def _claimed_before(self, client_claim_id: str, worker: str, boot: str) -> Claim | None:
-        """The live Run a claim with this id got, for this worker; None when the id is
-        new, or its Run was given back unanswered (ADR-0098: nobody read that claim)."""
-        known = self.runs.work_queue().claimed_by_id(client_claim_id)
+    def _claimed_before(
+        self, client_claim_id: str, worker: str, boot: str, known: tuple[UUID, UUID] | None
+    ) -> Claim | None:
+        """The live Run a claim with this id got (``known``: its Action and Run, as the
+        work queue has them), for this worker; None when the id is new, or its Run was
+        given back unanswered (ADR-0098: nobody read that claim)."""
         if known is None:
             return None
         action, item, _ = self.repo.run_states(known[0], with_ledger=False)
