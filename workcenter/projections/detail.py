@@ -427,21 +427,33 @@ class DetailView(TrackedView):
             self._remember(state)
         return state
 
+    def _states_at(
+        self, wanted: dict[UUID, tuple[Kind, int]], c: Any | None
+    ) -> dict[UUID, AggregateState]:
+        """``_at`` for many streams: the states of ``wanted`` at their versions, of those
+        that exist, remembered or read together (one statement for every stream's
+        snapshot, one for its events, ADR-0116) and then remembered."""
+        found: dict[UUID, AggregateState] = {}
+        load: dict[UUID, tuple[Kind, int]] = {}
+        for aggregate_id, (kind, version) in wanted.items():
+            cached = self._cache.get(aggregate_id)
+            if cached is not None and cached.version == version:
+                found[aggregate_id] = cached
+            else:
+                load[aggregate_id] = (kind, version)
+        for aggregate_id, state in self.source.states(load, c).items():
+            self._remember(state)
+            found[aggregate_id] = state
+        return found
+
     def _load_before(self, batch: Batch, c: Any) -> None:
         """Into the cache: each stream's state before its first event in ``batch``."""
-        seen: set[UUID] = set()
         wanted: dict[UUID, tuple[Kind, int]] = {}
         for _, event in batch:
             kind = kind_of(event)
-            if kind is None or event.originator_id in seen:
-                continue
-            seen.add(event.originator_id)
-            cached = self._cache.get(event.originator_id)
-            version = event.originator_version - 1
-            if version > 0 and (cached is None or cached.version != version):
-                wanted[event.originator_id] = (kind, version)
-        for state in self.source.states(wanted, c).values():
-            self._remember(state)
+            if kind is not None and event.originator_id not in wanted:
+                wanted[event.originator_id] = (kind, event.originator_version - 1)
+        self._states_at({i: kv for i, kv in wanted.items() if kv[1] > 0}, c)
 
     def _newest_together(
         self, item_ids: Collection[UUID], working: dict[UUID, AggregateState], c: Any
@@ -464,18 +476,7 @@ class DetailView(TrackedView):
 
     def _read_newest(self, wanted: dict[UUID, Kind], c: Any) -> dict[UUID, AggregateState]:
         versions = self.source.versions(list(wanted), c) if wanted else {}
-        found: dict[UUID, AggregateState] = {}
-        load: dict[UUID, tuple[Kind, int]] = {}
-        for aggregate_id, version in versions.items():
-            cached = self._cache.get(aggregate_id)
-            if cached is not None and cached.version == version:
-                found[aggregate_id] = cached
-            else:
-                load[aggregate_id] = (wanted[aggregate_id], version)
-        for aggregate_id, state in self.source.states(load, c).items():
-            self._remember(state)
-            found[aggregate_id] = state
-        return found
+        return self._states_at({i: (wanted[i], v) for i, v in versions.items()}, c)
 
     def _newest(
         self,
