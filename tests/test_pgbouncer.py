@@ -19,14 +19,18 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import postgres
 import pytest
+from click.testing import CliRunner
 from conftest import create_linear
 from private_postgres import OS_USER, free_port
 
+from workcenter.adapters.cli import cli
 from workcenter.adapters.executors import echo
+from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.postgres_connection import StoreDisconnected, busy
 from workcenter.adapters.worker import run_worker
 from workcenter.application import WorkCenter
@@ -52,6 +56,13 @@ def require_pgbouncer() -> None:
 @pytest.fixture
 def bouncer() -> Iterator[int]:
     """A PgBouncer in session mode in front of the test server: its port."""
+    with running_bouncer("session") as port:
+        yield port
+
+
+@contextmanager
+def running_bouncer(mode: str) -> Iterator[int]:
+    """A PgBouncer pooling by ``mode`` in front of the test server: its port."""
     require_pgbouncer()
     postgres.require_server()
     directory = Path(tempfile.mkdtemp(prefix="wc-pgbouncer-"))
@@ -64,7 +75,7 @@ def bouncer() -> Iterator[int]:
         "[pgbouncer]\n"
         f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
         f"auth_type = trust\nauth_file = {directory}/users.txt\n"
-        "pool_mode = session\nmax_client_conn = 200\ndefault_pool_size = 50\n"
+        f"pool_mode = {mode}\nmax_client_conn = 200\ndefault_pool_size = 50\n"
         f"logfile = {directory}/pgbouncer.log\n"
     )
     as_user: list[str] = []
@@ -179,3 +190,43 @@ def test_a_runner_follows_new_events_through_pgbouncer(through: str) -> None:
         # Woken by the subscription's end, not at its next poll: before, the stop gave up
         # on it after 10 s and left it waiting out the 600.
         assert follower is not None and not follower.is_alive()
+
+
+@pytest.mark.parametrize("mode", ["transaction", "statement"])
+def test_a_pooler_that_shares_sessions_is_refused_by_name_and_nothing_is_made(
+    mode: str,
+) -> None:
+    """Through a pooler by transaction or by statement a store's session locks and its
+    schema, set once per connection, would be other clients' (ADR-0120). Before, by
+    transaction the store failed to open after its retries in psycopg's words about a
+    prepared statement ("_pg3_0 already exists"), and a pooler that carries prepared
+    statements would have let it open. Now the open is refused at once, naming the
+    pooling; no schema is made, and a store already there is left as it was."""
+    with postgres.fresh_schema("wcpgbt") as direct, running_bouncer(mode) as port:
+        through = direct.replace(f":{postgres.PORT}/", f":{port}/", 1)
+        schema = direct.rpartition("schema=")[2]
+        refused = "shares server sessions between clients.*pool_mode = session"
+        started = time.monotonic()
+        with pytest.raises(StoreUnavailable, match=refused):
+            WorkCenter.open(through)
+        assert time.monotonic() - started < 10  # not the pool's 30 s, nor retries
+        assert not _schema_exists(schema)
+        with WorkCenter.open(direct) as wc:
+            create_linear(wc, stages=("implement",))
+            events = wc.event_count()
+        for create in (True, False):
+            with pytest.raises(StoreUnavailable, match=refused):
+                WorkCenter.open(through, create=create)
+        result = CliRunner().invoke(cli, ["--db", through, "list"])
+        assert result.exit_code == 2, result.output
+        assert "pool_mode = session" in result.output and "Traceback" not in result.output
+        with WorkCenter.open(direct, create=False) as wc:
+            assert wc.event_count() == events
+
+
+def _schema_exists(schema: str) -> bool:
+    with postgres.connect() as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)
+        ).fetchone()
+    return row is not None and row[0] == 1

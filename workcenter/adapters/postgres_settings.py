@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import getpass
 import os
-from collections.abc import Mapping
+import uuid
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -65,6 +66,8 @@ LEAST_CONNECTIONS: Final = 2
 TRUTH_SETTINGS: Final = ("POSTGRES_PRE_PING",)
 TRUTH_VALUES: Final = ("y", "yes", "t", "true", "on", "1", "n", "no", "f", "false", "off", "0")
 DEFAULT_SCHEMA: Final = "workcenter"
+# A setting of the opener's session, looked for by a second session (ADR-0120).
+SESSION_PROBE: Final = "workcenter.session_probe"
 # The library names the event tables after the application ("WorkCenter").
 EVENTS_TABLE: Final = "workcenter_events"
 
@@ -145,15 +148,9 @@ class PostgresTarget:
 
     def _has_store(self) -> bool:
         try:
-            with psycopg.connect(
-                host=self.host,
-                port=self.port,
-                user=self.user,
-                password=self.password,
-                dbname=self.dbname,
-                connect_timeout=5,
-            ) as conn:
+            with self._connect() as conn:
                 check_version(conn.info.server_version)  # before anything is made
+                check_sessions_kept(conn, self._connect, self.where)
                 row = conn.execute(
                     "SELECT to_regclass(%s), to_regclass(%s)",
                     (f"{self.schema}.{EVENTS_TABLE}", f"{self.schema}.{postgres_layout.TABLE}"),
@@ -165,6 +162,19 @@ class PostgresTarget:
         except psycopg.Error as error:
             raise StoreUnavailable(f"cannot open the store at {self.where}: {error}") from None
         return found
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        # Autocommit: each read its own transaction, as a pooler by transaction would
+        # send it anywhere (check_sessions_kept).
+        return psycopg.connect(
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password,
+            dbname=self.dbname,
+            connect_timeout=5,
+            autocommit=True,
+        )
 
 
 class WorkcenterPostgresFactory(PostgresFactory):
@@ -290,6 +300,32 @@ def check_version(version: int) -> None:
         raise StoreUnavailable(
             f"PostgreSQL {version // 10000} is too old: Workcenter needs PostgreSQL"
             f" {LEAST_SERVER_VERSION // 10000} or newer"
+        )
+
+
+def check_sessions_kept(
+    conn: psycopg.Connection[Any], connect: Callable[[], psycopg.Connection[Any]], where: str
+) -> None:
+    """``StoreUnavailable`` unless ``conn`` (autocommit) keeps one server session of its
+    own from one transaction to the next, as a direct connection or a pooler by session
+    does (ADR-0120). A store's connections set their schema once, and its claims hold
+    session locks on them (ADR-0105, ADR-0118): through a pooler by transaction or by
+    statement, those would be another client's, and the writes could land in another
+    schema. Seen by a setting of this session: lost by the next transaction (a pooler
+    that resets its server sessions), or seen by a new client's (one that hands them on,
+    most recently used first, as PgBouncer does)."""
+    mark = uuid.uuid4().hex
+    conn.execute("SELECT set_config(%s, %s, false)", (SESSION_PROBE, mark))
+    kept = conn.execute("SELECT current_setting(%s, true)", (SESSION_PROBE,)).fetchone()
+    with connect() as other:
+        seen = other.execute("SELECT current_setting(%s, true)", (SESSION_PROBE,)).fetchone()
+    if kept != (mark,) or seen == (mark,):
+        raise StoreUnavailable(
+            f"cannot open the store at {where}: its connections go through a pooler that"
+            " shares server sessions between clients (by transaction or by statement, as"
+            " PgBouncer's pool_mode = transaction); a store needs a session per connection"
+            " (its connections set their schema once and its claims hold session locks):"
+            " pool by session (pool_mode = session) or connect to the server directly"
         )
 
 
