@@ -31,7 +31,7 @@ from private_postgres import OS_USER, free_port
 from workcenter.adapters.cli import cli
 from workcenter.adapters.executors import echo
 from workcenter.adapters.persistence import StoreUnavailable
-from workcenter.adapters.postgres_connection import StoreDisconnected, busy
+from workcenter.adapters.postgres_connection import PoolBusy, StoreDisconnected, busy
 from workcenter.adapters.worker import run_worker
 from workcenter.application import WorkCenter
 from workcenter.projections.runner import ProjectionRunner
@@ -63,38 +63,57 @@ def bouncer() -> Iterator[int]:
 @contextmanager
 def running_bouncer(mode: str) -> Iterator[int]:
     """A PgBouncer pooling by ``mode`` in front of the test server: its port."""
-    require_pgbouncer()
-    postgres.require_server()
-    directory = Path(tempfile.mkdtemp(prefix="wc-pgbouncer-"))
-    port = free_port()
-    (directory / "users.txt").write_text(f'"{postgres.USER}" ""\n')
-    (directory / "pgbouncer.ini").write_text(
-        "[databases]\n"
-        f"{postgres.DBNAME} = host={postgres.HOST} port={postgres.PORT}"
-        f" dbname={postgres.DBNAME} user={postgres.USER}\n"
-        "[pgbouncer]\n"
-        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
-        f"auth_type = trust\nauth_file = {directory}/users.txt\n"
-        f"pool_mode = {mode}\nmax_client_conn = 200\ndefault_pool_size = 50\n"
-        f"logfile = {directory}/pgbouncer.log\n"
-    )
-    as_user: list[str] = []
-    if os.geteuid() == 0:  # PgBouncer refuses to run as root
-        for path in (directory, *directory.iterdir()):
-            shutil.chown(path, user=OS_USER)
-        as_user = ["runuser", "-u", OS_USER, "--"]
-    process = subprocess.Popen([*as_user, str(PGBOUNCER), str(directory / "pgbouncer.ini")])
+    bouncer = Bouncer(mode)
     try:
-        deadline = time.monotonic() + 10
-        while "listening on" not in _log(directory):
-            assert process.poll() is None, f"PgBouncer ended: {_log(directory)}"
-            assert time.monotonic() < deadline, f"PgBouncer did not listen: {_log(directory)}"
-            time.sleep(0.05)
-        yield port
+        bouncer.start()
+        yield bouncer.port
     finally:
-        process.terminate()
-        process.wait(10)
-        shutil.rmtree(directory, ignore_errors=True)
+        bouncer.stop()
+        shutil.rmtree(bouncer.directory, ignore_errors=True)
+
+
+class Bouncer:
+    """A PgBouncer of the test's own on a free port, started and stopped at will (the
+    port kept), in front of the test server."""
+
+    def __init__(self, mode: str) -> None:
+        require_pgbouncer()
+        postgres.require_server()
+        self.directory = Path(tempfile.mkdtemp(prefix="wc-pgbouncer-"))
+        self.port = free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        (self.directory / "users.txt").write_text(f'"{postgres.USER}" ""\n')
+        (self.directory / "pgbouncer.ini").write_text(
+            "[databases]\n"
+            f"{postgres.DBNAME} = host={postgres.HOST} port={postgres.PORT}"
+            f" dbname={postgres.DBNAME} user={postgres.USER}\n"
+            "[pgbouncer]\n"
+            f"listen_addr = 127.0.0.1\nlisten_port = {self.port}\nunix_socket_dir =\n"
+            f"auth_type = trust\nauth_file = {self.directory}/users.txt\n"
+            f"pool_mode = {mode}\nmax_client_conn = 200\ndefault_pool_size = 50\n"
+            f"logfile = {self.directory}/pgbouncer.log\n"
+        )
+
+    def start(self) -> None:
+        as_user: list[str] = []
+        if os.geteuid() == 0:  # PgBouncer refuses to run as root
+            for path in (self.directory, *self.directory.iterdir()):
+                shutil.chown(path, user=OS_USER)
+            as_user = ["runuser", "-u", OS_USER, "--"]
+        listening = _log(self.directory).count("listening on")
+        ini = str(self.directory / "pgbouncer.ini")
+        self.process = subprocess.Popen([*as_user, str(PGBOUNCER), ini])
+        deadline = time.monotonic() + 10
+        while _log(self.directory).count("listening on") == listening:
+            assert self.process.poll() is None, f"PgBouncer ended: {_log(self.directory)}"
+            assert time.monotonic() < deadline, f"no listening: {_log(self.directory)}"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
 
 
 def _log(directory: Path) -> str:
@@ -146,29 +165,67 @@ def test_a_frozen_claim_loses_its_holds_through_pgbouncer(
 
 
 class Pool:
-    """What ``busy`` reads of a pool that gave up: its size, timeout and stats, and the
-    arguments it connects with."""
+    """What ``busy`` reads of a pool that gave up: its size and timeout, and the arguments
+    it connects with."""
 
-    def __init__(self, open_connections: int, port: int) -> None:
+    def __init__(self, port: int) -> None:
         self.max_size, self.timeout = 4, 30.0
         self.kwargs = {"host": "127.0.0.1", "port": port, "user": "postgres", "dbname": "test"}
-        self._open = open_connections
-
-    def get_stats(self) -> dict[str, int]:
-        return {"pool_size": self._open}
 
 
 def test_a_pool_that_could_make_no_connection_says_why() -> None:
     """Every connection refused (before ADR-0115, PgBouncer refused each one's startup
-    parameter): the failure names the refusal, not a pool whose connections were all in
-    use, which it never had."""
+    parameter; or the server is away): the failure names the refusal, not a pool whose
+    connections were all in use, whatever the pool counts as its own (it counts those
+    it is still trying to make, ADR-0121)."""
     closed = free_port()
-    said = str(busy(Pool(0, closed)))
+    failure = busy(Pool(closed))
+    said = str(failure)
     assert "no connection to the database could be made within 30 s" in said
     assert str(closed) in said  # the driver's words name the address it tried
     assert "were all in use" not in said
-    # A pool holding connections, all in use: as before.
-    assert "every one was in use" in str(busy(Pool(3, closed)))
+    assert isinstance(failure, StoreDisconnected) and not isinstance(failure, PoolBusy)
+    # A pool of a server that answers, its connections all in use: busy, as before.
+    postgres.require_server()
+    assert "every one was in use" in str(busy(Pool(int(postgres.PORT))))
+
+
+def test_commands_fail_at_once_while_the_server_is_away_and_go_on_when_it_is_back() -> None:
+    """The server (here the PgBouncer in front of it) gone: every command fails with
+    ``StoreDisconnected`` in seconds, in the words of the refusal, not after the pool's
+    30 s at each of the recorders' ten tries (five minutes, which held a stopped worker
+    and an HTTP read that long; ADR-0121); back, the next command works without waiting
+    out the pool's tries to reconnect."""
+    bouncer = Bouncer("session")
+    with postgres.fresh_schema("wcpgbo") as direct:
+        through = direct.replace(f":{postgres.PORT}/", f":{bouncer.port}/", 1)
+        try:
+            bouncer.start()
+            with WorkCenter.open(through) as wc:
+                create_linear(wc, stages=("implement",))
+                events = wc.event_count()
+                bouncer.stop()
+                for _ in range(3):
+                    started = time.monotonic()
+                    with pytest.raises(StoreDisconnected) as failure:
+                        create_linear(wc, stages=("implement",))
+                    assert time.monotonic() - started < 10
+                    assert "in use" not in str(failure.value)
+                bouncer.start()
+                deadline = time.monotonic() + 10
+                while True:
+                    try:
+                        item = create_linear(wc, stages=("implement",), title="After")
+                        break
+                    except StoreDisconnected:
+                        assert time.monotonic() < deadline, "not back within 10 s"
+                        time.sleep(0.2)
+                assert wc.detail(item.id)["title"] == "After"
+                assert wc.event_count() > events
+                assert wc.maintenance.verify_history().ok
+        finally:
+            bouncer.stop()
+            shutil.rmtree(bouncer.directory, ignore_errors=True)
 
 
 def test_a_runner_follows_new_events_through_pgbouncer(through: str) -> None:

@@ -12,7 +12,8 @@ and opens new ones as commands ask for them (the library's recorders also retry 
 few times, 0.2 s apart, so a short outage often never reaches the caller). The
 process logs one line per outage, at its first lost connection. A server that stops
 answering without closing its connections is found by TCP keepalives instead of a
-wait without end.
+wait without end. While the server is away, commands fail at once instead of each
+waiting out the pool (``Outage``, ADR-0121).
 
 A pool with no connection free is ``PoolBusy`` in its own words (the server is fine,
 nothing is reconnected), and work that holds a connection while it takes others (a
@@ -35,6 +36,14 @@ from workcenter.projections import sql
 
 log = logging.getLogger("workcenter.store")
 QUIET: Final = 30.0
+# While the server is away: how often one connection is tried, and for how long.
+PROBE_EVERY: Final = 0.5
+PROBE_TIMEOUT: Final = 5
+# How long the pool keeps trying to replace a connection before it gives the slot up
+# (psycopg_pool's default is 5 minutes, its tries ever further apart): a slot given up
+# is made again at the next command's need, so a server back after a long outage is
+# used at once, not after the pool's next try (ADR-0121).
+RECONNECT_TIMEOUT: Final = 10.0
 # A silent peer (a cut network, a frozen host) is declared dead after about 30 s.
 KEEPALIVES: Final = {
     "keepalives": 1,
@@ -70,17 +79,22 @@ class PoolBusy(StoreDisconnected):
     code = "store_busy"
 
 
-def busy(pool: Any, cause: BaseException | None = None) -> PoolBusy:
+def busy(pool: Any, cause: BaseException | None = None) -> StoreDisconnected:
     """The failure of a command that found no connection free (the pool's own
-    ``PoolTimeout``, its ``TooManyRequests``, or no claim's turn within the same wait)."""
+    ``PoolTimeout``, its ``TooManyRequests``, or no claim's turn within the same wait):
+    ``PoolBusy``, or ``StoreDisconnected`` when no connection can be made at all (the
+    server, or a pooler in front of it, is away or refuses)."""
     from psycopg_pool import TooManyRequests  # the PostgreSQL extra's, as the pool is
 
     size = pool.max_size
     refusal = _refusal(pool)
     if refusal is not None:
-        return PoolBusy(
-            f"no connection to the database could be made within {pool.timeout:g} s: {refusal}"
+        away = StoreDisconnected(
+            f"no connection to the database could be made within {pool.timeout:g} s:"
+            f" {_words(refusal)}"
         )
+        away.__cause__ = refusal
+        return away
     if isinstance(cause, TooManyRequests):
         return PoolBusy(
             f"the pool's {size} connections were all in use and {pool.max_waiting} commands"
@@ -93,20 +107,70 @@ def busy(pool: Any, cause: BaseException | None = None) -> PoolBusy:
     )
 
 
-def _refusal(pool: Any) -> str | None:
-    """Why a pool that holds no connection cannot make one, in the refusing side's words
-    (the server's, or a pooler's between): the pool tries again until its timeout and
-    keeps the reason to its log. None while the pool holds connections (they are busy)
-    or a connection can be made now."""
+def _refusal(pool: Any) -> Exception | None:
+    """Why no connection can be made with the pool's arguments (the driver's error, in
+    the refusing side's words: the server's, or a pooler's between), by making one: the
+    pool tries again until its timeout and keeps the reason to its log, and counts as
+    its own connections those it is still trying to make (a pool whose server went away
+    looked busy). None when a connection can be made now (the pool's are busy)."""
     import psycopg
 
-    if pool.get_stats().get("pool_size", 0) > 0:
-        return None
     try:
-        psycopg.connect(**pool.kwargs, connect_timeout=5).close()
+        psycopg.connect(**pool.kwargs, connect_timeout=PROBE_TIMEOUT).close()
     except psycopg.Error as error:
-        return " ".join(str(error).split())
+        return error
     return None
+
+
+def _words(error: BaseException) -> str:
+    """psycopg's message, which runs over several lines, as one."""
+    return " ".join(str(error).split())
+
+
+class Outage:
+    """Whether the server is away, as the last attempt to reach it found, so that while
+    it is, a command fails at once (``StoreDisconnected``) instead of waiting out the
+    pool's timeout at every try of the recorders' retries: ten tries of 30 s held a
+    worker's stop, or an HTTP read, for five minutes (ADR-0121). One connection is
+    tried at most every ``PROBE_EVERY`` seconds for the whole process; the first that
+    is made ends the outage, and the pool is asked for connections again."""
+
+    def __init__(self, pool: Any) -> None:
+        self._pool = pool
+        self._lock = threading.Lock()
+        self._refusal: Exception | None = None
+        self._tried = 0.0
+
+    def began(self, refusal: Exception) -> None:
+        """A connection was refused just now (``refusal``, the driver's error)."""
+        with self._lock:
+            self._refusal, self._tried = refusal, time.monotonic()
+
+    def lost(self) -> None:
+        """A connection was lost: whether the server is away is found by trying one now
+        (one session ended alone, as a claim's frozen past its timeout is, is no outage),
+        unless one was tried within ``PROBE_EVERY`` seconds."""
+        with self._lock:
+            if time.monotonic() - self._tried < PROBE_EVERY:
+                return
+            self._refusal, self._tried = _refusal(self._pool), time.monotonic()
+
+    def check(self) -> None:
+        """``StoreDisconnected`` while the server is away; returns once it answers."""
+        if self._refusal is None:
+            return
+        with self._lock:
+            if self._refusal is None:
+                return
+            if time.monotonic() - self._tried >= PROBE_EVERY:
+                self._refusal = _refusal(self._pool)
+                self._tried = time.monotonic()
+                if self._refusal is None:
+                    return
+            refusal = self._refusal
+        # From the driver's error, so that it reads as a lost connection everywhere
+        # (``sql.connection_lost``: a runner waits it out).
+        raise StoreDisconnected(f"the database cannot be reached: {_words(refusal)}") from refusal
 
 
 # SQLSTATE lock_not_available: a statement waited out the session's lock_timeout.
@@ -210,6 +274,8 @@ def watch_connections(datastore: Any) -> None:
     logged = [-QUIET]
 
     turns = ConnectionTurns(datastore.pool)
+    outage = Outage(datastore.pool)
+    datastore.pool.reconnect_timeout = RECONNECT_TIMEOUT
 
     @contextmanager
     def get_connection(held: bool = False) -> Iterator[Any]:
@@ -218,6 +284,7 @@ def watch_connections(datastore: Any) -> None:
 
     @contextmanager
     def watched() -> Iterator[Any]:
+        outage.check()
         try:
             with original() as conn:
                 yield conn
@@ -225,16 +292,23 @@ def watch_connections(datastore: Any) -> None:
             if isinstance(error, StoreDisconnected):
                 raise
             if is_busy(error):
-                raise busy(datastore.pool, error.__cause__) from error
+                failure = busy(datastore.pool, error.__cause__)
+                if isinstance(failure, PoolBusy):
+                    raise failure from error
+                refusal = failure.__cause__
+                if isinstance(refusal, Exception):
+                    outage.began(refusal)
+                raise failure from refusal
             if lock_timed_out(error):
                 raise held_up() from error
             if not disconnected(error):
                 raise
             # psycopg's messages run over several lines: the log line is one.
-            reason = " ".join(str(error).split())
+            reason = _words(error)
             if time.monotonic() - logged[0] > QUIET:
                 log.warning("lost the connection to the database (%s); reconnecting", reason)
             logged[0] = time.monotonic()
+            outage.lost()
             # An outage breaks every pooled connection: test them all now.
             datastore.pool.check()
             raise StoreDisconnected(f"lost the connection to the database: {reason}") from error
