@@ -65,6 +65,15 @@ def encodable(value: str, name: str) -> str:
     return value
 
 
+def token(value: str, name: str) -> str:
+    """``value`` unchanged, or refused if it holds a control character (U+0000 to U+001F,
+    U+007F to U+009F): for an identifier a client chooses, kept in a view's text column,
+    which on PostgreSQL cannot hold a NUL (ADR-0114's claim ids)."""
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F for c in value):
+        raise InvalidInput(f"{name} must not hold control characters")
+    return value
+
+
 def text(value: object, name: str, limit: int, *, required: bool = False) -> str:
     """A string of at most ``limit`` characters once stripped (non-blank if ``required``)."""
     if not isinstance(value, str):

@@ -100,7 +100,12 @@ class ClaimBody(Body):
         description="Your name: with your bootId (name@bootId) it is the Runs' actor",
     )
     boot_id: str | None = Field(
-        None, pattern=BOOT_ID.pattern, description="Your process's id; default: the server's."
+        None,
+        pattern=BOOT_ID.pattern,
+        description=(
+            "Your process's id; default: the server process's (send one with a"
+            " clientClaimId: a retry that reaches another server process needs it)."
+        ),
     )
     lease_seconds: float = Field(60.0, ge=1, le=86_400)
     wait_seconds: float = Field(0.0, ge=0, le=MAX_WAIT_SECONDS)

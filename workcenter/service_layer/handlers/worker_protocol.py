@@ -143,8 +143,9 @@ class WorkerProtocol:
         boot = boot_id(boot)
         lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))
         if client_claim_id is not None:
-            client_claim_id = inputs.text(
-                client_claim_id, "clientClaimId", bounds.REQUEST_ID, required=True
+            client_claim_id = inputs.token(
+                inputs.text(client_claim_id, "clientClaimId", bounds.REQUEST_ID, required=True),
+                "clientClaimId",
             )
         actor = actors.worker(worker, boot)
         # Refused now, not at the Run's first ledger command, which records this actor.
@@ -176,9 +177,17 @@ class WorkerProtocol:
         run = action.run(known[1])
         if run is None or run.client_claim_id != client_claim_id:
             return None  # the view is ahead of nothing it knows: treat the id as new
-        if run.worker != worker or run.owner_boot_id != boot:
+        if run.worker != worker:
             raise ClaimIdUsed(
                 f"clientClaimId {client_claim_id!r} was used by another worker's claim"
+            )
+        if run.owner_boot_id != boot:
+            # Most often a retry without a bootId that reached another server process,
+            # whose own boot id it then took (found by acceptance testing).
+            raise ClaimIdUsed(
+                f"clientClaimId {client_claim_id!r} was used by a claim of worker"
+                f" {worker!r} with another bootId; a retry sends the bootId of the claim it"
+                " retries (a claim without one takes the answering server process's)"
             )
         if run.deferred and run.end_reason == act.UNANSWERED_REASON:
             return None
