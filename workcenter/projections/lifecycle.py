@@ -32,7 +32,6 @@ from workcenter.projections.inline import PAGE, InlineProjections
 
 Progress = Callable[[str, int, int], None]
 """Called after each page with (view name, events applied so far, events to apply)."""
-SWAP_ATTEMPTS = 5
 
 
 @dataclass(frozen=True)
@@ -65,10 +64,6 @@ class RebuildReport:
         return asdict(self) | {"events_per_second": round(self.events_per_second, 1)}
 
 
-class _LiveMovedOn(Exception):
-    """The live view passed the shadow during the build: catch the shadow up again."""
-
-
 def count_after(recorder: Any, position: int, head: int) -> int:
     """How many notifications lie in (position, head]."""
     if head <= position:
@@ -97,24 +92,27 @@ def _columns(c: SQLiteCursor, table: str) -> str:
     return ", ".join(f'"{row[1]}"' for row in c.fetchall())
 
 
-def _swap(live: Any, name: str, shadow_path: str, shadow_position: int) -> None:
-    """Replace the live rows and position with the shadow's, in one transaction."""
+# Catches the shadow up to the log's head; returns its new position.
+CatchUp = Callable[[], int]
+
+
+def _swap(live: Any, name: str, shadow_path: str, catch_up: CatchUp) -> int:
+    """Replace the live rows and position with the shadow's, in one transaction, the
+    shadow caught up first under the write lock (no writer moves the live view then);
+    returns the position swapped in."""
     with live.datastore.get_connection(commit=True) as conn:
         conn.cursor().execute("ATTACH DATABASE ? AS shadow", (shadow_path,))
         try:
             with conn.transaction(commit=True) as c:
-                # A no-op write takes the write lock before the position is read.
+                # A no-op write takes the write lock before the last catch-up.
                 c.execute(
                     "UPDATE main.tracking SET notification_id = notification_id"
                     " WHERE application_name = ?",
                     (name,),
                 )
-                c.execute(
-                    "SELECT MAX(notification_id) FROM main.tracking WHERE application_name = ?",
-                    (name,),
-                )
-                if (c.fetchone()[0] or 0) > shadow_position:
-                    raise _LiveMovedOn
+                # The log holds every event the live view applied: the shadow caught
+                # up now is at or past it.
+                shadow_position = catch_up()
                 for table in type(live).TABLES:
                     columns = _columns(c, table)
                     c.execute(f"DELETE FROM main.{table}")
@@ -126,14 +124,16 @@ def _swap(live: Any, name: str, shadow_path: str, shadow_position: int) -> None:
                     c.execute("INSERT INTO main.tracking VALUES (?, ?)", (name, shadow_position))
         finally:
             conn.cursor().execute("DETACH DATABASE shadow")
+    return shadow_position
 
 
-def _swap_postgres(live: Any, name: str, shadow: Any, shadow_position: int) -> None:
-    """The swap on PostgreSQL: the shadow is a schema of the same database."""
+def _swap_postgres(live: Any, name: str, shadow: Any, catch_up: CatchUp) -> int:
+    """The swap on PostgreSQL, the shadow a schema of the same database: as ``_swap``,
+    under the view's write lock."""
     source = shadow.datastore.schema
     with sql.transaction(live.datastore, commit=True) as c:
-        if live.locked_position(c, name) > shadow_position:
-            raise _LiveMovedOn
+        sql.lock_view(c, live.datastore, name)
+        shadow_position = catch_up()
         for table in type(live).TABLES:
             c.execute(
                 "SELECT column_name FROM information_schema.columns"
@@ -146,6 +146,7 @@ def _swap_postgres(live: Any, name: str, shadow: Any, shadow_position: int) -> N
         c.execute("DELETE FROM tracking WHERE application_name = ?", (name,))
         if shadow_position:
             c.execute("INSERT INTO tracking VALUES (?, ?)", (name, shadow_position))
+    return shadow_position
 
 
 # What the store does to a PostgreSQL datastore so that a lost connection is its typed
@@ -162,7 +163,7 @@ def _shadow(live: Any, name: str, watch: Watch) -> Iterator[_Built]:
             view.create_table()
             yield _Built(
                 view,
-                lambda position: _swap_postgres(live, name, view, position),
+                lambda catch_up: _swap_postgres(live, name, view, catch_up),
                 schema.removed,
                 (),
             )
@@ -174,7 +175,7 @@ def _shadow(live: Any, name: str, watch: Watch) -> Iterator[_Built]:
             view.create_table()
             yield _Built(
                 view,
-                lambda position: _swap(live, name, held.path, position),
+                lambda catch_up: _swap(live, name, held.path, catch_up),
                 (),
                 held.removed,
             )
@@ -185,7 +186,7 @@ def _shadow(live: Any, name: str, watch: Watch) -> Iterator[_Built]:
 @dataclass(frozen=True)
 class _Built:
     view: Any
-    swap: Callable[[int], None]
+    swap: Callable[[CatchUp], int]
     # Shadow schemas that rebuilds cut short had left, dropped before this one began.
     removed: tuple[str, ...]
     removed_directories: tuple[str, ...]
@@ -205,7 +206,9 @@ def rebuild(
         total = count_after(recorder, 0, recorder.max_notification_id() or 0)
         applied = position = 0
         started = time.perf_counter()
-        for _ in range(SWAP_ATTEMPTS):
+
+        def catch_up() -> int:
+            nonlocal applied, position, total
             while page := recorder.select_notifications(
                 start=position, limit=PAGE, inclusive_of_start=False
             ):
@@ -216,13 +219,14 @@ def rebuild(
                 total = max(total, applied)
                 if progress is not None:
                     progress(name, applied, total)
-            try:
-                shadow.swap(position)
-            except _LiveMovedOn:
-                continue
-            break
-        else:  # pragma: no cover - writers outran five catch-ups in a row
-            raise RuntimeError(f"could not swap in the rebuilt {name} view: writers kept ahead")
+            return position
+
+        catch_up()
+        # Writers went on meanwhile: the swap catches the shadow up to them again, under
+        # the view's write lock, which holds them off for those last events only. (It
+        # tried five times to find the view not moved on, then failed with a traceback
+        # while workers ran: found by acceptance testing.)
+        position = shadow.swap(catch_up)
         seconds = time.perf_counter() - started
         return RebuildReport(
             name, applied, seconds, position, shadow.removed, shadow.removed_directories
