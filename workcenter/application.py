@@ -567,11 +567,14 @@ class WorkCenter:
         first ``limit``."""
         return self._reads.list_work_items(status, limit)
 
-    def detail(self, work_item_id: UUID) -> dict[str, Any]:
+    def detail(self, work_item_id: UUID, *, caught_up: bool = False) -> dict[str, Any]:
         """The item's detail DTO from the detail read model (as of the item's latest event):
         with inline projections on it reflects every command committed before the read
-        (caught up first after a crash); off, as fresh as the runner made it (ADR-0019)."""
-        return self._reads.detail(work_item_id)
+        (caught up first after a crash); off, as fresh as the runner made it (ADR-0019),
+        unless ``caught_up``: then this process brings the view up to the newest event
+        first, as a runner would (a command's answer shows what the command did,
+        ADR-0122)."""
+        return self._reads.detail(work_item_id, caught_up=caught_up)
 
     def history(self, work_item_id: UUID) -> list[DomainEvent]:
         """The WorkItem's events in order (its Action events are in ``action_history``)."""

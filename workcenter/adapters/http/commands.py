@@ -136,7 +136,8 @@ class ActionInput(Body):
 
 
 def _answer(wc: WorkCenter, work_item_id: UUID, status: int = 200, **headers: str) -> JSONBytes:
-    dto = wc.detail(work_item_id)
+    # What the command did, also where a runner keeps the view (ADR-0122).
+    dto = wc.detail(work_item_id, caught_up=True)
     return item_read(
         dto, detail_versions(dto), status_code=status, cache="no-store", headers=headers
     )

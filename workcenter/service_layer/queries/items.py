@@ -45,15 +45,15 @@ class Reads:
             raise InvalidInput(f"limit must be a whole number of at least 1, not {limit!r}")
         return self.read_models.fresh(WorkQueue.name).work_items(status, limit)  # type: ignore[no-any-return]
 
-    def detail(self, work_item_id: UUID) -> dict[str, Any]:
+    def detail(self, work_item_id: UUID, *, caught_up: bool = False) -> dict[str, Any]:
         """See ``WorkCenter.detail``: the stored DTO, caught up first if it is behind the
-        head and its lifecycle says so."""
+        head and its lifecycle (or ``caught_up``) says so."""
         work_item_id = inputs.aggregate_id(work_item_id, "WorkItem")
         details: DetailView = self.read_models.view(Detail.name)
         raw, current = details.current_detail_bytes(
             work_item_id, Detail.name, self.read_models.head
         )
-        if not current and self.read_models.catches_up_on_read(Detail.name):
+        if not current and (caught_up or self.read_models.catches_up_on_read(Detail.name)):
             self.read_models.catch_up([Detail.name])
             raw = details.detail_bytes(work_item_id)
         dto = None if raw is None else dict(orjson.loads(raw))
