@@ -31,7 +31,7 @@ from private_postgres import OS_USER, free_port
 from workcenter.adapters.cli import cli
 from workcenter.adapters.executors import echo
 from workcenter.adapters.persistence import StoreUnavailable
-from workcenter.adapters.postgres_connection import PoolBusy, StoreDisconnected, busy
+from workcenter.adapters.postgres_connection import Outage, PoolBusy, StoreDisconnected, busy
 from workcenter.adapters.worker import run_worker
 from workcenter.application import WorkCenter
 from workcenter.projections.runner import ProjectionRunner
@@ -188,6 +188,20 @@ def test_a_pool_that_could_make_no_connection_says_why() -> None:
     # A pool of a server that answers, its connections all in use: busy, as before.
     postgres.require_server()
     assert "every one was in use" in str(busy(Pool(int(postgres.PORT))))
+
+
+def test_a_lost_connection_is_an_outage_only_if_none_can_be_made() -> None:
+    """A lost connection makes the process try one (ADR-0121): refused (nothing
+    listens), commands fail at once until one is made; made, it is no outage (one
+    session ended alone, as a claim's frozen past its timeout is), and commands go on."""
+    away = Outage(Pool(free_port()))
+    away.lost()
+    with pytest.raises(StoreDisconnected, match="the database cannot be reached"):
+        away.check()
+    postgres.require_server()
+    answering = Outage(Pool(int(postgres.PORT)))
+    answering.lost()
+    answering.check()  # no outage: this raised nothing
 
 
 def test_commands_fail_at_once_while_the_server_is_away_and_go_on_when_it_is_back() -> None:

@@ -115,8 +115,15 @@ def _refusal(pool: Any) -> Exception | None:
     looked busy). None when a connection can be made now (the pool's are busy)."""
     import psycopg
 
+    kwargs = dict(pool.kwargs)
+    # A password the pool asks for at each connection (the library's
+    # POSTGRES_GET_PASSWORD_TOPIC, a token that expires) is asked for here too: one
+    # kept from the pool's last connection could be refused for good.
+    get_password = getattr(pool, "get_password_func", None)
+    if get_password is not None:
+        kwargs["password"] = get_password()
     try:
-        psycopg.connect(**pool.kwargs, connect_timeout=PROBE_TIMEOUT).close()
+        psycopg.connect(**kwargs, connect_timeout=PROBE_TIMEOUT).close()
     except psycopg.Error as error:
         return error
     return None
