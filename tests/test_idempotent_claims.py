@@ -4,8 +4,13 @@ Run, or of a Run that ended, refused with nothing written; on SQLite and Postgre
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+import time
+import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from uuid import UUID
 
@@ -254,6 +259,62 @@ def test_two_processes_claiming_with_one_id_at_once_make_one_run(
             for run in action.runs
         ]
         assert len(runs) == 1, runs  # one Run claimed, not two
+
+
+# Another process holding the turn of an id on a SQLite store until told to let go.
+HOLDER = """
+import pathlib, sys, time
+from workcenter.projections import sqlite_turns
+store, held, release = sys.argv[1:]
+with sqlite_turns.turn(store, "claim-1"):
+    pathlib.Path(held).touch()
+    while not pathlib.Path(release).exists():
+        time.sleep(0.01)
+"""
+
+
+def test_claims_with_one_id_take_turns_across_the_processes_of_a_sqlite_store(
+    db_path: Path, clock: FakeClock
+) -> None:
+    """Another process of the SQLite store inside its turn for an id (as a claim with it
+    would be, between its look-up and its save): a claim with the id here waits for it,
+    then claims; one with an id of another turn does not wait (ADR-0123). Before, on
+    SQLite claims with one id took turns within a process only, so a retry that reached
+    a second process could claim a second Run."""
+    held, release = db_path.parent / "held", db_path.parent / "release"
+    with WorkCenter.open(str(db_path), clock=clock) as wc:
+        with client(wc) as api:
+            create(api)
+            create(api)
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, str(db_path), str(held), str(release)]
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while not held.exists():
+                assert holder.poll() is None and time.monotonic() < deadline
+                time.sleep(0.01)
+            other_id = next(
+                f"other-{n}"
+                for n in range(1000)
+                if zlib.crc32(f"other-{n}".encode()) % 64 != zlib.crc32(b"claim-1") % 64
+            )
+            assert wc.worker_protocol.claim("w2", "boot-2", 60, other_id) is not None
+            answers: list[Claim | None] = []
+            waiting = threading.Thread(
+                target=lambda: answers.append(
+                    wc.worker_protocol.claim("w1", "boot-1", 60, "claim-1")
+                )
+            )
+            waiting.start()
+            waiting.join(0.5)
+            assert waiting.is_alive()  # waits for the other process's turn
+            release.touch()
+            waiting.join(30)
+            assert answers and answers[0] is not None and not answers[0].replayed
+        finally:
+            release.touch()
+            assert holder.wait(30) == 0
 
 
 def test_a_retry_finds_its_run_in_a_work_queue_behind_the_log(wc: WorkCenter) -> None:

@@ -22,6 +22,8 @@ from contextlib import contextmanager, suppress
 from typing import Any, Protocol
 from uuid import UUID
 
+from workcenter.projections import sqlite_turns
+
 # A schema name is used in DDL and in ``search_path``, so only plain identifiers pass.
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
 # SQLite's storage classes named in the views' DDL, and PostgreSQL's types for them.
@@ -258,10 +260,16 @@ def claim_turn(
     ``ask`` sends reads after the lock, in the same exchange, and returns what takes
     their answer, which is yielded. A claim made inside the turn reads on its
     connection, and the turn ends with its holds, after that claim's save (ADR-0118).
-    Elsewhere, nothing is read and None is yielded: a SQLite store's claims with one id
-    take turns only within a process (ADR-0114)."""
+    On SQLite, nothing is read and None is yielded, the turn held by a lock of a file
+    beside the store's (``sqlite_turns``, ADR-0123); in memory, where one process holds
+    the store, by none."""
     if not is_postgres(datastore):
-        yield None
+        path = datastore.pool.db_name
+        if datastore.pool.is_sqlite_memory_mode:
+            yield None
+            return
+        with sqlite_turns.turn(path, client_claim_id):
+            yield None
         return
     with claim_reads(datastore) as read:
         read.cursor().execute(TAKE_TURN, (CLAIM_ID_TURNS, f"{datastore.schema}:{client_claim_id}"))

@@ -290,8 +290,8 @@ class WorkQueueView(TrackedView):
     def claim_turn(
         self, client_claim_id: str, current: Callable[[Any], Callable[[], bool]]
     ) -> AbstractContextManager[ClaimedById | None]:
-        """The turn of the claims with ``client_claim_id`` in every process of a PostgreSQL
-        store, held until the claim made in it has saved (``sql.claim_turn``, ADR-0118).
+        """The turn of the claims with ``client_claim_id`` in every process of the store,
+        held until the claim made in it has saved (``sql.claim_turn``, ADR-0118, 0123).
         Yields what its exchange read of the id (``claimed_by_id``), or None when it read
         nothing (SQLite) or ``current`` found the view behind the head."""
 

@@ -155,7 +155,7 @@ class WorkerProtocol:
         if client_claim_id is None:
             return claiming.claim_next(source, worker, lease, actor)
         # Two claims with one id take turns, so that the second finds the first's Run: in
-        # this process (ADR-0114), then in every process of a PostgreSQL store (ADR-0118).
+        # this process (ADR-0114), then in every process of the store (ADR-0118, 0123).
         with (
             self._claim_ids[hash(client_claim_id) % len(self._claim_ids)],
             self.runs.claim_turn(client_claim_id) as known,
