@@ -18,7 +18,7 @@ from uuid import UUID
 import pytest
 from conftest import BOOT_ID, FakeClock, claim, create_dynamic, refused, report
 from eventsourcing.persistence import StoredEvent
-from test_hash_chain import UUID_COLUMN, Store, sqlite_only
+from test_hash_chain import UUID_COLUMN, Store, _stream_position, sqlite_only
 from test_hash_chain import store as chain_store
 
 from workcenter.adapters.cipher import KEY_ENV
@@ -198,6 +198,30 @@ def test_the_cli_says_it_in_one_line_and_verify_names_the_link(
         assert verify.exit_code == 1, (scope, verify.output)
         assert f"BROKEN at position {position} (digest)" in verify.output
         assert f"stream {item}" in verify.output
+
+
+def test_a_stream_whose_first_event_was_deleted_is_the_same_typed_error(
+    store: Store,
+) -> None:
+    """An item's first event deleted by hand: the rebuild's fold of its stream met an
+    item event with no item before it and raised ``TypeError`` with a traceback (found by
+    acceptance testing, on both databases); now every fold of it says so, typed, and
+    ``audit verify`` names the gap."""
+    item = store.items[0]
+    position = _stream_position(store, item, 1)
+    store.tamper.delete_event(position, with_link=False)
+    events = store.tamper.positions()
+    store.wc.close()
+    result = _cli(store.location, "projections", "rebuild")
+    assert result.exit_code == 2, result.output
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"UndecodableEvent: the stored event at version 2 of stream {item}")
+    wc = store.reopen()
+    with pytest.raises(UndecodableEvent):
+        wc.maintenance.rebuild_projection()
+    assert store.tamper.positions() == events  # nothing written
+    verify = _cli(store.location, "audit", "verify")
+    assert verify.exit_code == 1 and f"BROKEN at position {position} (missing)" in verify.output
 
 
 def test_an_undamaged_store_reads_as_before(store: Store) -> None:

@@ -24,7 +24,7 @@ from workcenter.domain.action_spec import WorkspaceMode as WorkspaceMode
 from workcenter.domain.action_spec import spec_hash as spec_hash
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, StaleRun
-from workcenter.domain.model import AggregateState, DomainEvent, Emitter
+from workcenter.domain.model import AggregateState, DomainEvent, Emitter, no_start
 from workcenter.domain.run import DEFERRED_REASON as DEFERRED_REASON
 from workcenter.domain.run import UNANSWERED_REASON as UNANSWERED_REASON
 from workcenter.domain.run import QueuedInput as QueuedInput
@@ -263,7 +263,7 @@ def evolve(state: ActionState | None, event: ActionEvent) -> ActionState:
     """Apply one event. Pure: the same events always give the same state."""
     if state is None:
         if not isinstance(event, ActionPlanned):
-            raise TypeError(f"an Action stream must start with ActionPlanned, not {event!r}")
+            raise no_start(event)
         return ActionState(
             id=event.originator_id,
             version=event.originator_version,

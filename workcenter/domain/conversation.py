@@ -23,7 +23,7 @@ from uuid import UUID, uuid5
 
 from workcenter.domain import bounds
 from workcenter.domain.actor import Actor
-from workcenter.domain.model import AggregateState, DomainEvent, Immutable
+from workcenter.domain.model import AggregateState, DomainEvent, Immutable, no_start
 
 MessageStatus = Literal["thinking", "completed", "failed"]
 EntryStatus = Literal["pending", "claimed", "acked", "cancelled"]
@@ -375,7 +375,7 @@ TURN_ENDS: tuple[type[ConversationEvent], ...] = (
 def evolve(state: ConversationState | None, event: ConversationEvent) -> ConversationState:
     if state is None:
         if not isinstance(event, ConversationOpened):
-            raise TypeError(f"a Conversation stream must start with ConversationOpened: {event!r}")
+            raise no_start(event)
         return ConversationState(
             id=event.originator_id,
             version=event.originator_version,

@@ -70,6 +70,13 @@ NOT_THIS_STREAMS = "it is not a snapshot of this stream at this version"
 NO_START = "the stream's fold starts neither at its first event nor at a snapshot"
 
 
+def no_start(event: DomainEvent) -> UndecodableEvent:
+    """The typed error of a stream folded from ``event`` when it is not the stream's
+    first: the events before it are gone from the store (deleted by hand), found by
+    whichever reader folds it first; ``audit verify`` names the gap."""
+    return UndecodableEvent(event.originator_id, event.originator_version, None, NO_START)
+
+
 def snapshot_state(snapshot: object, stream: UUID | str, version: int) -> AggregateState:
     """The state a stored snapshot of ``stream`` at ``version`` holds, checked to be that
     stream's at that version: a row moved, copied or swapped in the snapshots table, or an

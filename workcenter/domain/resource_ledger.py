@@ -22,7 +22,7 @@ from pydantic import Field
 
 from workcenter.domain.actor import BUDGET, Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
-from workcenter.domain.model import AggregateState, DomainEvent, Emitter, Immutable
+from workcenter.domain.model import AggregateState, DomainEvent, Emitter, Immutable, no_start
 
 # What a request costs has its own module; its names stay importable from here, where
 # the ledger's callers have always found them.
@@ -210,7 +210,7 @@ CONTROL_EVENTS: tuple[type[DomainEvent], ...] = (ExecutionStopped, BudgetExtende
 def evolve(state: LedgerState | None, event: LedgerEvent) -> LedgerState:
     if state is None:
         if not isinstance(event, LedgerOpened):
-            raise TypeError(f"a ledger stream must start with LedgerOpened, not {event!r}")
+            raise no_start(event)
         return LedgerState(
             id=event.originator_id,
             version=event.originator_version,

@@ -18,7 +18,7 @@ from uuid import UUID
 from workcenter.domain import bounds, inputs
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
-from workcenter.domain.model import AggregateState, DomainEvent, Emitter, Immutable
+from workcenter.domain.model import AggregateState, DomainEvent, Emitter, Immutable, no_start
 
 WorkItemStatus = Literal[
     "draft", "ready", "running", "waiting", "needs_attention", "done", "cancelled"
@@ -235,7 +235,7 @@ class BudgetStopCleared(WorkItemEvent):
 def evolve(state: WorkItemState | None, event: WorkItemEvent) -> WorkItemState:
     if state is None:
         if not isinstance(event, WorkItemCreated):
-            raise TypeError(f"a WorkItem stream must start with WorkItemCreated, not {event!r}")
+            raise no_start(event)
         return WorkItemState(
             id=event.originator_id,
             version=event.originator_version,
