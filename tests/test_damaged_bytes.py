@@ -22,7 +22,9 @@ from test_hash_chain import UUID_COLUMN, Store, _stream_position, sqlite_only
 from test_hash_chain import store as chain_store
 
 from workcenter.adapters.cipher import KEY_ENV
+from workcenter.adapters.executors import echo
 from workcenter.adapters.http.problems import status_of
+from workcenter.adapters.worker import run_worker
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain.errors import UndecodableEvent
 from workcenter.service_layer.repository import SNAPSHOT_INTERVAL
@@ -222,6 +224,26 @@ def test_a_stream_whose_first_event_was_deleted_is_the_same_typed_error(
     assert store.tamper.positions() == events  # nothing written
     verify = _cli(store.location, "audit", "verify")
     assert verify.exit_code == 1 and f"BROKEN at position {position} (missing)" in verify.output
+
+
+@pytest.mark.parametrize("runs_at_once", [1, 2])
+def test_a_worker_says_why_its_claims_are_refused(
+    store: Store, caplog: pytest.LogCaptureFixture, runs_at_once: int
+) -> None:
+    """The history cut at its head (the chain left): every claim is refused. The worker
+    counted them as errors with nothing said (found by acceptance testing: "errors 13"
+    in 3 s, nothing on stderr); now it says why once, not once a claim."""
+    positions = store.tamper.positions()
+    store.tamper.truncate(positions[-2], with_links=False)
+    wc = store.reopen()
+    caplog.set_level(logging.WARNING, logger="workcenter.store")
+    stats = run_worker(
+        wc, echo, worker="w", exit_when_idle=True, poll_seconds=0.05, runs_at_once=runs_at_once
+    )
+    assert stats.errors >= 1 and stats.claimed == 0
+    said = [r.getMessage() for r in caplog.records if "a claim was refused" in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0].startswith("a claim was refused (tried again): HistoryConflict: ")
 
 
 def test_an_undamaged_store_reads_as_before(store: Store) -> None:

@@ -28,6 +28,7 @@ from workcenter.adapters.worker_run import (
     BusyRecovery,
     Executor,
     Reconnect,
+    RefusedClaims,
     StopSignals,
     WorkerStats,
     run_one,
@@ -120,6 +121,7 @@ def run_worker(
     if runs:
         reconnect.call(lambda: wc.recover(actor=by))
     recover_when_busy = BusyRecovery(wc, by, lease_seconds)
+    refused = RefusedClaims()
     if coordinator is not None:
         wc.recover_coordinator(at_open=True)
     if runs and runs_at_once > 1:
@@ -163,8 +165,8 @@ def run_worker(
                 if not reconnect.wait(error):
                     break
                 continue
-            except WorkcenterError:  # the claim itself was refused (contention): try later
-                stats.errors += 1
+            except WorkcenterError as error:  # the claim itself was refused: try later
+                refused(error, stats)
             reconnect.answered()
         if claim is None and not stepped:
             if exit_when_idle:

@@ -23,6 +23,7 @@ import logging
 import random
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import asdict, dataclass, field
@@ -46,6 +47,30 @@ LATE_INPUT = "input arrived while the Run was executing; the next Run receives i
 # each drawn from its upper half, so that many workers do not all return at once.
 BACKOFF_FIRST = 0.1
 BACKOFF_CAP = 5.0
+
+
+class RefusedClaims:
+    """Counts the claims that were refused (a typed error of the claim itself, which the
+    loop waits out and tries again) and says why on the log: once per kind of refusal
+    per ``QUIET`` seconds, so that one that every claim meets (a history cut at its
+    head, ADR-0028) is one line, not silence (found by acceptance testing: a worker on
+    such a store counted "errors 13" in 3 s with nothing on stderr) nor a line a claim."""
+
+    QUIET = 30.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._said: dict[str, float] = {}
+
+    def __call__(self, error: WorkcenterError, stats: WorkerStats) -> None:
+        stats.errors += 1
+        kind, now = type(error).__name__, time.monotonic()
+        with self._lock:
+            said = self._said.get(kind)
+            if said is not None and now - said < self.QUIET:
+                return
+            self._said[kind] = now
+        log.warning("a claim was refused (tried again): %s: %s", kind, error)
 
 
 @dataclass

@@ -32,6 +32,7 @@ from workcenter.adapters.worker_run import (
     Draining,
     Executor,
     Reconnect,
+    RefusedClaims,
     StopSignals,
     WorkerStats,
     WorkerStopped,
@@ -156,6 +157,7 @@ class Slots:
         self.lease_seconds, self.poll_seconds = lease_seconds, poll_seconds
         self.exit_when_idle, self.on_event = exit_when_idle, on_event
         self.tickets = _Tickets(max_runs)
+        self.refused = RefusedClaims()
         self.ending = threading.Event()
         # The Coordinator's rounds: a step may make work claimable, so a slot waiting
         # for work is woken, and the worker is idle only once every slot has looked
@@ -283,8 +285,8 @@ class Slots:
                 if not reconnect.wait(error):
                     return
                 continue
-            except WorkcenterError:  # the claim itself was refused (contention)
-                slot.stats.errors += 1
+            except WorkcenterError as error:  # the claim itself was refused: try later
+                self.refused(error, slot.stats)
                 claim = None
             reconnect.answered()
             if claim is not None:
