@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import pytest
 from click.testing import CliRunner, Result
 from conftest import BACKENDS, create_dynamic
 
+from workcenter.adapters import cli_stop
+from workcenter.adapters import rekey as rekeying
 from workcenter.adapters.cipher import KEY_ENV
 from workcenter.adapters.cli import cli
 from workcenter.adapters.rekey import NEW_KEY_ENV
@@ -118,3 +121,37 @@ def test_an_encrypted_target_is_refused_for_a_copy_without_encryption(
     assert "is encrypted, and a store keeps the mode it was made in" in line
     other = refused(rekey(source, sealed, {KEY_ENV: None, NEW_KEY_ENV: new_key()}))
     assert "is encrypted under another key" in other
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stopped_rekey_says_its_copy_is_not_one(
+    places: list[str], monkeypatch: pytest.MonkeyPatch, signum: int
+) -> None:
+    """A stop signal after the first page: one line says the new store holds only the
+    events copied so far, exit 130 or 143, and the copy, which verifies as the beginning
+    of a history, is refused as a target with the likely cause named. Before, SIGINT said
+    that the change was "recorded whole or not at all", and SIGTERM ended the verb
+    without a word (found by acceptance testing)."""
+    source, target, _ = places
+    with WorkCenter.open(source) as wc:
+        for n in range(3):
+            create_dynamic(wc, title=f"Item {n}")
+        events = wc.event_count()
+    monkeypatch.setattr(rekeying, "PAGE", 2)
+    step = cli_stop.Steps.__call__
+
+    def signalled(self: cli_stop.Steps, done: int, total: int) -> None:
+        os.kill(os.getpid(), signum)  # the handler records it; the step takes it
+        step(self, done, total)
+
+    monkeypatch.setattr(cli_stop.Steps, "__call__", signalled)
+    stopped = rekey(source, target, {NEW_KEY_ENV: ""})
+    assert stopped.exit_code == 128 + signum, stopped.output
+    [line] = stopped.stderr.splitlines()
+    assert line.startswith(f"interrupted by {signal.Signals(signum).name}: rekey stopped at")
+    assert f"the new store at {target} holds only the events copied so far" in line
+    monkeypatch.undo()
+    with WorkCenter.open(target, create=False) as copy:
+        assert 0 < copy.event_count() < events
+    again = refused(rekey(source, target, {NEW_KEY_ENV: ""}))
+    assert "a copy cut short? remove it" in again

@@ -1,5 +1,5 @@
 """Ctrl-C and SIGTERM on the operator's long verbs (`audit verify`, `audit decisions
---replay`, `projections rebuild`, `projections run`; ADR-0100).
+--replay`, `projections rebuild`, `projections run`, `rekey`; ADR-0100).
 
 Their exit statuses 1 mean "broken" or "differs", so an interruption must not end as
 click's "Aborted!" with status 1, nor a SIGTERM kill a rebuild before it removes its

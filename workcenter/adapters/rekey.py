@@ -67,9 +67,13 @@ def _key(value: str | None) -> Iterator[None]:
             os.environ[KEY_ENV] = previous
 
 
-def rekey(source: str, target: str, *, progress: Callable[[int], None] | None = None) -> Rekeyed:
+def rekey(
+    source: str, target: str, *, progress: Callable[[int, int], None] | None = None
+) -> Rekeyed:
     """Copy ``source`` (opened with ``$WORKCENTER_CIPHER_KEY``) into the empty ``target``
-    under ``$WORKCENTER_NEW_CIPHER_KEY``."""
+    under ``$WORKCENTER_NEW_CIPHER_KEY``. ``progress(position, head)`` is called after
+    each page: what it raises (a stop) leaves ``target`` holding the events copied so
+    far, an incomplete copy to remove."""
     if NEW_KEY_ENV not in os.environ:
         # Only a variable set to nothing asks for a copy without encryption: an unset one
         # is more often a key forgotten, and would write the store's events in the clear.
@@ -91,6 +95,7 @@ def rekey(source: str, target: str, *, progress: Callable[[int], None] | None = 
             if count := new.event_count():
                 raise InvalidInput(
                     f"the new store at {target} is not empty: it holds {count} events"
+                    " (a copy cut short? remove it and copy again into a new, empty store)"
                 )
             head = old.store.recorder.max_notification_id() or 0
             copied = _copy(old, new, head, progress)
@@ -147,7 +152,7 @@ def _same_store(source: str, target: str) -> bool:
 
 
 def _copy(
-    old: WorkCenter, new: WorkCenter, head: int, progress: Callable[[int], None] | None
+    old: WorkCenter, new: WorkCenter, head: int, progress: Callable[[int, int], None] | None
 ) -> int:
     """Every event up to position ``head`` (inclusive), in order."""
     source, target = old.store, new.store
@@ -162,5 +167,5 @@ def _copy(
         position = page[-1].id
         copied += len(page)
         if progress is not None:
-            progress(copied)
+            progress(position, head)
     return copied
