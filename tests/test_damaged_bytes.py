@@ -27,6 +27,7 @@ from workcenter.adapters.http.problems import status_of
 from workcenter.adapters.worker import run_worker
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain.errors import UndecodableEvent
+from workcenter.domain.model import NOT_THIS_STREAMS as NOT_THIS
 from workcenter.service_layer.repository import SNAPSHOT_INTERVAL
 
 # The hash chain's tests' fixture, with its SQLite and PostgreSQL params.
@@ -483,13 +484,16 @@ def test_a_snapshot_row_that_is_not_this_streams_is_gone_past_and_named(
     assert wc.detail(claimed.work_item_id)["id"] == str(claimed.work_item_id)
     verdict = wc.maintenance.verify_history()
     assert not verdict.ok
-    assert [(s.stream, s.version) for s in verdict.mismatched_snapshots] == [
-        (claimed.action_id, version if what != "another version" else version - 10)
+    assert [(s.stream, s.version, s.reason) for s in verdict.mismatched_snapshots] == [
+        (claimed.action_id, version if what != "another version" else version - 10, NOT_THIS)
     ]
     wc.close()
     for verb in (["show", str(claimed.work_item_id)], ["audit", "verify"]):
         result = _cli(store.location, *verb)
         assert "Traceback" not in result.output, result.output
+    # Named for what it is: loads go past it (they said that loads start from it).
+    assert "is not a snapshot of this stream at this version" in result.output
+    assert "loads ignore it" in result.output and "loads start from it" not in result.output
 
 
 @sqlite_only(UUID_COLUMN)

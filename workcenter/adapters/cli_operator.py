@@ -30,6 +30,7 @@ from workcenter.adapters.terminal import text
 from workcenter.application import WorkCenter
 from workcenter.domain.action import ActionState
 from workcenter.domain.goal_progress import GoalProgress
+from workcenter.domain.model import NOT_THIS_STREAMS
 from workcenter.domain.work_item import WorkItemState
 from workcenter.projections.audit import AuditRow, explain_progress
 from workcenter.projections.sanitize import sanitize_event_payload, sanitize_record
@@ -298,13 +299,22 @@ def _print_verdict(data: dict[str, Any]) -> None:
         )
         console.print(text(said, "yellow"), highlight=False)
     for edited in data.get("mismatched_snapshots", ()):
-        said = (
-            f"BROKEN: the snapshot of stream {edited['stream']} at version {edited['version']}"
-            " is not what the stream's events fold to: loads start from it, so commands"
-            " act on a state the history does not hold. Remove the stream's snapshots"
-            ' (docs/deployment.md, "A snapshot that is not its events\' fold") and loads'
-            " replay its events"
-        )
+        where = f"the snapshot of stream {edited['stream']} at version {edited['version']}"
+        if edited["reason"] == NOT_THIS_STREAMS:
+            # Loads go past it (ADR-0103), but someone put it there.
+            said = (
+                f"BROKEN: {where} is not a snapshot of this stream at this version (a row"
+                " moved, copied or put in the snapshots table by hand): loads ignore it and"
+                " replay the stream's events. Remove it"
+                ' (docs/deployment.md, "A snapshot that is not its events\' fold")'
+            )
+        else:
+            said = (
+                f"BROKEN: {where} is not what the stream's events fold to: loads start from"
+                " it, so commands act on a state the history does not hold. Remove the"
+                " stream's snapshots (docs/deployment.md, \"A snapshot that is not its"
+                " events' fold\") and loads replay its events"
+            )
         console.print(text(said, "red"), highlight=False)
 
 

@@ -12,6 +12,7 @@ from uuid import UUID
 
 from workcenter.domain import inputs
 from workcenter.domain.errors import InvalidInput, UndecodableEvent
+from workcenter.domain.model import NOT_THIS_STREAMS, AggregateState
 from workcenter.service_layer.history import hash_chain
 from workcenter.service_layer.history.hash_chain import Anchor, DamagedSnapshot, Verdict
 from workcenter.service_layer.ports import ChainReader, SnapshotCheck, StoredSnapshot
@@ -133,7 +134,16 @@ class HistoryProof:
             # aggregate's stream) equals nothing.
             fold = folds.get(snapshot.version)
             if snapshot.state is None or fold is None or fold != snapshot.state:
-                yield DamagedSnapshot(stream, snapshot.version, NOT_THE_FOLD)
+                # A row that is no snapshot of this stream at this version, which loads go
+                # past, is named for what it is (found by acceptance testing: the words
+                # said that loads start from it).
+                state = snapshot.state
+                ours = isinstance(state, AggregateState) and (state.id, state.version) == (
+                    stream,
+                    snapshot.version,
+                )
+                reason = NOT_THE_FOLD if ours else NOT_THIS_STREAMS
+                yield DamagedSnapshot(stream, snapshot.version, reason)
 
     def anchor(self) -> Anchor | None:
         """The chain's head as an anchor, or None while the store has no events."""
