@@ -152,6 +152,22 @@ def test_create_refuses_stages_that_are_no_list(wc: WorkCenter, stages: object) 
     assert wc.list_work_items() == []
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["\u200b", "\ufeff", "\u3164", "a\nb", "a\x00b", "\x1b[31mred", "A", " a"],
+    ids=["zero-width", "BOM", "filler", "newline", "NUL", "escape", "upper", "padded"],
+)
+def test_a_stage_name_shows_what_it_is(wc: WorkCenter, name: str) -> None:
+    """A linear stage's name is printable, shows something and is lowercase, as over
+    HTTP: the Python API took control and invisible characters, a NUL among them (found
+    by acceptance testing), which a Run's action type then carried."""
+    with refused(wc, InvalidInput, "linear stages must be lowercase names of printable"):
+        wc.create_work_item(
+            title="T", goal="G", acceptance_criteria=["c"], mode="linear", stages=[name]
+        )
+    create_linear(wc, stages=("code review",))  # a space inside is a name, as over HTTP
+
+
 def test_create_linear_without_stages_has_the_default_ones(wc: WorkCenter) -> None:
     """Only stages left out (None) mean the default ones."""
     item = wc.create_work_item(title="T", goal="G", acceptance_criteria=["c"], mode="linear")

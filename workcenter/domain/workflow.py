@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from workcenter.domain import bounds
 from workcenter.domain.action import DEFAULT_MAX_ATTEMPTS
 from workcenter.domain.errors import InvalidInput
-from workcenter.domain.inputs import encodable
+from workcenter.domain.inputs import encodable, visible
 from workcenter.domain.model import Immutable
 
 # The range the original clamps planned Actions to; a user's stage outside it is refused.
@@ -29,8 +29,17 @@ class Stage(Immutable):
 
 
 def _slug(value: object) -> str:
-    if not isinstance(value, str) or not value or value != value.strip().lower():
-        raise InvalidInput("linear stages must be lowercase slugs")
+    # Printable and showing something, as over HTTP (found by acceptance testing: the
+    # Python API took control and zero-width characters, a NUL among them).
+    if (
+        not isinstance(value, str)
+        or value != value.strip().lower()
+        or not value.isprintable()
+        or not visible(value)
+    ):
+        raise InvalidInput(
+            "linear stages must be lowercase names of printable characters, not padded"
+        )
     if len(value) > bounds.STAGE:
         raise InvalidInput(f"a stage name has at most {bounds.STAGE} characters")
     return encodable(value, "a stage name")
