@@ -52,3 +52,31 @@ def test_a_rebuild_swaps_in_although_a_write_comes_before_every_swap(
     wc.maintenance.rebuild_projection()
     assert {view: wc.projections.views[view].dump() for view in wc.projections.views} == live
     assert any(row["title"] == "Meanwhile" for row in wc.list_work_items())
+
+
+def test_a_store_in_memory_rebuilds_with_a_write_before_its_swap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In memory the log cannot be read on a second connection while the swap holds the
+    write lock (a first version of the swap's catch-up waited 5 s for one, then failed):
+    it reads on the swap's own."""
+    with WorkCenter.open(":memory:") as wc:
+        create_linear(wc, stages=("implement",), title="Before")
+        swap = lifecycle._swap
+
+        def after_a_write(*args: Any) -> Any:
+            create_linear(wc, stages=("implement",), title="Meanwhile")
+            return swap(*args)
+
+        monkeypatch.setattr(lifecycle, "_swap", after_a_write)
+        reports = wc.maintenance.rebuild_projection()
+        # Each view swapped in at the head its swap found, past the write just before it.
+        positions = [report.position for report in reports]
+        assert positions == sorted(set(positions))
+        assert positions[-1] == wc.store.recorder.max_notification_id()
+        assert sorted(row["title"] for row in wc.list_work_items()) == [
+            "Before",
+            "Meanwhile",
+            "Meanwhile",
+            "Meanwhile",
+        ]

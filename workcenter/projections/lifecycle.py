@@ -19,6 +19,7 @@ never moves a view backwards.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -92,8 +93,10 @@ def _columns(c: SQLiteCursor, table: str) -> str:
     return ", ".join(f'"{row[1]}"' for row in c.fetchall())
 
 
-# Catches the shadow up to the log's head; returns its new position.
-CatchUp = Callable[[], int]
+# Catches the shadow up to the log's head; returns its new position. Given a SQLite
+# cursor, it reads the log on it: the swap's, which holds the write lock (a store in
+# memory has no other connection to read on meanwhile).
+CatchUp = Callable[..., int]
 
 
 def _swap(live: Any, name: str, shadow_path: str, catch_up: CatchUp) -> int:
@@ -112,7 +115,7 @@ def _swap(live: Any, name: str, shadow_path: str, catch_up: CatchUp) -> int:
                 )
                 # The log holds every event the live view applied: the shadow caught
                 # up now is at or past it.
-                shadow_position = catch_up()
+                shadow_position = catch_up(c)
                 for table in type(live).TABLES:
                     columns = _columns(c, table)
                     c.execute(f"DELETE FROM main.{table}")
@@ -207,10 +210,12 @@ def rebuild(
         applied = position = 0
         started = time.perf_counter()
 
-        def catch_up() -> int:
+        def catch_up(on: Any = None) -> int:
             nonlocal applied, position, total
-            while page := recorder.select_notifications(
-                start=position, limit=PAGE, inclusive_of_start=False
+            while page := (
+                recorder.select_notifications(start=position, limit=PAGE, inclusive_of_start=False)
+                if on is None
+                else recorder._read_gap(on, position, sys.maxsize, PAGE)
             ):
                 batch = [(n.id, mapper.to_domain_event(n)) for n in page]
                 shadow.view.apply(name, batch)
