@@ -31,6 +31,8 @@ class Stage(Immutable):
 def _slug(value: object) -> str:
     # Printable and showing something, as over HTTP (found by acceptance testing: the
     # Python API took control and zero-width characters, a NUL among them).
+    if isinstance(value, str):
+        encodable(value, "a stage name")  # a lone surrogate, named as such
     if (
         not isinstance(value, str)
         or value != value.strip().lower()
@@ -42,7 +44,7 @@ def _slug(value: object) -> str:
         )
     if len(value) > bounds.STAGE:
         raise InvalidInput(f"a stage name has at most {bounds.STAGE} characters")
-    return encodable(value, "a stage name")
+    return value
 
 
 def _stage(raw: object) -> Stage:
