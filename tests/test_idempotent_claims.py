@@ -317,6 +317,28 @@ def test_claims_with_one_id_take_turns_across_the_processes_of_a_sqlite_store(
             assert holder.wait(30) == 0
 
 
+def test_the_turns_file_has_the_stores_permissions_or_claims_go_on_without_it(
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The turns file is made with the store file's permissions (made 0600 whatever they
+    were, another user of a group-writable store could not open it); one that cannot be
+    opened leaves claims taking turns within the process, said once on the log, where
+    the claim was a 500 (found by acceptance testing)."""
+    shared, blocked = tmp_path / "shared.db", tmp_path / "blocked.db"
+    for path in (shared, blocked):
+        with WorkCenter.open(str(path), clock=clock) as wc, client(wc) as api:
+            create(api)
+    shared.chmod(0o660)
+    (tmp_path / "blocked.db-turns").mkdir()  # not a file this process can open
+    for path in (shared, blocked):
+        with WorkCenter.open(str(path), clock=clock, create=False) as wc:
+            assert wc.worker_protocol.claim("w1", "boot-1", 60, "claim-1") is not None
+            assert wc.worker_protocol.claim("w1", "boot-1", 60, "claim-1").replayed  # type: ignore[union-attr]
+    assert ((tmp_path / "shared.db-turns").stat().st_mode & 0o777) == 0o660
+    said = [r.getMessage() for r in caplog.records if "within this process only" in r.getMessage()]
+    assert len(said) == 1 and "blocked.db-turns" in said[0], said
+
+
 def test_a_retry_finds_its_run_in_a_work_queue_behind_the_log(wc: WorkCenter) -> None:
     """On PostgreSQL the turn reads the id with the work queue's position (ADR-0118); a
     queue behind the log (its rows left to a writer of before ADR-0116) is caught up

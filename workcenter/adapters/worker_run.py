@@ -43,6 +43,10 @@ log = logging.getLogger("workcenter.store")
 
 Executor = Callable[[Claim], RunReport | Mapping[str, Any]]
 LATE_INPUT = "input arrived while the Run was executing; the next Run receives it"
+SECOND_SIGNAL_LOST = (
+    "a second stop signal came while the database was away: the outcome was not recorded,"
+    " and the Run ends when its lease lapses"
+)
 # Waits between tries while the database is away: doubling from the first to the cap,
 # each drawn from its upper half, so that many workers do not all return at once.
 BACKOFF_FIRST = 0.1
@@ -428,6 +432,13 @@ def run_one(
                 worth=lambda: wc.clock.now() < keeper.expires_at,
             )
     except StoreDisconnected:
+        if reconnect is not None and signals is not None and signals.again.is_set():
+            # A second stop signal ended the tries (found by acceptance testing: the Run
+            # was then neither counted nor said).
+            stats.lost += 1
+            if on_event:
+                on_event("lost", claim, SECOND_SIGNAL_LOST)
+            return claim
         if reconnect is None or wc.clock.now() < keeper.expires_at:
             raise
         # The lease ran out while the database was away: the finish would be refused.

@@ -7,12 +7,14 @@ of that byte waits until this claim has saved, and then finds its Run. The opera
 system releases a dead process's locks. POSIX record locks belong to a process, not a
 thread, and closing any descriptor of the file releases all of them, so each process
 opens the file once and keeps it, and its threads first take a lock of their own for
-the byte.
+the byte. The file is made with the store file's permissions; where it cannot be
+opened, claims take turns within the process only, and the log says so once.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import threading
 import zlib
@@ -22,13 +24,36 @@ from contextlib import contextmanager
 # Bytes, so turns: ids that share one wait for each other, which costs only a wait.
 TURNS = 64
 SUFFIX = "-turns"
+log = logging.getLogger("workcenter.store")
 
 
 class _TurnFile:
-    def __init__(self, path: str) -> None:
+    def __init__(self, store: str) -> None:
         # Never closed: a close would release every lock this process holds on it.
-        self.fd = os.open(path + SUFFIX, os.O_RDWR | os.O_CREAT, 0o600)
+        self.fd = _open(store)
         self.threads = tuple(threading.Lock() for _ in range(TURNS))
+
+
+def _open(store: str) -> int | None:
+    """The turns file's descriptor, made with the store file's permissions (every user
+    who may write the store may take turns), or None when it cannot be opened: claims
+    then take turns within this process only, said once on the log, rather than fail
+    (found by acceptance testing: a file another user made was a 500)."""
+    path = store + SUFFIX
+    try:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            os.fchmod(fd, os.stat(store).st_mode & 0o666)
+        except FileExistsError:
+            fd = os.open(path, os.O_RDWR)
+    except OSError as error:
+        log.warning(
+            "claims with one client claim id take turns within this process only: %s (%s)",
+            path,
+            error.strerror or error,
+        )
+        return None
+    return fd
 
 
 _files: dict[str, _TurnFile] = {}
@@ -46,6 +71,9 @@ def turn(store_path: str, client_claim_id: str) -> Iterator[None]:
             opened = _files[place] = _TurnFile(place)
     byte = zlib.crc32(client_claim_id.encode()) % TURNS
     with opened.threads[byte]:
+        if opened.fd is None:
+            yield
+            return
         fcntl.lockf(opened.fd, fcntl.LOCK_EX, 1, byte)
         try:
             yield
