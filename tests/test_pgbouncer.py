@@ -13,9 +13,12 @@ the tests skip with that reason, except in CI, where they fail: CI installs it
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -36,6 +39,7 @@ from workcenter.adapters.worker import run_worker
 from workcenter.application import WorkCenter
 from workcenter.projections.runner import ProjectionRunner
 
+CLI = [sys.executable, "-c", "from workcenter.adapters.cli import main; main()"]
 PGBOUNCER = Path(os.environ.get("WORKCENTER_PGBOUNCER", "/usr/sbin/pgbouncer"))
 
 
@@ -301,3 +305,36 @@ def _schema_exists(schema: str) -> bool:
             "SELECT count(*) FROM pg_namespace WHERE nspname = %s", (schema,)
         ).fetchone()
     return row is not None and row[0] == 1
+
+
+def test_a_runner_stopped_while_the_server_is_away_says_its_summary() -> None:
+    """`projections run` stopped by SIGTERM while the server is away: its reports say
+    the status is unknown, and it ends with its summary and exit 143, the positions
+    unknown (it exited 2 with a one-line error and no summary: found by acceptance
+    testing)."""
+    bouncer = Bouncer("session")
+    with postgres.fresh_schema("wcpgbr") as direct:
+        through = direct.replace(f":{postgres.PORT}/", f":{bouncer.port}/", 1)
+        try:
+            bouncer.start()
+            with WorkCenter.open(through) as wc:
+                create_linear(wc, stages=("implement",))
+            runner = subprocess.Popen(
+                [*CLI, "--db", through, "projections", "run", "--json", "--report", "0.2"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            time.sleep(2.0)  # following
+            bouncer.stop()
+            time.sleep(1.5)  # a report or two while the server is away
+            runner.send_signal(signal.SIGTERM)
+            out, err = runner.communicate(timeout=60)
+        finally:
+            bouncer.stop()
+            shutil.rmtree(bouncer.directory, ignore_errors=True)
+    assert runner.returncode == 143, (out, err)
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines[-1]["stopped"] == "SIGTERM" and lines[-1]["positions"] is None, lines[-1]
+    assert any(line.get("unavailable") for line in lines[:-1]), lines
+    assert "Traceback" not in err
