@@ -10,6 +10,7 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import postgres
 import pytest
@@ -22,6 +23,7 @@ from workcenter.adapters.cipher import KEY_ENV
 from workcenter.adapters.cli import cli
 from workcenter.adapters.rekey import NEW_KEY_ENV
 from workcenter.application import WorkCenter
+from workcenter.service_layer.maintenance import Maintenance
 
 
 def new_key() -> str:
@@ -155,3 +157,28 @@ def test_a_stopped_rekey_says_its_copy_is_not_one(
         assert 0 < copy.event_count() < events
     again = refused(rekey(source, target, {NEW_KEY_ENV: ""}))
     assert "a copy cut short? remove it" in again
+
+
+def test_a_stop_after_the_last_page_leaves_a_whole_copy_said_so(
+    places: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop signal while the copy's read models are rebuilt, every event copied: the
+    verb says the copy was finished and exits 0 (it exited 130 without a word, the status
+    of a copy cut short: found by acceptance testing)."""
+    source, target, _ = places
+    with WorkCenter.open(source) as wc:
+        create_dynamic(wc)
+        events = wc.event_count()
+    rebuild = Maintenance.rebuild_projection
+
+    def signalled(self: Maintenance, *args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGINT)
+        return rebuild(self, *args, **kwargs)
+
+    monkeypatch.setattr(Maintenance, "rebuild_projection", signalled)
+    done = rekey(source, target, {NEW_KEY_ENV: ""})
+    assert done.exit_code == 0, done.output
+    assert "SIGINT came after every event was copied: the copy was finished" in done.stderr
+    monkeypatch.undo()
+    with WorkCenter.open(target, create=False) as copy:
+        assert copy.event_count() == events
