@@ -120,6 +120,21 @@ class Bouncer:
             self.process = None
 
 
+@contextmanager
+def bounced_store(prefix: str) -> Iterator[tuple[Bouncer, str]]:
+    """A fresh store's schema and a session-mode PgBouncer of the test's own in front of
+    the server, started (stopped and started again at will): the bouncer and the store's
+    URL through it."""
+    bouncer = Bouncer("session")
+    with postgres.fresh_schema(prefix) as direct:
+        try:
+            bouncer.start()
+            yield bouncer, direct.replace(f":{postgres.PORT}/", f":{bouncer.port}/", 1)
+        finally:
+            bouncer.stop()
+            shutil.rmtree(bouncer.directory, ignore_errors=True)
+
+
 def _log(directory: Path) -> str:
     try:
         return (directory / "pgbouncer.log").read_text()
@@ -214,36 +229,28 @@ def test_commands_fail_at_once_while_the_server_is_away_and_go_on_when_it_is_bac
     30 s at each of the recorders' ten tries (five minutes, which held a stopped worker
     and an HTTP read that long; ADR-0121); back, the next command works without waiting
     out the pool's tries to reconnect."""
-    bouncer = Bouncer("session")
-    with postgres.fresh_schema("wcpgbo") as direct:
-        through = direct.replace(f":{postgres.PORT}/", f":{bouncer.port}/", 1)
-        try:
-            bouncer.start()
-            with WorkCenter.open(through) as wc:
+    with bounced_store("wcpgbo") as (bouncer, through), WorkCenter.open(through) as wc:
+        create_linear(wc, stages=("implement",))
+        events = wc.event_count()
+        bouncer.stop()
+        for _ in range(3):
+            started = time.monotonic()
+            with pytest.raises(StoreDisconnected) as failure:
                 create_linear(wc, stages=("implement",))
-                events = wc.event_count()
-                bouncer.stop()
-                for _ in range(3):
-                    started = time.monotonic()
-                    with pytest.raises(StoreDisconnected) as failure:
-                        create_linear(wc, stages=("implement",))
-                    assert time.monotonic() - started < 10
-                    assert "in use" not in str(failure.value)
-                bouncer.start()
-                deadline = time.monotonic() + 10
-                while True:
-                    try:
-                        item = create_linear(wc, stages=("implement",), title="After")
-                        break
-                    except StoreDisconnected:
-                        assert time.monotonic() < deadline, "not back within 10 s"
-                        time.sleep(0.2)
-                assert wc.detail(item.id)["title"] == "After"
-                assert wc.event_count() > events
-                assert wc.maintenance.verify_history().ok
-        finally:
-            bouncer.stop()
-            shutil.rmtree(bouncer.directory, ignore_errors=True)
+            assert time.monotonic() - started < 10
+            assert "in use" not in str(failure.value)
+        bouncer.start()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                item = create_linear(wc, stages=("implement",), title="After")
+                break
+            except StoreDisconnected:
+                assert time.monotonic() < deadline, "not back within 10 s"
+                time.sleep(0.2)
+        assert wc.detail(item.id)["title"] == "After"
+        assert wc.event_count() > events
+        assert wc.maintenance.verify_history().ok
 
 
 def test_a_runner_follows_new_events_through_pgbouncer(through: str) -> None:
@@ -312,27 +319,20 @@ def test_a_runner_stopped_while_the_server_is_away_says_its_summary() -> None:
     the status is unknown, and it ends with its summary and exit 143, the positions
     unknown (it exited 2 with a one-line error and no summary: found by acceptance
     testing)."""
-    bouncer = Bouncer("session")
-    with postgres.fresh_schema("wcpgbr") as direct:
-        through = direct.replace(f":{postgres.PORT}/", f":{bouncer.port}/", 1)
-        try:
-            bouncer.start()
-            with WorkCenter.open(through) as wc:
-                create_linear(wc, stages=("implement",))
-            runner = subprocess.Popen(
-                [*CLI, "--db", through, "projections", "run", "--json", "--report", "0.2"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            time.sleep(2.0)  # following
-            bouncer.stop()
-            time.sleep(1.5)  # a report or two while the server is away
-            runner.send_signal(signal.SIGTERM)
-            out, err = runner.communicate(timeout=60)
-        finally:
-            bouncer.stop()
-            shutil.rmtree(bouncer.directory, ignore_errors=True)
+    with bounced_store("wcpgbr") as (bouncer, through):
+        with WorkCenter.open(through) as wc:
+            create_linear(wc, stages=("implement",))
+        runner = subprocess.Popen(
+            [*CLI, "--db", through, "projections", "run", "--json", "--report", "0.2"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        time.sleep(2.0)  # following
+        bouncer.stop()
+        time.sleep(1.5)  # a report or two while the server is away
+        runner.send_signal(signal.SIGTERM)
+        out, err = runner.communicate(timeout=60)
     assert runner.returncode == 143, (out, err)
     lines = [json.loads(line) for line in out.splitlines()]
     assert lines[-1]["stopped"] == "SIGTERM" and lines[-1]["positions"] is None, lines[-1]
