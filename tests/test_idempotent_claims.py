@@ -4,6 +4,8 @@ Run, or of a Run that ended, refused with nothing written; on SQLite and Postgre
 
 from __future__ import annotations
 
+import errno
+import os
 import subprocess
 import sys
 import threading
@@ -23,6 +25,7 @@ from http_client import LINEAR, client
 from workcenter.application import WorkCenter
 from workcenter.domain import action as act
 from workcenter.domain.errors import ClaimIdUsed
+from workcenter.projections import sqlite_turns
 from workcenter.service_layer.handlers.claim import Claim
 from workcenter.service_layer.handlers.worker_protocol import WorkerProtocol
 
@@ -337,6 +340,29 @@ def test_the_turns_file_has_the_stores_permissions_or_claims_go_on_without_it(
     assert ((tmp_path / "shared.db-turns").stat().st_mode & 0o777) == 0o660
     said = [r.getMessage() for r in caplog.records if "within this process only" in r.getMessage()]
     assert len(said) == 1 and "blocked.db-turns" in said[0], said
+
+
+def test_a_turns_file_that_takes_no_lock_leaves_turns_within_the_process(
+    db_path: Path,
+    clock: FakeClock,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A file system without record locks (ENOLCK): the claim is made and answered
+    again, said once on the log, not an OSError out of the claim."""
+
+    def no_locks(*args: Any) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(sqlite_turns.fcntl, "lockf", no_locks)
+    with WorkCenter.open(str(db_path), clock=clock) as wc:
+        with client(wc) as api:
+            create(api)
+        first = wc.worker_protocol.claim("w1", "boot-1", 60, "claim-1")
+        again = wc.worker_protocol.claim("w1", "boot-1", 60, "claim-1")
+    assert first is not None and again is not None and again.replayed
+    said = [r.getMessage() for r in caplog.records if "takes no lock" in r.getMessage()]
+    assert len(said) == 1, said
 
 
 def test_a_retry_finds_its_run_in_a_work_queue_behind_the_log(wc: WorkCenter) -> None:

@@ -321,15 +321,7 @@ def test_a_drained_finish_waits_out_the_database_until_a_second_signal(
             signals._handle(signal.SIGTERM, None)
             return report()
 
-        stats = WorkerStats()
-        run_one(
-            wc,
-            executor,
-            worker="w",
-            stats=stats,
-            signals=signals,
-            reconnect=Reconnect(signals.event),
-        )
+        stats, _ = one_run(wc, executor, signals)
         assert not refusals
         assert (stats.finished, stats.interrupted) == (1, 0), stats
         (action,) = wc.actions(wc.work_item(item_id)).values()
@@ -352,17 +344,7 @@ def test_a_drained_finish_waits_out_the_database_until_a_second_signal(
             signals._handle(signal.SIGTERM, None)
             return report()
 
-        said: list[tuple[str, str]] = []
-        stats = WorkerStats()
-        run_one(
-            wc,
-            delivers,
-            worker="w",
-            stats=stats,
-            on_event=lambda kind, claim, detail: said.append((kind, detail)),
-            signals=signals,
-            reconnect=Reconnect(signals.event),
-        )
+        stats, said = one_run(wc, delivers, signals)
         assert 3 <= len(tries) < 10
         # Counted and said (it was neither: found by acceptance testing).
         assert stats.lost == 1 and ("lost", SECOND_SIGNAL_LOST) in said
@@ -401,21 +383,31 @@ def test_a_finish_after_a_stop_event_waits_out_the_database_while_the_lease_last
             raise StoreDisconnected("lost the connection to the database")
 
         monkeypatch.setattr(wc, "finish_run", down)
-        events: list[tuple[str, str]] = []
-        stats = WorkerStats()
-        run_one(
-            wc,
-            executor,
-            worker="w",
-            stats=stats,
-            on_event=lambda kind, _, line: events.append((kind, line)),
-            reconnect=Reconnect(threading.Event()),
-        )
+        stats, events = one_run(wc, executor)
         assert len(tries) == 2
         assert (stats.finished, stats.lost) == (0, 1), stats
         assert events[-1] == ("lost", "the lease ran out before the outcome could be recorded")
         (action,) = wc.actions(wc.work_item(second)).values()
         assert action.status == "running"  # recovery ends it once another worker looks
+
+
+def one_run(
+    wc: WorkCenter, executor: Any, signals: StopSignals | None = None
+) -> tuple[WorkerStats, list[tuple[str, str]]]:
+    """``run_one`` as the worker's loop calls it, waiting out the database until a stop
+    (with ``signals``, their first) or the lease: its stats and the events it said."""
+    said: list[tuple[str, str]] = []
+    stats = WorkerStats()
+    run_one(
+        wc,
+        executor,
+        worker="w",
+        stats=stats,
+        on_event=lambda kind, _, detail: said.append((kind, detail)),
+        signals=signals,
+        reconnect=Reconnect(signals.event if signals is not None else threading.Event()),
+    )
+    return stats, said
 
 
 def finishes_failing(wc: WorkCenter, monkeypatch: pytest.MonkeyPatch, times: int) -> list[Any]:

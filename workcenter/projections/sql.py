@@ -264,12 +264,11 @@ def claim_turn(
     beside the store's (``sqlite_turns``, ADR-0123); in memory, where one process holds
     the store, by none."""
     if not is_postgres(datastore):
-        path = datastore.pool.db_name
         if datastore.pool.is_sqlite_memory_mode:
             yield None
-            return
-        with sqlite_turns.turn(path, client_claim_id):
-            yield None
+        else:
+            with sqlite_turns.turn(datastore.pool.db_name, client_claim_id):
+                yield None
         return
     with claim_reads(datastore) as read:
         read.cursor().execute(TAKE_TURN, (CLAIM_ID_TURNS, f"{datastore.schema}:{client_claim_id}"))

@@ -32,6 +32,7 @@ class _TurnFile:
         # Never closed: a close would release every lock this process holds on it.
         self.fd = _open(store)
         self.threads = tuple(threading.Lock() for _ in range(TURNS))
+        self.unlockable = False  # said once on the log
 
 
 def _open(store: str) -> int | None:
@@ -71,11 +72,29 @@ def turn(store_path: str, client_claim_id: str) -> Iterator[None]:
             opened = _files[place] = _TurnFile(place)
     byte = zlib.crc32(client_claim_id.encode()) % TURNS
     with opened.threads[byte]:
-        if opened.fd is None:
+        fd = opened.fd
+        if fd is None or not _locked(opened, fd, byte):
             yield
             return
-        fcntl.lockf(opened.fd, fcntl.LOCK_EX, 1, byte)
         try:
             yield
         finally:
-            fcntl.lockf(opened.fd, fcntl.LOCK_UN, 1, byte)
+            fcntl.lockf(fd, fcntl.LOCK_UN, 1, byte)
+
+
+def _locked(opened: _TurnFile, fd: int, byte: int) -> bool:
+    """Whether ``byte`` of the turns file is now this process's: a file system that takes
+    no locks leaves claims taking turns within the process, said once, as a file that
+    cannot be opened does."""
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX, 1, byte)
+    except OSError as error:
+        if not opened.unlockable:
+            opened.unlockable = True
+            log.warning(
+                "claims with one client claim id take turns within this process only: its"
+                " turns file takes no lock (%s)",
+                error.strerror or error,
+            )
+        return False
+    return True
