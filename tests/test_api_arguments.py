@@ -22,7 +22,7 @@ from conftest import (
     report,
 )
 
-from workcenter.adapters import rekey
+from workcenter.adapters import store_copy
 from workcenter.adapters.cli import cli
 from workcenter.adapters.worker import run_worker
 from workcenter.application import Claim, WorkCenter
@@ -143,9 +143,9 @@ def test_rekey_names_the_new_key_variable_it_refuses(
 ) -> None:
     with WorkCenter.open(db_path) as wc:
         create_linear(wc)
-    monkeypatch.setenv(rekey.NEW_KEY_ENV, "short")
-    with pytest.raises(InvalidInput, match=rf"\${rekey.NEW_KEY_ENV} must be"):
-        rekey.rekey(str(db_path), str(tmp_path / "new.db"))
+    monkeypatch.setenv(store_copy.NEW_KEY_ENV, "short")
+    with pytest.raises(InvalidInput, match=rf"\${store_copy.NEW_KEY_ENV} must be"):
+        store_copy.rekey(str(db_path), str(tmp_path / "new.db"))
     assert not os.path.exists(tmp_path / "new.db")
 
 

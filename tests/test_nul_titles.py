@@ -12,7 +12,7 @@ import postgres
 import pytest
 from conftest import BACKENDS, create_linear
 
-from workcenter.adapters import rekey
+from workcenter.adapters import store_copy
 from workcenter.application import WorkCenter
 from workcenter.projections.work_queue import WorkQueue
 
@@ -41,11 +41,11 @@ def test_a_sqlite_store_with_a_nul_title_moves_to_postgresql(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     postgres.require_server()
-    monkeypatch.setenv(rekey.NEW_KEY_ENV, "")  # a copy without encryption, asked for
+    monkeypatch.setenv(store_copy.NEW_KEY_ENV, "")  # a copy without encryption, asked for
     with WorkCenter.open(db_path) as wc:
         item = create_linear(wc, title="a\x00b")
     with postgres.fresh_schema() as url:
-        copied = rekey.rekey(str(db_path), url)
+        copied = store_copy.rekey(str(db_path), url)
         assert copied.events > 0
         with WorkCenter.open(url, create=False) as moved:
             assert moved.work_item(item.id).title == "a\x00b"

@@ -17,11 +17,10 @@ import pytest
 from click.testing import CliRunner, Result
 from conftest import BACKENDS, create_dynamic
 
-from workcenter.adapters import cli_stop
-from workcenter.adapters import rekey as rekeying
+from workcenter.adapters import cli_stop, store_copy
 from workcenter.adapters.cipher import KEY_ENV
 from workcenter.adapters.cli import cli
-from workcenter.adapters.rekey import NEW_KEY_ENV
+from workcenter.adapters.store_copy import NEW_KEY_ENV
 from workcenter.application import WorkCenter
 from workcenter.service_layer.maintenance import Maintenance
 
@@ -139,7 +138,7 @@ def test_a_stopped_rekey_says_its_copy_is_not_one(
         for n in range(3):
             create_dynamic(wc, title=f"Item {n}")
         events = wc.event_count()
-    monkeypatch.setattr(rekeying, "PAGE", 2)
+    monkeypatch.setattr(store_copy, "PAGE", 2)
     step = cli_stop.Steps.__call__
 
     def signalled(self: cli_stop.Steps, done: int, total: int) -> None:

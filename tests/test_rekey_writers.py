@@ -20,7 +20,7 @@ import pytest
 from conftest import BACKENDS
 
 from workcenter.adapters.cipher import KEY_ENV
-from workcenter.adapters.rekey import NEW_KEY_ENV
+from workcenter.adapters.store_copy import NEW_KEY_ENV
 from workcenter.application import WorkCenter
 
 CLI = "from workcenter.adapters.cli import main; main()"

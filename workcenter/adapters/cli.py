@@ -608,14 +608,15 @@ def _no_executor(claim: Claim) -> dict[str, Any]:
     raise AssertionError("a worker without --executor runs no Runs")  # never claimed
 
 
-# The operator verbs (audit, progress, projections, rekey), the Coordinator's and serve
-# live in their own modules.
+# The operator verbs (audit, progress, projections, copy, rekey), the Coordinator's and
+# serve live in their own modules.
 from workcenter.adapters import (  # noqa: E402
     cli_decisions,
     cli_operator,
     cli_projections,
     cli_serve,
     cli_steer,
+    cli_store_copy,
 )
 
 cli_operator.audit.add_command(cli_decisions.decisions)
@@ -635,7 +636,8 @@ for _command in (
     cli_coordinator.message,
     cli_coordinator.conversation,
     cli_serve.serve,
-    cli_operator.rekey,
+    cli_store_copy.copy_verb,
+    cli_store_copy.rekey,
 ):
     cli.add_command(_command)
 

@@ -1,11 +1,11 @@
 """Operator verbs of the ``workcenter`` command line: audit (the trail, and the proof of
-the history), progress, rekey; the read models' are in ``cli_projections``."""
+the history), progress; the read models' are in ``cli_projections``, a store's copies
+(``copy``, ``rekey``) in ``cli_store_copy``."""
 
 from __future__ import annotations
 
-import signal
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 import click
@@ -26,7 +26,6 @@ from workcenter.adapters.cli_common import (
     work_item_id,
 )
 from workcenter.adapters.cli_stop import Interrupted, Steps, interrupted, stop_signals
-from workcenter.adapters.persistence import resolve_db_path
 from workcenter.adapters.terminal import text
 from workcenter.application import WorkCenter
 from workcenter.domain.action import ActionState
@@ -35,9 +34,6 @@ from workcenter.domain.model import NOT_THIS_STREAMS
 from workcenter.domain.work_item import WorkItemState
 from workcenter.projections.audit import AuditRow, explain_progress
 from workcenter.projections.sanitize import sanitize_event_payload, sanitize_record
-
-if TYPE_CHECKING:
-    from workcenter.adapters.rekey import Rekeyed
 
 # --- audit and progress (issue 4) ---------------------------------------------
 
@@ -443,79 +439,3 @@ def _print_progress(title: str, data: dict[str, Any]) -> None:
             text(roles),
         )
     console.print(run_table)
-
-
-# --- rekey (issue 10): the cipher key's rotation ---------------------------------
-
-
-@click.command()
-@db_option
-@click.option(
-    "--to",
-    "target",
-    required=True,
-    help="The new store (path or URL): none there yet, or an empty one that `init` made in"
-    " the new key's mode.",
-)
-@click.option("--json", "as_json", is_flag=True)
-@click.pass_context
-def rekey(ctx: click.Context, target: str, as_json: bool) -> None:
-    """Copy the store's events into a new store under a new cipher key: read with
-    $WORKCENTER_CIPHER_KEY, written with $WORKCENTER_NEW_CIPHER_KEY (set to an empty
-    value: no encryption; unset: refused). Stop the writers first; then point them at
-    the new store."""
-    from workcenter.adapters.rekey import rekey as copy_store
-
-    with stop_signals() as stop:
-        steps = Steps(stop)
-        try:
-            with bar_on_terminal(as_json) as bar:
-                done = copy_store(
-                    ctx.ensure_object(dict).get("db") or resolve_db_path(None),
-                    target,
-                    progress=steps.shown_on(bar, "copying"),
-                )
-        except Interrupted as stopped:
-            # The pages copied are committed: the new store holds a beginning of the
-            # history, which verifies as one (found by acceptance testing: it was then
-            # taken for a copy, and SIGTERM ended the verb without a word).
-            where = f" at position {steps.done:,} of {steps.total:,}" if steps.total else ""
-            interrupted(
-                ctx,
-                stopped,
-                f"rekey stopped{where}: the new store at {target} holds only the events"
-                " copied so far and is not a copy of the store; remove it and run rekey"
-                " again into a new, empty store",
-            )
-        if stop.signum is not None:
-            # It came after the last page (while the copy's views were rebuilt): the copy
-            # is whole, so the verb ends as its copy says (found by acceptance testing:
-            # 130 or 143 without a word, the status of a copy cut short).
-            click.echo(
-                f"{signal.Signals(stop.signum).name} came after every event was copied: the"
-                " copy was finished",
-                err=True,
-            )
-        _said_rekeyed(ctx, done, target, as_json)
-
-
-def _said_rekeyed(ctx: click.Context, done: Rekeyed, target: str, as_json: bool) -> None:
-    if as_json:
-        emit_json(done.json())
-    else:
-        sealed = "encrypted with the new key" if done.encrypted else "without encryption"
-        console.print(
-            f"copied {done.events} events to {target}, {sealed}, up to position {done.position}",
-            highlight=False,
-        )
-    if not done.complete:
-        # A consistent copy, but not of the store as the writers left it (ADR-0050).
-        click.echo(
-            f"incomplete: writers added {done.source_head - done.position} events to the"
-            f" store while it was copied (positions {done.position + 1} to"
-            f" {done.source_head}); the copy holds the store as it was at position"
-            f" {done.position}. Stop every writer and the runner, then copy again into"
-            " a new, empty store.",
-            err=True,
-        )
-        ctx.exit(1)

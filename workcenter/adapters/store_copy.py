@@ -1,18 +1,21 @@
-"""Rotating the cipher key: copy a store's events into a new store under a new key
-(ADR-0033, docs/deployment.md).
+"""A store's events copied into a new store: under a new cipher key, to rotate it
+(``rekey``, ADR-0033), or under its own, to move it to another database, most often
+from a SQLite file to PostgreSQL as a deployment grows (``copy``, ADR-0125; see
+docs/deployment.md).
 
-Every stored blob is sealed with the key, so a new key means rewriting them all.
 The events are the store; snapshots and read models are caches of them. So the
-copy reads the old store's event log in order with the old key (from
+copy reads the old store's event log in order with its key (from
 ``$WORKCENTER_CIPHER_KEY``), writes each event to an empty new store with the
-new key (``$WORKCENTER_NEW_CIPHER_KEY``; empty to store without encryption), a
-page per commit in the same order, and rebuilds the new store's read models.
+copy's key (for ``rekey``, ``$WORKCENTER_NEW_CIPHER_KEY``, empty to store without
+encryption), a page per commit in the same order, and rebuilds the new store's read
+models. The hash chain's links are computed over the events themselves, so the copy's
+chain is the source's, link for link: an anchor kept from the source verifies it.
 
 Writers must be stopped while it runs; then they are pointed at the new store. If
 they are not, the copy is still consistent (ADR-0050): it holds the events up to
 the source's head as it was when the copy began, and every command commits its
 events as one run of consecutive positions, in order, so that head ends no
-command half way. What was written after it is not copied, and ``Rekeyed`` says
+command half way. What was written after it is not copied, and ``Copied`` says
 so (``complete`` false, with both positions): the CLI then exits 1.
 """
 
@@ -35,7 +38,7 @@ PAGE: Final = 500
 
 
 @dataclass(frozen=True)
-class Rekeyed:
+class Copied:
     events: int
     encrypted: bool
     position: int  # the source's head when the copy began: the copy holds all up to it
@@ -67,9 +70,16 @@ def _key(value: str | None) -> Iterator[None]:
             os.environ[KEY_ENV] = previous
 
 
+def copy(source: str, target: str, *, progress: Callable[[int, int], None] | None = None) -> Copied:
+    """Copy ``source`` into the empty ``target`` under the same key,
+    ``$WORKCENTER_CIPHER_KEY`` (or none). ``progress`` as for ``rekey``."""
+    key = cipher.configured_key(KEY_ENV)
+    return _copied(source, target, key, "the store's key", progress)
+
+
 def rekey(
     source: str, target: str, *, progress: Callable[[int, int], None] | None = None
-) -> Rekeyed:
+) -> Copied:
     """Copy ``source`` (opened with ``$WORKCENTER_CIPHER_KEY``) into the empty ``target``
     under ``$WORKCENTER_NEW_CIPHER_KEY``. ``progress(position, head)`` is called after
     each page: what it raises (a stop) leaves ``target`` holding the events copied so
@@ -82,6 +92,18 @@ def rekey(
             " the store without encryption"
         )
     new_key = cipher.configured_key(NEW_KEY_ENV)  # refused in its own name, before anything
+    return _copied(source, target, new_key, "the new key", progress)
+
+
+def _copied(
+    source: str,
+    target: str,
+    new_key: str | None,
+    key_named: str,
+    progress: Callable[[int, int], None] | None,
+) -> Copied:
+    """``source`` copied into the empty ``target`` under ``new_key`` (None: without
+    encryption), which the refusals call ``key_named``."""
     if _same_store(source, target):
         raise InvalidInput(f"the new store at {target} is the store being copied: name another")
     with WorkCenter.open(source, create=False, inline_projections=False) as old:
@@ -90,7 +112,7 @@ def rekey(
                 new = WorkCenter.open(target, inline_projections=False)
             except StoreKeyRefused:
                 # Its refusal would name $WORKCENTER_CIPHER_KEY, which is not what opened it.
-                raise _not_a_new_store(target, new_key) from None
+                raise _not_a_new_store(target, new_key, key_named) from None
         try:
             if count := new.event_count():
                 raise InvalidInput(
@@ -103,15 +125,15 @@ def rekey(
         finally:
             new.close()
         after = old.store.recorder.max_notification_id() or 0
-    return Rekeyed(events=copied, encrypted=new_key is not None, position=head, source_head=after)
+    return Copied(events=copied, encrypted=new_key is not None, position=head, source_head=after)
 
 
-def _not_a_new_store(target: str, new_key: str | None) -> InvalidInput:
+def _not_a_new_store(target: str, new_key: str | None, key_named: str) -> InvalidInput:
     """Why ``target``, a store made in the other mode than ``new_key``'s, is no new store
     for the copy. A store keeps the mode it was made in (ADR-0050), even an empty one:
     another process may have opened it in that mode already."""
     made_in = (
-        "a new, empty store, or one `init` made with $WORKCENTER_CIPHER_KEY set to the new key"
+        f"a new, empty store, or one `init` made with $WORKCENTER_CIPHER_KEY set to {key_named}"
     )
     if new_key is None:
         return InvalidInput(

@@ -1,0 +1,167 @@
+"""`workcenter copy` (ADR-0125): a store moved to another database under its own key,
+most often a SQLite file onto PostgreSQL as a deployment grows. The copy holds every
+event in order, its chain verifies against an anchor kept from the source, its views
+equal the source's, and the work goes on from it; refusals write nothing."""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import postgres
+import pytest
+from click.testing import CliRunner, Result
+from conftest import BOOT_ID, FakeClock, claim, create_dynamic, create_linear, report
+
+from workcenter.adapters import cli_stop, store_copy
+from workcenter.adapters.cipher import KEY_ENV, StoreKeyRefused
+from workcenter.adapters.cli import cli
+from workcenter.application import WorkCenter
+
+
+def copy(source: str, target: str, env: dict[str, str | None] | None = None) -> Result:
+    return CliRunner().invoke(cli, ["--db", source, "copy", "--to", target], env=env or {})
+
+
+@pytest.fixture(params=["sqlite-to-postgresql", "postgresql-to-sqlite"])
+def stores(request: pytest.FixtureRequest, db_path: Path) -> Iterator[tuple[str, str]]:
+    """(source, target): one a fresh SQLite file, the other a fresh PostgreSQL schema."""
+    with postgres.fresh_schema() as url:
+        if request.param == "sqlite-to-postgresql":
+            yield str(db_path), url
+        else:
+            yield url, str(db_path)
+
+
+def work_under_way(wc: WorkCenter) -> None:
+    """Items in several states: a dynamic item waiting for its Coordinator, a linear item
+    past its first stage, one with a Run in hand, one cancelled."""
+    create_dynamic(wc)
+    past_first = create_linear(wc, title="Past its first stage")
+    first = claim(wc)
+    assert first.work_item_id == past_first.id
+    wc.finish_run(first, report())
+    create_linear(wc, title="Running")
+    claim(wc)
+    cancelled = create_linear(wc, title="Cancelled")
+    wc.cancel(cancelled.id, expected_version=wc.work_item(cancelled.id).version)
+
+
+def views(wc: WorkCenter) -> dict[str, Any]:
+    items = wc.list_work_items()
+    return {
+        "list": items,
+        "details": {str(i["id"]): wc.detail(i["id"]) for i in items},
+        "progress": {str(i["id"]): wc.goal_progress(i["id"]) for i in items},
+    }
+
+
+def anchor(store: str) -> str:
+    done = CliRunner().invoke(cli, ["--db", store, "audit", "anchor"])
+    assert done.exit_code == 0, done.output
+    return done.output.strip()
+
+
+def test_a_copy_holds_the_history_its_views_and_the_work_to_go_on(
+    stores: tuple[str, str], clock: FakeClock
+) -> None:
+    source, target = stores
+    with WorkCenter.open(source, clock=clock, boot_id=BOOT_ID) as wc:
+        work_under_way(wc)
+        events = wc.event_count()
+        before = views(wc)
+        queue = (wc.work_queue.ready_actions(100), wc.work_queue.live_runs())
+    kept = anchor(source)
+
+    done = copy(source, target)
+
+    assert done.exit_code == 0, done.output
+    assert done.output == (
+        f"copied {events} events to {target}, without encryption, up to position {events}\n"
+    )
+    verified = CliRunner().invoke(cli, ["--db", target, "audit", "verify", "--anchor", kept])
+    assert verified.exit_code == 0, verified.output
+    assert anchor(target) == kept  # link for link the source's chain
+    with WorkCenter.open(target, clock=clock, boot_id=BOOT_ID, create=False) as moved:
+        assert moved.event_count() == events
+        assert views(moved) == before
+        assert (moved.work_queue.ready_actions(100), moved.work_queue.live_runs()) == queue
+        # The work goes on from the copy: the next stage is claimed and finished there.
+        moved.finish_run(claim(moved), report())
+        assert moved.event_count() > events
+    with WorkCenter.open(source, create=False) as wc:
+        assert wc.event_count() == events  # the source is read, never written
+
+
+def test_an_encrypted_store_is_copied_under_its_own_key(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = base64.b64encode(os.urandom(32)).decode()
+    monkeypatch.setenv(KEY_ENV, key)
+    with postgres.fresh_schema() as target:
+        with WorkCenter.open(str(db_path)) as wc:
+            create_dynamic(wc)
+            events = wc.event_count()
+        done = copy(str(db_path), target, {KEY_ENV: key})
+        assert done.exit_code == 0, done.output
+        assert "encrypted with its key" in done.output
+        with WorkCenter.open(target, create=False) as moved:
+            assert moved.event_count() == events
+        monkeypatch.delenv(KEY_ENV)
+        with pytest.raises(StoreKeyRefused):
+            WorkCenter.open(target, create=False)
+
+
+def refused(result: Result) -> str:
+    assert result.exit_code == 2, result.output
+    [line] = result.output.strip().splitlines()
+    assert line.startswith("InvalidInput: "), result.output
+    return line
+
+
+def test_a_store_that_holds_events_is_refused_and_nothing_is_written(
+    stores: tuple[str, str],
+) -> None:
+    source, target = stores
+    with WorkCenter.open(source) as wc:
+        create_dynamic(wc)
+        source_events = wc.event_count()
+    with WorkCenter.open(target) as wc:
+        create_linear(wc)
+        target_events = wc.event_count()
+
+    line = refused(copy(source, target))
+    assert f"is not empty: it holds {target_events} events" in line
+    itself = refused(copy(source, source))
+    assert "is the store being copied" in itself
+    for store, events in ((source, source_events), (target, target_events)):
+        with WorkCenter.open(store, create=False) as wc:
+            assert wc.event_count() == events
+
+
+def test_a_stopped_copy_says_its_new_store_is_not_one(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stop handling is rekey's (test_rekey_targets), in the verb's own words."""
+    source = str(db_path)
+    with WorkCenter.open(source) as wc:
+        for n in range(3):
+            create_dynamic(wc, title=f"Item {n}")
+    monkeypatch.setattr(store_copy, "PAGE", 2)
+    step = cli_stop.Steps.__call__
+
+    def signalled(self: cli_stop.Steps, done: int, total: int) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)  # the handler records it; the step takes it
+        step(self, done, total)
+
+    monkeypatch.setattr(cli_stop.Steps, "__call__", signalled)
+    with postgres.fresh_schema() as target:
+        stopped = copy(source, target)
+        assert stopped.exit_code == 128 + signal.SIGTERM, stopped.output
+        [line] = stopped.stderr.splitlines()
+        assert line.startswith("interrupted by SIGTERM: copy stopped at position 2 of ")
+        assert line.endswith("remove it and run copy again into a new, empty store")
