@@ -18,6 +18,7 @@ from workcenter.adapters.http import (
     contract,
     conversation,
     dashboard,
+    lease_watch,
     problems,
     reads,
     stream,
@@ -34,10 +35,12 @@ def create_app(
     policy: Policy | None = None,
     *,
     on_message: Callable[[], None] | None = None,
+    recover_every: float | None = None,
 ) -> FastAPI:
     """The ASGI application serving ``wc`` under ``policy`` (default: loopback, no token);
     ``on_message`` is called after each user message posted (the Coordinator's loop, to
-    answer it at once).
+    answer it at once); with ``recover_every``, Runs whose lease lapsed are ended every
+    that many seconds while it serves, whether anyone claims or not (ADR-0126).
 
     The caller owns ``wc`` and closes it after the server stops."""
     policy = policy if policy is not None else Policy.for_host("127.0.0.1", token=None)
@@ -45,7 +48,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
+        async with lease_watch.watching(wc, recover_every):
+            yield
         await heads.stop()
 
     app = FastAPI(

@@ -13,6 +13,7 @@ from types import FrameType
 
 import uvicorn
 
+from workcenter.adapters.http import lease_watch
 from workcenter.adapters.http.app import create_app
 from workcenter.adapters.http.coordinator_loop import CoordinatorLoop
 from workcenter.adapters.http.guard import Policy
@@ -64,7 +65,12 @@ def serve(
     """Serve until interrupted by Ctrl-C or SIGTERM (``Terminated`` with a Coordinator),
     on ``sock`` if it is given (bound by ``bind``), else on the policy's host and ``port``."""
     sockets = [sock if sock is not None else bind(policy.host, port)]
-    app = create_app(wc, policy, on_message=coordinator.nudge if coordinator else None)
+    app = create_app(
+        wc,
+        policy,
+        on_message=coordinator.nudge if coordinator else None,
+        recover_every=lease_watch.EVERY_SECONDS,
+    )
     config = uvicorn.Config(
         app,
         host=policy.host,
