@@ -14,6 +14,7 @@ from uuid import UUID
 
 import httpx
 import pytest
+from conftest import plan
 from http_client import DYNAMIC, LINEAR, served
 from test_http_api import fail_current_action
 from test_http_browser import ARTIFACTS, TIMEOUT_MS, chromium, playwright_api
@@ -227,4 +228,37 @@ def test_a_failed_turn_shows_failed_once(
     page.wait_for_selector(failed + " .verdict", timeout=TIMEOUT_MS)
     head = page.text_content(failed + " .msg-head") or ""
     assert head.count("failed") == 1, head
+    assert errors == []
+
+
+def test_an_action_with_no_attempt_left_greys_out_its_retry_until_attempts_are_extended(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    """A dynamic item's failed Action that used its one attempt: Retry and Guide are
+    greyed out and say why; an extension of its attempts from the page lets Retry through.
+    Before, both were offered and the click refused in the server's words (ADR-0127)."""
+    page, base, errors = served_page
+    item = UUID(open_item(page, base, DYNAMIC | {"limits": {"maxActionAttempts": 1}}))
+    plan(wc, item)
+    failed = fail_current_action(wc)
+    row = ".tl-row[data-status='failed']"
+    page.wait_for_selector(f"{row} button.retry:disabled", timeout=TIMEOUT_MS)
+    assert page.is_disabled(f"{row} button.guide")
+    assert page.text_content(f"{row} .spent") == "no attempt left"
+    assert page.get_attribute(f"{row} button.retry", "title") == (
+        "No attempt left: Extend its Action attempts first"
+    )
+
+    page.fill("#extend-action-attempts", "1")
+    page.click("#extend:enabled", timeout=TIMEOUT_MS)
+    assert note(page, "ok") == "Budget extended."
+    page.wait_for_function(  # the ETag of the detail after the extension, then a click
+        f"() => state.detail && state.detail.executionControl.limits.maxActionAttempts === 2"
+        f' && document.querySelector("{row} button.retry:enabled")',
+        timeout=TIMEOUT_MS,
+    )
+    assert page.query_selector(f"{row} .spent") is None
+    page.click(f"{row} button.retry:enabled", timeout=TIMEOUT_MS)
+    assert note(page, "ok") == "Action 1 retried."
+    assert wc.action(UUID(failed)).status == "ready"
     assert errors == []

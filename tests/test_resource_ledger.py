@@ -844,17 +844,27 @@ def assert_attempts_stop(
     assert_nothing_claimable(wc)
 
 
+def no_attempt_left(wc: WorkCenter, item_id: UUID) -> list[UUID]:
+    """The Actions whose timeline entry tells the dashboard its retry, answer and
+    guidance are refused for their attempts (ADR-0127)."""
+    actions = wc.web_reads.timeline(item_id)["actions"]
+    return [UUID(a["id"]) for a in actions if a.get("noAttemptLeft")]
+
+
 def test_a_retry_with_no_attempt_left_is_refused_until_attempts_are_extended(
     wc: WorkCenter,
 ) -> None:
-    """ADR-0091: taken, the retry would only stop the item at its next claim."""
+    """ADR-0091: taken, the retry would only stop the item at its next claim. The
+    timeline says so before a click (ADR-0127)."""
     item = make(wc)
     plan(wc, item.id)
     first = claim(wc)
     wc.finish_run(first, report("retryable"))
     assert wc.action(first.action_id).status == "ready"
+    assert no_attempt_left(wc, item.id) == []
     wc.finish_run(claim(wc), report("retryable"))
     assert wc.action(first.action_id).status == "failed"
+    assert no_attempt_left(wc, item.id) == [first.action_id]
     for answer in ("", "Try the other parser"):
         with refused(
             wc,
@@ -869,6 +879,7 @@ def test_a_retry_with_no_attempt_left_is_refused_until_attempts_are_extended(
                 answer=answer,
             )
     extend(wc, item.id, max_action_attempts=1)
+    assert no_attempt_left(wc, item.id) == []
     wc.retry(
         item.id,
         first.action_id,
@@ -887,6 +898,7 @@ def test_a_linear_retry_is_a_new_action_with_its_own_attempts(wc: WorkCenter) ->
         failed = claim(wc)
         wc.finish_run(failed, report("retryable"))
     assert wc.action(failed.action_id).status == "failed"
+    assert no_attempt_left(wc, item.id) == []  # its retry plans a new Action
     wc.retry(item.id, failed.action_id, expected_version=wc.work_item(item.id).version)
     replacement = claim(wc)
     assert replacement.action_id != failed.action_id
@@ -904,6 +916,7 @@ def test_guidance_resets_do_not_reset_the_attempt_count(wc: WorkCenter) -> None:
         guidance="Look at the parser first",
     )
     claimed = claim(wc)  # the second of two attempts, running
+    assert no_attempt_left(wc, item.id) == [claimed.action_id]
     with refused(wc, CommandRefused, r"no attempt left \(used 2 of 2\).*then guide it"):
         wc.guide(
             item.id,

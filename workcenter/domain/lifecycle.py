@@ -312,16 +312,25 @@ def _next_generation(
 
     Refused up front when it would run the Action again with no attempt left: taken,
     it would only stop the item at its next claim (ADR-0091)."""
-    policy = modes.of(unit.item)
-    allowed = ledger.effective_max_attempts(target.max_attempts)
-    if policy.next_generation_reuses_attempts and target.counted_attempts >= allowed:
+    if no_attempt_left(unit.item, target, ledger):
         verb = "retry" if reason == "retried" else "guide it"
         raise CommandRefused(
             f"Action {target.sequence} has no attempt left (used {target.counted_attempts} "
-            f"of {allowed}): extend max_action_attempts first, then {verb}"
+            f"of {ledger.effective_max_attempts(target.max_attempts)}): extend"
+            f" max_action_attempts first, then {verb}"
         )
-    policy.next_generation(unit, target, reason, entries)
+    modes.of(unit.item).next_generation(unit, target, reason, entries)
     return unit
+
+
+def no_attempt_left(
+    item: wi.WorkItemState, target: act.ActionState, ledger: rl.LedgerState
+) -> bool:
+    """Whether a retry, an answer or guidance of ``target`` would be refused for its
+    attempts: its mode runs it again as itself (a linear item plans a new Action, with
+    attempts of its own), and the ledger allows it no more."""
+    allowed = ledger.effective_max_attempts(target.max_attempts)
+    return modes.of(item).next_generation_reuses_attempts and target.counted_attempts >= allowed
 
 
 def retry(

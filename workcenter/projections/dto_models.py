@@ -499,6 +499,15 @@ class TimelineAction(Dto):
     type: str
     status: ActionStatus
     generation: Revision
+    noAttemptLeft: NotRequired[
+        Annotated[
+            bool,
+            Field(
+                description="A retry, an answer or guidance of this Action is refused until"
+                " max_action_attempts is extended: it would run again with no attempt left"
+            ),
+        ]
+    ]
     runs: list[TimelineRun]
     omittedRunCount: NotRequired[Count]
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from workcenter.domain.action import ActionState, Run
+from workcenter.domain import resource_ledger as rl
+from workcenter.domain.action import OPEN_STATUSES, ActionState, Run
+from workcenter.domain.lifecycle import no_attempt_left
 from workcenter.domain.work_item import WorkItemState
 from workcenter.projections import dto_models as dtos
 from workcenter.projections.sanitize import epoch_ms, rev, truncate_utf8
@@ -39,7 +41,7 @@ def _run(run: Run, now: datetime) -> dtos.TimelineRun:
     return entry
 
 
-def _action(action: ActionState, now: datetime) -> dtos.TimelineAction:
+def _action(action: ActionState, now: datetime, attempts_spent: bool) -> dtos.TimelineAction:
     runs = sorted(action.runs, key=lambda r: (r.started_at, r.ordinal))
     kept = runs[-MAX_RUNS:]
     entry: dtos.TimelineAction = {
@@ -52,18 +54,30 @@ def _action(action: ActionState, now: datetime) -> dtos.TimelineAction:
     }
     if len(runs) > len(kept):
         entry["omittedRunCount"] = len(runs) - len(kept)
+    if attempts_spent:
+        entry["noAttemptLeft"] = True
     return entry
 
 
-def timeline_dto(item: WorkItemState, actions: Actions, *, now: datetime) -> dtos.Timeline:
+def timeline_dto(
+    item: WorkItemState, actions: Actions, ledger: rl.LedgerState, *, now: datetime
+) -> dtos.Timeline:
     """``{workItemId, status, now, actions: [{id, sequence, type, status, generation,
-    runs: [{id, ordinal, generation, attempt, status, startedAt, endedAt?}]}]}``."""
+    noAttemptLeft?, runs: [{id, ordinal, generation, attempt, status, startedAt,
+    endedAt?}]}]}``."""
     ordered = ordered_actions(actions)
     dto: dtos.Timeline = {
         "workItemId": str(item.id),
         "status": item.status,
         "now": epoch_ms(now),
-        "actions": [_action(action, now) for action in ordered[:MAX_ACTIONS]],
+        "actions": [
+            _action(
+                action,
+                now,
+                action.status in OPEN_STATUSES and no_attempt_left(item, action, ledger),
+            )
+            for action in ordered[:MAX_ACTIONS]
+        ],
     }
     if len(ordered) > MAX_ACTIONS:
         dto["omittedActionCount"] = len(ordered) - MAX_ACTIONS

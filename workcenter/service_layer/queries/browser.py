@@ -171,8 +171,8 @@ class WebReads:
 
     def timeline(self, work_item_id: UUID) -> dict[str, Any]:
         item = self.repo.work_item(inputs.aggregate_id(work_item_id, "WorkItem"))
-        dto = timeline_dto(item, self.repo.actions(item), now=self.clock.now())
         ledger = self.repo.ledger(item.id)
+        dto = timeline_dto(item, self.repo.actions(item), ledger, now=self.clock.now())
         return dto | {"itemVersion": item.version, "controlVersion": ledger.control_version}
 
     def conversation(self, work_item_id: UUID) -> dict[str, Any]:

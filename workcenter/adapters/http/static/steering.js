@@ -18,7 +18,9 @@ function setControls() {
   $("resume").disabled = busy || !(detail && (detail.status === "cancelled" || stopped));
   $("extend").disabled = busy || !detail || detail.status === "done";
   $("action-send").disabled = busy;
-  for (const button of document.querySelectorAll(".tl-label button")) button.disabled = busy;
+  for (const button of document.querySelectorAll(".tl-label button")) {
+    button.disabled = busy || button.dataset.spent === "true";
+  }
 }
 
 function showNote(text, kind) {
@@ -255,11 +257,17 @@ function actionReason(action) {
   return (entry && (entry.waitingReason || entry.failureReason)) || "";
 }
 
-function actionButton(label, className, onclick, title) {
+// The server says when an Action has no attempt left for these verbs (noAttemptLeft):
+// each would be refused until its attempts are extended, so they are greyed out and
+// say why, rather than refused on a click (ADR-0127).
+const NO_ATTEMPT_LEFT = "No attempt left: Extend its Action attempts first";
+
+function actionButton(label, className, onclick, title, spent) {
   const button = el("button", label, className);
   button.type = "button";
-  button.disabled = state.commanding;
-  button.title = visible(title);
+  button.dataset.spent = String(Boolean(spent));
+  button.disabled = state.commanding || Boolean(spent);
+  button.title = visible(spent ? NO_ATTEMPT_LEFT : title);
   button.onclick = onclick;
   return button;
 }
@@ -271,14 +279,22 @@ function actionButtons(action) {
   const buttons = [];
   const where = "Action " + action.sequence + " (" + action.type + ", " + action.status + ")";
   const open = (kind) => () => openActionForm(action, kind, where);
+  const spent = action.noAttemptLeft;
+  const button = (label, className, onclick, title) =>
+    buttons.push(actionButton(label, className, onclick, title, spent));
   if (action.status === "failed") {
     const again = "Run this Action again (generation " + action.generation + ")";
-    buttons.push(actionButton("Retry", "retry", () => retryAction(action, "", "retried"), again));
-    buttons.push(actionButton("Guide", "guide", open("retry"), "Run it again with your guidance"));
+    button("Retry", "retry", () => retryAction(action, "", "retried"), again);
+    button("Guide", "guide", open("retry"), "Run it again with your guidance");
   } else if (action.status === "waiting") {
-    buttons.push(actionButton("Answer", "answer", open("answer"), "Answer its question"));
+    button("Answer", "answer", open("answer"), "Answer its question");
   } else if (action.status === "ready" || action.status === "running") {
-    buttons.push(actionButton("Guide", "guide", open("guide"), "A new generation with your guidance"));
+    button("Guide", "guide", open("guide"), "A new generation with your guidance");
+  }
+  if (spent && buttons.length) {
+    const why = el("span", "no attempt left", "muted spent");
+    why.title = NO_ATTEMPT_LEFT;
+    buttons.push(why);
   }
   return buttons;
 }
