@@ -49,3 +49,28 @@ def test_a_command_answers_with_what_it_did_although_no_runner_keeps_the_view(
         assert cancelled.json()["status"] == "cancelled"
         assert cancelled.headers["ETag"] != created.headers["ETag"]
     assert len(writer.list_work_items()) == 1
+
+
+def test_an_item_made_elsewhere_is_read_although_no_runner_has_reached_it(
+    writer: WorkCenter, location: str, clock: FakeClock
+) -> None:
+    """Another writer makes an item, and no runner runs: the detail read brings the view
+    up rather than answer 404 for an item that exists, which the list, progress, budget
+    and timeline reads all showed (found by acceptance testing, ADR-0128)."""
+    with WorkCenter.open(
+        location, clock=clock, boot_id="elsewhere", inline_projections=False, create=False
+    ) as elsewhere:
+        made = elsewhere.create_work_item(
+            title="Made elsewhere",
+            goal="Ship",
+            acceptance_criteria=["Tests pass"],
+            delivery_target="response",
+            mode="linear",
+            start=True,
+        )
+    with client(writer) as api:
+        read = api.get(f"/api/work-items/{made.id}")
+        assert read.status_code == 200, read.text
+        assert read.json()["title"] == "Made elsewhere"
+        assert api.get(f"/api/work-items/{made.id}/timeline").status_code == 200
+    assert writer.detail(made.id)["status"] == "ready"

@@ -13,12 +13,15 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from http_client import served
 
+from workcenter.adapters.http import stream
 from workcenter.adapters.http.app import create_app
+from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.application import WorkCenter
 
 STREAM = b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n"
@@ -108,3 +111,37 @@ def test_a_client_reset_while_its_backlog_is_read_costs_at_most_one_line(
                 time.sleep(0.4)
             lines = list(log.lines)
     assert len(lines) <= 1, f"{len(lines)} lines, such as {lines[:3]}"
+
+
+def test_a_stream_open_while_the_store_is_away_waits_and_goes_on(
+    db_path: Path, log: Recorded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store unreachable under an open stream (a database restart): the stream stays
+    open, logs nothing, and delivers what is written once the store answers again.
+    Before, the head watcher's task died with "Task exception was never retrieved" and
+    the stream was cut mid-chunk with a traceback in the log (found by acceptance
+    testing, ADR-0128)."""
+    monkeypatch.setattr(stream, "UNAVAILABLE_SECONDS", 0.05)
+    away = threading.Event()
+    with WorkCenter.open(db_path) as wc, served(create_app(wc)) as base:
+        for name in ("after", "head"):
+            real = getattr(wc.changes, name)
+
+            def failing(*args: Any, real: Any = real, **kwargs: Any) -> Any:
+                if away.is_set():
+                    raise StoreUnavailable("the database cannot be reached")
+                return real(*args, **kwargs)
+
+            monkeypatch.setattr(wc.changes, name, failing)
+        with httpx.stream("GET", base + "/api/stream", timeout=30) as response:
+            assert response.status_code == 200
+            lines = response.iter_lines()
+            assert next(lines).startswith("retry:")
+            log.lines.clear()
+            away.set()
+            time.sleep(0.5)  # the watcher and the stream each look several times
+            away.clear()
+            wc.create_work_item(title="after the outage", goal="g")
+            received = next(line for line in lines if line.startswith("data:"))
+        assert '"WorkItemCreated"' in received
+    assert log.lines == []

@@ -29,6 +29,7 @@ from starlette.concurrency import run_in_threadpool
 from workcenter.adapters.http import contract
 from workcenter.adapters.http.deps import Center
 from workcenter.adapters.http.fields import POSITION
+from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.application import WorkCenter
 from workcenter.domain import inputs
 from workcenter.domain.errors import InvalidInput
@@ -62,6 +63,9 @@ EVENTS = {
 POLL_SECONDS = 0.1
 KEEPALIVE_SECONDS = 15.0
 RETRY_MILLISECONDS = 1000
+# While the store cannot be read, the watcher and the streams look again this often: they
+# stay open, and the process has said once that the database is away (ADR-0128).
+UNAVAILABLE_SECONDS = 1.0
 
 
 class HeadWatcher:
@@ -99,7 +103,13 @@ class HeadWatcher:
 
     async def _run(self) -> None:
         while not self.closed:
-            head = await run_in_threadpool(self.read_head)
+            try:
+                head = await run_in_threadpool(self.read_head)
+            except StoreUnavailable:
+                # Raised out of the task, it ended it, unread ("Task exception was never
+                # retrieved" in the log, each outage; found by acceptance testing).
+                await asyncio.sleep(UNAVAILABLE_SECONDS)
+                continue
             if head != self.head:
                 self.head = head
                 self._wake()
@@ -149,9 +159,15 @@ async def _events(
 ) -> AsyncIterator[bytes]:
     yield f"retry: {RETRY_MILLISECONDS}\n\n".encode()
     while not heads.closed:
-        page = await run_in_threadpool(
-            wc.changes.after, position, limit=MAX_BATCH, work_item_id=work_item_id
-        )
+        try:
+            page = await run_in_threadpool(
+                wc.changes.after, position, limit=MAX_BATCH, work_item_id=work_item_id
+            )
+        except StoreUnavailable:
+            # Raised after the stream began, it cut the stream mid-chunk with a traceback
+            # in the log; the stream waits instead, and goes on from where it was.
+            await asyncio.sleep(UNAVAILABLE_SECONDS)
+            continue
         if page.changes:
             # One write per page: between two writes the server hears of a client that
             # went away, so a dropped client costs no burst of failed sends.

@@ -56,11 +56,16 @@ class Reads:
         if not current and (caught_up or self.read_models.catches_up_on_read(Detail.name)):
             self.read_models.catch_up([Detail.name])
             raw = details.detail_bytes(work_item_id)
-        dto = None if raw is None else dict(orjson.loads(raw))
-        if dto is None:
+        if raw is None:
             self.repo.work_item(work_item_id)  # NotFound if there is no such item
-            raise NotFound("detail (the projection runner is behind) of WorkItem", work_item_id)
-        return dto
+            # It exists, made after the view's position (inline projections off, the runner
+            # behind or stopped): this process brings the view up, as for a command's
+            # answer, rather than say that an item that exists is not found (ADR-0128).
+            self.read_models.catch_up([Detail.name])
+            raw = details.detail_bytes(work_item_id)
+            if raw is None:  # a stream whose item the view does not take: said as before
+                raise NotFound("detail of WorkItem", work_item_id)
+        return dict(orjson.loads(raw))
 
     def history(self, work_item_id: UUID) -> list[DomainEvent]:
         return self.repo.events(self.repo.work_item(work_item_id).id)
