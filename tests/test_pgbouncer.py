@@ -33,6 +33,7 @@ from private_postgres import OS_USER, free_port
 
 from workcenter.adapters.cli import cli
 from workcenter.adapters.executors import echo
+from workcenter.adapters.http import problems
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.postgres_connection import Outage, PoolBusy, StoreDisconnected, busy
 from workcenter.adapters.worker import run_worker
@@ -221,6 +222,24 @@ def test_a_lost_connection_is_an_outage_only_if_none_can_be_made() -> None:
     answering = Outage(Pool(int(postgres.PORT)))
     answering.lost()
     answering.check()  # no outage: this raised nothing
+
+
+def test_a_remote_client_is_not_told_the_databases_address() -> None:
+    """The driver's words (host and port) are the operator's: a 503 over HTTP says only
+    what failed (found by acceptance testing: a worker token's holder read them)."""
+    port = free_port()
+    away = Outage(Pool(port))
+    away.lost()
+    with pytest.raises(StoreDisconnected) as failure:
+        away.check()
+    for error, said in (
+        (failure.value, "the database cannot be reached"),
+        (busy(Pool(port)), "no connection to the database could be made within 30 s"),
+    ):
+        assert str(port) in str(error)  # the log's and the command line's words
+        answer = problems.from_error(error)
+        body = json.loads(bytes(answer.body))
+        assert (answer.status_code, body["detail"]) == (503, said)
 
 
 def test_commands_fail_at_once_while_the_server_is_away_and_go_on_when_it_is_back() -> None:

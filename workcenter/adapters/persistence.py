@@ -246,6 +246,9 @@ class StoreUnavailable(WorkcenterError):
     """The store cannot be opened: no such file, not a Workcenter store, or not writable."""
 
     code = "store_unavailable"
+    # What a remote client is told, where the message says more than it should know (a
+    # database driver's words name the server's host and port); None: the message.
+    public: str | None = None
 
 
 class StoreClosed(StoreUnavailable):

@@ -89,9 +89,8 @@ def busy(pool: Any, cause: BaseException | None = None) -> StoreDisconnected:
     size = pool.max_size
     refusal = _refusal(pool)
     if refusal is not None:
-        away = StoreDisconnected(
-            f"no connection to the database could be made within {pool.timeout:g} s:"
-            f" {_words(refusal)}"
+        away = _said(
+            f"no connection to the database could be made within {pool.timeout:g} s", refusal
         )
         away.__cause__ = refusal
         return away
@@ -132,6 +131,15 @@ def _refusal(pool: Any) -> Exception | None:
 def _words(error: BaseException) -> str:
     """psycopg's message, which runs over several lines, as one."""
     return " ".join(str(error).split())
+
+
+def _said(said: str, driver: BaseException) -> StoreDisconnected:
+    """``said``, then the driver's words. Those name the server's host and port: the
+    operator's (the log, the command line), not a remote client's (``public``; found by
+    acceptance testing: a worker token's holder read the database's address)."""
+    error = StoreDisconnected(f"{said}: {_words(driver)}")
+    error.public = said
+    return error
 
 
 class Outage:
@@ -177,7 +185,7 @@ class Outage:
             refusal = self._refusal
         # From the driver's error, so that it reads as a lost connection everywhere
         # (``sql.connection_lost``: a runner waits it out).
-        raise StoreDisconnected(f"the database cannot be reached: {_words(refusal)}") from refusal
+        raise _said("the database cannot be reached", refusal) from refusal
 
 
 # SQLSTATE lock_not_available: a statement waited out the session's lock_timeout.
@@ -318,7 +326,7 @@ def watch_connections(datastore: Any) -> None:
             outage.lost()
             # An outage breaks every pooled connection: test them all now.
             datastore.pool.check()
-            raise StoreDisconnected(f"lost the connection to the database: {reason}") from error
+            raise _said("lost the connection to the database", error) from error
 
     datastore.get_connection = get_connection
     datastore.listening = turns.listening

@@ -162,6 +162,8 @@ def from_error(error: WorkcenterError) -> JSONResponse:
     kind = type(error)
     # The id is the caller's own path segment, whatever it holds: never echoed (ADR-0057).
     detail = f"{error.kind} not found" if isinstance(error, NotFound) else str(error)
+    if isinstance(error, StoreUnavailable) and error.public is not None:
+        detail = error.public
     response = problem(status_of(error), kind.__name__, api_words(detail), kind.code, **extra)
     if isinstance(error, PreconditionFailed) and error.current_etag is not None:
         response.headers["ETag"] = error.current_etag
