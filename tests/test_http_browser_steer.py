@@ -262,3 +262,22 @@ def test_an_action_with_no_attempt_left_greys_out_its_retry_until_attempts_are_e
     assert note(page, "ok") == "Action 1 retried."
     assert wc.action(UUID(failed)).status == "ready"
     assert errors == []
+
+
+def test_a_form_open_on_an_action_changed_elsewhere_is_closed_and_says_why(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    """Another tab retried the Action whose Guide form is open: the form closes and the
+    page says the Action changed. It stayed open, and its send was refused in words that
+    did not say the Action had been replaced (found by acceptance testing, ADR-0128)."""
+    page, base, errors = served_page
+    item = UUID(open_item(page, base, LINEAR))
+    failed = UUID(fail_current_action(wc))
+    page.click(".tl-row[data-status='failed'] button.guide:enabled", timeout=TIMEOUT_MS)
+    page.wait_for_selector("#action-form:visible", timeout=TIMEOUT_MS)
+    wc.retry(item, failed, expected_version=wc.work_item(item).version)  # another tab
+    page.wait_for_selector("#action-form", state="hidden", timeout=TIMEOUT_MS)
+    assert note(page, "stale") == (
+        "Action 1 changed meanwhile (superseded): nothing was sent. Check it, then try again."
+    )
+    assert errors == []

@@ -7,6 +7,8 @@
 
 const CRITERION_WORDS = { passed: "met", failed: "contradicted", unmet: "unmet" };
 const REFRESH_DELAY_MS = 120;
+// A detail read older than the item is read again, further apart each time, up to this.
+const BEHIND_MAX_MS = 4000;
 const RECONNECT_MS = 1000;
 
 const state = {
@@ -18,6 +20,8 @@ const state = {
   detailDirty: false,
   refreshing: false,
   timer: null,
+  // Detail reads in a row that showed the item older than it is (a runner behind).
+  behindReads: 0,
   // The item's ETag as the conversation was last read: a message echoes it in If-Match.
   conversationEtag: null,
   // The item's ETag as its detail was last read: a steering command echoes it.
@@ -161,7 +165,9 @@ async function refreshDetail() {
   const detail = shown.body;
   state.itemEtag = shown.etag;
   state.detail = detail;
+  followRunner(detail, timeline);
   setControls();
+  checkActionForm(timeline);
   state.conversationEtag = talk.etag;
   renderConversation(talk.body, decided, base);
   $("detail").hidden = false;
@@ -178,6 +184,25 @@ async function refreshDetail() {
   renderBudget(detail.executionControl);
   renderTimeline(timeline);
   renderAudit(audit.events);
+}
+
+// Where a projection runner keeps the detail view, a detail read can show the item as
+// it was a moment ago, while the timeline, read from the item itself, names its versions
+// now. No change event follows the runner's catching up, so the page reads the detail
+// again until it shows those versions: it stayed old until a reload, and every click
+// was refused as stale (found by acceptance testing, ADR-0128). A read behind once may
+// be a write between the two reads; behind twice, the page says so and steers nothing.
+function followRunner(detail, timeline) {
+  const control = detail.executionControl || {};
+  const behind =
+    Number(detail.planRevision) < Number(timeline.itemVersion) ||
+    Number(control.revision) < Number(timeline.controlVersion);
+  state.behindReads = behind ? state.behindReads + 1 : 0;
+  $("item-behind").hidden = state.behindReads < 2;
+  if (behind) {
+    state.detailDirty = true;
+    schedule(Math.min(BEHIND_MAX_MS, REFRESH_DELAY_MS * 2 ** state.behindReads));
+  }
 }
 
 function runIds(ids) {
@@ -412,8 +437,8 @@ $("message-form").addEventListener("submit", sendMessage);
 
 // --- live updates ----------------------------------------------------------------
 
-function schedule() {
-  if (state.timer === null) state.timer = setTimeout(refresh, REFRESH_DELAY_MS);
+function schedule(delay = REFRESH_DELAY_MS) {
+  if (state.timer === null) state.timer = setTimeout(refresh, delay);
 }
 
 async function refresh() {

@@ -80,6 +80,10 @@ function select(id, chosen) {
     $("command-note").hidden = true;
     $("message-send").disabled = true; // until this item's conversation is read
     closeActionForm();
+    // Until its first read, not the previous item's detail under this one's name.
+    state.behindReads = 0;
+    $("detail").hidden = true;
+    setControls();
   }
   state.selected = id;
   state.chosen = state.chosen || chosen;

@@ -12,7 +12,7 @@ function setControls() {
   const detail = state.detail;
   const closed = !detail || detail.status === "done" || detail.status === "cancelled";
   const stopped = Boolean(detail && detail.executionControl && detail.executionControl.stopReason);
-  const busy = state.commanding || !detail;
+  const busy = state.commanding || !detail || state.behindReads >= 2;
   $("start").disabled = busy || !(detail && detail.status === "draft");
   $("cancel").disabled = busy || closed;
   $("resume").disabled = busy || !(detail && (detail.status === "cancelled" || stopped));
@@ -60,6 +60,14 @@ async function command(path, body, done) {
       showNote(tokenRefusal(), "refused");
     } else if (failure instanceof Problem && failure.status === 412) {
       showNote("The item changed meanwhile: reloaded. Check it, then try again.", "stale");
+    } else if (failure instanceof TypeError) {
+      // fetch's own failure: no answer came (the server stopped, the network), which is
+      // no refusal; the command may or may not have been taken.
+      showNote(
+        "The server could not be reached, so it is not known whether this was done: the" +
+          " page shows the item again once the server answers.",
+        "stale",
+      );
     } else {
       showNote("Refused: " + (failure.message || failure), "refused");
     }
@@ -326,6 +334,23 @@ function openActionForm(action, kind, where) {
 function closeActionForm() {
   state.actionForm = null;
   $("action-form").hidden = true;
+}
+
+// The open form's Action changed meanwhile (retried in another tab, say): a send would
+// be refused in words that do not say so, so the form is closed and the page says why.
+function checkActionForm(timeline) {
+  const open = state.actionForm;
+  if (!open || state.commanding) return; // a command's own change is said by the command
+  const now = timeline.actions.find((a) => a.id === open.action.id);
+  if (now && now.generation === open.action.generation && now.status === open.action.status) {
+    return;
+  }
+  closeActionForm();
+  showNote(
+    "Action " + open.action.sequence + " changed meanwhile (" + (now ? now.status : "gone") +
+      "): nothing was sent. Check it, then try again.",
+    "stale",
+  );
 }
 
 $("action-close").addEventListener("click", closeActionForm);
