@@ -33,6 +33,7 @@ from eventsourcing.persistence import InterfaceError, OperationalError
 
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.projections import sql
+from workcenter.service_layer.ports import StoreUnreachable
 
 log = logging.getLogger("workcenter.store")
 QUIET: Final = 30.0
@@ -53,7 +54,7 @@ KEEPALIVES: Final = {
 }
 
 
-class StoreDisconnected(StoreUnavailable, OperationalError):
+class StoreDisconnected(StoreUnavailable, StoreUnreachable, OperationalError):
     """The database connection failed under a command or a read, or no connection of
     the pool came free in time. A write in flight may or may not have been committed:
     read before retrying. The next command reconnects."""

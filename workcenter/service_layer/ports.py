@@ -15,9 +15,19 @@ from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
 
+from workcenter.domain.errors import WorkcenterError
 from workcenter.domain.model import DomainEvent
 from workcenter.projections.inline import InlineWrite
 from workcenter.service_layer.history.hash_chain import Link, Row
+
+
+class StoreUnreachable(WorkcenterError):
+    """The store's server could not be reached (a restart, a failover, a network cut): a
+    write in flight may or may not have been made. Raised by a client-server store's
+    adapter; what the service layer holds on to (a reply it paid for) it tries again
+    once the store answers, reading first whether the write was made."""
+
+    code = "store_unreachable"
 
 
 class Clock(Protocol):

@@ -14,9 +14,11 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 from uuid import UUID
 
 from workcenter.domain import bounds, inputs, planning
@@ -30,11 +32,18 @@ from workcenter.domain.errors import (
     TurnFenceLost,
     WorkcenterError,
 )
-from workcenter.service_layer.handlers.coordinator import CoordinatorCommands
+from workcenter.service_layer.handlers.coordinator import CoordinatorCommands, response_hash
 from workcenter.service_layer.handlers.coordinator_rules import RequestBody
-from workcenter.service_layer.ports import CoordinatorProvider, ProviderTurnRequest
+from workcenter.service_layer.ports import (
+    CoordinatorProvider,
+    ProviderTurnRequest,
+    StoreUnreachable,
+)
 
 CORRECTION_LIMIT = 2_000
+# A reply in hand is recorded again after these waits, doubling, while the store is away.
+RESPOND_FIRST_WAIT = 0.1
+RESPOND_LAST_WAIT = 2.0
 MAX_STEPS = 10_000  # due wakes one pass takes on
 TurnStatus = Literal["decided", "failed", "lost", "skipped"]
 
@@ -235,11 +244,48 @@ class Coordinator:
         text = text.encode("utf-8", "replace").decode("utf-8")
         usage = reply.usage if isinstance(reply.usage, dict) else None
         try:
-            self.commands.respond(claim, provider_turn.id, text, usage)
+            self._respond(claim, provider_turn.id, text, usage)
         except TurnFenceLost:
             self.commands.settle_late(claim.work_item_id, provider_turn.id, usage)
             raise
         return text
+
+    def _respond(
+        self,
+        claim: conv.ClaimRef,
+        provider_turn_id: UUID,
+        text: str,
+        usage: Mapping[str, Any] | None,
+    ) -> None:
+        """Record the reply. A store that cannot be reached is waited out for up to one
+        lease, reading first whether the last try was made: the reply was paid for, and
+        given up it left the request's outcome unknown, the turn failed for good and the
+        whole estimate charged (found by acceptance testing, ADR-0128). The claim's fence
+        still decides whether it is recorded."""
+        deadline = time.monotonic() + self.lease.total_seconds()
+        delay, failed = RESPOND_FIRST_WAIT, False
+        while True:
+            try:
+                if not (failed and self._responded(claim.work_item_id, provider_turn_id, text)):
+                    self.commands.respond(claim, provider_turn_id, text, usage)
+                return
+            except StoreUnreachable:
+                if time.monotonic() + delay > deadline:
+                    raise
+            failed = True
+            time.sleep(delay)
+            delay = min(delay * 2, RESPOND_LAST_WAIT)
+
+    def _responded(self, work_item_id: UUID, provider_turn_id: UUID, text: str) -> bool:
+        """Whether ``text`` is recorded as the provider turn's reply already (a try whose
+        commit was made, its answer lost with the connection)."""
+        conversation = self.commands.repo.conversation(work_item_id)
+        sent = conversation.provider_turn(provider_turn_id) if conversation else None
+        return (
+            sent is not None
+            and sent.status != "dispatching"
+            and sent.response_hash == response_hash(text)
+        )
 
     def _decide(
         self, state: _Attempt, provider_turn_id: UUID, text: str, attempt: int
