@@ -464,3 +464,22 @@ def test_show_json_prints_the_detail_dto(db_path: Path) -> None:
     assert once.exit_code == 0 and "applied 0 events" in once.output
     refused = runner.invoke(cli, ["--db", str(db_path), "projections", "rebuild", "nope"])
     assert refused.exit_code == 2
+
+
+def test_status_never_shows_a_position_past_the_head(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A writer between the two reads made the runner report "mailbox at 750/746": the
+    head was read before the positions (found by acceptance testing)."""
+    with fresh_center() as (wc, _clock, _):
+        create_dynamic(wc)
+        position = type(wc.projections).position
+        wrote: list[bool] = []
+
+        def written_meanwhile(self: Any, name: str) -> int:
+            if not wrote:
+                wrote.append(True)
+                create_dynamic(wc, title="meanwhile")
+            return int(position(self, name))
+
+        monkeypatch.setattr(type(wc.projections), "position", written_meanwhile)
+        rows = wc.maintenance.projection_status()
+        assert wrote and all(s.position <= s.head for s in rows), rows
