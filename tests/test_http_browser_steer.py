@@ -7,6 +7,7 @@ Chromium."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -280,4 +281,22 @@ def test_a_form_open_on_an_action_changed_elsewhere_is_closed_and_says_why(
     assert note(page, "stale") == (
         "Action 1 changed meanwhile (superseded): nothing was sent. Check it, then try again."
     )
+    assert errors == []
+
+
+def test_a_run_whose_lease_lapsed_is_marked_on_the_timeline(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    """Between a lease's end and the Run's recovery the timeline's ``leaseExpired`` is
+    shown: the bar is hatched and says no worker renews it (it read "running")."""
+    page, base, errors = served_page
+    item = UUID(open_item(page, base, LINEAR))
+    claimed = wc.claim_next("gone", lease_seconds=1)
+    assert claimed is not None
+    time.sleep(1.2)  # its worker died: nobody renews it
+    ledger = wc.ledger(item)
+    wc.extend_budget(item, expected_version=ledger.version, additions={"max_tokens": 1})
+    bar = ".tl-row[data-status='running'] .tl-run.running.lapsed"
+    page.wait_for_selector(bar, timeout=TIMEOUT_MS)
+    assert "its lease lapsed: no worker renews it" in (page.get_attribute(bar, "title") or "")
     assert errors == []

@@ -292,14 +292,15 @@ function renderTimeline(timeline) {
     row.append(label);
     const track = el("div", null, "tl-track");
     for (const run of action.runs) {
-      const bar = el("div", null, "tl-run " + run.status);
+      const bar = el("div", null, "tl-run " + run.status + (run.leaseExpired ? " lapsed" : ""));
       const left = (100 * (run.startedAt - start)) / (end - start);
       const right = (100 * ((run.endedAt || timeline.now) - start)) / (end - start);
       bar.style.left = left + "%";
       bar.style.width = Math.max(0.5, right - left) + "%";
       bar.title =
         "Run " + short(run.id) + " (attempt " + run.attempt + ", generation " + run.generation +
-        "): " + run.status + ", " + new Date(run.startedAt).toLocaleTimeString() +
+        "): " + run.status + (run.leaseExpired ? " (its lease lapsed: no worker renews it)" : "") +
+        ", " + new Date(run.startedAt).toLocaleTimeString() +
         (run.endedAt ? " to " + new Date(run.endedAt).toLocaleTimeString() : "");
       track.append(bar);
     }
