@@ -7,6 +7,7 @@ answered)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,12 +15,14 @@ from typing import Any
 import pytest
 from conftest import BOOT_ID, FakeClock, action_spec, create_dynamic
 from coordinator_fakes import FakeRules, create_actions
+from private_postgres import private_server
 
-from workcenter.adapters.providers.scripted import Reply, ScriptedProvider
+from workcenter.adapters.providers.scripted import Reply
 from workcenter.application import WorkCenter
 from workcenter.service_layer.handlers import coordinator_step
 from workcenter.service_layer.handlers.coordinator import CoordinatorCommands
 from workcenter.service_layer.ports import StoreUnreachable
+from workcenter.service_layer.repository import Repository
 
 USAGE = {"total_tokens": 77}
 
@@ -31,42 +34,90 @@ def wc(db_path: Path, clock: FakeClock) -> Iterator[WorkCenter]:
     center.close()
 
 
+class Away:
+    """A store out of reach for the next ``reads`` conversation reads and ``writes``
+    replies recorded, from the moment the model answers; a write may be made before its
+    connection is lost (``made``)."""
+
+    def __init__(self) -> None:
+        self.reads = self.writes = 0
+        self.made = False
+        self.tries: list[str] = []
+
+
 @pytest.fixture
-def respond_away(monkeypatch: pytest.MonkeyPatch) -> Callable[[int, bool], list[str]]:
-    """``respond`` fails ``times`` times as a store out of reach would, each failure
-    after its write was made if ``made``; the tries are listed."""
+def away(monkeypatch: pytest.MonkeyPatch) -> Away:
     monkeypatch.setattr(coordinator_step, "RESPOND_FIRST_WAIT", 0.01)
-    real = CoordinatorCommands.respond
+    state = Away()
+    read, respond = Repository.conversation, CoordinatorCommands.respond
 
-    def arrange(times: int, made: bool) -> list[str]:
-        tries: list[str] = []
+    def conversation(self: Repository, work_item_id: Any) -> Any:
+        if state.reads:
+            state.reads -= 1
+            raise StoreUnreachable("the database cannot be reached")
+        return read(self, work_item_id)
 
-        def respond(self: CoordinatorCommands, *args: Any) -> None:
-            tries.append("try")
-            if len(tries) <= times:
-                if made:
-                    real(self, *args)
-                raise StoreUnreachable("the database cannot be reached")
-            real(self, *args)
+    def responding(self: CoordinatorCommands, *args: Any) -> None:
+        state.tries.append("try")
+        if state.writes:
+            state.writes -= 1
+            if state.made:
+                respond(self, *args)
+            raise StoreUnreachable("the database cannot be reached")
+        respond(self, *args)
 
-        monkeypatch.setattr(CoordinatorCommands, "respond", respond)
-        return tries
+    monkeypatch.setattr(Repository, "conversation", conversation)
+    monkeypatch.setattr(CoordinatorCommands, "respond", responding)
+    return state
 
-    return arrange
+
+class Answers:
+    """A provider whose reply arrives as the store goes away."""
+
+    def __init__(self, away: Away, reads: int, writes: int) -> None:
+        self.away, self.reads, self.writes = away, reads, writes
+
+    def answer(self, request: Any, before_request: Callable[[], None]) -> Reply:
+        before_request()
+        self.away.reads, self.away.writes = self.reads, self.writes
+        return Reply(create_actions(action_spec()), usage=USAGE)
 
 
-@pytest.mark.parametrize("made", [False, True], ids=["not-written", "written-answer-lost"])
+@pytest.mark.parametrize(
+    ("reads", "writes", "made", "tries"),
+    [(2, 0, False, 1), (0, 2, False, 3), (1, 2, True, 1)],
+    ids=["reads-away", "writes-away", "written-answer-lost"],
+)
 def test_a_reply_in_hand_is_recorded_once_the_store_answers(
-    wc: WorkCenter, respond_away: Callable[[int, bool], list[str]], made: bool
+    wc: WorkCenter, away: Away, reads: int, writes: int, made: bool, tries: int
 ) -> None:
     item = create_dynamic(wc)
-    tries = respond_away(2, made)
-    provider = ScriptedProvider([Reply(create_actions(action_spec()), usage=USAGE)])
-    [result] = wc.coordinate_once(provider)
+    away.made = made
+    [result] = wc.coordinate_once(Answers(away, reads, writes))
     assert result.status == "decided", result
     # A try whose write was made is read back, not sent again (it would be refused).
-    assert len(tries) == (1 if made else 3)
+    assert len(away.tries) == tries
     assert len(wc.work_item(item.id).plan) == 1
     [reservation] = wc.ledger(item.id).reservations.values()
     assert (reservation.status, reservation.charged_tokens) == ("reported", 77)
     assert wc.ledger(item.id).coordinator_failures == 0
+
+
+def test_a_reply_that_arrives_while_postgresql_is_down_is_recorded_when_it_is_back() -> None:
+    """The acceptance finding itself, on a server of the test's own: stopped as the model
+    answers, started again 3 s later; the turn ends decided with its usage charged."""
+    with private_server() as server, WorkCenter.open(server.url, boot_id=BOOT_ID) as wc:
+        item = create_dynamic(wc)
+
+        class Down:
+            def answer(self, request: Any, before_request: Callable[[], None]) -> Reply:
+                before_request()
+                server.stop()
+                threading.Timer(3.0, server.start).start()
+                return Reply(create_actions(action_spec()), usage=USAGE)
+
+        [result] = wc.coordinate_once(Down(), lease_seconds=60)
+        assert result.status == "decided", result
+        [reservation] = wc.ledger(item.id).reservations.values()
+        assert (reservation.status, reservation.charged_tokens) == ("reported", 77)
+        assert len(wc.work_item(item.id).plan) == 1

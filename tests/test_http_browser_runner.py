@@ -14,6 +14,7 @@ from uuid import UUID
 
 import pytest
 from http_client import LINEAR, served
+from test_http_api import fail_current_action
 from test_http_browser import TIMEOUT_MS, chromium, playwright_api
 from test_http_browser_steer import open_item, status_is
 
@@ -57,9 +58,38 @@ def test_a_change_made_while_the_runner_is_behind_is_shown_once_it_catches_up(
     page.wait_for_selector("#item-behind:visible", timeout=TIMEOUT_MS)
     assert page.text_content("#item-status") == "draft"
     assert page.is_disabled("#start") and page.is_disabled("#cancel")
+    page.wait_for_timeout(500)  # more reads while behind: still nothing to click
+    assert page.is_disabled("#start") and page.is_disabled("#cancel")
 
     assert ProjectionRunner(writer).run_once() > 0  # the runner catches up; no event follows
     status_is(page, "cancelled")
     page.wait_for_selector("#item-behind", state="hidden", timeout=TIMEOUT_MS)
     page.wait_for_selector("#resume:enabled", timeout=TIMEOUT_MS)
+    assert errors == []
+
+
+def test_an_actions_buttons_wait_for_the_runner_too(
+    page_on: tuple[Any, str, list[str]], writer: WorkCenter, db_path: Path
+) -> None:
+    """The timeline, read from the item itself, rebuilt the Action's Retry enabled while
+    the page said it was behind; its click was refused as stale (found by acceptance
+    testing, ADR-0128)."""
+    page, base, errors = page_on
+    item = UUID(open_item(page, base, LINEAR))
+    fail_current_action(writer)
+    ProjectionRunner(writer).run_once()
+    retry = ".tl-row[data-status='failed'] button.retry"
+    page.wait_for_selector(retry + ":enabled", timeout=TIMEOUT_MS)
+
+    with WorkCenter.open(db_path, inline_projections=False, create=False) as elsewhere:
+        ledger = elsewhere.ledger(item)
+        elsewhere.extend_budget(item, expected_version=ledger.version, additions={"max_tokens": 1})
+    page.wait_for_selector("#item-behind:visible", timeout=TIMEOUT_MS)
+    assert page.is_disabled(retry)
+
+    ProjectionRunner(writer).run_once()
+    page.wait_for_selector("#item-behind", state="hidden", timeout=TIMEOUT_MS)
+    page.click(retry + ":enabled", timeout=TIMEOUT_MS)
+    page.wait_for_selector("#command-note[data-kind='ok']:visible", timeout=TIMEOUT_MS)
+    assert page.text_content("#command-note") == "Action 1 retried."
     assert errors == []

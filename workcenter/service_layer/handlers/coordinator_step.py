@@ -232,11 +232,6 @@ class Coordinator:
             return self._fail(claim, f"provider error: {type(error).__name__}", retry=False)
         finally:
             keeper.stop()
-        conversation = self.commands.repo.conversation(claim.work_item_id)
-        sent = conversation.provider_turn(provider_turn.id) if conversation else None
-        if sent is None or sent.status != "dispatching":
-            # The provider answered without calling before_request: nothing was reserved.
-            return self._fail(claim, "the provider sent no reserved request", retry=False)
         text = reply.text if isinstance(reply.text, str) else ""
         if len(text) > bounds.PAYLOAD_TEXT:
             return self._fail(claim, "the provider's reply is too large", retry=False)
@@ -244,48 +239,45 @@ class Coordinator:
         text = text.encode("utf-8", "replace").decode("utf-8")
         usage = reply.usage if isinstance(reply.usage, dict) else None
         try:
-            self._respond(claim, provider_turn.id, text, usage)
+            recorded = self._record(claim, provider_turn.id, text, usage)
         except TurnFenceLost:
             self.commands.settle_late(claim.work_item_id, provider_turn.id, usage)
             raise
+        if not recorded:
+            # The provider answered without calling before_request: nothing was reserved.
+            return self._fail(claim, "the provider sent no reserved request", retry=False)
         return text
 
-    def _respond(
+    def _record(
         self,
         claim: conv.ClaimRef,
         provider_turn_id: UUID,
         text: str,
         usage: Mapping[str, Any] | None,
-    ) -> None:
-        """Record the reply. A store that cannot be reached is waited out for up to one
-        lease, reading first whether the last try was made: the reply was paid for, and
-        given up it left the request's outcome unknown, the turn failed for good and the
-        whole estimate charged (found by acceptance testing, ADR-0128). The claim's fence
-        still decides whether it is recorded."""
+    ) -> bool:
+        """Record the reply to the dispatched provider turn; False when it was never
+        dispatched. A store that cannot be reached is waited out for up to one lease, a
+        try whose answer was lost read back first: the reply was paid for, and given up it
+        left the request's outcome unknown, the turn failed for good and the whole
+        estimate charged (found by acceptance testing, ADR-0128). The claim's fence still
+        decides whether it is recorded."""
         deadline = time.monotonic() + self.lease.total_seconds()
         delay, failed = RESPOND_FIRST_WAIT, False
         while True:
             try:
-                if not (failed and self._responded(claim.work_item_id, provider_turn_id, text)):
+                conversation = self.commands.repo.conversation(claim.work_item_id)
+                sent = conversation.provider_turn(provider_turn_id) if conversation else None
+                if sent is not None and sent.status == "dispatching":
                     self.commands.respond(claim, provider_turn_id, text, usage)
-                return
+                    return True
+                # Not dispatched; or, after a failed try, made by it with this reply.
+                return failed and sent is not None and sent.response_hash == response_hash(text)
             except StoreUnreachable:
                 if time.monotonic() + delay > deadline:
                     raise
             failed = True
             time.sleep(delay)
             delay = min(delay * 2, RESPOND_LAST_WAIT)
-
-    def _responded(self, work_item_id: UUID, provider_turn_id: UUID, text: str) -> bool:
-        """Whether ``text`` is recorded as the provider turn's reply already (a try whose
-        commit was made, its answer lost with the connection)."""
-        conversation = self.commands.repo.conversation(work_item_id)
-        sent = conversation.provider_turn(provider_turn_id) if conversation else None
-        return (
-            sent is not None
-            and sent.status != "dispatching"
-            and sent.response_hash == response_hash(text)
-        )
 
     def _decide(
         self, state: _Attempt, provider_turn_id: UUID, text: str, attempt: int

@@ -190,8 +190,9 @@ async function refreshDetail() {
 // it was a moment ago, while the timeline, read from the item itself, names its versions
 // now. No change event follows the runner's catching up, so the page reads the detail
 // again until it shows those versions: it stayed old until a reload, and every click
-// was refused as stale (found by acceptance testing, ADR-0128). A read behind once may
-// be a write between the two reads; behind twice, the page says so and steers nothing.
+// was refused as stale (found by acceptance testing, ADR-0128). While behind the page
+// steers nothing (a command would echo the older versions); a read behind once may be a
+// write between the two reads, so only behind twice does it say so.
 function followRunner(detail, timeline) {
   const control = detail.executionControl || {};
   const behind =

@@ -12,7 +12,7 @@ function setControls() {
   const detail = state.detail;
   const closed = !detail || detail.status === "done" || detail.status === "cancelled";
   const stopped = Boolean(detail && detail.executionControl && detail.executionControl.stopReason);
-  const busy = state.commanding || !detail || state.behindReads >= 2;
+  const busy = state.commanding || !detail || state.behindReads > 0;
   $("start").disabled = busy || !(detail && detail.status === "draft");
   $("cancel").disabled = busy || closed;
   $("resume").disabled = busy || !(detail && (detail.status === "cancelled" || stopped));
@@ -274,7 +274,7 @@ function actionButton(label, className, onclick, title, spent) {
   const button = el("button", label, className);
   button.type = "button";
   button.dataset.spent = String(Boolean(spent));
-  button.disabled = state.commanding || Boolean(spent);
+  button.disabled = state.commanding || state.behindReads > 0 || Boolean(spent);
   button.title = visible(spent ? NO_ATTEMPT_LEFT : title);
   button.onclick = onclick;
   return button;
