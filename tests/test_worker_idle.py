@@ -75,12 +75,15 @@ def test_a_busy_worker_running_several_at_once_ends_a_lapsed_lease_too(
         create_linear(wc, stages=("implement",), title=f"backlog {n}")
 
     def slow(claimed: Claim) -> dict[str, Any]:
-        clock.advance(3)  # two at once: each Run's own lease of 10 s outlives it
+        # Two at once, each moving the clock: a Run's own lease of 10 s outlives it unless
+        # the other thread runs five while it runs one (with 3 s a step, three sufficed
+        # when a CI machine starved one thread, and the worker's own recovery ended it).
+        clock.advance(2)
         return echo(claimed)
 
     stats = run_worker(
-        wc, slow, worker="w2", lease_seconds=10, max_runs=6, poll_seconds=0.01, runs_at_once=2
+        wc, slow, worker="w2", lease_seconds=10, max_runs=8, poll_seconds=0.01, runs_at_once=2
     )
-    assert stats.finished == 6, stats
+    assert stats.finished == 8, stats
     run = wc.action(lost.action_id).run(lost.run_id)
     assert run is not None and run.status == "interrupted"
