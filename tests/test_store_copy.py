@@ -20,6 +20,7 @@ from conftest import BOOT_ID, FakeClock, claim, create_dynamic, create_linear, r
 from workcenter.adapters import cli_stop, store_copy
 from workcenter.adapters.cipher import KEY_ENV, StoreKeyRefused
 from workcenter.adapters.cli import cli
+from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.application import WorkCenter
 
 
@@ -111,6 +112,12 @@ def test_an_encrypted_store_is_copied_under_its_own_key(
         assert "encrypted with its key" in done.output
         with WorkCenter.open(target, create=False) as moved:
             assert moved.event_count() == events
+        # Its stored bytes copied as they are: sealed again, each event's nonce made the
+        # chain another, and the source's anchor called the copy changed.
+        kept = anchor(str(db_path))
+        assert anchor(target) == kept
+        verified = CliRunner().invoke(cli, ["--db", target, "audit", "verify", "--anchor", kept])
+        assert verified.exit_code == 0, verified.output
         monkeypatch.delenv(KEY_ENV)
         with pytest.raises(StoreKeyRefused):
             WorkCenter.open(target, create=False)
@@ -164,4 +171,55 @@ def test_a_stopped_copy_says_its_new_store_is_not_one(
         assert stopped.exit_code == 128 + signal.SIGTERM, stopped.output
         [line] = stopped.stderr.splitlines()
         assert line.startswith("interrupted by SIGTERM: copy stopped at position 2 of ")
-        assert line.endswith("remove it and run copy again into a new, empty store")
+        assert line.endswith(
+            "remove it (DROP SCHEMA ... CASCADE) and run copy again into a new, empty store"
+        )
+
+
+def test_a_password_in_the_target_is_never_shown(db_path: Path) -> None:
+    with WorkCenter.open(str(db_path)) as wc:
+        create_dynamic(wc)
+    with postgres.fresh_schema() as url:
+        secret = url.replace("postgres@", "postgres:s3cret@", 1)  # trust: any password
+        done = copy(str(db_path), secret)
+        assert done.exit_code == 0, done.output
+        again = copy(str(db_path), secret)
+        assert again.exit_code == 2
+        said = done.output + again.output
+        assert "s3cret" not in said and "postgres:***@" in said, said
+
+
+def test_a_store_in_memory_is_refused_as_a_target(db_path: Path) -> None:
+    with WorkCenter.open(str(db_path)) as wc:
+        create_dynamic(wc)
+    line = refused(copy(str(db_path), ":memory:"))
+    assert "a store in memory ends with this process" in line
+
+
+def test_a_copy_that_fails_midway_says_its_new_store_is_not_one(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database gone after a page (found by acceptance testing with a server
+    stopped): the error's line came alone, and the part copied looked like a store."""
+    source = str(db_path)
+    with WorkCenter.open(source) as wc:
+        for n in range(3):
+            create_dynamic(wc, title=f"Item {n}")
+        events = wc.event_count()
+    monkeypatch.setattr(store_copy, "PAGE", 2)
+    step = cli_stop.Steps.__call__
+
+    def away(self: cli_stop.Steps, done: int, total: int) -> None:
+        step(self, done, total)
+        raise StoreUnavailable("the database cannot be reached")
+
+    monkeypatch.setattr(cli_stop.Steps, "__call__", away)
+    target = str(db_path.parent / "copy.db")
+    failed = copy(source, target)
+    assert failed.exit_code == 2, failed.output
+    assert failed.stderr.splitlines() == [
+        f"copy failed at position 2 of {events}: the new"
+        f" store at {target} holds only the events copied so far and is not a copy of the"
+        " store; remove it (delete the file) and run copy again into a new, empty store",
+        "StoreUnavailable: the database cannot be reached",
+    ]

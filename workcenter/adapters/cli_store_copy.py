@@ -11,8 +11,9 @@ import click
 
 from workcenter.adapters.cli_common import bar_on_terminal, console, db_option, emit_json
 from workcenter.adapters.cli_stop import Interrupted, Steps, interrupted, stop_signals
-from workcenter.adapters.persistence import resolve_db_path
+from workcenter.adapters.persistence import is_postgres_url, public_url, resolve_db_path
 from workcenter.adapters.store_copy import Copied
+from workcenter.domain.errors import WorkcenterError
 
 Copying = Callable[..., Copied]
 
@@ -52,8 +53,22 @@ def rekey(ctx: click.Context, target: str, as_json: bool) -> None:
 def _copied(
     ctx: click.Context, verb: str, copy_store: Copying, key_named: str, target: str, as_json: bool
 ) -> None:
+    shown = public_url(target)  # never its password (found by acceptance testing)
     with stop_signals() as stop:
         steps = Steps(stop)
+
+        def partial(how: str) -> str:
+            # The pages copied are committed: the new store holds a beginning of the
+            # history, which verifies as one (found by acceptance testing: it was then
+            # taken for a copy, and SIGTERM ended the verb without a word).
+            where = f" at position {steps.done:,} of {steps.total:,}" if steps.total else ""
+            removal = "DROP SCHEMA ... CASCADE" if is_postgres_url(target) else "delete the file"
+            return (
+                f"{verb} {how}{where}: the new store at {shown} holds only the events copied"
+                f" so far and is not a copy of the store; remove it ({removal}) and run"
+                f" {verb} again into a new, empty store"
+            )
+
         try:
             with bar_on_terminal(as_json) as bar:
                 done = copy_store(
@@ -62,17 +77,11 @@ def _copied(
                     progress=steps.shown_on(bar, "copying"),
                 )
         except Interrupted as stopped:
-            # The pages copied are committed: the new store holds a beginning of the
-            # history, which verifies as one (found by acceptance testing: it was then
-            # taken for a copy, and SIGTERM ended the verb without a word).
-            where = f" at position {steps.done:,} of {steps.total:,}" if steps.total else ""
-            interrupted(
-                ctx,
-                stopped,
-                f"{verb} stopped{where}: the new store at {target} holds only the events"
-                f" copied so far and is not a copy of the store; remove it and run {verb}"
-                " again into a new, empty store",
-            )
+            interrupted(ctx, stopped, partial("stopped"))
+        except WorkcenterError:
+            if steps.done:  # the database went away mid-copy, say: said before its words
+                click.echo(partial("failed"), err=True)
+            raise
         if stop.signum is not None:
             # It came after the last page (while the copy's views were rebuilt): the copy
             # is whole, so the verb ends as its copy says (found by acceptance testing:
@@ -82,7 +91,7 @@ def _copied(
                 " copy was finished",
                 err=True,
             )
-        _said_copied(ctx, done, key_named, target, as_json)
+        _said_copied(ctx, done, key_named, shown, as_json)
 
 
 def _said_copied(

@@ -212,6 +212,19 @@ def is_postgres_url(db: str) -> bool:
         return db.lower().startswith(tuple(f"{scheme}://" for scheme in POSTGRES_SCHEMES))
 
 
+def public_url(db: str) -> str:
+    """A store's address as it may be shown: a URL without its password."""
+    try:
+        parts = urlsplit(db)
+        password = parts.password
+    except ValueError:  # malformed: refused where it is parsed; shown as typed
+        return db
+    if password is None:
+        return db
+    netloc = parts.netloc.replace(f":{password}@", ":***@", 1)
+    return parts._replace(netloc=netloc).geturl()
+
+
 _URL_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 

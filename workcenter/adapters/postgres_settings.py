@@ -26,7 +26,7 @@ from eventsourcing.postgres import PostgresFactory
 from eventsourcing.utils import Environment, EnvType, get_topic
 
 from workcenter.adapters import postgres_layout, postgres_write
-from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.adapters.persistence import StoreUnavailable, public_url
 from workcenter.adapters.postgres_columns import name_stream_columns
 from workcenter.adapters.postgres_connection import watch_connections
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
@@ -70,15 +70,6 @@ DEFAULT_SCHEMA: Final = "workcenter"
 SESSION_PROBE: Final = "workcenter.session_probe"
 # The library names the event tables after the application ("WorkCenter").
 EVENTS_TABLE: Final = "workcenter_events"
-
-
-def public_url(db: str) -> str:
-    """The URL as it may be shown: without its password."""
-    parts = urlsplit(db)
-    if parts.password is None:
-        return db
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
 
 
 class PostgresTarget:

@@ -4,12 +4,13 @@ from a SQLite file to PostgreSQL as a deployment grows (``copy``, ADR-0125; see
 docs/deployment.md).
 
 The events are the store; snapshots and read models are caches of them. So the
-copy reads the old store's event log in order with its key (from
-``$WORKCENTER_CIPHER_KEY``), writes each event to an empty new store with the
-copy's key (for ``rekey``, ``$WORKCENTER_NEW_CIPHER_KEY``, empty to store without
-encryption), a page per commit in the same order, and rebuilds the new store's read
-models. The hash chain's links are computed over the events themselves, so the copy's
-chain is the source's, link for link: an anchor kept from the source verifies it.
+copy reads the old store's event log in order and writes it to an empty new store, a
+page per commit in the same order, and rebuilds the new store's read models. ``copy``
+writes each event's stored bytes as they are (its key is the store's), so the hash
+chain, whose links are over those bytes, is the source's link for link: an anchor kept
+from the source verifies the copy. ``rekey`` decodes each event with the old key
+(``$WORKCENTER_CIPHER_KEY``) and seals it with the new one
+(``$WORKCENTER_NEW_CIPHER_KEY``, empty to store without encryption): a new chain.
 
 Writers must be stopped while it runs; then they are pointed at the new store. If
 they are not, the copy is still consistent (ADR-0050): it holds the events up to
@@ -27,9 +28,11 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any, Final
 
+from eventsourcing.persistence import StoredEvent
+
 from workcenter.adapters import cipher
 from workcenter.adapters.cipher import KEY_ENV, StoreKeyRefused
-from workcenter.adapters.persistence import is_in_memory, is_postgres_url
+from workcenter.adapters.persistence import is_in_memory, is_postgres_url, public_url
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput
 
@@ -74,7 +77,7 @@ def copy(source: str, target: str, *, progress: Callable[[int, int], None] | Non
     """Copy ``source`` into the empty ``target`` under the same key,
     ``$WORKCENTER_CIPHER_KEY`` (or none). ``progress`` as for ``rekey``."""
     key = cipher.configured_key(KEY_ENV)
-    return _copied(source, target, key, "the store's key", progress)
+    return _copied(source, target, key, "the store's key", progress, as_stored=True)
 
 
 def rekey(
@@ -92,7 +95,7 @@ def rekey(
             " the store without encryption"
         )
     new_key = cipher.configured_key(NEW_KEY_ENV)  # refused in its own name, before anything
-    return _copied(source, target, new_key, "the new key", progress)
+    return _copied(source, target, new_key, "the new key", progress, as_stored=False)
 
 
 def _copied(
@@ -101,11 +104,18 @@ def _copied(
     new_key: str | None,
     key_named: str,
     progress: Callable[[int, int], None] | None,
+    *,
+    as_stored: bool,
 ) -> Copied:
     """``source`` copied into the empty ``target`` under ``new_key`` (None: without
-    encryption), which the refusals call ``key_named``."""
+    encryption), which the refusals call ``key_named``; ``as_stored``: each event's stored
+    bytes as they are (the same key), else decoded and sealed again under ``new_key``."""
+    shown = public_url(target)
+    if is_in_memory(target):
+        # Copied, then thrown away with the process (found by acceptance testing).
+        raise InvalidInput("a store in memory ends with this process: name a file or a URL")
     if _same_store(source, target):
-        raise InvalidInput(f"the new store at {target} is the store being copied: name another")
+        raise InvalidInput(f"the new store at {shown} is the store being copied: name another")
     with WorkCenter.open(source, create=False, inline_projections=False) as old:
         with _key(new_key):
             try:
@@ -116,11 +126,11 @@ def _copied(
         try:
             if count := new.event_count():
                 raise InvalidInput(
-                    f"the new store at {target} is not empty: it holds {count} events"
+                    f"the new store at {shown} is not empty: it holds {count} events"
                     " (a copy cut short? remove it and copy again into a new, empty store)"
                 )
             head = old.store.recorder.max_notification_id() or 0
-            copied = _copy(old, new, head, progress)
+            copied = _copy(old, new, head, progress, as_stored)
             new.maintenance.rebuild_projection()
         finally:
             new.close()
@@ -135,13 +145,14 @@ def _not_a_new_store(target: str, new_key: str | None, key_named: str) -> Invali
     made_in = (
         f"a new, empty store, or one `init` made with $WORKCENTER_CIPHER_KEY set to {key_named}"
     )
+    opened, target = target, public_url(target)  # shown without a password
     if new_key is None:
         return InvalidInput(
             f"the new store at {target} is encrypted, and a store keeps the mode it was made"
             f" in: name a path or schema that holds no store yet, to copy without encryption"
         )
     try:
-        with _key(None), WorkCenter.open(target, create=False, inline_projections=False) as plain:
+        with _key(None), WorkCenter.open(opened, create=False, inline_projections=False) as plain:
             count = plain.event_count()
     except StoreKeyRefused:
         return InvalidInput(
@@ -174,9 +185,16 @@ def _same_store(source: str, target: str) -> bool:
 
 
 def _copy(
-    old: WorkCenter, new: WorkCenter, head: int, progress: Callable[[int, int], None] | None
+    old: WorkCenter,
+    new: WorkCenter,
+    head: int,
+    progress: Callable[[int, int], None] | None,
+    as_stored: bool,
 ) -> int:
-    """Every event up to position ``head`` (inclusive), in order."""
+    """Every event up to position ``head`` (inclusive), in order. As stored, the chain's
+    links (over the stored bytes) are the source's: sealed again, an encrypted event's
+    bytes differ by their nonce, and an anchor kept from the source called the copy
+    changed (found by acceptance testing)."""
     source, target = old.store, new.store
     position = copied = 0
     while position < head and (
@@ -184,8 +202,14 @@ def _copy(
             start=position, limit=PAGE, stop=head, inclusive_of_start=False
         )
     ):
-        events = [source.mapper.to_domain_event(n) for n in page]
-        target.recorder.insert_events([target.mapper.to_stored_event(e) for e in events])
+        if as_stored:
+            rows = [
+                StoredEvent(n.originator_id, n.originator_version, n.topic, n.state) for n in page
+            ]
+        else:
+            events = [source.mapper.to_domain_event(n) for n in page]
+            rows = [target.mapper.to_stored_event(e) for e in events]
+        target.recorder.insert_events(rows)
         position = page[-1].id
         copied += len(page)
         if progress is not None:
