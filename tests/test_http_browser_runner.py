@@ -13,12 +13,11 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from http_client import LINEAR, served
+from http_client import LINEAR
 from test_http_api import fail_current_action
-from test_http_browser import TIMEOUT_MS, chromium, playwright_api
-from test_http_browser_steer import open_item, status_is
+from test_http_browser import TIMEOUT_MS
+from test_http_browser_steer import open_item, page_of, status_is
 
-from workcenter.adapters.http.app import create_app
 from workcenter.application import WorkCenter
 from workcenter.projections.runner import ProjectionRunner
 
@@ -32,17 +31,8 @@ def writer(db_path: Path) -> Iterator[WorkCenter]:
 
 @pytest.fixture
 def page_on(writer: WorkCenter) -> Iterator[tuple[Any, str, list[str]]]:
-    executable = chromium()
-    playwright = playwright_api()
-    with served(create_app(writer)) as base, playwright.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1000})
-            errors: list[str] = []
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            yield page, base, errors
-        finally:
-            browser.close()
+    with page_of(writer) as served:
+        yield served
 
 
 def test_a_change_made_while_the_runner_is_behind_is_shown_once_it_catches_up(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -36,6 +37,12 @@ def wc(db_path: Path) -> Iterator[WorkCenter]:
 
 @pytest.fixture
 def served_page(wc: WorkCenter) -> Iterator[tuple[Any, str, list[str]]]:
+    with page_of(wc) as served:
+        yield served
+
+
+@contextmanager
+def page_of(wc: WorkCenter) -> Iterator[tuple[Any, str, list[str]]]:
     """A page of the dashboard on ``wc``, the server's base URL and the page's errors."""
     executable = chromium()
     playwright = playwright_api()

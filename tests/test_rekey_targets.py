@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +124,22 @@ def test_an_encrypted_target_is_refused_for_a_copy_without_encryption(
     assert "is encrypted under another key" in other
 
 
+def on_each_page(monkeypatch: pytest.MonkeyPatch, act: Callable[[], None], *, before: bool) -> None:
+    """Copies go two events a page, and ``act`` runs at each page's progress step,
+    before or after it."""
+    monkeypatch.setattr(store_copy, "PAGE", 2)
+    step = cli_stop.Steps.__call__
+
+    def acting(self: cli_stop.Steps, done: int, total: int) -> None:
+        if before:
+            act()
+        step(self, done, total)
+        if not before:
+            act()
+
+    monkeypatch.setattr(cli_stop.Steps, "__call__", acting)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_stopped_rekey_says_its_copy_is_not_one(
     places: list[str], monkeypatch: pytest.MonkeyPatch, signum: int
@@ -138,14 +154,8 @@ def test_a_stopped_rekey_says_its_copy_is_not_one(
         for n in range(3):
             create_dynamic(wc, title=f"Item {n}")
         events = wc.event_count()
-    monkeypatch.setattr(store_copy, "PAGE", 2)
-    step = cli_stop.Steps.__call__
-
-    def signalled(self: cli_stop.Steps, done: int, total: int) -> None:
-        os.kill(os.getpid(), signum)  # the handler records it; the step takes it
-        step(self, done, total)
-
-    monkeypatch.setattr(cli_stop.Steps, "__call__", signalled)
+    # The handler records it; the step takes it.
+    on_each_page(monkeypatch, lambda: os.kill(os.getpid(), signum), before=True)
     stopped = rekey(source, target, {NEW_KEY_ENV: ""})
     assert stopped.exit_code == 128 + signum, stopped.output
     [line] = stopped.stderr.splitlines()

@@ -16,8 +16,8 @@ import postgres
 import pytest
 from click.testing import CliRunner, Result
 from conftest import BOOT_ID, FakeClock, claim, create_dynamic, create_linear, report
+from test_rekey_targets import on_each_page
 
-from workcenter.adapters import cli_stop, store_copy
 from workcenter.adapters.cipher import KEY_ENV, StoreKeyRefused
 from workcenter.adapters.cli import cli
 from workcenter.adapters.persistence import StoreUnavailable
@@ -158,14 +158,7 @@ def test_a_stopped_copy_says_its_new_store_is_not_one(
     with WorkCenter.open(source) as wc:
         for n in range(3):
             create_dynamic(wc, title=f"Item {n}")
-    monkeypatch.setattr(store_copy, "PAGE", 2)
-    step = cli_stop.Steps.__call__
-
-    def signalled(self: cli_stop.Steps, done: int, total: int) -> None:
-        os.kill(os.getpid(), signal.SIGTERM)  # the handler records it; the step takes it
-        step(self, done, total)
-
-    monkeypatch.setattr(cli_stop.Steps, "__call__", signalled)
+    on_each_page(monkeypatch, lambda: os.kill(os.getpid(), signal.SIGTERM), before=True)
     with postgres.fresh_schema() as target:
         stopped = copy(source, target)
         assert stopped.exit_code == 128 + signal.SIGTERM, stopped.output
@@ -206,14 +199,11 @@ def test_a_copy_that_fails_midway_says_its_new_store_is_not_one(
         for n in range(3):
             create_dynamic(wc, title=f"Item {n}")
         events = wc.event_count()
-    monkeypatch.setattr(store_copy, "PAGE", 2)
-    step = cli_stop.Steps.__call__
 
-    def away(self: cli_stop.Steps, done: int, total: int) -> None:
-        step(self, done, total)
+    def away() -> None:
         raise StoreUnavailable("the database cannot be reached")
 
-    monkeypatch.setattr(cli_stop.Steps, "__call__", away)
+    on_each_page(monkeypatch, away, before=False)
     target = str(db_path.parent / "copy.db")
     failed = copy(source, target)
     assert failed.exit_code == 2, failed.output
