@@ -7,6 +7,7 @@ Chromium."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,7 +22,9 @@ from http_client import DYNAMIC, LINEAR, served
 from test_http_api import fail_current_action
 from test_http_browser import ARTIFACTS, TIMEOUT_MS, chromium, playwright_api
 
+from workcenter.adapters.http import stream
 from workcenter.adapters.http.app import create_app
+from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.providers.scripted import Failure, ScriptedProvider
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import ProviderFailed
@@ -307,3 +310,28 @@ def test_a_run_whose_lease_lapsed_is_marked_on_the_timeline(
     page.wait_for_selector(bar, timeout=TIMEOUT_MS)
     assert "its lease lapsed: no worker renews it" in (page.get_attribute(bar, "title") or "")
     assert errors == []
+
+
+def test_the_badge_says_when_the_database_cannot_be_read(
+    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stream stays open while the database is away; the badge said "live" all along
+    (found by acceptance testing, ADR-0128)."""
+    monkeypatch.setattr(stream, "UNAVAILABLE_SECONDS", 0.05)
+    away = threading.Event()
+    for name in ("head", "after"):
+        real = getattr(wc.changes, name)
+
+        def read(*args: Any, real: Any = real, **kwargs: Any) -> Any:
+            if away.is_set():
+                raise StoreUnavailable("the database cannot be reached")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(wc.changes, name, read)
+    with page_of(wc) as (page, base, errors):
+        open_item(page, base, LINEAR)
+        away.set()
+        page.wait_for_selector("#live.off:text('database unreachable')", timeout=TIMEOUT_MS)
+        away.clear()
+        page.wait_for_selector("#live.on:text('live')", timeout=TIMEOUT_MS)
+        assert errors == []

@@ -123,17 +123,22 @@ def test_a_stream_open_while_the_store_is_away_waits_and_goes_on(
     testing, ADR-0128)."""
     monkeypatch.setattr(stream, "UNAVAILABLE_SECONDS", 0.05)
     away = threading.Event()
-    with WorkCenter.open(db_path) as wc, served(create_app(wc)) as base:
-        for name in ("after", "head"):
-            real = getattr(wc.changes, name)
 
-            def failing(*args: Any, real: Any = real, **kwargs: Any) -> Any:
-                if away.is_set():
-                    raise StoreUnavailable("the database cannot be reached")
-                return real(*args, **kwargs)
+    def failing(real: Any) -> Any:
+        def read(*args: Any, **kwargs: Any) -> Any:
+            if away.is_set():
+                raise StoreUnavailable("the database cannot be reached")
+            return real(*args, **kwargs)
 
-            monkeypatch.setattr(wc.changes, name, failing)
-        with httpx.stream("GET", base + "/api/stream", timeout=30) as response:
+        return read
+
+    with WorkCenter.open(db_path) as wc:
+        app = create_app(wc)
+        heads = app.state.head_watcher
+        monkeypatch.setattr(heads, "read_head", failing(heads.read_head))
+        monkeypatch.setattr(wc.changes, "after", failing(wc.changes.after))
+        monkeypatch.setattr(wc.changes, "head", failing(wc.changes.head))
+        with served(app) as base, httpx.stream("GET", base + "/api/stream", timeout=30) as response:
             assert response.status_code == 200
             lines = response.iter_lines()
             assert next(lines).startswith("retry:")
@@ -142,6 +147,15 @@ def test_a_stream_open_while_the_store_is_away_waits_and_goes_on(
             time.sleep(0.5)  # the watcher and the stream each look several times
             away.clear()
             wc.create_work_item(title="after the outage", goal="g")
-            received = next(line for line in lines if line.startswith("data:"))
-        assert '"WorkItemCreated"' in received
+            seen: list[str] = []
+            for line in lines:
+                seen.append(line)
+                if line.startswith("data:"):
+                    break
+        assert '"WorkItemCreated"' in seen[-1]
+        # Said once each, as comments (the dashboard's badge shows them).
+        assert [line for line in seen if line.startswith(": store")] == [
+            ": store unavailable",
+            ": store available",
+        ]
     assert log.lines == []

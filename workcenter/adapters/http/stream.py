@@ -55,7 +55,8 @@ EVENT = {
 EVENTS = {
     200: {
         "description": "Server-Sent Events: a ``change`` event per event written (its "
-        "position as the id, a ChangeRecord as the data) and keepalive comments; never "
+        "position as the id, a ChangeRecord as the data) and comments (keepalive; store "
+        "unavailable and store available again, while the database cannot be read); never "
         "ends while the server runs",
         "content": {"text/event-stream": {"schema": EVENT}},
     }
@@ -66,6 +67,8 @@ RETRY_MILLISECONDS = 1000
 # While the store cannot be read, the watcher and the streams look again this often: they
 # stay open, and the process has said once that the database is away (ADR-0128).
 UNAVAILABLE_SECONDS = 1.0
+STORE_AWAY = b": store unavailable\n\n"
+STORE_BACK = b": store available\n\n"
 
 
 class HeadWatcher:
@@ -76,6 +79,7 @@ class HeadWatcher:
         self.poll = poll
         self.head = -1
         self.closed = False
+        self.away = False  # the store could not be read at the last look
         self._moved = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -108,19 +112,29 @@ class HeadWatcher:
             except StoreUnavailable:
                 # Raised out of the task, it ended it, unread ("Task exception was never
                 # retrieved" in the log, each outage; found by acceptance testing).
+                self._went(away=True)
                 await asyncio.sleep(UNAVAILABLE_SECONDS)
                 continue
+            self._went(away=False)
             if head != self.head:
                 self.head = head
                 self._wake()
             await asyncio.sleep(self.poll)
 
+    def _went(self, *, away: bool) -> None:
+        """The store became unreadable, or readable again: streams wake to say so."""
+        if away != self.away:
+            self.away = away
+            self._wake()
+
     async def wait_past(self, position: int, timeout: float) -> bool:
-        """Whether the head moved past ``position`` within ``timeout`` seconds (False
-        at once when the watcher is closed)."""
+        """Whether the head moved past ``position``, or the store became unreadable or
+        readable again, within ``timeout`` seconds (False at once when the watcher is
+        closed)."""
         self.start()
         deadline = asyncio.get_running_loop().time() + timeout
-        while self.head <= position and not self.closed:
+        away = self.away
+        while self.head <= position and self.away == away and not self.closed:
             left = deadline - asyncio.get_running_loop().time()
             if left <= 0:
                 return False
@@ -158,6 +172,7 @@ async def _events(
     wc: WorkCenter, heads: HeadWatcher, position: int, work_item_id: UUID | None
 ) -> AsyncIterator[bytes]:
     yield f"retry: {RETRY_MILLISECONDS}\n\n".encode()
+    away = False
     while not heads.closed:
         try:
             page = await run_in_threadpool(
@@ -165,9 +180,17 @@ async def _events(
             )
         except StoreUnavailable:
             # Raised after the stream began, it cut the stream mid-chunk with a traceback
-            # in the log; the stream waits instead, and goes on from where it was.
+            # in the log; the stream waits instead, and goes on from where it was. A
+            # comment says so once, and once again when it is back (the dashboard shows
+            # it; other clients skip comments).
+            if not away:
+                away = True
+                yield STORE_AWAY
             await asyncio.sleep(UNAVAILABLE_SECONDS)
             continue
+        if away:
+            away = False
+            yield STORE_BACK
         if page.changes:
             # One write per page: between two writes the server hears of a client that
             # went away, so a dropped client costs no burst of failed sends.

@@ -469,9 +469,9 @@ function onChange(change) {
   schedule();
 }
 
-function setLive(on) {
+function setLive(on, words) {
   const live = $("live");
-  live.textContent = on ? "live" : "reconnecting";
+  live.textContent = words || (on ? "live" : "reconnecting");
   live.className = "live " + (on ? "on" : "off");
 }
 
@@ -524,6 +524,14 @@ function dispatch(block) {
   let kind = "message";
   const data = [];
   for (const line of block.split("\n")) {
+    // The server's word that the database cannot be read, and that it can again (the
+    // stream stays open meanwhile): the badge said "live" throughout (ADR-0128).
+    if (line === ": store unavailable") setLive(false, "database unreachable");
+    if (line === ": store available") {
+      setLive(true);
+      state.listDirty = state.detailDirty = true;
+      schedule();
+    }
     if (line.startsWith(":")) continue;
     const colon = line.indexOf(":");
     const field = colon < 0 ? line : line.slice(0, colon);
