@@ -63,7 +63,7 @@ class Reads:
             # answer, rather than say that an item that exists is not found (ADR-0128).
             self.read_models.catch_up([Detail.name])
             raw = details.detail_bytes(work_item_id)
-            if raw is None:  # a stream whose item the view does not take: said as before
+            if raw is None:  # not in the view even at the head: it has no detail
                 raise NotFound("detail of WorkItem", work_item_id)
         return dict(orjson.loads(raw))
 
