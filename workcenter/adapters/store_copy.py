@@ -145,26 +145,26 @@ def _not_a_new_store(target: str, new_key: str | None, key_named: str) -> Invali
     made_in = (
         f"a new, empty store, or one `init` made with $WORKCENTER_CIPHER_KEY set to {key_named}"
     )
-    opened, target = target, public_url(target)  # shown without a password
+    shown = public_url(target)  # without a password
     if new_key is None:
         return InvalidInput(
-            f"the new store at {target} is encrypted, and a store keeps the mode it was made"
+            f"the new store at {shown} is encrypted, and a store keeps the mode it was made"
             f" in: name a path or schema that holds no store yet, to copy without encryption"
         )
     try:
-        with _key(None), WorkCenter.open(opened, create=False, inline_projections=False) as plain:
+        with _key(None), WorkCenter.open(target, create=False, inline_projections=False) as plain:
             count = plain.event_count()
     except StoreKeyRefused:
         return InvalidInput(
-            f"the new store at {target} is encrypted under another key: name {made_in}"
+            f"the new store at {shown} is encrypted under another key: name {made_in}"
         )
     if count:
         return InvalidInput(
-            f"the new store at {target} is not empty: it holds {count} events, without"
+            f"the new store at {shown} is not empty: it holds {count} events, without"
             f" encryption; name {made_in}"
         )
     return InvalidInput(
-        f"the new store at {target} holds no events but was made without encryption (by"
+        f"the new store at {shown} holds no events but was made without encryption (by"
         " `workcenter init`?), and a store keeps the mode it was made in: remove it, or"
         f" name {made_in}"
     )

@@ -8,11 +8,17 @@
 const LIMIT_INPUTS = () => document.querySelectorAll("#extend-form input[data-limit]");
 const number = (value) => Number(value || 0).toLocaleString();
 
+// Nothing is steered while a command is answered, before the item is read, or while
+// its detail is older than the item (ADR-0128): a click would echo stale versions.
+function steeringBusy() {
+  return state.commanding || !state.detail || state.behindReads > 0;
+}
+
 function setControls() {
   const detail = state.detail;
   const closed = !detail || detail.status === "done" || detail.status === "cancelled";
   const stopped = Boolean(detail && detail.executionControl && detail.executionControl.stopReason);
-  const busy = state.commanding || !detail || state.behindReads > 0;
+  const busy = steeringBusy();
   $("start").disabled = busy || !(detail && detail.status === "draft");
   $("cancel").disabled = busy || closed;
   $("resume").disabled = busy || !(detail && (detail.status === "cancelled" || stopped));
@@ -274,7 +280,7 @@ function actionButton(label, className, onclick, title, spent) {
   const button = el("button", label, className);
   button.type = "button";
   button.dataset.spent = String(Boolean(spent));
-  button.disabled = state.commanding || state.behindReads > 0 || Boolean(spent);
+  button.disabled = steeringBusy() || Boolean(spent);
   button.title = visible(spent ? NO_ATTEMPT_LEFT : title);
   button.onclick = onclick;
   return button;
