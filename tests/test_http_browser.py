@@ -25,6 +25,7 @@ from workcenter.adapters.demo import ScriptedLlm, llm_request
 from workcenter.adapters.executors import echo
 from workcenter.adapters.http.app import create_app
 from workcenter.adapters.metered import MeteredProvider
+from workcenter.adapters.providers.scripted import ScriptedProvider, permanent
 from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
 from workcenter.adapters.worker import run_worker
 from workcenter.application import Claim, WorkCenter
@@ -196,6 +197,40 @@ def test_a_message_posted_on_the_page_gets_the_coordinators_reply_without_a_relo
     assert page.evaluate("window.loadedOnce") is True
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "dashboard-conversation.png"))
+    assert errors == []
+
+
+def test_the_page_says_when_only_a_message_can_plan_the_item(
+    browser: tuple[Any, str], db_path: Path
+) -> None:
+    """A Coordinator turn that failed for good leaves a dynamic item running with nothing
+    planned and nothing due; the page says a message is needed (ADR-0129)."""
+    chromium_browser, base = browser
+    page = chromium_browser.new_page(viewport={"width": 1280, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(base + "/")
+    page.wait_for_selector("#live.on", timeout=TIMEOUT_MS)
+    body = LINEAR | {"mode": "dynamic", "stages": None, "start": True}
+    response = httpx.post(base + "/api/work-items", json=body, timeout=30)
+    assert response.status_code == 201
+    item_id = response.json()["id"]
+    page.wait_for_selector(f"#item-list li.selected[data-id='{item_id}']", timeout=TIMEOUT_MS)
+    page.wait_for_selector("#plan-wait:has-text('next step is due')", timeout=TIMEOUT_MS)
+
+    with WorkCenter.open(db_path) as coordinator_wc:
+        steps = coordinator_wc.coordinate_once(ScriptedProvider([permanent()]))
+    assert [step.status for step in steps] == ["failed"]
+    page.wait_for_selector("#plan-wait:has-text('last turn failed')", timeout=TIMEOUT_MS)
+    assert "Send a message" in (page.text_content("#plan-wait") or "")
+
+    page.wait_for_selector("#message-send:enabled", timeout=TIMEOUT_MS)
+    page.fill("#message-text", "Try again, smaller steps")
+    page.click("#message-send")
+    page.wait_for_selector("#plan-wait:has-text('next step is due')", timeout=TIMEOUT_MS)
+    with WorkCenter.open(db_path) as coordinator_wc:
+        coordinator_wc.coordinate_once(scripted_coordinator())
+    page.wait_for_selector("#plan-wait", state="hidden", timeout=TIMEOUT_MS)
     assert errors == []
 
 

@@ -13,9 +13,10 @@ from uuid import uuid4
 import pytest
 from conftest import budget_commands
 from fastapi.testclient import TestClient
-from http_client import DYNAMIC, client, versions_of
+from http_client import DYNAMIC, LINEAR, client, versions_of
 from test_http_api import problem, refused
 
+from workcenter.adapters.providers.scripted import ScriptedProvider, permanent
 from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
 from workcenter.application import WorkCenter
 
@@ -185,3 +186,25 @@ def test_the_change_stream_names_the_conversations_events(api: TestClient, wc: W
     fresh = type(wc.changes)(wc.changes.repo, wc.changes.read_events_after)
     again = fresh.after(start, work_item_id=item_id).changes  # type: ignore[arg-type]
     assert [c.json() for c in again] == [c.json() for c in changes]
+
+
+def test_the_conversation_says_when_only_a_message_can_plan_the_item(
+    api: TestClient, wc: WorkCenter
+) -> None:
+    """A turn that failed for good leaves a dynamic item running with nothing planned
+    and nothing due: the read says a message is needed (ADR-0129), as `show` does."""
+    item_id, _ = create(api)
+    read = lambda: api.get(f"/api/work-items/{item_id}/conversation").json()  # noqa: E731
+    assert read()["planWait"] == "due"  # the start woke the Coordinator
+    steps = wc.coordinate_once(ScriptedProvider([permanent()]))
+    assert [step.status for step in steps] == ["failed"]
+    failed = read()
+    assert (failed["planWait"], failed["pendingWakes"], failed["status"]) == ("failed", 0, "running")
+    posted = post(api, item_id, api.get(f"/api/work-items/{item_id}").headers["ETag"], text="Go on")
+    assert posted.status_code == 202, posted.text
+    assert read()["planWait"] == "due"
+    wc.coordinate_once(scripted_coordinator())
+    assert read()["planWait"] is None  # planned: an Action is ready
+    linear = api.post("/api/work-items", json=LINEAR)
+    assert linear.status_code == 201, linear.text
+    assert api.get(f"/api/work-items/{linear.json()['id']}/conversation").json()["planWait"] is None

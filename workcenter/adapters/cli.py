@@ -10,7 +10,7 @@ import gc
 import json
 import sqlite3
 import sys
-from typing import Any, Literal, get_args
+from typing import Any, get_args
 from uuid import UUID
 
 import click
@@ -39,9 +39,8 @@ from workcenter.adapters.terminal import safe, text
 from workcenter.adapters.wording import plain
 from workcenter.adapters.worker import default_name, load_executor, run_worker
 from workcenter.adapters.worker_run import StopSignals
-from workcenter.application import Claim, WorkCenter
-from workcenter.domain import bounds
-from workcenter.domain import work_item as wi
+from workcenter.application import Claim
+from workcenter.domain import bounds, planning
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import InvalidInput, WorkcenterError
 from workcenter.domain.work_item import WorkItemStatus
@@ -249,7 +248,7 @@ def show(ctx: click.Context, item_id: str, as_json: bool, state: bool) -> None:
         else:
             item = wc.work_item(work_item_id(wc, item_id))
             detail = presenters.detail_json(wc, item)
-            waits = None if as_json else _waiting_to_be_planned(wc, item)
+            waits = None if as_json else planning.plan_wait(item, wc.conversation(item.id))
     if as_json:
         _emit_json(detail if state else dto)
     else:
@@ -429,7 +428,7 @@ def resume(
             actor=actor,
         )
         snapshot = presenters.budget_json(wc, item.id)
-        waits = None if as_json else _waiting_to_be_planned(wc, item)
+        waits = None if as_json else planning.plan_wait(item, wc.conversation(item.id))
     if as_json:
         _emit_json({"item": presenters.item_json(item), "budget": snapshot})
     else:
@@ -437,30 +436,7 @@ def resume(
         _say_what_next(ctx, item.id, waits)
 
 
-CoordinatorState = Literal["due", "failed", "idle"]
-
-
-def _waiting_to_be_planned(wc: WorkCenter, item: wi.WorkItemState) -> CoordinatorState | None:
-    """For a dynamic item running with no open Action (a resume supersedes the stopped
-    ones), which waits for its next Actions to be planned: whether its Coordinator has
-    a wake to take (an open mailbox entry), or else whether its last turn failed (a
-    permanent failure is not retried, ADR-0023). None for any other item: its
-    Conversation is not read."""
-    if item.mode != "dynamic" or item.status != "running":
-        return None
-    if any(entry.status in ("ready", "running", "waiting") for entry in item.plan):
-        return None
-    conversation = wc.conversation(item.id)
-    if conversation is None:
-        return "idle"
-    if conversation.open_entries():
-        return "due"
-    last = max(conversation.entries, key=lambda entry: entry.sequence, default=None)
-    turn = conversation.turns.get(last.turn_id) if last and last.turn_id else None
-    return "failed" if turn is not None and turn.status == "failed" else "idle"
-
-
-def _say_what_next(ctx: click.Context, item_id: UUID, waits: CoordinatorState | None) -> None:
+def _say_what_next(ctx: click.Context, item_id: UUID, waits: planning.PlanWait | None) -> None:
     """Say what an item waiting to be planned waits for, or it looks stuck; send the
     user to `coordinate` only when a step is due, else it would step nothing."""
     if waits is None:

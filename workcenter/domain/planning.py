@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
 from pydantic import BeforeValidator, ConfigDict, Field, ValidationError
@@ -20,6 +20,7 @@ from pydantic.alias_generators import to_camel
 from workcenter.domain import action as act
 from workcenter.domain import action_generation as generation
 from workcenter.domain import bounds, decision_models, inputs, modes
+from workcenter.domain import conversation as conv
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import CommandRefused, InvalidInput
@@ -117,6 +118,30 @@ def progress(item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState]) ->
         delivery_target=item.delivery_target,
         actions=list(actions.values()),
     )
+
+
+# What a dynamic item with nothing open waits for: a Coordinator step already due (a
+# wake in its mailbox), a person's word after a turn that failed for good (a permanent
+# failure is not retried, ADR-0023), or a person's word with nothing due at all.
+PlanWait = Literal["due", "failed", "idle"]
+
+
+def plan_wait(
+    item: wi.WorkItemState, conversation: conv.ConversationState | None
+) -> PlanWait | None:
+    """What a dynamic item running with no ready, running or waiting Action waits for
+    before its next Actions are planned; None for any other item (ADR-0129)."""
+    if item.mode != "dynamic" or item.status != "running":
+        return None
+    if item.entries("ready", "running", "waiting"):
+        return None
+    if conversation is None:
+        return "idle"
+    if conversation.open_entries():
+        return "due"
+    last = max(conversation.entries, key=lambda entry: entry.sequence, default=None)
+    turn = conversation.turns.get(last.turn_id) if last and last.turn_id else None
+    return "failed" if turn is not None and turn.status == "failed" else "idle"
 
 
 def slug(text: str) -> str:

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from workcenter.domain.planning import PlanWait
 from workcenter.domain.work_item import WorkItemStatus
 from workcenter.projections.dto_models import (
     Conversation,
@@ -68,7 +69,15 @@ class TimelineRead(Timeline, Versions):
 
 
 class ConversationRead(Conversation, ItemRead):
-    pass
+    planWait: Annotated[
+        PlanWait | None,
+        Field(
+            description="A dynamic item running with no ready, running or waiting Action"
+            " waits for its Coordinator to plan: 'due' (a step is due), 'failed' (its last"
+            " turn failed and is not retried: a message is needed) or 'idle' (no step is"
+            " due: a message is needed); null for any other item"
+        ),
+    ]
 
 
 class SummaryPage(Dto):

@@ -179,7 +179,12 @@ class WebReads:
         """The item's messages and Coordinator turns, sanitised and bounded."""
         item = self.repo.work_item(inputs.aggregate_id(work_item_id, "WorkItem"))
         ledger = self.repo.ledger(item.id)
-        return _header(item, ledger) | conversation_dto(self.repo.conversation(item.id))
+        talk = self.repo.conversation(item.id)
+        return (
+            _header(item, ledger)
+            | conversation_dto(talk)
+            | {"planWait": planning.plan_wait(item, talk)}
+        )
 
 
 def _header(item: wi.WorkItemState, ledger: rl.LedgerState) -> dict[str, Any]:

@@ -379,6 +379,16 @@ function renderMessage(message, turns, base) {
   return item;
 }
 
+// A dynamic item running with nothing planned waits for its Coordinator: the page says
+// when only a person's message can move it on (ADR-0129).
+const PLAN_WAIT = {
+  due: "Nothing is planned yet: the Coordinator's next step is due.",
+  failed: "Nothing is planned: the Coordinator's last turn failed and is not retried." +
+    " Send a message to say what to do next.",
+  idle: "Nothing is planned and no Coordinator step is due." +
+    " Send a message to say what to do next.",
+};
+
 function renderConversation(talk, decided, base) {
   const list = $("conversation");
   const atBottom = list.scrollTop + list.clientHeight >= list.scrollHeight - 4;
@@ -391,6 +401,9 @@ function renderConversation(talk, decided, base) {
   if (talk.thinking) notes.push("the Coordinator is thinking");
   else if (talk.pendingWakes) notes.push(talk.pendingWakes + " wake(s) waiting");
   $("conversation-state").textContent = notes.length ? "(" + notes.join("; ") + ")" : "";
+  const waits = PLAN_WAIT[talk.planWait];
+  $("plan-wait").hidden = !waits;
+  $("plan-wait").textContent = waits || "";
   const closed = talk.status === "done" || talk.status === "cancelled";
   $("message-send").disabled = closed || talk.thinking;
   $("message-text").disabled = closed;
