@@ -24,7 +24,7 @@ from uuid import UUID
 
 import postgres
 import pytest
-from conftest import create_linear
+from conftest import action_spec, actions_by_sequence, create_dynamic, create_linear, plan
 
 from workcenter.adapters.postgres_connection import StoreDisconnected
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
@@ -55,6 +55,34 @@ def test_claims_take_the_oldest_first_each_trying_one(wc: WorkCenter) -> None:
     assert [c.action_id for c in claims if c] == actions
     assert [c.candidates_tried for c in claims if c] == [1, 1, 1]
     assert wc.claim_next("w1") is None
+
+
+def test_a_claim_that_lost_its_items_stream_to_a_sibling_claim_tries_again(
+    wc: WorkCenter, other: WorkCenter, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    """Two Actions of one item claimed at the same moment: the claim that saves second
+    lost the race for the item's stream, not for its Action, which it still holds. It
+    was answered None (on PostgreSQL every other candidate was held), so its worker
+    slept with an Action ready; it now decides again on the states read and claims."""
+    item = create_dynamic(wc)
+    plan(wc, item.id, action_spec(), action_spec(type="review"))
+    run_states = other._runs.repo.run_states
+    raced: list[Any] = []
+
+    def read_then_race(*args: Any, **kwargs: Any) -> Any:
+        states = run_states(*args, **kwargs)
+        if not raced:  # the sibling is claimed between this read and this claim's save
+            raced.append(wc.claim_next("w1"))
+        return states
+
+    monkeypatch.setattr(other._runs.repo, "run_states", read_then_race)
+    second = other.claim_next("w2")
+    assert raced[0] is not None and second is not None
+    assert {raced[0].action_id, second.action_id} == {
+        a.id for a in actions_by_sequence(wc, item.id)
+    }
+    # On SQLite nothing is held: the first claim took the oldest, the second the next.
+    assert second.candidates_tried == (1 if backend == "postgresql" else 2)
 
 
 # SQLite has one writer: its claims hold nothing.

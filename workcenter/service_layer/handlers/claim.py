@@ -21,6 +21,8 @@ from workcenter.service_layer.ports import Clock
 from workcenter.service_layer.repository import Repository
 
 CLAIM_PAGE = 16
+# Saves of one candidate's claim, each decided on the states read after the last lost one.
+SAVE_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -104,32 +106,37 @@ def _try_claim(
     by: Actor,
     client_claim_id: str | None,
 ) -> Claim | None:
-    action_id = candidate.action_id
-    action, item, ledger = wc.repo.run_states(
-        action_id, with_ledger=True, work_item_id=candidate.work_item_id
-    )
-    if runs.claimable(item, action) is not None:
-        return None
-    unit = runs.claim(
-        item,
-        action,
-        ledger or wc.repo.ledger(item.id),
-        worker=worker,
-        boot_id=wc.boot_id,
-        lease=lease,
-        at=wc.clock.now(),
-        by=by,
-        client_claim_id=client_claim_id,
-    )
-    try:
-        wc.repo.save(unit)
-    except IntegrityError:
-        return None
-    claimed = unit.action(action_id)
-    run = claimed.current_run
-    if run is None:
-        return None  # the ledger had no attempt left: the stop was saved instead
-    return claim_of(item, claimed, run)
+    """The candidate claimed, or None when it is not claimable (any more). A save that
+    lost a race is decided again on the states read: the race may have been for a stream
+    the candidate shares (its item's or ledger's, with another Action of the item claimed
+    at the same moment), and on PostgreSQL the candidate is still held for this claim."""
+    for _ in range(SAVE_TRIES):
+        action, item, ledger = wc.repo.run_states(
+            candidate.action_id, with_ledger=True, work_item_id=candidate.work_item_id
+        )
+        if runs.claimable(item, action) is not None:
+            return None
+        unit = runs.claim(
+            item,
+            action,
+            ledger or wc.repo.ledger(item.id),
+            worker=worker,
+            boot_id=wc.boot_id,
+            lease=lease,
+            at=wc.clock.now(),
+            by=by,
+            client_claim_id=client_claim_id,
+        )
+        try:
+            wc.repo.save(unit)
+        except IntegrityError:
+            continue
+        claimed = unit.action(candidate.action_id)
+        run = claimed.current_run
+        if run is None:
+            return None  # the ledger had no attempt left: the stop was saved instead
+        return claim_of(item, claimed, run)
+    return None
 
 
 def claim_of(
