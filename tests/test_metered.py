@@ -238,6 +238,23 @@ def test_a_failed_settlement_does_not_hide_the_response(
     assert metered.settle_pending() is False
 
 
+def test_a_usage_past_what_the_ledger_counts_is_charged_as_the_most_it_counts(
+    wc: WorkCenter,
+) -> None:
+    """A server's usage past 2^53 - 1 was refused at the settlement, which the wrapper
+    swallowed: the request stayed in flight, charged its estimate. It is the server's
+    word on what was spent: charged as the most the ledger counts, settled."""
+    run = claimed_run(wc)
+    huge = {"prompt_tokens": 10**17, "completion_tokens": 5}
+    provider = CountingProvider(wc, run.work_item_id, usage=huge)
+    metered = MeteredProvider.for_claim(wc, run, provider=provider)
+    metered(REQUEST)
+    [row] = rows(wc, run.work_item_id)
+    assert row.status == "reported"
+    assert row.usage is not None and row.usage.input_tokens == 2**53 - 1
+    assert metered.settle_pending() is False  # nothing left in flight
+
+
 def test_usage_is_read_from_keys_attributes_and_sdk_objects() -> None:
     class SdkUsage(BaseModel):
         input_tokens: int

@@ -36,6 +36,7 @@ from workcenter.domain import resource_ledger as rl
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import ResourceStopError, WorkcenterError
 from workcenter.domain.run import RunRef
+from workcenter.domain.usage import as_reported
 from workcenter.service_layer import backoff
 
 Request = Mapping[str, Any]
@@ -48,19 +49,16 @@ T = TypeVar("T")
 
 
 def usage_of(payload: Any) -> Mapping[str, Any] | None:
-    """The ``usage`` a response or chunk carries, as a mapping; None when it has none."""
+    """The ``usage`` a response or chunk carries, as a mapping (its counts as reported,
+    ``as_reported``); None when it has none."""
     if isinstance(payload, Mapping):
         usage = payload.get("usage")
     else:
         usage = getattr(payload, "usage", None)
-    if usage is None or isinstance(usage, Mapping):
-        return usage
-    dump = getattr(usage, "model_dump", None)  # provider SDKs return pydantic objects
-    if callable(dump):
-        dumped = dump()
-        if isinstance(dumped, Mapping):
-            return dumped
-    return None
+    if usage is not None and not isinstance(usage, Mapping):
+        dump = getattr(usage, "model_dump", None)  # provider SDKs return pydantic objects
+        usage = dump() if callable(dump) else None
+    return as_reported(usage) if isinstance(usage, Mapping) else None
 
 
 @dataclass

@@ -66,6 +66,22 @@ def _count(value: Any) -> int:
     return int(value)
 
 
+def as_reported(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A usage payload that a provider's server reported, each count past 2^53 - 1 taken
+    as 2^53 - 1. A caller's count past it is refused (``normalize_usage``); a server's
+    is its word on what was spent, after the fact: it is charged as the most the ledger
+    counts, which stops the budget, rather than refused and left uncharged."""
+    return {
+        key: bounds.INTEGER
+        if not isinstance(value, bool)
+        and isinstance(value, int | float)
+        and math.isfinite(value)
+        and value > bounds.INTEGER
+        else value
+        for key, value in payload.items()
+    }
+
+
 def _first(payload: Mapping[str, Any], *keys: str) -> Any:
     for key in keys:
         if payload.get(key) is not None:

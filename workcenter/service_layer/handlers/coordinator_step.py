@@ -32,6 +32,7 @@ from workcenter.domain.errors import (
     TurnFenceLost,
     WorkcenterError,
 )
+from workcenter.domain.usage import as_reported
 from workcenter.service_layer.handlers.coordinator import CoordinatorCommands, response_hash
 from workcenter.service_layer.handlers.coordinator_rules import RequestBody
 from workcenter.service_layer.ports import (
@@ -232,12 +233,17 @@ class Coordinator:
             return self._fail(claim, f"provider error: {type(error).__name__}", retry=False)
         finally:
             keeper.stop()
-        text = reply.text if isinstance(reply.text, str) else ""
+        try:
+            text, usage = reply.text, reply.usage
+        except Exception:  # the embedder's code, as the answer above
+            what = type(reply).__name__
+            return self._fail(claim, f"provider error: a reply without text ({what})", retry=False)
+        text = text if isinstance(text, str) else ""
         if len(text) > bounds.PAYLOAD_TEXT:
             return self._fail(claim, "the provider's reply is too large", retry=False)
         # Text that cannot be stored (lone surrogates) is kept readable, not refused.
         text = text.encode("utf-8", "replace").decode("utf-8")
-        usage = reply.usage if isinstance(reply.usage, dict) else None
+        usage = as_reported(usage) if isinstance(usage, dict) else None
         try:
             recorded = self._record(claim, provider_turn.id, text, usage)
         except TurnFenceLost:

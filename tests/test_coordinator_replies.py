@@ -1,0 +1,76 @@
+"""What a provider reports that the Coordinator cannot take as it is: a reply with no
+text fails its turn, and a usage past what the ledger counts is charged as the most it
+counts; neither stops the pass over the other items due, nor escapes as an untyped
+error (coordinator.md 5, resource-ledger.md 4)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import BOOT_ID, FakeClock, action_spec, create_dynamic
+from coordinator_fakes import FakeRules, create_actions
+
+from workcenter.adapters.providers.scripted import Reply, ScriptedProvider
+from workcenter.application import WorkCenter
+from workcenter.domain import bounds
+
+
+@pytest.fixture
+def wc(db_path: Path, clock: FakeClock) -> Iterator[WorkCenter]:
+    center = WorkCenter.open(db_path, clock=clock, boot_id=BOOT_ID, coordinator_rules=FakeRules())
+    yield center
+    center.close()
+
+
+class Answers:
+    """A provider that reserves its request, then answers ``reply`` whatever it is."""
+
+    max_output_tokens = None
+
+    def __init__(self, reply: Any) -> None:
+        self.reply = reply
+
+    def answer(self, request: Any, before_request: Callable[[], None]) -> Any:
+        before_request()
+        return self.reply
+
+
+def errors(wc: WorkCenter, item_id: Any) -> list[str | None]:
+    state = wc.conversation(item_id)
+    assert state is not None
+    return [m.error for m in state.messages if m.role == "assistant"]
+
+
+@pytest.mark.parametrize("reply", [None, "a bare string", 42])
+def test_a_reply_without_text_fails_its_turn_and_the_pass_goes_on(
+    wc: WorkCenter, reply: Any
+) -> None:
+    first, second = create_dynamic(wc, title="First"), create_dynamic(wc, title="Second")
+    steps = wc.coordinate_once(Answers(reply))
+    assert [step.status for step in steps] == ["failed", "failed"]
+    what = type(reply).__name__
+    for item in (first, second):
+        assert errors(wc, item.id) == [f"provider error: a reply without text ({what})"]
+
+
+def test_a_usage_past_what_the_ledger_counts_is_charged_as_the_most_it_counts(
+    wc: WorkCenter,
+) -> None:
+    first, second = create_dynamic(wc, title="First"), create_dynamic(wc, title="Second")
+    huge = {"prompt_tokens": 10**17, "completion_tokens": 5}
+    provider = ScriptedProvider(
+        [Reply(create_actions(action_spec()), usage=huge), Reply(create_actions(action_spec()))]
+    )
+    steps = wc.coordinate_once(provider)
+    # The first turn taken was charged the most the ledger counts, which stopped its
+    # item's budget before its decision was applied; the second item's turn went on.
+    assert [step.status for step in steps] == ["failed", "decided"]
+    assert "budget stopped it" in (steps[0].error or "")
+    stopped = wc.ledger(steps[0].work_item_id)
+    [reservation] = stopped.reservations.values()
+    assert reservation.status == "reported" and reservation.usage is not None
+    assert reservation.usage.input_tokens == bounds.INTEGER == stopped.charged_tokens
+    assert {step.work_item_id for step in steps} == {first.id, second.id}
