@@ -924,10 +924,19 @@ def test_guide_refuses_generation_mismatch(wc: WorkCenter) -> None:
         )
 
 
-def test_guide_refuses_empty_guidance(wc: WorkCenter) -> None:
+@pytest.mark.parametrize("guidance", ["  ", "\u200b", "\ufeff \u3164", "\x00"])
+def test_guide_refuses_guidance_that_shows_nothing(wc: WorkCenter, guidance: str) -> None:
+    """Zero-width and filler characters were taken as guidance: a new generation (a
+    running Run replaced) with words no one could read (limits.md, ADR-0083)."""
     item = create_linear(wc)
     with refused(wc, InvalidInput, "guidance text is required"):
-        wc.guide(item.id, item.current_action_id, expected_version=item.version, guidance="  ")  # type: ignore[arg-type]
+        wc.guide(item.id, item.current_action_id, expected_version=item.version, guidance=guidance)  # type: ignore[arg-type]
+
+
+def test_a_planned_objective_that_shows_nothing_is_refused(wc: WorkCenter) -> None:
+    item = create_dynamic(wc)
+    with refused(wc, InvalidInput, "objective is required for every planned Action"):
+        plan(wc, item.id, action_spec(objective="\u200b\u2060"))
 
 
 def test_guide_refuses_terminal_item(wc: WorkCenter) -> None:

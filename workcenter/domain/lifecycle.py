@@ -378,8 +378,10 @@ def guide(
 ) -> Unit:
     """Give an Action guidance: a new generation (dynamic) or a replacement (linear)."""
     guidance = stripped(guidance)
-    if not guidance:
-        raise InvalidInput("guidance text is required")
+    if not inputs.visible(guidance):
+        raise InvalidInput(
+            "guidance text is required" + (" (it shows nothing)" if guidance else "")
+        )
     policy = modes.of(item)
     if item.status not in policy.guidance_item_statuses:
         raise CommandRefused(f"WorkItem is {item.status}; no active Action for guidance")

@@ -165,8 +165,9 @@ def _brief(spec: ActionSpec, rationale: str = "") -> act.Brief:
         "expected_outcome": spec.expected_outcome.strip(),
     }
     for name, text in fields.items():
-        if not text:
-            raise InvalidInput(f"{name} is required for every planned Action")
+        if not inputs.visible(text):
+            why = " (it shows nothing)" if text else ""
+            raise InvalidInput(f"{name} is required for every planned Action{why}")
         if len(text) > BRIEF_LIMIT:
             raise InvalidInput(f"{name} is longer than {BRIEF_LIMIT} characters")
     return act.Brief(**fields, rationale=rationale)
