@@ -6,6 +6,7 @@ equal the source's, and the work goes on from it; refusals write nothing."""
 from __future__ import annotations
 
 import base64
+import io
 import os
 import signal
 from collections.abc import Iterator
@@ -16,8 +17,11 @@ import postgres
 import pytest
 from click.testing import CliRunner, Result
 from conftest import BOOT_ID, FakeClock, claim, create_dynamic, create_linear, report
+from rich.console import Console
+from rich.progress import Progress
 from test_rekey_targets import on_each_page
 
+from workcenter.adapters import cli_store_copy, store_copy
 from workcenter.adapters.cipher import KEY_ENV, StoreKeyRefused
 from workcenter.adapters.cli import cli
 from workcenter.adapters.persistence import StoreUnavailable
@@ -213,3 +217,33 @@ def test_a_copy_that_fails_midway_says_its_new_store_is_not_one(
         " store; remove it (delete the file) and run copy again into a new, empty store",
         "StoreUnavailable: the database cannot be reached",
     ]
+
+
+def test_the_views_built_after_the_last_page_are_shown_as_they_go(
+    db_path: Path, tmp_path: Path, clock: FakeClock
+) -> None:
+    """The copy's bar stood still at its end while the new store's read models were built,
+    the longer part of a large copy: each view now has a bar of its own."""
+    with WorkCenter.open(db_path, clock=clock, boot_id=BOOT_ID) as wc:
+        work_under_way(wc)
+        names = wc.maintenance.projection_names()
+    seen: list[tuple[str, Any]] = []
+    store_copy.copy(
+        str(db_path),
+        str(tmp_path / "copy.db"),
+        progress=lambda done, total: seen.append(("page", (done, total))),
+        building=lambda view, done, total: seen.append((view, (done, total))),
+    )
+    last_page = max(i for i, (what, _) in enumerate(seen) if what == "page")
+    built = seen[last_page + 1 :]
+    assert [what for what, _ in seen[:last_page]] == ["page"] * last_page
+    last = dict(built)  # each view's last call
+    assert set(last) == set(names) and all(done == total for done, total in last.values())
+
+    with Progress(console=Console(file=io.StringIO(), force_terminal=True)) as bar:
+        advance = cli_store_copy._views_on(bar)
+        advance("detail", 3, 10)
+        advance("detail", 10, 10)
+        advance("mailbox", 4, 4)
+    shown = {task.description: (task.completed, task.total) for task in bar.tasks}
+    assert shown == {"building detail": (10, 10), "building mailbox": (4, 4)}

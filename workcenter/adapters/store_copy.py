@@ -35,6 +35,7 @@ from workcenter.adapters.cipher import KEY_ENV, StoreKeyRefused
 from workcenter.adapters.persistence import is_in_memory, is_postgres_url, public_url
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput
+from workcenter.projections.lifecycle import Progress
 
 NEW_KEY_ENV: Final = "WORKCENTER_NEW_CIPHER_KEY"
 PAGE: Final = 500
@@ -73,20 +74,32 @@ def _key(value: str | None) -> Iterator[None]:
             os.environ[KEY_ENV] = previous
 
 
-def copy(source: str, target: str, *, progress: Callable[[int, int], None] | None = None) -> Copied:
+def copy(
+    source: str,
+    target: str,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    building: Progress | None = None,
+) -> Copied:
     """Copy ``source`` into the empty ``target`` under the same key,
-    ``$WORKCENTER_CIPHER_KEY`` (or none). ``progress`` as for ``rekey``."""
+    ``$WORKCENTER_CIPHER_KEY`` (or none). ``progress`` and ``building`` as for ``rekey``."""
     key = cipher.configured_key(KEY_ENV)
-    return _copied(source, target, key, "the store's key", progress, as_stored=True)
+    return _copied(source, target, key, "the store's key", progress, building, as_stored=True)
 
 
 def rekey(
-    source: str, target: str, *, progress: Callable[[int, int], None] | None = None
+    source: str,
+    target: str,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    building: Progress | None = None,
 ) -> Copied:
     """Copy ``source`` (opened with ``$WORKCENTER_CIPHER_KEY``) into the empty ``target``
     under ``$WORKCENTER_NEW_CIPHER_KEY``. ``progress(position, head)`` is called after
     each page: what it raises (a stop) leaves ``target`` holding the events copied so
-    far, an incomplete copy to remove."""
+    far, an incomplete copy to remove. ``building(view, done, total)`` is called as the
+    new store's read models are built from its events, after the last page (the
+    projections' rebuild progress)."""
     if NEW_KEY_ENV not in os.environ:
         # Only a variable set to nothing asks for a copy without encryption: an unset one
         # is more often a key forgotten, and would write the store's events in the clear.
@@ -95,7 +108,7 @@ def rekey(
             " the store without encryption"
         )
     new_key = cipher.configured_key(NEW_KEY_ENV)  # refused in its own name, before anything
-    return _copied(source, target, new_key, "the new key", progress, as_stored=False)
+    return _copied(source, target, new_key, "the new key", progress, building, as_stored=False)
 
 
 def _copied(
@@ -104,6 +117,7 @@ def _copied(
     new_key: str | None,
     key_named: str,
     progress: Callable[[int, int], None] | None,
+    building: Progress | None,
     *,
     as_stored: bool,
 ) -> Copied:
@@ -131,7 +145,7 @@ def _copied(
                 )
             head = old.store.recorder.max_notification_id() or 0
             copied = _copy(old, new, head, progress, as_stored)
-            new.maintenance.rebuild_projection()
+            new.maintenance.rebuild_projection(progress=building)
         finally:
             new.close()
         after = old.store.recorder.max_notification_id() or 0
