@@ -484,3 +484,22 @@ def test_a_refused_actor_is_said_back_whole_in_quotes_and_clipped(bad: str, said
         actors.parse(bad)
     assert str(refusal.value).startswith(said)
     assert len(str(refusal.value)) < 400
+
+
+def test_history_masks_what_the_audit_masks_unless_raw(db_path: Path, wc: WorkCenter) -> None:
+    """`history` printed secrets and home paths that `audit` masks (found by acceptance
+    testing); as the audit, it shows payloads as stored only with --raw."""
+    secret = "sk-ABCDEFGHIJKLMNOPQRSTUVWX1234"
+    goal = f"use key {secret} in /root/projects/x"
+    item = wc.create_work_item(title="Secret", goal=goal, actor="user:alice")
+    for extra in ([], ["--json"], ["--at", "1", "--json"]):
+        shown = CliRunner().invoke(
+            cli, ["--db", str(db_path), "history", str(item.id), *extra], env={"COLUMNS": "10000"}
+        )
+        assert shown.exit_code == 0, shown.output
+        assert secret not in shown.output and "/root/projects" not in shown.output, extra
+        assert "user alice" in shown.output or '"alice"' in shown.output
+    raw = CliRunner().invoke(
+        cli, ["--db", str(db_path), "history", str(item.id), "--raw", "--json"]
+    )
+    assert raw.exit_code == 0 and goal in raw.output

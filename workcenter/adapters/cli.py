@@ -41,10 +41,15 @@ from workcenter.adapters.worker import default_name, load_executor, run_worker
 from workcenter.adapters.worker_run import StopSignals
 from workcenter.application import Claim
 from workcenter.domain import bounds, planning
+from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import InvalidInput, WorkcenterError
 from workcenter.domain.work_item import WorkItemStatus
-from workcenter.projections.sanitize import sanitize_personal
+from workcenter.projections.sanitize import (
+    sanitize_event_payload,
+    sanitize_personal,
+    sanitize_record,
+)
 from workcenter.service_layer.handlers.coordinator_step import StepResult
 
 
@@ -260,10 +265,14 @@ def show(ctx: click.Context, item_id: str, as_json: bool, state: bool) -> None:
 @db_option
 @click.argument("item_id")
 @click.option("--at", "at_version", type=int, default=None, help="Also show the state at VERSION.")
+@click.option("--raw", is_flag=True, help="Payloads as stored, not sanitised.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def history(ctx: click.Context, item_id: str, at_version: int | None, as_json: bool) -> None:
-    """The WorkItem's events in order (and its state as it was at --at VERSION)."""
+def history(
+    ctx: click.Context, item_id: str, at_version: int | None, raw: bool, as_json: bool
+) -> None:
+    """The WorkItem's events in order (and its state as it was at --at VERSION), secrets,
+    tokens and home paths masked as in the audit unless --raw."""
     with _open(ctx) as wc:
         item = wc.work_item(work_item_id(wc, item_id))
         if at_version is not None and not 1 <= at_version <= item.version:
@@ -277,6 +286,11 @@ def history(ctx: click.Context, item_id: str, at_version: int | None, as_json: b
             if at_version is not None
             else None
         )
+    if not raw:
+        # As the audit shows them: history is as often pasted into a ticket (found by
+        # acceptance testing: it printed what `audit` masks).
+        events = [e | {"data": sanitize_event_payload(e["type"], e["data"])} for e in events]
+        state = sanitize_record(state, wi.WorkItemState) if state is not None else None
     if at_version is not None:
         events = [e for e in events if e["version"] <= at_version]
     if as_json:
