@@ -373,6 +373,17 @@ def test_blocker_reason_falls_back_to_the_objective() -> None:
     assert derive([failed]).blockers[0].reason == "Do the work"
 
 
+def test_an_interrupted_runs_reason_is_its_blockers_reason() -> None:
+    """A Run that ended without a report (its executor raised) said why only in its end
+    reason; the blocker gave the Action's objective, which says nothing of the failure
+    (found by acceptance testing)."""
+    interrupted = run("r-a1", 1, 2, status="interrupted", result=None).model_copy(
+        update={"end_reason": "executor raised RuntimeError: executor crashed"}
+    )
+    failed = action("a1", interrupted, status="failed")
+    assert derive([failed]).blockers[0].reason == "executor raised RuntimeError: executor crashed"
+
+
 # --- property tests (section 5) ------------------------------------------------
 
 _OUTPUTS: tuple[tuple[EvidenceItem, ...], ...] = (

@@ -7,10 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from conftest import FakeClock, create_dynamic
+from domain_states import WORKER
 from test_demo_coordinator import Walk
 
 from workcenter.adapters.providers import scripted_coordinator as scripted
 from workcenter.application import WorkCenter
+from workcenter.domain import runs
 from workcenter.domain.coordinator_request import (
     CORRECTION_HEADING,
     PROMPT_HEADING,
@@ -140,3 +142,27 @@ def test_on_a_linear_item_it_answers_since_that_is_all_it_may_do(wc: WorkCenter)
     reply = state.messages[-1]
     assert reply.decision is not None and reply.decision.kind == "answer"
     assert wc.ledger(item.id).coordinator_failures == 0
+
+
+def test_a_run_that_ended_without_a_report_is_guided_with_its_reason() -> None:
+    """An Action whose Runs were interrupted (the executor raised) failed with no report:
+    the Coordinator said "no error reported"; the blocker's reason, the Run's end reason,
+    is what it passes on (found by acceptance testing)."""
+    walk = Walk(criteria=CRITERIA)
+    assert walk.wake("work_item_started", contract_revision=1)["kind"] == "create_actions"
+    h = walk.h
+    while (action := walk.only("ready", "failed")[0]).status == "ready":
+        ref = h.claim(action.id)
+        h.take(
+            runs.interrupt(
+                h.item,
+                h.actions[action.id],
+                ref,
+                reason="executor raised RuntimeError: boom",
+                at=h.tick(),
+                by=WORKER,
+            )
+        )
+    guided = walk.wake("action_settled")
+    assert guided["kind"] == "guide_actions"
+    assert "executor raised RuntimeError: boom" in guided["guidance"][0]["instruction"]

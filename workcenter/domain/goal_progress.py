@@ -217,12 +217,22 @@ def _criterion_progress(
     return CriterionProgress(criterion=criterion, status="unmet", evidence_run_ids=())
 
 
+def _ended_without_report(action: ActionState) -> str | None:
+    """Why the Action's last Run of this generation ended when it reported nothing (its
+    executor raised, its lease lapsed): the objective says nothing of such a failure."""
+    last = action.runs[-1] if action.runs else None
+    if last is None or last.result is not None or last.generation != action.generation:
+        return None
+    return last.end_reason
+
+
 def _blocker(action: ActionState, revision: int) -> Blocker:
     run = current_run(action, revision)
     result = run.result if run is not None else None
     reason = (
         (result.waiting_reason if result is not None else None)
         or (result.error if result is not None else None)
+        or _ended_without_report(action)
         or action.brief.objective
         or ""
     )

@@ -371,7 +371,15 @@ def _plan(turn: Turn, stage: Stage, answer: str | None) -> dict[str, Any]:
 def _after_failure(turn: Turn, action: Mapping[str, Any]) -> dict[str, Any]:
     """Guide a failed Action once; a second failure goes to the human."""
     result = action.get("result") or {}
-    error = result.get("error") or result.get("summary") or "no error reported"
+    # A Run that ended without a report (interrupted) has its reason only in the blockers.
+    blockers: list[Mapping[str, Any]] = list(turn.progress.get("blockers", ()))
+    blocker = next((b for b in blockers if b.get("actionId") == action["id"]), {})
+    error = (
+        result.get("error")
+        or result.get("summary")
+        or (blocker.get("reason") if not result else None)
+        or "no error reported"
+    )
     stage = next((s for s in PLAYBOOK if s.type == action["type"]), None)
     if action["generation"] == 1 and stage is not None:
         instruction = f"{stage.guidance}. The last Run failed: {error}"
