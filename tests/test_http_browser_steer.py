@@ -335,3 +335,63 @@ def test_the_badge_says_when_the_database_cannot_be_read(
         away.clear()
         page.wait_for_selector("#live.on:text('live')", timeout=TIMEOUT_MS)
         assert errors == []
+
+
+def test_a_message_refusal_is_said_in_words_and_goes_when_its_cause_does(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    """A send that got no answer said only "Failed to fetch", and a refusal stayed under
+    the box after its cause had gone (found by acceptance testing)."""
+    page, base, errors = served_page
+    item_id = open_item(page, base, DYNAMIC)
+    page.route("**/messages", lambda route: route.abort())
+    page.wait_for_selector("#message-send:enabled", timeout=TIMEOUT_MS)
+    page.fill("#message-text", "Plan it")
+    page.click("#message-send")
+    page.wait_for_selector("#message-error:visible", timeout=TIMEOUT_MS)
+    said = page.text_content("#message-error") or ""
+    assert said.startswith("The server could not be reached"), said
+    page.unroute("**/messages")
+    # The read that followed the refusal (its cause may already be gone by then) ...
+    page.wait_for_function("() => state.messageErrorAt !== null", timeout=TIMEOUT_MS)
+    assert page.is_visible("#message-error")
+    wc.post_user_message(UUID(item_id), "From another tab")  # ... then a change
+    page.wait_for_selector("#message-error", state="hidden", timeout=TIMEOUT_MS)
+    assert page.input_value("#message-text") == "Plan it"  # kept, to send again
+    assert errors == []
+
+
+def test_a_message_cannot_be_sent_while_the_budget_stops_the_item(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    page, base, errors = served_page
+    item_id = open_item(page, base, DYNAMIC | {"limits": {"maxCoordinatorFailures": 1}})
+    page.wait_for_selector("#message-send:enabled", timeout=TIMEOUT_MS)
+    wc.coordinate_once(ScriptedProvider([Failure(ProviderFailed("503", transient=False))]))
+    assert wc.ledger(UUID(item_id)).stop_reason is not None
+    page.wait_for_selector("#budget-stop:visible", timeout=TIMEOUT_MS)
+    page.wait_for_selector("#message-send:disabled", timeout=TIMEOUT_MS)
+    assert "extend" in (page.get_attribute("#message-send", "title") or "")
+    assert errors == []
+
+
+def test_an_address_naming_another_item_selects_it(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    page, base, errors = served_page
+    ids = []
+    for title in ("First item", "Second item"):
+        created = httpx.post(base + "/api/work-items", json=LINEAR | {"title": title})
+        assert created.status_code == 201, created.text
+        ids.append(created.json()["id"])
+    page.goto(f"{base}/#{ids[1]}")  # chosen by the address: the list selects no other
+    page.wait_for_function(
+        "() => document.querySelector('#item-title').textContent === 'Second item'",
+        timeout=TIMEOUT_MS,
+    )
+    page.evaluate(f"location.hash = '{ids[0]}'")
+    page.wait_for_function(
+        "() => document.querySelector('#item-title').textContent === 'First item'",
+        timeout=TIMEOUT_MS,
+    )
+    assert errors == []

@@ -33,6 +33,9 @@ const state = {
   commanding: false,
   // Kept until a post of this text is answered, so a retry of it writes nothing twice.
   pendingMessage: null,
+  // The conversation's version and ETag at the first read after a message was refused
+  // (null until then): the refusal is shown until either changes.
+  messageErrorAt: null,
   // The stop the extend form was last pre-filled for, and the open guide/answer form.
   prefilledStop: null,
   actionForm: null,
@@ -405,8 +408,20 @@ function renderConversation(talk, decided, base) {
   $("plan-wait").hidden = !waits;
   $("plan-wait").textContent = waits || "";
   const closed = talk.status === "done" || talk.status === "cancelled";
-  $("message-send").disabled = closed || talk.thinking;
+  const control = state.detail && state.detail.executionControl;
+  const stopped = Boolean(control && control.stopReason);
+  const send = $("message-send");
+  send.disabled = closed || talk.thinking || stopped;
+  send.title = stopped ? "Stopped by its budget: extend it and resume first" : "";
   $("message-text").disabled = closed;
+  // A refusal stays until the conversation changes after the read that followed it: its
+  // cause (a turn thinking, a stop) may be gone by then (found by acceptance testing).
+  const error = $("message-error");
+  const seen = talk.conversationVersion + "|" + state.conversationEtag;
+  if (!error.hidden) {
+    if (state.messageErrorAt === null) state.messageErrorAt = seen;
+    else if (state.messageErrorAt !== seen) error.hidden = true;
+  }
 }
 
 function clientMessageId() {
@@ -436,10 +451,14 @@ async function sendMessage(event) {
     $("message-send").disabled = false;
     if (failure instanceof Unauthorized) return;
     error.hidden = false;
+    state.messageErrorAt = null;
     error.textContent = visible(
       failure instanceof Problem && failure.status === 412
         ? "The item changed since you read it: check what changed, then send again."
-        : String(failure.message || failure),
+        : failure instanceof TypeError
+          ? "The server could not be reached, so it is not known whether the message was" +
+            " sent: send it again once the server answers (it is taken once)."
+          : String(failure.message || failure),
     );
   } finally {
     // The next read shows the new turn (or what changed) and sets the button again.

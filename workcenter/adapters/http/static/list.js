@@ -102,6 +102,13 @@ function showPage(after, back) {
   schedule();
 }
 
+// A link or an edited address naming another item selects it, as a reload would (found
+// by acceptance testing: the page kept showing the item it had).
+window.addEventListener("hashchange", () => {
+  const id = decodeURIComponent(location.hash.slice(1));
+  if (id && id !== state.selected) select(id, true);
+});
+
 $("older").addEventListener("click", () => {
   if (listing.next) showPage(listing.next, listing.back.concat([listing.after]));
 });
