@@ -339,6 +339,11 @@ def test_truncation_is_a_maximal_valid_prefix_and_idempotent(text: str, n: int) 
         ("Set-Cookie: a=1; b=2", "Set-Cookie: ***; b=2"),
         ("sig=1 auth=2 code=3 passwd=4", "sig=*** auth=*** code=*** passwd=***"),
         ("HTTP status code: 500", "HTTP status code: 500"),
+        # A provider SDK's words for an HTTP status (found by acceptance testing).
+        (
+            "the provider answered 500: Error code: 500 - boom",
+            "the provider answered 500: Error code: 500 - boom",
+        ),
         ("code: 500", "code: ***"),
         ("note=fine tokens are ok", "note=fine tokens are ok"),
         ("send Bearer abc.def now", "send Bearer *** now"),

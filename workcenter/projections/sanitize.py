@@ -169,7 +169,7 @@ def _runs_to_line_end(name: str) -> bool:
 _ASSIGNMENT = re.compile(
     r"(?<![A-Za-z0-9_.\-])(?P<name>[A-Za-z0-9_.\-]++)[\"']?[ \t]*+(?P<sep>[:=])[ \t]*+"
 )
-_STATUS_BEFORE = re.compile(r"(?i)status[ \t]+\Z")
+_STATUS_BEFORE = re.compile(r"(?i)(?:status|error)[ \t]+\Z")
 _PLAIN_VALUE_END = re.compile(r"[\s\"',;&)\]}<>]")
 _LINE_VALUE_END = re.compile(r"[;\r\n]")
 _NEWLINE = re.compile(r"[\r\n]")
@@ -228,7 +228,7 @@ def _assignments(text: str) -> Iterable[tuple[int, int]]:
             and _normalise_name(name) == "code"
             and _STATUS_BEFORE.search(text, max(0, match.start() - 32), match.start())
         ):
-            continue  # "status code: 500" is not a credential
+            continue  # "status code: 500", "Error code: 500" are not credentials
         begin, end = _value_span(text, match.end(), _runs_to_line_end(name))
         if end > begin:
             yield begin, end
