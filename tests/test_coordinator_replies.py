@@ -74,3 +74,21 @@ def test_a_usage_past_what_the_ledger_counts_is_charged_as_the_most_it_counts(
     assert reservation.status == "reported" and reservation.usage is not None
     assert reservation.usage.input_tokens == bounds.INTEGER == stopped.charged_tokens
     assert {step.work_item_id for step in steps} == {first.id, second.id}
+
+
+def test_a_turn_whose_item_is_cancelled_meanwhile_says_so_not_budget(wc: WorkCenter) -> None:
+    """The ledger refuses a request of a cancelled item (work_item_inactive): the turn
+    read "budget: LLM request refused by the ResourceLedger", as if a budget had stopped
+    it (found by acceptance testing)."""
+    item = create_dynamic(wc)
+
+    class CancelsFirst(Answers):
+        def answer(self, request: Any, before_request: Callable[[], None]) -> Any:
+            wc.cancel(item.id)
+            return super().answer(request, before_request)
+
+    (step,) = wc.coordinate_once(CancelsFirst(None))
+    assert step.status == "failed"
+    assert errors(wc, item.id) == [
+        "the WorkItem was cancelled or ended before the request was sent"
+    ]

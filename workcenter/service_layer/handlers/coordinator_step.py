@@ -221,6 +221,11 @@ class Coordinator:
         except TurnFenceLost:
             raise
         except ResourceStopError as stop:
+            if stop.code == "work_item_inactive":
+                # Cancelled (or ended) while the turn ran: no budget refused it (found by
+                # acceptance testing: a cancel read as a budget failure).
+                why = "the WorkItem was cancelled or ended before the request was sent"
+                return self._fail(claim, why, retry=False)
             return self._fail(claim, f"budget: {stop}", retry=False)
         except ProviderFailed as failed:
             return self._fail(claim, f"provider: {failed}", retry=failed.transient)
