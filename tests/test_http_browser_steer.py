@@ -395,3 +395,19 @@ def test_an_address_naming_another_item_selects_it(
         timeout=TIMEOUT_MS,
     )
     assert errors == []
+
+
+def test_an_item_without_a_delivery_target_shows_none_asked_not_unmet(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    """Done with every criterion met and no target named, its delivery row read "unmet"
+    (found by acceptance testing)."""
+    page, base, errors = served_page
+    open_item(page, base, LINEAR | {"deliveryTarget": None})
+    row = "#criteria tr.delivery"
+    page.wait_for_selector(row, timeout=TIMEOUT_MS)
+    assert "no target named" in (page.text_content(row) or "")
+    assert page.text_content(row + " .status") == "none asked"
+    open_item(page, base, LINEAR)
+    page.wait_for_selector(row + " .status.unmet", timeout=TIMEOUT_MS)
+    assert errors == []

@@ -191,8 +191,9 @@ const STOPS = {
       need: needOf(control, "maxCoordinatorFailures"),
       // The count never goes back down: not "in a row".
       text:
-        "the Coordinator failure limit: the Coordinator failed " + number(failures) +
-        " times (limit " + number(max) + ")",
+        "the Coordinator failure limit: the Coordinator failed " +
+        (failures === 1 ? "once" : number(failures) + " times") +
+        " (limit " + number(max) + ")",
     };
   },
 };
