@@ -411,3 +411,31 @@ def test_an_item_without_a_delivery_target_shows_none_asked_not_unmet(
     open_item(page, base, LINEAR)
     page.wait_for_selector(row + " .status.unmet", timeout=TIMEOUT_MS)
     assert errors == []
+
+
+def test_a_stop_lifted_elsewhere_leaves_nothing_pre_filled(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    """Another tab raised the limit enough: this one kept its amount pre-filled, and a
+    click raised the limit again (found by acceptance testing)."""
+    page, base, errors = served_page
+    item = UUID(open_item(page, base, LINEAR | {"limits": {"maxActionAttempts": 1}}))
+    assert wc.claim_next("worker-1") is not None
+    wc.cancel(item)
+    wc.resume(
+        item,
+        expected_version=wc.work_item(item).version,
+        expected_ledger_version=wc.ledger(item).version,
+    )
+    assert wc.claim_next("worker-1") is None  # the gate stops the item
+    page.wait_for_selector("#budget-stop:visible", timeout=TIMEOUT_MS)
+    assert page.input_value("#extend-action-attempts") == "1"
+    ledger = wc.ledger(item)
+    wc.extend_budget(item, expected_version=ledger.version, additions={"max_action_attempts": 1})
+    page.wait_for_function(
+        "() => document.querySelector('#budget-stop').textContent.endsWith('Resume.')"
+        " && document.querySelector('#budget-stop').textContent.includes('now allows')",
+        timeout=TIMEOUT_MS,
+    )
+    assert page.input_value("#extend-action-attempts") == ""
+    assert errors == []

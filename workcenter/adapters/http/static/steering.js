@@ -251,7 +251,9 @@ function renderStop(control) {
   node.textContent = visible("Stopped by " + text + "." + lifted);
   // Pre-filled once per stop and per set of limits to raise: a live update must not
   // overwrite what the user typed, unless another limit now needs raising too.
-  const key = stop.code + "@" + stop.at + "|" + node.dataset.also;
+  // Raised enough elsewhere (another tab), it is pre-filled again, empty: a click on the
+  // amounts left would raise the limit twice (found by acceptance testing).
+  const key = stop.code + "@" + stop.at + "|" + node.dataset.also + (need > 0 ? "" : "|met");
   if (state.prefilledStop !== key) {
     state.prefilledStop = key;
     const fill = Object.fromEntries(also.map((a) => [a.limit, a.need]));
