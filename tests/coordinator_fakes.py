@@ -76,6 +76,7 @@ class FakeRules(DomainRules):
         prompt: str,
         correction: str | None,
         max_output_tokens: int | None = None,
+        ledger: rl.LedgerState | None = None,
     ) -> Body:
         snapshot = {
             "item": {"id": str(item.id), "status": item.status, "goal": item.goal},

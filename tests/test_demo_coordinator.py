@@ -89,7 +89,13 @@ class Walk:
     def turn(self, prompt: str, authority: TurnAuthority) -> dict[str, Any]:
         h = self.h
         body = build_request(
-            h.item, h.actions, planning.progress(h.item, h.actions), self.lines, prompt, None
+            h.item,
+            h.actions,
+            planning.progress(h.item, h.actions),
+            self.lines,
+            prompt,
+            None,
+            ledger=h.ledger,
         )
         request = ProviderTurnRequest(
             turn_id=f"turn-{len(self.requests)}",

@@ -144,10 +144,11 @@ def test_on_a_linear_item_it_answers_since_that_is_all_it_may_do(wc: WorkCenter)
     assert wc.ledger(item.id).coordinator_failures == 0
 
 
-def test_a_run_that_ended_without_a_report_is_guided_with_its_reason() -> None:
-    """An Action whose Runs were interrupted (the executor raised) failed with no report:
-    the Coordinator said "no error reported"; the blocker's reason, the Run's end reason,
-    is what it passes on (found by acceptance testing)."""
+def test_an_action_whose_runs_ended_without_a_report_goes_to_the_human_with_why() -> None:
+    """Its Runs interrupted (the executor raised) until no attempt was left, the Action
+    failed with no report. The Coordinator said "no error reported" and guided it, which
+    stopped the item at its next claim; it now names the Run's end reason and, with no
+    attempt left, asks the human (found by acceptance testing)."""
     walk = Walk(criteria=CRITERIA)
     assert walk.wake("work_item_started", contract_revision=1)["kind"] == "create_actions"
     h = walk.h
@@ -163,6 +164,7 @@ def test_a_run_that_ended_without_a_report_is_guided_with_its_reason() -> None:
                 by=WORKER,
             )
         )
-    guided = walk.wake("action_settled")
-    assert guided["kind"] == "guide_actions"
-    assert "executor raised RuntimeError: boom" in guided["guidance"][0]["instruction"]
+    asked = walk.wake("action_settled")
+    assert asked["kind"] == "request_human"
+    assert "executor raised RuntimeError: boom" in asked["question"]
+    assert "no attempt left" in asked["question"]

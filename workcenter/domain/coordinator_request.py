@@ -22,6 +22,8 @@ from uuid import UUID
 import orjson
 
 from workcenter.domain import action as act
+from workcenter.domain import lifecycle
+from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.decision_models import DECISION_KINDS, reply_schema
 from workcenter.domain.errors import SnapshotTooLarge
@@ -63,7 +65,8 @@ Decision kinds:
   Action that still stands needs goalRefs and a rationale of 20+ characters. closeActions
   closes waiting or failed Actions; supersedeActionIds replaces ready, waiting or failed
   ones. Refused while an Action is running.
-- guide_actions: guidance to 1 to 8 ready, waiting or failed Actions (a new attempt).
+- guide_actions: guidance to 1 to 8 ready, waiting or failed Actions (a new attempt);
+  never to an Action marked noAttemptLeft: ask the human to extend its attempts instead.
 - request_human: ask the human a question; the item waits.
 - complete: finish the item when every criterion is passed by current evidence: close
   every unfinished Action with closeActions, give one acceptance result per criterion in
@@ -204,7 +207,7 @@ def _result(action: act.ActionState, compact: bool) -> dict[str, Any] | None:
     }
 
 
-def _action(action: act.ActionState, compact: bool) -> dict[str, Any]:
+def _action(action: act.ActionState, compact: bool, spent: bool) -> dict[str, Any]:
     shown: dict[str, Any] = {
         "id": str(action.id),
         "sequence": action.sequence,
@@ -214,6 +217,10 @@ def _action(action: act.ActionState, compact: bool) -> dict[str, Any]:
         "workspaceMode": action.workspace_mode,
         "result": _result(action, compact),
     }
+    if spent:
+        # Guidance would run it again with no attempt left: the item would stop at its
+        # next claim (ADR-0130), as a user's retry or guidance is refused for (ADR-0091).
+        shown["noAttemptLeft"] = True
     if not compact:
         shown["brief"] = {
             "objective": action.brief.objective[:BRIEF_LIMIT],
@@ -256,9 +263,16 @@ def build_snapshot(
     actions: Mapping[UUID, act.ActionState],
     progress: GoalProgress,
     lines: Sequence[ConversationLine],
+    ledger: rl.LedgerState | None = None,
 ) -> dict[str, Any]:
-    """The largest snapshot within ``SNAPSHOT_LIMIT`` bytes of canonical JSON."""
+    """The largest snapshot within ``SNAPSHOT_LIMIT`` bytes of canonical JSON; with the
+    item's ``ledger``, each open Action with no attempt left is marked so."""
     unfinished, finished = _listed(item, actions)
+    spent = {
+        a.id
+        for a in unfinished
+        if ledger is not None and lifecycle.no_attempt_left(item, a, ledger)
+    }
     known = len(item.plan)
     if len(item.entries(*act.OPEN_STATUSES)) > MAX_ACTIONS:
         raise SnapshotTooLarge(f"more than {MAX_ACTIONS} unfinished Actions")
@@ -269,7 +283,7 @@ def build_snapshot(
         compact = form == "compact"
         return fixed | {
             "form": form,
-            "actions": [_action(a, compact) for a in shown],
+            "actions": [_action(a, compact, a.id in spent) for a in shown],
             "actionsLeftOut": known - len(shown),
             "conversation": conversation[:kept_lines],
         }
@@ -302,13 +316,14 @@ def build_request(
     *,
     kinds: tuple[str, ...] = DECISION_KINDS,
     max_output_tokens: int | None = None,
+    ledger: rl.LedgerState | None = None,
 ) -> CoordinatorRequestBody:
     """The request of one provider turn: the fixed instructions, then the snapshot under
     a fixed heading, the turn's input (the latest user text, or the automatic trigger as
     JSON), the decision kinds the turn may take when they are fewer than all (the reply
     schema offers only those) and, on a second attempt, the correction. Raises
     ``SnapshotTooLarge``."""
-    snapshot = canonical_json(build_snapshot(item, actions, progress, lines)).decode()
+    snapshot = canonical_json(build_snapshot(item, actions, progress, lines, ledger)).decode()
     parts = [f"{SNAPSHOT_HEADING}\n{snapshot}", f"{PROMPT_HEADING}\n{prompt[:PROMPT_LIMIT]}"]
     if kinds != DECISION_KINDS:
         parts.append(f"{KINDS_HEADING} {', '.join(kinds)}")

@@ -258,9 +258,11 @@ def check_guidance(
     item: wi.WorkItemState,
     actions: Mapping[UUID, act.ActionState],
     stage: Stage,
+    ledger: rl.LedgerState | None = None,
 ) -> list[tuple[act.ActionState, str]]:
     """1 to 8 unique targets; unfinished at parse (a running one passes), ready, waiting
-    or failed at apply. One miss refuses all."""
+    or failed at apply, and with an attempt left by the ``ledger`` (ADR-0130). One miss
+    refuses all."""
     entries = decision.guidance or ()
     if not 1 <= len(entries) <= MAX_GUIDANCE:
         refuse(stage, f"guide_actions needs 1 to {MAX_GUIDANCE} guidance entries")
@@ -277,6 +279,13 @@ def check_guidance(
         if target is None or target.work_item_id != item.id or target.status not in allowed:
             status = target.status if target is not None else "unknown"
             refuse(stage, f"Action {entry.action_id} is {status}; it cannot be guided now")
+        if ledger is not None and lifecycle.no_attempt_left(item, target, ledger):
+            # Taken, it would stop the item at the Action's next claim.
+            refuse(
+                stage,
+                f"Action {entry.action_id} has no attempt left: ask the human to extend its"
+                " attempts (request_human)",
+            )
         targets.append((target, instruction))
     return targets
 

@@ -231,7 +231,8 @@ def apply_decision(
             prepared = check_create_actions(decision, unit, changed, "apply")
             record_create_actions(decision, unit, changed, prepared)
         case "guide_actions":
-            record_guidance(unit, check_guidance(decision, unit.item, unit.actions, "apply"))
+            targets = check_guidance(decision, unit.item, unit.actions, "apply", ledger)
+            record_guidance(unit, targets)
         case "request_human":
             if not (decision.question or "").strip():
                 refuse("apply", "request_human needs a question")

@@ -369,7 +369,8 @@ def _plan(turn: Turn, stage: Stage, answer: str | None) -> dict[str, Any]:
 
 
 def _after_failure(turn: Turn, action: Mapping[str, Any]) -> dict[str, Any]:
-    """Guide a failed Action once; a second failure goes to the human."""
+    """Guide a failed Action once; a second failure, or one with no attempt left, goes to
+    the human."""
     result = action.get("result") or {}
     # A Run that ended without a report (interrupted) has its reason only in the blockers.
     blockers: list[Mapping[str, Any]] = list(turn.progress.get("blockers", ()))
@@ -381,6 +382,12 @@ def _after_failure(turn: Turn, action: Mapping[str, Any]) -> dict[str, Any]:
         or "no error reported"
     )
     stage = next((s for s in PLAYBOOK if s.type == action["type"]), None)
+    if action.get("noAttemptLeft"):
+        return _ask(
+            f"{action['type']} failed ({error}) and has no attempt left. Extend its Action"
+            " attempts and tell me to go on, or say what to do instead.",
+            "guidance would run it again with no attempt left; the human decides",
+        )
     if action["generation"] == 1 and stage is not None:
         instruction = f"{stage.guidance}. The last Run failed: {error}"
         return _reply(

@@ -85,10 +85,12 @@ class DecisionRules(Protocol):
         prompt: str,
         correction: str | None,
         max_output_tokens: int | None = None,
+        ledger: rl.LedgerState | None = None,
     ) -> RequestBody:
         """Raises ``CommandRefused`` when the turn may take no decision on the item, so
         it fails before any request is paid for. ``max_output_tokens`` is the provider's
-        bound on a reply, which the body carries and the budget reserves."""
+        bound on a reply, which the body carries and the budget reserves; with the item's
+        ``ledger`` the snapshot marks the Actions that have no attempt left."""
         ...
 
     def parse_reply(
@@ -144,6 +146,7 @@ class DomainRules:
         prompt: str,
         correction: str | None,
         max_output_tokens: int | None = None,
+        ledger: rl.LedgerState | None = None,
     ) -> RequestBody:
         kinds = decisions.offered_kinds(_authority(turn), item)
         if not kinds:
@@ -166,6 +169,7 @@ class DomainRules:
             correction,
             kinds=kinds,
             max_output_tokens=max_output_tokens,
+            ledger=ledger,
         )
 
     def parse_reply(

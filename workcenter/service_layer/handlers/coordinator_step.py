@@ -173,6 +173,7 @@ class Coordinator:
                 _prompt(turn),
                 state.correction,
                 self.max_output_tokens,
+                ledger=commands.repo.ledger(item.id),
             )
         except WorkcenterError as error:  # the snapshot cannot be built (too large)
             return self._fail(claim, str(error), retry=False)
