@@ -151,9 +151,9 @@ def test_the_dashboard_follows_an_item_to_done_without_a_reload(
             browser.close()
 
 
-def test_a_message_posted_on_the_page_gets_the_coordinators_reply_without_a_reload(
-    browser: tuple[Any, str], db_path: Path
-) -> None:
+def dynamic_item_on_a_page(browser: tuple[Any, str]) -> tuple[Any, list[str], str]:
+    """A page of the dashboard, live, showing a dynamic item just created and started:
+    the page, its errors and the item's id."""
     chromium_browser, base = browser
     page = chromium_browser.new_page(viewport={"width": 1280, "height": 1000})
     errors: list[str] = []
@@ -161,12 +161,19 @@ def test_a_message_posted_on_the_page_gets_the_coordinators_reply_without_a_relo
     page.goto(base + "/")
     page.wait_for_selector("#live.on", timeout=TIMEOUT_MS)
     page.evaluate("window.loadedOnce = true")  # gone if the page reloads
-
     body = LINEAR | {"mode": "dynamic", "stages": None, "start": True}
     response = httpx.post(base + "/api/work-items", json=body, timeout=30)
     assert response.status_code == 201
-    item_id = response.json()["id"]
+    item_id: str = response.json()["id"]
     page.wait_for_selector(f"#item-list li.selected[data-id='{item_id}']", timeout=TIMEOUT_MS)
+    return page, errors, item_id
+
+
+def test_a_message_posted_on_the_page_gets_the_coordinators_reply_without_a_reload(
+    browser: tuple[Any, str], db_path: Path
+) -> None:
+    base = browser[1]
+    page, errors, _ = dynamic_item_on_a_page(browser)
     page.wait_for_selector("#message-send:enabled", timeout=TIMEOUT_MS)
     assert page.is_visible("#no-messages")
 
@@ -205,17 +212,7 @@ def test_the_page_says_when_only_a_message_can_plan_the_item(
 ) -> None:
     """A Coordinator turn that failed for good leaves a dynamic item running with nothing
     planned and nothing due; the page says a message is needed (ADR-0129)."""
-    chromium_browser, base = browser
-    page = chromium_browser.new_page(viewport={"width": 1280, "height": 1000})
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.goto(base + "/")
-    page.wait_for_selector("#live.on", timeout=TIMEOUT_MS)
-    body = LINEAR | {"mode": "dynamic", "stages": None, "start": True}
-    response = httpx.post(base + "/api/work-items", json=body, timeout=30)
-    assert response.status_code == 201
-    item_id = response.json()["id"]
-    page.wait_for_selector(f"#item-list li.selected[data-id='{item_id}']", timeout=TIMEOUT_MS)
+    page, errors, _ = dynamic_item_on_a_page(browser)
     page.wait_for_selector("#plan-wait:has-text('next step is due')", timeout=TIMEOUT_MS)
 
     with WorkCenter.open(db_path) as coordinator_wc:

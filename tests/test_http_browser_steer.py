@@ -90,6 +90,20 @@ def note(page: Any, kind: str) -> str:
     return page.text_content("#command-note") or ""
 
 
+def spend_attempts(wc: WorkCenter, item: UUID, attempts: int) -> None:
+    """The item's Action's ``attempts`` spent by claim, cancel and resume rounds; the
+    next claim finds none left, and the gate stops the item."""
+    for _ in range(attempts):
+        assert wc.claim_next("worker-1") is not None
+        wc.cancel(item)
+        wc.resume(
+            item,
+            expected_version=wc.work_item(item).version,
+            expected_ledger_version=wc.ledger(item).version,
+        )
+    assert wc.claim_next("worker-1") is None
+
+
 def test_cancel_resume_extend_and_retry_from_the_page_without_a_reload(
     served_page: tuple[Any, str, list[str]], wc: WorkCenter
 ) -> None:
@@ -196,15 +210,7 @@ def test_an_attempts_stop_reads_the_attempts_allowed_now(
     page, base, errors = served_page
     item_id = open_item(page, base, LINEAR | {"limits": {"maxActionAttempts": 2}})
     item = UUID(item_id)
-    for _ in range(2):  # two attempts spent by cancel and resume rounds
-        assert wc.claim_next("worker-1") is not None
-        wc.cancel(item)
-        wc.resume(
-            item,
-            expected_version=wc.work_item(item).version,
-            expected_ledger_version=wc.ledger(item).version,
-        )
-    assert wc.claim_next("worker-1") is None  # the gate stops the item
+    spend_attempts(wc, item, 2)
     page.wait_for_selector(
         "#budget-stop[data-code='action_attempts_exhausted']:visible", timeout=TIMEOUT_MS
     )
@@ -420,14 +426,7 @@ def test_a_stop_lifted_elsewhere_leaves_nothing_pre_filled(
     click raised the limit again (found by acceptance testing)."""
     page, base, errors = served_page
     item = UUID(open_item(page, base, LINEAR | {"limits": {"maxActionAttempts": 1}}))
-    assert wc.claim_next("worker-1") is not None
-    wc.cancel(item)
-    wc.resume(
-        item,
-        expected_version=wc.work_item(item).version,
-        expected_ledger_version=wc.ledger(item).version,
-    )
-    assert wc.claim_next("worker-1") is None  # the gate stops the item
+    spend_attempts(wc, item, 1)
     page.wait_for_selector("#budget-stop:visible", timeout=TIMEOUT_MS)
     assert page.input_value("#extend-action-attempts") == "1"
     ledger = wc.ledger(item)
