@@ -60,7 +60,7 @@ def test_a_usage_past_what_the_ledger_counts_is_charged_as_the_most_it_counts(
     wc: WorkCenter,
 ) -> None:
     first, second = create_dynamic(wc, title="First"), create_dynamic(wc, title="Second")
-    huge = {"prompt_tokens": 10**17, "completion_tokens": 5}
+    huge = {"prompt_tokens": 10**400, "completion_tokens": 5}  # past a float's range too
     provider = ScriptedProvider(
         [Reply(create_actions(action_spec()), usage=huge), Reply(create_actions(action_spec()))]
     )

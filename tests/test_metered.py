@@ -245,13 +245,15 @@ def test_a_usage_past_what_the_ledger_counts_is_charged_as_the_most_it_counts(
     swallowed: the request stayed in flight, charged its estimate. It is the server's
     word on what was spent: charged as the most the ledger counts, settled."""
     run = claimed_run(wc)
-    huge = {"prompt_tokens": 10**17, "completion_tokens": 5}
+    # Past 2^53 - 1, past a float's range (Python's JSON reads it as an int), infinite.
+    huge = {"prompt_tokens": 10**400, "completion_tokens": float("inf")}
     provider = CountingProvider(wc, run.work_item_id, usage=huge)
     metered = MeteredProvider.for_claim(wc, run, provider=provider)
     metered(REQUEST)
     [row] = rows(wc, run.work_item_id)
     assert row.status == "reported"
-    assert row.usage is not None and row.usage.input_tokens == 2**53 - 1
+    assert row.usage is not None
+    assert row.usage.input_tokens == row.usage.output_tokens == 2**53 - 1
     assert metered.settle_pending() is False  # nothing left in flight
 
 

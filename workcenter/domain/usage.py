@@ -71,15 +71,15 @@ def as_reported(payload: Mapping[str, Any]) -> dict[str, Any]:
     as 2^53 - 1. A caller's count past it is refused (``normalize_usage``); a server's
     is its word on what was spent, after the fact: it is charged as the most the ledger
     counts, which stops the budget, rather than refused and left uncharged."""
-    return {
-        key: bounds.INTEGER
-        if not isinstance(value, bool)
-        and isinstance(value, int | float)
-        and math.isfinite(value)
-        and value > bounds.INTEGER
-        else value
-        for key, value in payload.items()
-    }
+    return {key: bounds.INTEGER if _past_bound(value) else value for key, value in payload.items()}
+
+
+def _past_bound(value: Any) -> bool:
+    """A count past 2^53 - 1, infinity included (a server's JSON may say ``Infinity``),
+    compared as it is: an integer too large for a float is still a number."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return not (isinstance(value, float) and math.isnan(value)) and value > bounds.INTEGER
 
 
 def _first(payload: Mapping[str, Any], *keys: str) -> Any:

@@ -17,12 +17,14 @@ from workcenter.domain import runs
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.projections.work_queue import Candidate
+from workcenter.service_layer import backoff
 from workcenter.service_layer.ports import Clock
 from workcenter.service_layer.repository import Repository
 
 CLAIM_PAGE = 16
-# Saves of one candidate's claim, each decided on the states read after the last lost one.
-SAVE_TRIES = 3
+# Saves of one candidate's claim, each decided on the states read after the last lost
+# one, after a backoff: siblings claimed at once each win the item's stream in turn.
+SAVE_TRIES = 8
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,9 @@ def _try_claim(
     lost a race is decided again on the states read: the race may have been for a stream
     the candidate shares (its item's or ledger's, with another Action of the item claimed
     at the same moment), and on PostgreSQL the candidate is still held for this claim."""
-    for _ in range(SAVE_TRIES):
+    for tried in range(SAVE_TRIES):
+        if tried:
+            backoff.pause(tried - 1)
         action, item, ledger = wc.repo.run_states(
             candidate.action_id, with_ledger=True, work_item_id=candidate.work_item_id
         )
