@@ -2,7 +2,8 @@
 ``test_scaleout_16.py``), run as a script.
 
 It runs the library's worker loop (``run_worker``) with an executor that works for
-a moment and completes, until SIGTERM. Every claim (with its Action and the
+a moment and completes, until SIGTERM. It says "ready" once its signals are caught;
+every claim (with its Action and the
 candidates it tried) and finish it saw accepted is appended to its log, one JSON
 line each; the store's own log lines (one per lost database) go to stderr.
 """
@@ -41,6 +42,9 @@ def main(store: str, name: str, log_path: str, work: float, lease: float) -> Non
         open(log_path, "a", buffering=1) as log,
         StopSignals() as signals,
     ):
+        # Its stop signals are caught from here: a SIGTERM before would end it unheard
+        # (a worker still starting on a loaded machine printed nothing, found in CI).
+        log.write(json.dumps([name, "ready", "", ""]) + "\n")
 
         def record(event: str, claim: Claim, detail: str) -> None:
             if event == "claimed":

@@ -77,6 +77,16 @@ def read_records(log: Path) -> list[list[Any]]:
     return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
 
 
+def stop_when_ready(workers: list[subprocess.Popen[bytes]], log: Path) -> None:
+    """SIGTERM to each worker once every one has said it catches it (within 60 s)."""
+    deadline = time.monotonic() + 60
+    while sum(1 for r in read_records(log) if r[1] == "ready") < len(workers):
+        assert time.monotonic() < deadline, "a worker never came to catch its stop"
+        time.sleep(0.1)
+    for w in workers:
+        w.send_signal(signal.SIGTERM)
+
+
 def all_completed(wc: WorkCenter, items: list[UUID]) -> bool:
     return all(wc.work_item(i).status == "done" for i in items)
 
@@ -108,8 +118,7 @@ def test_four_workers_survive_a_postgresql_restart(server: PrivateServer, tmp_pa
                 assert time.monotonic() < deadline, "the workers did not finish after the restart"
                 assert all(w.poll() is None for w in workers), "a worker died"
                 time.sleep(0.2)
-            for w in workers:
-                w.send_signal(signal.SIGTERM)
+            stop_when_ready(workers, log)
             stats = [json.loads(w.communicate(timeout=30)[0]) for w in workers]
             assert [w.returncode for w in workers] == [0] * WORKERS
             records = read_records(log)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,15 @@ from pathlib import Path
 
 import postgres
 import pytest
-from test_restart import POOL, WORKER, all_completed, check_no_loss, read_records, seed
+from test_restart import (
+    POOL,
+    WORKER,
+    all_completed,
+    check_no_loss,
+    read_records,
+    seed,
+    stop_when_ready,
+)
 from test_restart import views_equal_a_rebuild as rebuilt_views_equal
 
 from workcenter.application import WorkCenter
@@ -60,8 +67,7 @@ def test_sixteen_workers_claim_each_action_once_without_herding(
                 assert time.monotonic() < deadline, "the workers did not drain the queue"
                 assert all(w.poll() is None for w in workers), "a worker died"
                 time.sleep(0.5)
-            for w in workers:
-                w.send_signal(signal.SIGTERM)
+            stop_when_ready(workers, log)
             stats = [json.loads(w.communicate(timeout=60)[0]) for w in workers]
             assert [w.returncode for w in workers] == [0] * WORKERS
             records = read_records(log)

@@ -129,9 +129,10 @@ PlanWait = Literal["due", "failed", "idle"]
 def plan_wait(
     item: wi.WorkItemState, conversation: conv.ConversationState | None
 ) -> PlanWait | None:
-    """What a dynamic item running with no ready, running or waiting Action waits for
-    before its next Actions are planned; None for any other item (ADR-0129)."""
-    if item.mode != "dynamic" or item.status != "running":
+    """What an item whose Coordinator plans its Actions (a dynamic one), running with no
+    ready, running or waiting Action, waits for before its next Actions are planned;
+    None for any other item (ADR-0129)."""
+    if not modes.of(item).takes_plans or item.status != "running":
         return None
     if item.entries("ready", "running", "waiting"):
         return None
