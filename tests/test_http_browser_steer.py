@@ -7,6 +7,7 @@ Chromium."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -25,7 +26,7 @@ from test_http_browser import ARTIFACTS, TIMEOUT_MS, chromium, playwright_api
 from workcenter.adapters.http import stream
 from workcenter.adapters.http.app import create_app
 from workcenter.adapters.persistence import StoreUnavailable
-from workcenter.adapters.providers.scripted import Failure, ScriptedProvider
+from workcenter.adapters.providers.scripted import Failure, ScriptedProvider, transient
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import ProviderFailed
 
@@ -437,4 +438,80 @@ def test_a_stop_lifted_elsewhere_leaves_nothing_pre_filled(
         timeout=TIMEOUT_MS,
     )
     assert page.input_value("#extend-action-attempts") == ""
+    # Raised and resumed elsewhere at once, unseen in between: nothing stays either.
+    wc.resume(
+        item,
+        expected_version=wc.work_item(item).version,
+        expected_ledger_version=wc.ledger(item).version,
+    )
+    spend_attempts(wc, item, 1)  # stopped again
+    page.wait_for_function(
+        "() => document.querySelector('#extend-action-attempts').value === '1'",
+        timeout=TIMEOUT_MS,
+    )
+    ledger = wc.ledger(item)
+    wc.extend_budget(item, expected_version=ledger.version, additions={"max_action_attempts": 1})
+    wc.resume(
+        item,
+        expected_version=wc.work_item(item).version,
+        expected_ledger_version=wc.ledger(item).version,
+    )
+    page.wait_for_selector("#budget-stop", state="hidden", timeout=TIMEOUT_MS)
+    assert page.input_value("#extend-action-attempts") == ""
+    assert errors == []
+
+
+def test_an_address_that_names_no_item_well_is_said_so(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    """A malformed escape broke the page for good; an id in capitals showed the item but
+    never followed its changes (found by acceptance testing)."""
+    page, base, errors = served_page
+    page.goto(base + "/#%E0%A4%A")
+    page.wait_for_selector("#not-found:visible", timeout=TIMEOUT_MS)
+    page.wait_for_selector("#live.on", timeout=TIMEOUT_MS)
+    created = httpx.post(base + "/api/work-items", json=DYNAMIC)
+    assert created.status_code == 201, created.text
+    item_id = created.json()["id"]
+    page.goto(f"{base}/#{item_id.upper()}")
+    page.wait_for_selector(f"#item-list li.selected[data-id='{item_id}']", timeout=TIMEOUT_MS)
+    wc.post_user_message(UUID(item_id), "Followed live")
+    page.wait_for_selector(
+        "#conversation li.msg.user:has-text('Followed live')", timeout=TIMEOUT_MS
+    )
+    assert errors == []
+
+
+def test_a_refusal_for_a_turn_that_has_ended_goes_at_the_next_read(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    page, base, errors = served_page
+    open_item(page, base, DYNAMIC)
+    problem = {"title": "CommandRefused", "detail": "a Coordinator turn is in progress"}
+    page.route(
+        "**/messages",
+        lambda route: route.fulfill(
+            status=409, content_type="application/problem+json", body=json.dumps(problem)
+        ),
+    )
+    page.wait_for_selector("#message-send:enabled", timeout=TIMEOUT_MS)
+    page.fill("#message-text", "Plan it")
+    page.click("#message-send")
+    # Shown, then gone at the read that follows: no turn is thinking.
+    page.wait_for_function(
+        "() => state.messageRefusedThinking && state.messageErrorAt !== null",
+        timeout=TIMEOUT_MS,
+    )
+    page.wait_for_selector("#message-error", state="hidden", timeout=TIMEOUT_MS)
+    assert errors == []
+
+
+def test_a_turn_that_failed_and_is_tried_again_is_said_so(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    page, base, errors = served_page
+    open_item(page, base, DYNAMIC)
+    page.wait_for_selector("#plan-wait:has-text('next step is due')", timeout=TIMEOUT_MS)
+    wc.coordinate_once(ScriptedProvider([transient()]))
+    page.wait_for_selector("#plan-wait:has-text('tries again after a pause')", timeout=TIMEOUT_MS)
     assert errors == []

@@ -11,9 +11,23 @@ const REFRESH_DELAY_MS = 120;
 const BEHIND_MAX_MS = 4000;
 const RECONNECT_MS = 1000;
 
+// The item an address names (#id): decoded where it can be (a malformed escape is kept as
+// written, and said to name no item) and in lower case, as the server and its change
+// stream write ids (found by acceptance testing: the page broke, or never updated).
+function idInAddress() {
+  const raw = location.hash.slice(1);
+  let id = raw;
+  try {
+    id = decodeURIComponent(raw);
+  } catch (_malformed) {
+    // kept as written
+  }
+  return id.toLowerCase();
+}
+
 const state = {
   token: sessionStorage.getItem("workcenter-token"),
-  selected: decodeURIComponent(location.hash.slice(1)) || null,
+  selected: idInAddress() || null,
   chosen: Boolean(location.hash.slice(1)),
   lastEventId: null,
   listDirty: false,
@@ -36,6 +50,8 @@ const state = {
   // The conversation's version and ETag at the first read after a message was refused
   // (null until then): the refusal is shown until either changes.
   messageErrorAt: null,
+  // Whether that refusal was for a Coordinator turn in progress.
+  messageRefusedThinking: false,
   // The stop the extend form was last pre-filled for, and the open guide/answer form.
   prefilledStop: null,
   actionForm: null,
@@ -390,6 +406,8 @@ function renderMessage(message, turns, base) {
 // when only a person's message can move it on (ADR-0129).
 const PLAN_WAIT = {
   due: "Nothing is planned yet: the Coordinator's next step is due.",
+  retrying: "Nothing is planned yet: the Coordinator's last turn failed, and it tries" +
+    " again after a pause (the Coordinator failures count toward the budget's limit).",
   failed: "Nothing is planned: the Coordinator's last turn failed and is not retried." +
     " Send a message to say what to do next.",
   idle: "Nothing is planned and no Coordinator step is due." +
@@ -408,7 +426,10 @@ function renderConversation(talk, decided, base) {
   if (talk.thinking) notes.push("the Coordinator is thinking");
   else if (talk.pendingWakes) notes.push(talk.pendingWakes + " wake(s) waiting");
   $("conversation-state").textContent = notes.length ? "(" + notes.join("; ") + ")" : "";
-  const waits = PLAN_WAIT[talk.planWait];
+  const newest = talk.turns.length ? talk.turns[talk.turns.length - 1] : null;
+  const retrying = talk.planWait === "due" && !talk.thinking && newest &&
+    newest.status === "failed";
+  const waits = PLAN_WAIT[retrying ? "retrying" : talk.planWait];
   $("plan-wait").hidden = !waits;
   $("plan-wait").textContent = waits || "";
   const closed = talk.status === "done" || talk.status === "cancelled";
@@ -416,7 +437,7 @@ function renderConversation(talk, decided, base) {
   const stopped = Boolean(control && control.stopReason);
   const send = $("message-send");
   send.disabled = closed || talk.thinking || stopped;
-  send.title = stopped ? "Stopped by its budget: extend it and resume first" : "";
+  send.title = stopped ? "Stopped by its budget: the stop above says what lifts it" : "";
   $("message-text").disabled = closed;
   // A refusal stays until the conversation changes after the read that followed it: its
   // cause (a turn thinking, a stop) may be gone by then (found by acceptance testing).
@@ -425,6 +446,8 @@ function renderConversation(talk, decided, base) {
   if (!error.hidden) {
     if (state.messageErrorAt === null) state.messageErrorAt = seen;
     else if (state.messageErrorAt !== seen) error.hidden = true;
+    // Refused as a turn was thinking, which has ended, perhaps before the read after.
+    if (state.messageRefusedThinking && !talk.thinking) error.hidden = true;
   }
 }
 
@@ -456,6 +479,8 @@ async function sendMessage(event) {
     if (failure instanceof Unauthorized) return;
     error.hidden = false;
     state.messageErrorAt = null;
+    state.messageRefusedThinking = failure instanceof Problem && failure.status === 409 &&
+      /turn is in progress/.test(failure.message);
     error.textContent = visible(
       failure instanceof Problem && failure.status === 412
         ? "The item changed since you read it: check what changed, then send again."

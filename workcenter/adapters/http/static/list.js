@@ -105,7 +105,7 @@ function showPage(after, back) {
 // A link or an edited address naming another item selects it, as a reload would (found
 // by acceptance testing: the page kept showing the item it had).
 window.addEventListener("hashchange", () => {
-  const id = decodeURIComponent(location.hash.slice(1));
+  const id = idInAddress();
   if (id && id !== state.selected) select(id, true);
 });
 

@@ -221,6 +221,10 @@ function renderStop(control) {
   if (!stop) {
     node.textContent = "";
     node.removeAttribute("data-code");
+    if (state.prefilledStop !== null) {
+      // Lifted (perhaps from another tab): nothing stays pre-filled for a second raise.
+      for (const input of LIMIT_INPUTS()) input.value = "";
+    }
     state.prefilledStop = null;
     return;
   }
@@ -249,11 +253,10 @@ function renderStop(control) {
     lifted = tight || " Its limit now allows it: Resume.";
   }
   node.textContent = visible("Stopped by " + text + "." + lifted);
-  // Pre-filled once per stop and per set of limits to raise: a live update must not
-  // overwrite what the user typed, unless another limit now needs raising too.
-  // Raised enough elsewhere (another tab), it is pre-filled again, empty: a click on the
-  // amounts left would raise the limit twice (found by acceptance testing).
-  const key = stop.code + "@" + stop.at + "|" + node.dataset.also + (need > 0 ? "" : "|met");
+  // Pre-filled once per stop and per need: a live update must not overwrite what the
+  // user typed, unless what is needed changed (another limit now needs raising, or a
+  // raise elsewhere met part or all of it: what was pre-filled would raise it again).
+  const key = [stop.code + "@" + stop.at, node.dataset.also, need, suggest].join("|");
   if (state.prefilledStop !== key) {
     state.prefilledStop = key;
     const fill = Object.fromEntries(also.map((a) => [a.limit, a.need]));
