@@ -28,24 +28,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 from uuid import UUID
 
-from workcenter.application import Claim, WorkCenter, WriteContention
+from workcenter.application import Claim, WorkCenter
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import ResourceStopError, WorkcenterError
 from workcenter.domain.run import RunRef
 from workcenter.domain.usage import as_reported
-from workcenter.service_layer import backoff
+from workcenter.service_layer.contention import through_contention
 
 Request = Mapping[str, Any]
 Provider = Callable[[Request], Any]
 StreamProvider = Callable[[Request], Iterable[Any]]
-# Rounds of a reservation or settlement that lost every save of one command to other
-# writers; the pauses between rounds continue the command's own growing backoff.
-RESERVE_ROUNDS = 6
-T = TypeVar("T")
 
 
 def usage_of(payload: Any) -> Mapping[str, Any] | None:
@@ -70,17 +66,6 @@ class _Pending:
 
     def usage(self) -> rl.Usage | None:
         return rl.sum_usage(self.payloads)
-
-
-def _through_contention(command: Callable[[], T]) -> T:
-    """``command``, tried again after a jittered pause while it loses every save to other
-    writers (``WriteContention``), up to ``RESERVE_ROUNDS`` times (ADR-0049)."""
-    for round_ in range(RESERVE_ROUNDS - 1):
-        try:
-            return command()
-        except WriteContention:
-            backoff.pause(7 + round_)
-    return command()
 
 
 class MeteredProvider:
@@ -183,7 +168,7 @@ class MeteredProvider:
         return self._pending
 
     def _reserve(self, request: Request) -> rl.Admission:
-        return _through_contention(lambda: self._reserve_once(request))
+        return through_contention(lambda: self._reserve_once(request))
 
     def _reserve_once(self, request: Request) -> rl.Admission:
         return self.wc.reserve_request(
@@ -199,7 +184,7 @@ class MeteredProvider:
         if self._pending is not pending:
             return False  # settled already, before a later request
         try:
-            settled = _through_contention(
+            settled = through_contention(
                 lambda: self.wc.settle_request(
                     self.work_item_id,
                     pending.request_id,

@@ -32,12 +32,13 @@ from typing import Any, Protocol
 
 from workcenter.adapters.persistence import StoreClosed
 from workcenter.adapters.postgres_connection import PoolBusy, StoreDisconnected
-from workcenter.application import Claim, WorkCenter
+from workcenter.application import Claim, WorkCenter, WriteContention
 from workcenter.domain.action import runs_once
 from workcenter.domain.errors import CommandRefused, InvalidInput, StaleRun, WorkcenterError
 from workcenter.domain.outcome import RunReport
 from workcenter.projections.sanitize import sanitize_personal
 from workcenter.service_layer.cadence import Cadence
+from workcenter.service_layer.contention import through_contention
 
 log = logging.getLogger("workcenter.store")
 
@@ -46,6 +47,10 @@ LATE_INPUT = "input arrived while the Run was executing; the next Run receives i
 SECOND_SIGNAL_LOST = (
     "a second stop signal came while the database was away: the outcome was not recorded,"
     " and the Run ends when its lease lapses"
+)
+CONTENDED = (
+    "other writers kept changing the item's streams: the outcome was not recorded, and the"
+    " Run ends when its lease lapses"
 )
 # Waits between tries while the database is away: doubling from the first to the cap,
 # each drawn from its upper half, so that many workers do not all return at once.
@@ -335,7 +340,7 @@ def give_back(
 ) -> None:
     """Interrupt the Run (retryable) with ``reason``; a Run already lost stays lost."""
     try:
-        wc.interrupt(claim, reason=reason)
+        through_contention(lambda: wc.interrupt(claim, reason=reason))
     except WorkcenterError:  # stale, or the item ended meanwhile: the Run is not ours now
         stats.lost += 1
         if on_event:
@@ -424,13 +429,17 @@ def run_one(
         reconnect = Reconnect(signals.again if signals is not None else threading.Event())
     try:
         checked = _checked(report)
+
+        def finish() -> Any:
+            # Sibling Runs of one item finishing at once take the item's stream from each
+            # other: an outcome in hand is worth the wait (found by acceptance testing:
+            # it was given up as a malformed report and its Run interrupted).
+            return through_contention(lambda: wc.finish_run(claim, checked))
+
         if reconnect is None:
-            action = wc.finish_run(claim, checked)
+            action = finish()
         else:
-            action = reconnect.call(
-                lambda: wc.finish_run(claim, checked),
-                worth=lambda: wc.clock.now() < keeper.expires_at,
-            )
+            action = reconnect.call(finish, worth=lambda: wc.clock.now() < keeper.expires_at)
     except StoreDisconnected:
         if reconnect is not None and signals is not None and signals.again.is_set():
             # A second stop signal ended the tries (found by acceptance testing: the Run
@@ -450,6 +459,13 @@ def run_one(
         stats.lost += 1
         if on_event:
             on_event("lost", claim, "the lease was lost before the outcome was recorded")
+        return claim
+    except WriteContention:
+        # Not the report's fault: the Run stays the worker's until its lease lapses, and
+        # the watcher (or a claim) gives the Action back then.
+        stats.lost += 1
+        if on_event:
+            on_event("lost", claim, CONTENDED)
         return claim
     except WorkcenterError as error:
         if isinstance(error, CommandRefused) and wc.pending_input(claim):
