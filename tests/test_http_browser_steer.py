@@ -473,6 +473,8 @@ def test_an_address_that_names_no_item_well_is_said_so(
     created = httpx.post(base + "/api/work-items", json=DYNAMIC)
     assert created.status_code == 201, created.text
     item_id = created.json()["id"]
+    page.evaluate("location.hash = ''")  # no item named: the newest, as on a reload
+    page.wait_for_selector(f"#item-list li.selected[data-id='{item_id}']", timeout=TIMEOUT_MS)
     page.goto(f"{base}/#{item_id.upper()}")
     page.wait_for_selector(f"#item-list li.selected[data-id='{item_id}']", timeout=TIMEOUT_MS)
     wc.post_user_message(UUID(item_id), "Followed live")

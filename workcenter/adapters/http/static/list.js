@@ -107,6 +107,12 @@ function showPage(after, back) {
 window.addEventListener("hashchange", () => {
   const id = idInAddress();
   if (id && id !== state.selected) select(id, true);
+  if (!id) {
+    // No item named: as a reload of this address, the newest is shown.
+    state.chosen = false;
+    state.listDirty = true;
+    schedule();
+  }
 });
 
 $("older").addEventListener("click", () => {
