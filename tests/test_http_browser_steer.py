@@ -378,7 +378,7 @@ def test_a_message_cannot_be_sent_while_the_budget_stops_the_item(
     assert wc.ledger(UUID(item_id)).stop_reason is not None
     page.wait_for_selector("#budget-stop:visible", timeout=TIMEOUT_MS)
     page.wait_for_selector("#message-send:disabled", timeout=TIMEOUT_MS)
-    assert "extend" in (page.get_attribute("#message-send", "title") or "")
+    assert "stop above" in (page.get_attribute("#message-send", "title") or "")
     assert errors == []
 
 
