@@ -39,11 +39,9 @@ def contended(wc: WorkCenter, monkeypatch: pytest.MonkeyPatch, times: int) -> li
     return calls
 
 
-def test_a_finish_that_loses_to_siblings_is_tried_again_and_recorded(
-    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    item = create_linear(wc, stages=("implement",))
-    calls = contended(wc, monkeypatch, 3)
+def one_run(wc: WorkCenter) -> tuple[Claim | None, WorkerStats, list[tuple[str, str]]]:
+    """One Run claimed, executed and finished as the worker's loop does: the claim, the
+    worker's counts and the events it said."""
     events: list[tuple[str, str]] = []
     stats = WorkerStats()
     claim = run_one(
@@ -53,6 +51,15 @@ def test_a_finish_that_loses_to_siblings_is_tried_again_and_recorded(
         stats=stats,
         on_event=lambda event, claim, detail: events.append((event, detail)),
     )
+    return claim, stats, events
+
+
+def test_a_finish_that_loses_to_siblings_is_tried_again_and_recorded(
+    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    item = create_linear(wc, stages=("implement",))
+    calls = contended(wc, monkeypatch, 3)
+    claim, stats, events = one_run(wc)
     assert claim is not None and len(calls) == 4
     assert [e for e, _ in events] == ["claimed", "finished"]
     assert (stats.errors, stats.interrupted, stats.finished) == (0, 0, 1)
@@ -65,15 +72,7 @@ def test_a_finish_that_keeps_losing_leaves_the_run_to_its_lease(
 ) -> None:
     create_linear(wc, stages=("implement",))
     contended(wc, monkeypatch, 1_000)
-    events: list[tuple[str, str]] = []
-    stats = WorkerStats()
-    claim = run_one(
-        wc,
-        lambda claim: report(),
-        worker="w",
-        stats=stats,
-        on_event=lambda event, claim, detail: events.append((event, detail)),
-    )
+    claim, stats, events = one_run(wc)
     assert claim is not None
     assert events[-1] == ("lost", CONTENDED)
     assert (stats.errors, stats.interrupted, stats.lost) == (0, 0, 1)
