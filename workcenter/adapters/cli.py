@@ -39,7 +39,7 @@ from workcenter.adapters.terminal import safe, text
 from workcenter.adapters.wording import plain
 from workcenter.adapters.worker import default_name, load_executor, run_worker
 from workcenter.adapters.worker_run import StopSignals
-from workcenter.application import Claim
+from workcenter.application import Claim, WorkCenter
 from workcenter.domain import bounds, planning
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
@@ -253,7 +253,7 @@ def show(ctx: click.Context, item_id: str, as_json: bool, state: bool) -> None:
         else:
             item = wc.work_item(work_item_id(wc, item_id))
             detail = presenters.detail_json(wc, item)
-            waits = None if as_json else planning.plan_wait(item, wc.conversation(item.id))
+            waits = None if as_json else _plan_wait(wc, item)
     if as_json:
         _emit_json(detail if state else dto)
     else:
@@ -442,12 +442,19 @@ def resume(
             actor=actor,
         )
         snapshot = presenters.budget_json(wc, item.id)
-        waits = None if as_json else planning.plan_wait(item, wc.conversation(item.id))
+        waits = None if as_json else _plan_wait(wc, item)
     if as_json:
         _emit_json({"item": presenters.item_json(item), "budget": snapshot})
     else:
         console.print(f"resumed: WorkItem is {item.status} (version {item.version})")
         _say_what_next(ctx, item.id, waits)
+
+
+def _plan_wait(wc: WorkCenter, item: wi.WorkItemState) -> planning.PlanWait | None:
+    """``planning.plan_wait``, the Conversation read only for an item that awaits a plan."""
+    return (
+        planning.plan_wait(item, wc.conversation(item.id)) if planning.awaits_plan(item) else None
+    )
 
 
 def _say_what_next(ctx: click.Context, item_id: UUID, waits: planning.PlanWait | None) -> None:

@@ -97,17 +97,19 @@ def _copied(
         _said_copied(ctx, done, key_named, shown, as_json)
 
 
-def _views_on(bar: Progress | None) -> ViewProgress:
+def _views_on(bar: Progress | None) -> ViewProgress | None:
     """The new store's read models built after the last page, each on a bar of its own
     (the copy's bar stood still at its end meanwhile, the longer part on a large store;
-    found by acceptance testing). A stop no longer cuts anything then: it is not taken."""
+    found by acceptance testing); None without a bar. A stop no longer cuts anything
+    then: it is not taken."""
+    if bar is None:
+        return None
     tasks: dict[str, TaskID] = {}
 
     def advance(view: str, done: int, total: int) -> None:
-        if bar is not None:
-            if view not in tasks:
-                tasks[view] = bar.add_task(f"building {view}", total=total)
-            bar.update(tasks[view], completed=done, total=total)
+        if view not in tasks:
+            tasks[view] = bar.add_task(f"building {view}", total=total)
+        bar.update(tasks[view], completed=done, total=total)
 
     return advance
 

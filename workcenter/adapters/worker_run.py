@@ -33,7 +33,7 @@ from typing import Any, Protocol
 from workcenter.adapters.persistence import StoreClosed
 from workcenter.adapters.postgres_connection import PoolBusy, StoreDisconnected
 from workcenter.application import Claim, WorkCenter, WriteContention
-from workcenter.domain.action import runs_once
+from workcenter.domain.action import ActionState, runs_once
 from workcenter.domain.errors import CommandRefused, InvalidInput, StaleRun, WorkcenterError
 from workcenter.domain.outcome import RunReport
 from workcenter.projections.sanitize import sanitize_personal
@@ -430,7 +430,7 @@ def run_one(
     try:
         checked = _checked(report)
 
-        def finish() -> Any:
+        def finish() -> ActionState:
             # Sibling Runs of one item finishing at once take the item's stream from each
             # other: an outcome in hand is worth the wait (found by acceptance testing:
             # it was given up as a malformed report and its Run interrupted).

@@ -126,15 +126,23 @@ def progress(item: wi.WorkItemState, actions: Mapping[UUID, act.ActionState]) ->
 PlanWait = Literal["due", "failed", "idle"]
 
 
+def awaits_plan(item: wi.WorkItemState) -> bool:
+    """Whether ``item`` waits for its Coordinator to plan its next Actions: its
+    Coordinator plans them (a dynamic item), it runs, and no Action is ready, running or
+    waiting. Only then does ``plan_wait`` need its Conversation."""
+    return (
+        modes.of(item).takes_plans
+        and item.status == "running"
+        and not item.entries("ready", "running", "waiting")
+    )
+
+
 def plan_wait(
     item: wi.WorkItemState, conversation: conv.ConversationState | None
 ) -> PlanWait | None:
-    """What an item whose Coordinator plans its Actions (a dynamic one), running with no
-    ready, running or waiting Action, waits for before its next Actions are planned;
+    """What an item that ``awaits_plan`` waits for before its next Actions are planned;
     None for any other item (ADR-0129)."""
-    if not modes.of(item).takes_plans or item.status != "running":
-        return None
-    if item.entries("ready", "running", "waiting"):
+    if not awaits_plan(item):
         return None
     if conversation is None:
         return "idle"

@@ -23,7 +23,9 @@ from workcenter.service_layer.repository import Repository
 
 CLAIM_PAGE = 16
 # Saves of one candidate's claim, each decided on the states read after the last lost
-# one, after a backoff: siblings claimed at once each win the item's stream in turn.
+# one; from the third on after a backoff, as siblings claimed at once each win the item's
+# stream in turn. The first read again is at once: most often it finds the candidate
+# taken (on SQLite, by another process's claim) and the claim goes on to the next.
 SAVE_TRIES = 8
 
 
@@ -113,8 +115,8 @@ def _try_claim(
     the candidate shares (its item's or ledger's, with another Action of the item claimed
     at the same moment), and on PostgreSQL the candidate is still held for this claim."""
     for tried in range(SAVE_TRIES):
-        if tried:
-            backoff.pause(tried - 1)
+        if tried > 1:
+            backoff.pause(tried - 2)
         action, item, ledger = wc.repo.run_states(
             candidate.action_id, with_ledger=True, work_item_id=candidate.work_item_id
         )
