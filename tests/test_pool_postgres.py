@@ -84,8 +84,13 @@ def test_a_runner_in_the_process_leaves_claims_a_connection(
     """The runner's subscription holds a connection for as long as it listens: claims
     counted without it held the rest and waited for one another (found by acceptance
     testing). With three connections, claims take turns beside it; with two, a claim is
-    refused at once, naming what the pool needs, not after the pool's wait."""
+    refused at once, naming what the pool needs, not after the pool's wait.
+
+    Eight claimers take one turn in no fixed order, so the wait for one is 10 s here: a
+    second on a loaded machine failed a claimer still waiting its turn (CI), and claims
+    stuck on each other fail after it all the same."""
     monkeypatch.setenv("POSTGRES_POOL_SIZE", "3")
+    monkeypatch.setenv("POSTGRES_CONNECT_TIMEOUT", "10")
     with postgres.fresh_schema("wcpool") as url:
         with WorkCenter.open(url) as wc:
             items = make_items(wc)
