@@ -928,6 +928,40 @@ def test_guidance_resets_do_not_reset_the_attempt_count(wc: WorkCenter) -> None:
     assert (action.generation, action.status, len(action.runs)) == (2, "running", 2)
 
 
+def test_a_guided_action_whose_last_attempt_ends_retryable_stops_its_item(
+    wc: WorkCenter,
+) -> None:
+    """ADR-0132: the Action's own rule counts its generation's Runs and re-queues it; the
+    ledger counts every Run and stops the item at its next claim, naming the Action; the
+    human extends its attempts and resumes, and the Coordinator plans again. The
+    contract's two rules, kept (lifecycle's auto-retry, the ledger's claim gate)."""
+    item = make(wc)
+    plan(wc, item.id)
+    claimed = claim(wc)
+    wc.guide(
+        item.id,
+        claimed.action_id,
+        expected_version=wc.work_item(item.id).version,
+        guidance="Look at the parser first",
+    )
+    wc.finish_run(claim(wc), report("retryable"))  # the second of two, generation 2's first
+    action = wc.action(claimed.action_id)
+    assert (action.generation, action.attempt, action.status) == (2, 1, "ready")
+    assert no_attempt_left(wc, item.id) == [claimed.action_id]
+    assert_attempts_stop(wc, item.id, claimed.action_id, 2, 2, 2)
+    with refused(wc, CommandRefused, EXTEND_ATTEMPTS):
+        resume(wc, item.id)
+    extend(wc, item.id, max_action_attempts=1)
+    resumed = resume(wc, item.id)  # a dynamic item's Coordinator plans again on resume
+    assert (resumed.status, resumed.stopped, wc.action(claimed.action_id).status) == (
+        "running",
+        None,
+        "superseded",
+    )
+    plan(wc, item.id)
+    assert claim(wc).work_item_id == item.id
+
+
 def test_the_limit_caps_a_larger_planned_maximum(wc: WorkCenter) -> None:
     item = make(wc)
     plan(wc, item.id, action_spec(maxAttempts=5))
