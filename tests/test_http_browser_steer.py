@@ -18,7 +18,7 @@ from uuid import UUID
 
 import httpx
 import pytest
-from conftest import plan
+from conftest import CRITERIA, plan, report
 from http_client import DYNAMIC, LINEAR, served
 from test_http_api import fail_current_action
 from test_http_browser import ARTIFACTS, TIMEOUT_MS, chromium, playwright_api
@@ -516,4 +516,26 @@ def test_a_turn_that_failed_and_is_tried_again_is_said_so(
     page.wait_for_selector("#plan-wait:has-text('next step is due')", timeout=TIMEOUT_MS)
     wc.coordinate_once(ScriptedProvider([transient()]))
     page.wait_for_selector("#plan-wait:has-text('tries again after a pause')", timeout=TIMEOUT_MS)
+    assert errors == []
+
+
+def test_a_done_item_stopped_by_a_late_overrun_is_not_offered_a_resume(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    """A Run's usage settled after its item was done stops it (ADR-0008); the item is
+    never resumed (ADR-0133): the banner says its work is finished, Resume is greyed
+    out, where it asked for an extend and a resume that rewrote the final result."""
+    page, base, errors = served_page
+    body = LINEAR | {"stages": ["implement"], "acceptanceCriteria": list(CRITERIA)}
+    item_id = open_item(page, base, body | {"limits": {"maxTokens": 1_000}})
+    claimed = wc.claim_next("worker-1")
+    assert claimed is not None
+    admission = wc.reserve_request(UUID(item_id), request={"max_tokens": 499}, run=claimed)
+    wc.finish_run(claimed, report())
+    status_is(page, "done")
+    wc.settle_request(UUID(item_id), admission.request_id, usage={"total_tokens": 1_001})
+    page.wait_for_selector("#budget-stop:visible", timeout=TIMEOUT_MS)
+    said = page.text_content("#budget-stop") or ""
+    assert "after the item was done" in said and "Resume." not in said, said
+    assert page.is_disabled("#resume") and page.is_disabled("#extend")
     assert errors == []

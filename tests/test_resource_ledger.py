@@ -781,6 +781,13 @@ def test_a_late_overrun_leaves_a_finished_item_alone(wc: WorkCenter, how: str) -
     assert wc.settle_request(item.id, admission.request_id, usage={"total_tokens": 1_001})
     assert written(wc, before) == ["RequestSettled", "ExecutionStopped", "BudgetStopRecorded"]
     assert_stopped(wc, item.id, "work_item_tokens_exhausted", status=how)
+    extend(wc, item.id, max_tokens=10_000)
+    if how == "done":  # its final result is written once (ADR-0133; it was resumed)
+        with refused(wc, CommandRefused, "WorkItem is done; only a cancelled or stopped"):
+            resume(wc, item.id)
+        assert wc.work_item(item.id).status == "done"
+    else:
+        assert resume(wc, item.id).stopped is None
 
 
 def test_a_crash_after_reserve_stays_counted_and_charged(
@@ -1546,7 +1553,8 @@ def test_resume_with_a_stale_ledger_version_is_refused(wc: WorkCenter) -> None:
         expected_version=wc.work_item(item.id).version,
         expected_ledger_version=extended.version,
     )
-    with refused(wc, CommandRefused, "only a cancelled or stopped WorkItem can be resumed"):
+    refusal = "only a cancelled or stopped WorkItem that is not done can be resumed"
+    with refused(wc, CommandRefused, refusal):
         resume(wc, item.id)
 
 

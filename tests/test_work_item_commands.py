@@ -583,7 +583,7 @@ def test_resume_refuses_item_that_is_not_cancelled(wc: WorkCenter, state: str) -
         _fail_current(wc)
     item = wc.work_item(item.id)
     assert item.status == state
-    with refused(wc, CommandRefused, "only a cancelled or stopped WorkItem can be resumed"):
+    with refused(wc, CommandRefused, "only a cancelled or stopped WorkItem that is not"):
         wc.resume(
             item.id,
             expected_version=item.version,

@@ -224,9 +224,12 @@ def resume(
     budget is still spent. ``actions`` must hold the open and cancelled Actions,
     and the Action that stopped the item, if one did.
     """
-    if item.status != "cancelled" and not item.stopped:
+    # A done item keeps a late overrun's stop (ADR-0008), which blocks only spending: its
+    # final result is written once, so it is never resumed (ADR-0133).
+    if item.status == "done" or (item.status != "cancelled" and not item.stopped):
         raise CommandRefused(
-            f"WorkItem is {item.status}; only a cancelled or stopped WorkItem can be resumed"
+            f"WorkItem is {item.status}; only a cancelled or stopped WorkItem that is not"
+            " done can be resumed"
         )
     stopping = _stopping_action(ledger, actions.values())
     # Every resume, of a cancelled item too, clears retry_after and moves the control version.

@@ -21,7 +21,9 @@ function setControls() {
   const busy = steeringBusy();
   $("start").disabled = busy || !(detail && detail.status === "draft");
   $("cancel").disabled = busy || closed;
-  $("resume").disabled = busy || !(detail && (detail.status === "cancelled" || stopped));
+  // A done item keeps a late overrun's stop, and is never resumed (ADR-0133).
+  const resumable = detail && detail.status !== "done" && (detail.status === "cancelled" || stopped);
+  $("resume").disabled = busy || !resumable;
   $("extend").disabled = busy || !detail || detail.status === "done";
   $("action-send").disabled = busy;
   for (const button of document.querySelectorAll(".tl-label button")) {
@@ -235,6 +237,13 @@ function renderStop(control) {
     return;
   }
   const { limit, need, text, suggest = need, tight = "" } = explain(control, stop);
+  if (state.detail && state.detail.status === "done") {
+    // A Run's usage settled after the item was done: the stop only blocks spending.
+    node.textContent = visible(
+      "Stopped by " + text + " after the item was done: its work is finished, and it is not resumed.",
+    );
+    return;
+  }
   const also = alsoSpent(control, limit);
   node.dataset.limit = limit;
   node.dataset.need = String(need);
