@@ -142,7 +142,11 @@ def test_a_lapsed_lease_is_ended_while_every_claim_finds_work(
     assert run is not None and run.status == "interrupted"
 
 
-@pytest.mark.parametrize("verb", VERBS)
+# A Run no longer live still settles what it spent (ADR-0133): every other verb.
+LIVE_VERBS = tuple(verb for verb in VERBS if verb != "requests/settle")
+
+
+@pytest.mark.parametrize("verb", LIVE_VERBS)
 def test_the_fence_of_a_recovered_run_is_refused_on_every_verb(
     api: TestClient, wc: WorkCenter, clock: FakeClock, verb: str
 ) -> None:
@@ -163,17 +167,144 @@ def test_an_expired_lease_is_refused_before_anyone_recovers_it(
     claimed = claim(api, leaseSeconds=5)
     clock.advance(6)
     before = wc.event_count()
-    for verb in (
-        "renew",
-        "finish",
-        "requests/reserve",
-        "requests/settle",
-        "input",
-        "input/consume",
-    ):
+    for verb in ("renew", "finish", "requests/reserve", "input", "input/consume"):
         response = api.post("/api/worker/" + verb, json=body_for(verb, claimed["fence"], claimed))
         refused(wc, response, 409, "StaleRun")
     assert wc.event_count() == before
+
+
+@pytest.mark.parametrize("ended", ["expired", "recovered", "cancelled"])
+def test_a_run_no_longer_live_still_settles_what_it_spent(
+    api: TestClient, wc: WorkCenter, clock: FakeClock, ended: str
+) -> None:
+    """ADR-0133: a settlement sends nothing, it records what was spent. Refused as
+    stale, the usage of a Run whose lease lapsed or whose item was cancelled was lost
+    and the ledger kept the estimate (found by acceptance testing). A fence the Run was
+    never issued is still refused, as on every verb."""
+    item = create(api)
+    claimed = claim(api, leaseSeconds=5)
+    reserve = body_for("requests/reserve", claimed["fence"], claimed)
+    assert api.post("/api/worker/requests/reserve", json=reserve).json()["allowed"]
+    if ended == "cancelled":
+        wc.cancel(UUID(item["id"]))
+    else:
+        clock.advance(6)
+        if ended == "recovered":
+            claim(api, bootId="boot-2")
+    settle = {"fence": claimed["fence"], "requestId": "req-1"}
+    spent = settle | {"usage": {"input_tokens": 5_000, "output_tokens": 10}}
+    answer = api.post("/api/worker/requests/settle", json=spent)
+    assert answer.status_code == 200, answer.text
+    assert answer.json() == {
+        "requestId": "req-1",
+        "status": "reported",
+        "chargedTokens": 5_010,
+        "replayed": False,
+    }
+    assert wc.ledger(UUID(item["id"])).charged_tokens == 5_010
+    before = wc.event_count()
+    again = api.post("/api/worker/requests/settle", json=spent)
+    assert again.json()["replayed"] is True
+    refused(
+        wc,
+        api.post("/api/worker/requests/settle", json=settle | {"usage": USAGE}),
+        409,
+        "CommandRefused",
+    )
+    forged = claimed["fence"] | {"bootId": "someone-else"}
+    refused(
+        wc, api.post("/api/worker/requests/settle", json=spent | {"fence": forged}), 409, "StaleRun"
+    )
+    assert wc.event_count() == before
+
+
+def test_an_unknown_cost_is_reported_by_the_complete_usage_sent_later(
+    api: TestClient, wc: WorkCenter
+) -> None:
+    """resource-ledger.md 2: a later complete usage makes an unknown reservation
+    reported; it was refused as "already settled otherwise"."""
+    item = create(api)
+    claimed = claim(api)
+    reserve = body_for("requests/reserve", claimed["fence"], claimed)
+    assert api.post("/api/worker/requests/reserve", json=reserve).json()["allowed"]
+    settle = {"fence": claimed["fence"], "requestId": "req-1"}
+    unknown = api.post("/api/worker/requests/settle", json=settle | {"complete": False})
+    assert unknown.json()["status"] == "unknown", unknown.text
+    before = wc.event_count()
+    again = api.post("/api/worker/requests/settle", json=settle | {"complete": False})
+    assert again.json()["replayed"] is True and wc.event_count() == before
+    reported = api.post("/api/worker/requests/settle", json=settle | {"usage": USAGE})
+    assert reported.json() | {"replayed": None} == {
+        "requestId": "req-1",
+        "status": "reported",
+        "chargedTokens": 52,
+        "replayed": None,
+    }
+    assert reported.json()["replayed"] is False
+    assert wc.ledger(UUID(item["id"])).charged_tokens == 52
+
+
+def sent_at_once(
+    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch, name: str, first: Callable[[], Any]
+) -> None:
+    """The ledger command ``name`` of the protocol runs ``first`` (the same request sent
+    to another server at once) after the protocol's look for an earlier one and before
+    its own write: the race acceptance testing found with two servers."""
+    budget = wc.worker_protocol.budget
+    original = getattr(budget, name)
+
+    def raced(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.setattr(budget, name, original)
+        first()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(budget, name, raced)
+
+
+def test_the_same_reservation_sent_at_once_is_answered_as_a_replay(
+    api: TestClient, wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its loser was denied ``request_already_reserved`` (``allowed: false``): the
+    worker did not send a request it was allowed, and failed its Run."""
+    create(api)
+    claimed = claim(api)
+    reserve = body_for("requests/reserve", claimed["fence"], claimed)
+    firsts: list[dict[str, Any]] = []
+    sent_at_once(
+        wc,
+        monkeypatch,
+        "reserve_request",
+        lambda: firsts.append(api.post("/api/worker/requests/reserve", json=reserve).json()),
+    )
+    second = api.post("/api/worker/requests/reserve", json=reserve).json()
+    assert firsts[0]["allowed"] and not firsts[0]["replayed"]
+    assert second == firsts[0] | {"replayed": True}
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_two_settlements_sent_at_once_are_one_and_a_replay_or_a_refusal(
+    api: TestClient, wc: WorkCenter, monkeypatch: pytest.MonkeyPatch, same: bool
+) -> None:
+    """The loser was answered as a fresh settlement, its other usage dropped unsaid."""
+    create(api)
+    claimed = claim(api)
+    reserve = body_for("requests/reserve", claimed["fence"], claimed)
+    assert api.post("/api/worker/requests/reserve", json=reserve).json()["allowed"]
+    settle = {"fence": claimed["fence"], "requestId": "req-1", "usage": USAGE}
+    firsts: list[dict[str, Any]] = []
+    sent_at_once(
+        wc,
+        monkeypatch,
+        "settle_request",
+        lambda: firsts.append(api.post("/api/worker/requests/settle", json=settle).json()),
+    )
+    other = settle if same else settle | {"usage": {"input_tokens": 300}}
+    second = api.post("/api/worker/requests/settle", json=other)
+    assert firsts[0]["status"] == "reported" and not firsts[0]["replayed"]
+    if same:
+        assert second.json() == firsts[0] | {"replayed": True}
+    else:
+        refused(wc, second, 409, "CommandRefused")
 
 
 @pytest.mark.parametrize("recovered", [False, True])

@@ -7,7 +7,8 @@ fences that may have gone stale (the clock jumps past leases, idle claims recove
 them). The test's model says what each call must do: a fresh write on a live
 fence is written; the same finish, reservation or settlement again answers what
 the first answered and writes nothing; another report or usage for one already
-recorded is refused; anything on a stale fence is ``StaleRun``. Every refusal is a
+recorded is refused; anything on a stale fence is ``StaleRun``, but a first settlement
+of the Run's own reservation, which records what was spent (ADR-0133). Every refusal is a
 typed error and leaves the event count unchanged.
 """
 
@@ -181,7 +182,7 @@ class Protocol(RuleBasedStateMachine):
         request_id = data.draw(st.sampled_from(sorted(held.reserved)))
         again = [held.settled[request_id]] * 3 if request_id in held.settled else []
         usage = data.draw(st.sampled_from([*again, *range(len(USAGES))]))
-        live = self.live(held)
+        event(f"settle by a live Run: {self.live(held)}")
         answer, wrote = self.call(
             lambda: self.wc.worker_protocol.settle(held.claim.ref, request_id, USAGES[usage], True)
         )
@@ -192,12 +193,10 @@ class Protocol(RuleBasedStateMachine):
                 assert answer.replayed and wrote == 0
             else:
                 assert type(answer) is CommandRefused
-        elif live:
+        else:  # live or not: what was spent is recorded (ADR-0133)
             assert not isinstance(answer, WorkcenterError), answer
             assert not answer.replayed and answer.status == "reported" and wrote > 0
             held.settled[request_id] = usage
-        else:
-            assert type(answer) is StaleRun
 
     # --- invariants ---------------------------------------------------------------
 

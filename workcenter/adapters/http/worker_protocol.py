@@ -4,7 +4,8 @@ and meters Runs over HTTP, under ``/api/worker/``.
 Every verb is a POST with a strict JSON body (unknown fields are 422). A claim
 answers the Run's fence (action id, run id, the worker's boot id, lease epoch);
 every later verb sends it back as ``fence``, and a fence that is not the Run's live
-one is ``409 StaleRun`` with nothing written. A claim waits up to ``waitSeconds``
+one is ``409 StaleRun`` with nothing written (but a settlement, which records what the
+Run spent: any fence the Run was issued, ADR-0133). A claim waits up to ``waitSeconds``
 for work (a long poll woken by new events, and at least every second, when it also
 ends Runs whose lease expired); 204 when none came. A finish, a reservation or a
 settlement sent again answers the first result with ``replayed: true`` and writes
@@ -443,7 +444,9 @@ class Settlement(Model):
 
 @router.post("/requests/settle", response_model=Settlement)
 def settle(wc: Center, body: SettleBody) -> Settlement:
-    """Record what the request cost (``complete`` false: it did not end normally)."""
+    """Record what the request cost (``complete`` false: it did not end normally), by
+    the Run the fence was issued for, live or not: what was spent is recorded once the
+    lease has lapsed or the item was cancelled too."""
     settled = wc.worker_protocol.settle(
         body.fence.ref(), body.request_id, body.usage, body.complete
     )

@@ -308,20 +308,17 @@ class WorkerProtocol:
 
     def reserve(self, ref: act.RunRef, request_id: str, request: Mapping[str, Any]) -> Admitted:
         """Admit one model request of the live Run. The same request id again for this
-        Run answers the first admission and writes nothing. The ledger's write checks
-        the live-Run fence itself (``reserve_request(run=...)``)."""
+        Run answers the first admission and writes nothing, also when the two were sent
+        at once and the first was written while the second was decided. The ledger's
+        write checks the live-Run fence itself (``reserve_request(run=...)``)."""
         ref = run_ref(ref)
         request_id = inputs.text(request_id, "requestId", bounds.REQUEST_ID, required=True)
         estimate = rl.estimate_tokens(inputs.mapping(request, "request"))
         action = self.repo.action(ref.action_id)
         run = _owned(action, ref)
-        known = self.repo.ledger(action.work_item_id).reservations.get(request_id)
-        if known is not None:
-            if known.run_id != run.id or known.estimated_tokens != estimate:
-                raise CommandRefused(f"request {request_id} was reserved for another request")
-            # ``allowed`` means "send it": only to a Run that may still (LRF+).
-            act.live_run(action, ref, at=self.clock.now())
-            return Admitted(request_id, True, None, False, replayed=True)
+        replayed = self._reserved_before(action, ref, run, request_id, estimate)
+        if replayed is not None:
+            return replayed
         admission = self.budget.reserve_request(
             action.work_item_id,
             request=request,
@@ -330,9 +327,30 @@ class WorkerProtocol:
             actor=actors.worker(run.worker, run.owner_boot_id),
             run=ref,
         )
+        if admission.code == "request_already_reserved":  # by the same request sent at once
+            replayed = self._reserved_before(action, ref, run, request_id, estimate)
+            if replayed is not None:
+                return replayed
         return Admitted(
             request_id, admission.allowed, admission.code, admission.stops, replayed=False
         )
+
+    def _reserved_before(
+        self,
+        action: act.ActionState,
+        ref: act.RunRef,
+        run: act.Run,
+        request_id: str,
+        estimate: int,
+    ) -> Admitted | None:
+        known = self.repo.ledger(action.work_item_id).reservations.get(request_id)
+        if known is None:
+            return None
+        if known.run_id != run.id or known.estimated_tokens != estimate:
+            raise CommandRefused(f"request {request_id} was reserved for another request")
+        # ``allowed`` means "send it": only to a Run that may still (LRF+).
+        act.live_run(action, ref, at=self.clock.now())
+        return Admitted(request_id, True, None, False, replayed=True)
 
     def settle(
         self,
@@ -341,32 +359,37 @@ class WorkerProtocol:
         usage: Mapping[str, Any] | None,
         complete: bool,
     ) -> Settled:
-        """Settle a reservation of the live Run. The same settlement again answers the
-        first and writes nothing; a different one for a settled request is refused."""
+        """Settle a reservation of the Run the fence was issued for, live or not: it
+        records what was spent and sends nothing, so a Run whose lease lapsed or whose
+        item was cancelled still reports its usage (ADR-0133). The same settlement again
+        answers the first and writes nothing; a different one for a settled request is
+        refused, also when the two were sent at once."""
         ref = run_ref(ref)
         request_id = inputs.text(request_id, "requestId", bounds.REQUEST_ID, required=True)
         complete = inputs.flag(complete, "complete")
         normalised = None if usage is None else rl.normalize_usage(inputs.mapping(usage, "usage"))
         action = self.repo.action(ref.action_id)
         run = _owned(action, ref)
-        known = self.repo.ledger(action.work_item_id).reservations.get(request_id)
-        if known is not None and known.run_id == run.id and known.status != "reserved":
-            reported = complete and normalised is not None and normalised.total_tokens > 0
-            same_usage = normalised is None or known.usage == normalised
-            if known.status != ("reported" if reported else "unknown") or not same_usage:
-                raise CommandRefused(f"request {request_id} was already settled otherwise")
-            return Settled(request_id, known.status, known.charged_tokens, replayed=True)
-        act.live_run(action, ref, at=self.clock.now())
-        self._reservation(action.work_item_id, run.id, request_id)  # NotFound
-        self.budget.settle_request(
-            action.work_item_id,
-            request_id,
-            usage=normalised,
-            complete=complete,
-            actor=actors.worker(run.worker, run.owner_boot_id),
-        )
-        settled = self._reservation(action.work_item_id, run.id, request_id)
-        return Settled(request_id, settled.status, settled.charged_tokens, replayed=False)
+        known = self._reservation(action.work_item_id, run.id, request_id)  # NotFound
+        reported = complete and normalised is not None and normalised.total_tokens > 0
+        # An unknown cost is made reported by the complete usage sent later
+        # (resource-ledger.md 2); any other settled request is settled once.
+        if known.status == "reserved" or (known.status == "unknown" and reported):
+            settled = self.budget.settle_request(
+                action.work_item_id,
+                request_id,
+                usage=normalised,
+                complete=complete,
+                actor=actors.worker(run.worker, run.owner_boot_id),
+            )
+            known = self._reservation(action.work_item_id, run.id, request_id)
+            if settled:
+                return Settled(request_id, known.status, known.charged_tokens, replayed=False)
+        # Settled before, by this settlement sent earlier or at once, or by another.
+        same_usage = normalised is None or known.usage == normalised
+        if known.status != ("reported" if reported else "unknown") or not same_usage:
+            raise CommandRefused(f"request {request_id} was already settled otherwise")
+        return Settled(request_id, known.status, known.charged_tokens, replayed=True)
 
     def _reservation(self, work_item_id: UUID, run_id: UUID, request_id: str) -> rl.Reservation:
         known = self.repo.ledger(work_item_id).reservations.get(request_id)
