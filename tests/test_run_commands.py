@@ -563,6 +563,19 @@ def test_finish_waiting(wc: WorkCenter) -> None:
     assert (waiting.status, waiting.current_action_id) == ("waiting", claimed.action_id)
 
 
+@pytest.mark.parametrize("reason", ["", "   ", " \u200b ", "\u2060", "\u3164"])
+def test_a_waiting_outcome_without_a_reason_that_shows_is_refused(
+    wc: WorkCenter, reason: str
+) -> None:
+    """lifecycle.md 1.6; a reason of zero-width characters was taken (found by acceptance
+    testing), where limits.md refuses a required text that shows nothing."""
+    create_linear(wc)
+    claimed = claim(wc)
+    with refused(wc, InvalidInput, "a waiting outcome needs a waitingReason"):
+        wc.finish_run(claimed, report("waiting", waitingReason=reason))
+    assert wc.action(claimed.action_id).status == "running"
+
+
 def test_finish_keeps_the_run_identity(wc: WorkCenter, clock: FakeClock) -> None:
     create_linear(wc)
     claimed = claim(wc)

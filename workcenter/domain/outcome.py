@@ -141,7 +141,7 @@ def normalise(
     if report.outcome not in OUTCOMES:
         raise InvalidInput(f"outcome must be one of {', '.join(OUTCOMES)}, not {report.outcome!r}")
     waiting_reason = report.waiting_reason.strip()[:TEXT_LIMIT]
-    if report.outcome == "waiting" and not waiting_reason:
+    if report.outcome == "waiting" and not inputs.visible(waiting_reason):
         raise InvalidInput("a waiting outcome needs a waitingReason")
     patch = _patch(report.contract_patch)
     decision = (
