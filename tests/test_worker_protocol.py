@@ -426,6 +426,17 @@ def test_input_is_read_and_consumed_by_fence_and_interrupt_keeps_the_progress(
         "/api/worker/input/consume", json={"fence": fence, "inputIds": [pending[0]["id"]]}
     )
     assert left.status_code == 200 and left.json() == {"inputs": []}
+    # Sent again (a network retry): taken as consumed, nothing written, where it was
+    # refused and a worker resending every verb gave its Run up (ADR-0133).
+    before = wc.event_count()
+    again = api.post(
+        "/api/worker/input/consume", json={"fence": fence, "inputIds": [pending[0]["id"]]}
+    )
+    assert again.status_code == 200 and again.json() == {"inputs": []}
+    assert wc.event_count() == before
+    never = {"fence": fence, "inputIds": ["00000000-0000-4000-8000-000000000009"]}
+    refused(wc, api.post("/api/worker/input/consume", json=never), 409, "CommandRefused")
+    assert wc.event_count() == before
     ended = api.post(
         "/api/worker/interrupt",
         json={"fence": fence, "reason": "shutting down", "progress": {"response": "half"}},

@@ -302,7 +302,22 @@ class WorkerProtocol:
         return self.runs.pending_input(ref, unexpired=True)
 
     def consume_input(self, ref: act.RunRef, input_ids: Sequence[UUID]) -> act.ActionState:
-        return self.runs.consume_input(ref, input_ids, None)
+        """The Run takes queued input. Input this Run consumed already is a retry's (the
+        network sent the consume again, or at once): taken as consumed, nothing written
+        for it; it was refused, and a worker that resends every verb gave its Run up."""
+        ref = run_ref(ref)
+        try:
+            return self.runs.consume_input(ref, input_ids, None)
+        except CommandRefused:
+            action = self.repo.action(ref.action_id)
+            mine = {i.id for i in action.inputs if i.consumed_by_run_id == ref.run_id}
+            rest = [i for i in input_ids if i not in mine]
+            if len(rest) == len(input_ids):
+                raise
+        if rest:
+            return self.runs.consume_input(ref, rest, None)
+        self.runs.pending_input(ref, unexpired=True)  # StaleRun unless still live
+        return action
 
     # --- the ledger ---------------------------------------------------------------
 
