@@ -157,6 +157,8 @@ def test_tokens_come_from_the_environment_and_a_file(tmp_path: Path) -> None:
         (f"admin {WORKER}\n", "unknown token scope 'admin'"),
         ("worker short\n", "at least 16 characters"),
         (f"worker {WORKER} extra\n", "line 1: expected SCOPE TOKEN"),
+        # Pasted under two scopes, it held both (found by acceptance testing).
+        (f"worker {WORKER}\nuser {WORKER}\n", "given both the worker and the user scope"),
     ],
 )
 def test_a_bad_token_file_refuses_to_serve_without_showing_a_token(

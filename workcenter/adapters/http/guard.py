@@ -94,12 +94,20 @@ class Policy:
         if token is not None and len(token.strip()) < MIN_TOKEN_CHARS:
             raise UnsafeServer(f"{TOKEN_ENV} must have at least {MIN_TOKEN_CHARS} characters")
         pairs = tuple(scoped if scoped is not None else scoped_tokens(os.environ))
+        scopes_of: dict[str, str] = {}
         for scope, value in pairs:
             if scope not in SCOPE_ENVS:
                 raise UnsafeServer(f"unknown token scope {scope!r}: worker, user or operator")
             if len(value.strip()) < MIN_TOKEN_CHARS:
                 raise UnsafeServer(
                     f"a {scope} token must have at least {MIN_TOKEN_CHARS} characters"
+                )
+            # One token, one scope: a token pasted under two would silently hold both
+            # (a worker's able to steer, say). Named by its scopes, never by its value.
+            if scopes_of.setdefault(value, scope) != scope:
+                raise UnsafeServer(
+                    f"one token is given both the {scopes_of[value]} and the {scope} scope:"
+                    " give each scope its own token"
                 )
         if not is_loopback(host) and token is None and not pairs:
             raise UnsafeServer(
