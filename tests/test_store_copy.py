@@ -247,3 +247,40 @@ def test_the_views_built_after_the_last_page_are_shown_as_they_go(
         advance("mailbox", 4, 4)
     shown = {task.description: (task.completed, task.total) for task in bar.tasks}
     assert shown == {"building detail": (10, 10), "building mailbox": (4, 4)}
+
+
+@pytest.mark.parametrize("into", ["sqlite", "postgresql"])
+def test_a_store_whose_positions_have_gaps_is_copied_at_its_positions(
+    db_path: Path, clock: FakeClock, into: str
+) -> None:
+    """PostgreSQL leaves gaps in the positions (ids a rolled-back insert or a crash
+    burnt; concurrent writers make them every day). The copy renumbered its events: its
+    chain, whose links name positions, was another, and an anchor kept from the source
+    called the copy truncated (found by acceptance testing, ADR-0133)."""
+    with postgres.fresh_schema() as source, postgres.fresh_schema() as other:
+        target = str(db_path) if into == "sqlite" else other
+        sequence = f'"{source.rsplit("=", 1)[1]}".workcenter_events_notification_id_seq'
+        with WorkCenter.open(source, clock=clock, boot_id=BOOT_ID) as wc:
+            for _ in range(3):
+                create_dynamic(wc)  # nothing to claim: work_under_way claims its own
+                with postgres.connect() as burner:
+                    for _ in range(5):
+                        burner.execute(f"SELECT nextval('{sequence}')")
+            work_under_way(wc)
+            events = wc.event_count()
+            positions = [n.id for n in wc.store.recorder.select_notifications(1, 1000)]
+        assert len(positions) < positions[-1] == events  # the gaps are there
+        kept = anchor(source)
+
+        done = copy(source, target)
+
+        assert done.exit_code == 0, done.output
+        assert f"copied {len(positions)} events to {target}" in done.output
+        assert f"up to position {positions[-1]}" in done.output
+        assert anchor(target) == kept
+        with WorkCenter.open(target, clock=clock, boot_id=BOOT_ID, create=False) as moved:
+            assert [n.id for n in moved.store.recorder.select_notifications(1, 1000)] == positions
+            moved.finish_run(claim(moved), report())  # written after the last position
+            assert moved.event_count() > events
+        verified = CliRunner().invoke(cli, ["--db", target, "audit", "verify", "--anchor", kept])
+        assert verified.exit_code == 0, verified.output

@@ -128,9 +128,9 @@ def _said_copied(
     if not done.complete:
         # A consistent copy, but not of the store as the writers left it (ADR-0050).
         click.echo(
-            f"incomplete: writers added {done.source_head - done.position} events to the"
-            f" store while it was copied (positions {done.position + 1} to"
-            f" {done.source_head}); the copy holds the store as it was at position"
+            f"incomplete: writers added events to the store while it was copied (after"
+            f" position {done.position}, up to {done.source_head}); the copy holds the"
+            f" store as it was at position"
             f" {done.position}. Stop every writer and the runner, then copy again into"
             " a new, empty store.",
             err=True,

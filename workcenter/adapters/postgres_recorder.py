@@ -178,6 +178,25 @@ class OneCommitPostgresRecorder(NamedColumnsNotifications, PostgresApplicationRe
                 self._hold(started, granted.fetchone()["t"], released.fetchone()["t"])
             return ids
 
+    def insert_at(self, positions: Sequence[int], stored: Sequence[StoredEvent]) -> None:
+        """A copy's page at the source's positions (the SQLite twin's): the position
+        sequence is moved past the last, so the store's own writes follow them."""
+        with self.chain.write_transaction() as c:
+            c.raw.executemany(  # psycopg pipelines it: one exchange for the page
+                f"INSERT INTO {self.events_table_name} (notification_id, originator_id,"
+                " originator_version, topic, state) VALUES (%s, %s, %s, %s, %s)",
+                [
+                    (p, e.originator_id, e.originator_version, e.topic, e.state)
+                    for p, e in zip(positions, stored, strict=True)
+                ],
+            )
+            c.execute(
+                "SELECT setval(pg_get_serial_sequence(?, 'notification_id'), ?)",
+                [self.events_table_name, max(positions)],
+            )
+            if self.chained:
+                hash_chain.append_links(self.chain, c, positions, stored)
+
     def _write_once(
         self, conn: Any, stored_events: Sequence[StoredEvent], once: Prebuilt, **kwargs: Any
     ) -> Sequence[int] | None:

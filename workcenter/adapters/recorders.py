@@ -97,6 +97,23 @@ class OneCommitSQLiteRecorder(SQLiteApplicationRecorder):
             inline.apply(c, notification_ids, self._read_gap)
         return notification_ids
 
+    def insert_at(self, positions: Sequence[int], stored: Sequence[StoredEvent]) -> None:
+        """A copy's page (``store_copy``): each event at its position in the store it is
+        copied from, and chained there, so that the copy's chain and anchors are the
+        source's even where the source's positions have gaps (PostgreSQL's, ADR-0133).
+        A store's own writes take the next position, not these."""
+        with self._write_transaction() as c:
+            c.executemany(
+                f"INSERT INTO {self.events_table_name}"
+                " (rowid, originator_id, originator_version, topic, state) VALUES (?, ?, ?, ?, ?)",
+                [
+                    (p, _stored_id(e.originator_id), e.originator_version, e.topic, e.state)
+                    for p, e in zip(positions, stored, strict=True)
+                ],
+            )
+            if self.chained:
+                hash_chain.append_links(self.chain, c, positions, stored)
+
     def _read_gap(
         self, c: SQLiteCursor, after: int, before: int, limit: int
     ) -> Sequence[Notification]:
@@ -149,6 +166,11 @@ class OneCommitSQLiteRecorder(SQLiteApplicationRecorder):
         )
         row = c.fetchone()
         return None if row is None else _stream_event(stream_id, row)
+
+
+def _stored_id(originator_id: UUID | str) -> str:
+    """An originator id as the library's SQLite recorder stores it."""
+    return originator_id.hex if isinstance(originator_id, UUID) else originator_id
 
 
 def _stream_event(stream_id: UUID, row: Any) -> StoredEvent:

@@ -5,7 +5,8 @@ docs/deployment.md).
 
 The events are the store; snapshots and read models are caches of them. So the
 copy reads the old store's event log in order and writes it to an empty new store, a
-page per commit in the same order, and rebuilds the new store's read models. ``copy``
+page per commit in the same order and at the same positions (gaps included), and
+rebuilds the new store's read models. ``copy``
 writes each event's stored bytes as they are (its key is the store's), so the hash
 chain, whose links are over those bytes, is the source's link for link: an anchor kept
 from the source verifies the copy. ``rekey`` decodes each event with the old key
@@ -23,10 +24,10 @@ so (``complete`` false, with both positions): the CLI then exits 1.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol, cast
 
 from eventsourcing.persistence import StoredEvent
 
@@ -39,6 +40,12 @@ from workcenter.projections.lifecycle import Progress
 
 NEW_KEY_ENV: Final = "WORKCENTER_NEW_CIPHER_KEY"
 PAGE: Final = 500
+
+
+class PositionedInserts(Protocol):
+    """Both stores' recorders: a page of events written at the positions given."""
+
+    def insert_at(self, positions: Sequence[int], stored: Sequence[StoredEvent]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -223,7 +230,9 @@ def _copy(
         else:
             events = [source.mapper.to_domain_event(n) for n in page]
             rows = [target.mapper.to_stored_event(e) for e in events]
-        target.recorder.insert_events(rows)
+        # At the source's positions: PostgreSQL's have gaps (ids a rolled-back insert or a
+        # crash burnt), and each link names its position (ADR-0133).
+        cast(PositionedInserts, target.recorder).insert_at([n.id for n in page], rows)
         position = page[-1].id
         copied += len(page)
         if progress is not None:
