@@ -17,7 +17,11 @@ from conftest import BOOT_ID, FakeClock, action_spec, create_dynamic
 from coordinator_fakes import FakeRules, create_actions
 from private_postgres import private_server
 
+from workcenter.adapters.executors import echo
+from workcenter.adapters.postgres_connection import StoreDisconnected
 from workcenter.adapters.providers.scripted import Reply
+from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
+from workcenter.adapters.worker import run_worker
 from workcenter.application import WorkCenter
 from workcenter.service_layer.handlers import coordinator_step
 from workcenter.service_layer.handlers.coordinator import CoordinatorCommands
@@ -121,3 +125,22 @@ def test_a_reply_that_arrives_while_postgresql_is_down_is_recorded_when_it_is_ba
         [reservation] = wc.ledger(item.id).reservations.values()
         assert (reservation.status, reservation.charged_tokens) == ("reported", 77)
         assert len(wc.work_item(item.id).plan) == 1
+
+
+def test_an_outage_is_not_counted_as_a_refused_coordinator_turn(
+    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker counted a database outage (or a busy pool) in its Coordinator steps
+    as a refused turn, on a store with no Conversation at all (found by acceptance
+    testing); the outage is the claim's to wait out, and nothing was refused."""
+    passes: list[int] = []
+
+    def away(provider: Any) -> Any:
+        passes.append(1)
+        raise StoreDisconnected("the database went away")
+
+    monkeypatch.setattr(wc, "coordinate_once", away)
+    stats = run_worker(
+        wc, echo, worker="w", coordinator=scripted_coordinator(), runs=False, exit_when_idle=True
+    )
+    assert passes == [1] and stats.coordinator_steps == {}
