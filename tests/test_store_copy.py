@@ -25,6 +25,7 @@ from workcenter.adapters import cli_store_copy, store_copy
 from workcenter.adapters.cipher import KEY_ENV, StoreKeyRefused
 from workcenter.adapters.cli import cli
 from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.application import WorkCenter
 
 
@@ -217,6 +218,43 @@ def test_a_copy_that_fails_midway_says_its_new_store_is_not_one(
         " store; remove it (delete the file) and run copy again into a new, empty store",
         "StoreUnavailable: the database cannot be reached",
     ]
+
+
+def test_a_source_gone_after_the_last_page_leaves_the_copy_whole_but_unchecked(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database gone when the copy read the source's head a last time, to check that
+    no writer added events: it said "copy failed ... is not a copy of the store" of a
+    copy that held every event (found by acceptance testing, ADR-0133)."""
+    source = str(db_path)
+    with WorkCenter.open(source) as wc:
+        for n in range(3):
+            create_dynamic(wc, title=f"Item {n}")
+        events = wc.event_count()
+    copied_all = store_copy._copy
+    gone: list[bool] = []
+
+    def then_away(*args: Any) -> int:
+        copied = copied_all(*args)
+        gone.append(True)
+        return copied
+
+    head = OneCommitSQLiteRecorder.max_notification_id
+
+    def last_head(self: Any) -> int | None:
+        if gone and self.datastore.pool.db_name == source:  # the source's, not the copy's
+            raise StoreUnavailable("the database cannot be reached")
+        return head(self)
+
+    monkeypatch.setattr(store_copy, "_copy", then_away)
+    monkeypatch.setattr(OneCommitSQLiteRecorder, "max_notification_id", last_head)
+    target = str(db_path.parent / "copy.db")
+    done = copy(source, target)
+    assert done.exit_code == 1, done.output
+    assert done.stdout.startswith(f"copied {events} events to {target}")
+    assert done.stderr.startswith(f"unchecked: every event up to position {events} was copied")
+    monkeypatch.undo()
+    assert anchor(target) == anchor(source)
 
 
 def test_the_views_built_after_the_last_page_are_shown_as_they_go(

@@ -125,6 +125,15 @@ def _said_copied(
             f"copied {done.events} events to {target}, {sealed}, up to position {done.position}",
             highlight=False,
         )
+    if done.source_head is None:
+        click.echo(
+            f"unchecked: every event up to position {done.position} was copied, but the"
+            " store could not be read at the end to check that no writer added events"
+            " meanwhile; if every writer was stopped, the copy is whole, else copy again"
+            " into a new, empty store.",
+            err=True,
+        )
+        ctx.exit(1)
     if not done.complete:
         # A consistent copy, but not of the store as the writers left it (ADR-0050).
         click.echo(

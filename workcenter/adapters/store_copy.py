@@ -33,7 +33,12 @@ from eventsourcing.persistence import StoredEvent
 
 from workcenter.adapters import cipher
 from workcenter.adapters.cipher import KEY_ENV, StoreKeyRefused
-from workcenter.adapters.persistence import is_in_memory, is_postgres_url, public_url
+from workcenter.adapters.persistence import (
+    StoreUnavailable,
+    is_in_memory,
+    is_postgres_url,
+    public_url,
+)
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput
 from workcenter.projections.lifecycle import Progress
@@ -53,11 +58,12 @@ class Copied:
     events: int
     encrypted: bool
     position: int  # the source's head when the copy began: the copy holds all up to it
-    source_head: int  # the source's head when the copy ended
+    # The source's head when the copy ended; None when the source could not be read then.
+    source_head: int | None
 
     @property
     def complete(self) -> bool:
-        """Whether nothing was written to the source while it was copied."""
+        """Whether nothing was written to the source while it was copied (known)."""
         return self.source_head == self.position
 
     def json(self) -> dict[str, Any]:
@@ -155,7 +161,11 @@ def _copied(
             new.maintenance.rebuild_projection(progress=building)
         finally:
             new.close()
-        after = old.store.recorder.max_notification_id() or 0
+        try:
+            after: int | None = old.store.recorder.max_notification_id() or 0
+        except StoreUnavailable:
+            # Every event up to the head is copied; only the check for later ones failed.
+            after = None
     return Copied(events=copied, encrypted=new_key is not None, position=head, source_head=after)
 
 
