@@ -912,25 +912,19 @@ def test_a_linear_retry_is_a_new_action_with_its_own_attempts(wc: WorkCenter) ->
     assert len(wc.action(replacement.action_id).runs) == 1
 
 
+def guide(wc: WorkCenter, item_id: UUID, action_id: UUID, guidance: str) -> None:
+    wc.guide(item_id, action_id, expected_version=wc.work_item(item_id).version, guidance=guidance)
+
+
 def test_guidance_resets_do_not_reset_the_attempt_count(wc: WorkCenter) -> None:
     item = make(wc)
     plan(wc, item.id)
     claimed = claim(wc)
-    wc.guide(
-        item.id,
-        claimed.action_id,
-        expected_version=wc.work_item(item.id).version,
-        guidance="Look at the parser first",
-    )
+    guide(wc, item.id, claimed.action_id, "Look at the parser first")
     claimed = claim(wc)  # the second of two attempts, running
     assert no_attempt_left(wc, item.id) == [claimed.action_id]
     with refused(wc, CommandRefused, r"no attempt left \(used 2 of 2\).*then guide it"):
-        wc.guide(
-            item.id,
-            claimed.action_id,
-            expected_version=wc.work_item(item.id).version,
-            guidance="Look at the lexer instead",
-        )
+        guide(wc, item.id, claimed.action_id, "Look at the lexer instead")
     action = wc.action(claimed.action_id)
     assert (action.generation, action.status, len(action.runs)) == (2, "running", 2)
 
@@ -945,12 +939,7 @@ def test_a_guided_action_whose_last_attempt_ends_retryable_stops_its_item(
     item = make(wc)
     plan(wc, item.id)
     claimed = claim(wc)
-    wc.guide(
-        item.id,
-        claimed.action_id,
-        expected_version=wc.work_item(item.id).version,
-        guidance="Look at the parser first",
-    )
+    guide(wc, item.id, claimed.action_id, "Look at the parser first")
     wc.finish_run(claim(wc), report("retryable"))  # the second of two, generation 2's first
     action = wc.action(claimed.action_id)
     assert (action.generation, action.attempt, action.status) == (2, 1, "ready")

@@ -245,20 +245,28 @@ def test_an_unknown_cost_is_reported_by_the_complete_usage_sent_later(
 
 
 def sent_at_once(
-    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch, name: str, first: Callable[[], Any]
-) -> None:
-    """The ledger command ``name`` of the protocol runs ``first`` (the same request sent
-    to another server at once) after the protocol's look for an earlier one and before
-    its own write: the race acceptance testing found with two servers."""
+    api: TestClient,
+    wc: WorkCenter,
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+    verb: str,
+    body: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """The protocol's ledger ``command`` runs ``verb`` with ``body`` (the same request
+    sent to another server at once) after the protocol's look for an earlier one and
+    before its own write: the race acceptance testing found with two servers. The first
+    answer, once the next call of the verb has run."""
     budget = wc.worker_protocol.budget
-    original = getattr(budget, name)
+    original = getattr(budget, command)
+    firsts: list[dict[str, Any]] = []
 
     def raced(*args: Any, **kwargs: Any) -> Any:
-        monkeypatch.setattr(budget, name, original)
-        first()
+        monkeypatch.setattr(budget, command, original)
+        firsts.append(api.post("/api/worker/" + verb, json=body).json())
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(budget, name, raced)
+    monkeypatch.setattr(budget, command, raced)
+    return firsts
 
 
 def test_the_same_reservation_sent_at_once_is_answered_as_a_replay(
@@ -269,13 +277,7 @@ def test_the_same_reservation_sent_at_once_is_answered_as_a_replay(
     create(api)
     claimed = claim(api)
     reserve = body_for("requests/reserve", claimed["fence"], claimed)
-    firsts: list[dict[str, Any]] = []
-    sent_at_once(
-        wc,
-        monkeypatch,
-        "reserve_request",
-        lambda: firsts.append(api.post("/api/worker/requests/reserve", json=reserve).json()),
-    )
+    firsts = sent_at_once(api, wc, monkeypatch, "reserve_request", "requests/reserve", reserve)
     second = api.post("/api/worker/requests/reserve", json=reserve).json()
     assert firsts[0]["allowed"] and not firsts[0]["replayed"]
     assert second == firsts[0] | {"replayed": True}
@@ -291,13 +293,7 @@ def test_two_settlements_sent_at_once_are_one_and_a_replay_or_a_refusal(
     reserve = body_for("requests/reserve", claimed["fence"], claimed)
     assert api.post("/api/worker/requests/reserve", json=reserve).json()["allowed"]
     settle = {"fence": claimed["fence"], "requestId": "req-1", "usage": USAGE}
-    firsts: list[dict[str, Any]] = []
-    sent_at_once(
-        wc,
-        monkeypatch,
-        "settle_request",
-        lambda: firsts.append(api.post("/api/worker/requests/settle", json=settle).json()),
-    )
+    firsts = sent_at_once(api, wc, monkeypatch, "settle_request", "requests/settle", settle)
     other = settle if same else settle | {"usage": {"input_tokens": 300}}
     second = api.post("/api/worker/requests/settle", json=other)
     assert firsts[0]["status"] == "reported" and not firsts[0]["replayed"]
