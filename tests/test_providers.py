@@ -230,9 +230,12 @@ def test_usage_is_reported_in_the_ledgers_terms(stub: Stub) -> None:
     )
 
 
-def test_a_server_that_reports_no_usage_reports_none(stub: Stub) -> None:
-    stub.reply(json.dumps(DECISION), usage=None)
-    assert provider(stub).answer(request(), Counter()).usage is None
+@pytest.mark.parametrize("usage", [None, "n/a", 12, ["prompt_tokens"]])
+def test_a_server_that_reports_no_usage_reports_none(stub: Stub, usage: Any) -> None:
+    """Of another shape, it failed the turn with an AttributeError, the decision lost."""
+    stub.reply(json.dumps(DECISION), usage=usage)
+    reply = provider(stub).answer(request(), Counter())
+    assert reply.usage is None and json.loads(reply.text) == DECISION
 
 
 def test_a_malformed_reply_is_returned_and_the_corrective_attempt_carries_the_correction(

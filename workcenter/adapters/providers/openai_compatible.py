@@ -197,15 +197,21 @@ def _reply(completion: Any) -> ProviderTurnReply:
 
 
 def _usage(usage: Any) -> dict[str, Any] | None:
-    """The server's usage in the ledger's keys; prompt tokens include cached ones."""
-    if usage is None:
-        return None
-    reported: dict[str, Any] = {
-        "input_tokens": usage.prompt_tokens,
-        "output_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-        "cacheTokensAreIncludedInInput": True,
+    """The server's usage in the ledger's keys; prompt tokens include cached ones. A
+    usage of another shape (a server's ``"usage": "n/a"``) is none reported: the reply
+    stands, charged at its estimate (its AttributeError failed the turn and lost the
+    decision; found by acceptance testing)."""
+    counts = {
+        key: getattr(usage, field, None)
+        for key, field in (
+            ("input_tokens", "prompt_tokens"),
+            ("output_tokens", "completion_tokens"),
+            ("total_tokens", "total_tokens"),
+        )
     }
+    if all(count is None for count in counts.values()):
+        return None
+    reported: dict[str, Any] = {**counts, "cacheTokensAreIncludedInInput": True}
     # older clients have no field for the details and keep them as a plain dict
     details = getattr(usage, "prompt_tokens_details", None)
     if isinstance(details, Mapping):
