@@ -214,6 +214,43 @@ def test_an_invalid_reply_gets_one_corrective_retry(wc: WorkCenter) -> None:
     ]
 
 
+@pytest.mark.parametrize("meanwhile", ["cancel", "retry"])
+def test_an_invalid_reply_to_a_turn_fenced_meanwhile_is_not_asked_again(
+    wc: WorkCenter, meanwhile: str
+) -> None:
+    """A reply that fails its parse while the item changed under the turn (cancelled; a
+    user's retry of an Action) fails the turn as apply would: its second request was
+    sent and charged for a decision no fence would let apply (found by acceptance
+    testing; coordinator.md 9.1)."""
+    item = create_dynamic(wc)
+    drain(wc, create_actions(action_spec()))
+    failed = claim(wc)
+    wc.finish_run(failed, report("failed"))
+    wake = "the WorkItem changed while the Coordinator was thinking"
+
+    class ChangedMeanwhile(ScriptedProvider):
+        def answer(self, request: Any, before_request: Any) -> Any:
+            reply = super().answer(request, before_request)  # sent, then the change
+            if meanwhile == "cancel":
+                wc.cancel(item.id)
+            else:
+                version = wc.work_item(item.id).version
+                wc.retry(item.id, failed.action_id, expected_version=version)
+            return reply
+
+    provider = ChangedMeanwhile(["not json", create_actions(action_spec())])
+    wc.coordinate_once(provider)
+    assert len(provider.requests) == 1
+    state = wc.conversation(item.id)
+    assert state is not None
+    assert [(p.attempt, p.status) for p in state.provider_turns][-1] == (1, "rejected")
+    error = assistant(wc, item.id).error or ""
+    if meanwhile == "cancel":
+        assert error == "Cannot apply a decision to a WorkItem that is cancelled"
+    else:
+        assert error.startswith(wake), error
+
+
 def test_two_invalid_attempts_end_with_the_fixed_text_and_count(wc: WorkCenter) -> None:
     item = create_dynamic(wc)
     patch = decision("create_actions", contractPatch={"goal": "Mine now"})

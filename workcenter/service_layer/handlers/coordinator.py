@@ -408,6 +408,16 @@ class CoordinatorCommands:
 
     # --- ending a turn --------------------------------------------------------------
 
+    def check_fences(self, claim: conv.ClaimRef) -> None:
+        """What ``apply`` checks before it decides anything (a stop, a closed item, a
+        conflicting change since the turn began), read now: once broken, no decision of
+        the turn can apply, so none is asked for again."""
+        item = self.repo.work_item(claim.work_item_id)
+        turn = self._active_turn(self.repo.conversation(claim.work_item_id), claim)
+        since = self.repo.events(item.id, after=turn.item_version)
+        ledger = self.repo.ledger(item.id)
+        check_before_apply(self.rules, turn, item, self.repo.actions(item), ledger, since)
+
     def apply(self, claim: conv.ClaimRef, provider_turn_id: UUID, reply: ParsedReply) -> Unit:
         """Apply the decision behind the turn's fences (5.2), complete the turn and ack
         its entry, in one write. CommandRefused (a conflict or an at-apply rule) or

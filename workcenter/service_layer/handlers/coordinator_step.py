@@ -305,6 +305,14 @@ class Coordinator:
         try:
             parsed = commands.rules.parse_reply(text, turn, item, actions)
         except InvalidInput as invalid:
+            # Parsed against the item as it is now: a reply refused because it changed
+            # meanwhile (cancelled, stopped, a user's retry) fails as apply fails it, and
+            # no second request is sent and charged for a turn that can decide nothing
+            # (found by acceptance testing; coordinator.md 9.1).
+            try:
+                commands.check_fences(claim)
+            except (CommandRefused, ResourceStopError) as fenced:
+                return self._fail(claim, str(fenced), attempts=attempt)
             detail = str(getattr(invalid, "correction", "") or invalid)[:CORRECTION_LIMIT]
             commands.reject(claim, provider_turn_id, detail)
             state.correction = detail
