@@ -251,6 +251,42 @@ def test_an_invalid_reply_to_a_turn_fenced_meanwhile_is_not_asked_again(
         assert error.startswith(wake), error
 
 
+def test_a_turn_retired_while_its_request_is_in_flight_leaves_no_dispatch_behind(
+    wc: WorkCenter,
+) -> None:
+    """A cancel and a resume while the model thinks retire the turn: its dispatch has no
+    active claim from then on, and is unknown, its reservation settled unknown. It stayed
+    dispatching for ever, out of every recovery's reach, and its reservation reserved
+    when the process died (found by acceptance testing; coordinator.md 2.4). The reply
+    that comes after all is not applied, and its usage is charged."""
+    item = create_dynamic(wc)
+    seen: list[list[str]] = []
+
+    class ResumedMeanwhile(ScriptedProvider):
+        def answer(self, request: Any, before_request: Any) -> Any:
+            reply = super().answer(request, before_request)
+            wc.cancel(item.id)
+            wc.resume(
+                item.id,
+                expected_version=wc.work_item(item.id).version,
+                expected_ledger_version=wc.ledger(item.id).version,
+            )
+            state = wc.conversation(item.id)
+            assert state is not None
+            ledger = wc.ledger(item.id)
+            seen.append([p.status for p in state.provider_turns])
+            seen.append([r.status for r in ledger.reservations.values()])
+            return reply
+
+    (step,) = wc.coordinate_once(
+        ResumedMeanwhile([Reply(create_actions(action_spec()), usage={"total_tokens": 7})])
+    )
+    assert seen == [["unknown"], ["unknown"]]
+    assert step.status == "lost" and wc.work_item(item.id).plan == ()
+    [reservation] = wc.ledger(item.id).reservations.values()
+    assert (reservation.status, reservation.charged_tokens) == ("reported", 7)
+
+
 def test_two_invalid_attempts_end_with_the_fixed_text_and_count(wc: WorkCenter) -> None:
     item = create_dynamic(wc)
     patch = decision("create_actions", contractPatch={"goal": "Mine now"})

@@ -266,17 +266,27 @@ class Decider:
         else:
             self.emit(conv.MailboxEntryAcked, entry_id=entry.id)
 
-    def retire_thinking(self) -> None:
-        """An explicit resume (6.4): every thinking turn fails, its open entry cancelled."""
+    def retire_thinking(self) -> list[conv.ProviderTurn]:
+        """An explicit resume (6.4): every thinking turn fails, its open entry cancelled.
+        Its dispatches have no active claim from then on: unknown (2.4), returned for
+        their reservations to be settled unknown. Left dispatching, no recovery reached
+        them once the entry was cancelled (found by acceptance testing); a late reply's
+        usage still settles them (3.3)."""
         if self.state is None:
-            return
+            return []
+        unknown: list[conv.ProviderTurn] = []
         for turn in [t for t in self.state.turns.values() if t.status == "thinking"]:
+            dispatched = [p for p in self.state.attempts(turn.id) if p.status == "dispatching"]
             self.emit(
                 conv.CoordinatorTurnRetired, turn_id=turn.id, coordinator_revision=self.revision + 1
             )
             entry = self._require().entry(turn.entry_id)
             if entry is not None and entry.status in ("pending", "claimed"):
                 self.emit(conv.MailboxEntryCancelled, entry_id=entry.id)
+            for provider_turn in dispatched:
+                self.mark_unknown(provider_turn)
+            unknown.extend(dispatched)
+        return unknown
 
     # --- provider turns -----------------------------------------------------------
 

@@ -94,7 +94,18 @@ class Unit:
         if self.talk is None:
             return
         if self.retire_turns:
-            self.talk.retire_thinking()
+            for provider_turn in self.talk.retire_thinking():
+                if self.ledger is not None:
+                    self.apply_ledger(
+                        rl.settle_coordinator(
+                            self.ledger,
+                            turn_id=str(provider_turn.id),
+                            usage=None,
+                            complete=False,
+                            at=self.at,
+                            by=self.by,
+                        )
+                    )
             self.retire_turns = False
         for wake in self.wakes:
             self.talk.enqueue(wake.kind, wake.source_key, wake.trigger)

@@ -286,6 +286,10 @@ class Coordinator:
                 if sent is not None and sent.status == "dispatching":
                     self.commands.respond(claim, provider_turn_id, text, usage)
                     return True
+                if sent is not None and sent.status == "unknown" and not failed:
+                    # Given up while it was in flight (its claim lapsed, or a resume
+                    # retired its turn): the decision is fenced, what it cost is settled.
+                    raise TurnFenceLost("the turn ended while its request was in flight")
                 # Not dispatched; or, after a failed try, made by it with this reply.
                 return failed and sent is not None and sent.response_hash == response_hash(text)
             except StoreUnreachable:
