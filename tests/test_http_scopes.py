@@ -171,6 +171,25 @@ def test_a_bad_token_file_refuses_to_serve_without_showing_a_token(
     assert WORKER not in str(refusal.value) and "short" not in str(refusal.value)
 
 
+@pytest.mark.parametrize(
+    ("api", "scoped", "message"),
+    [
+        # The API token keeps every scope: a worker's equal to it could steer.
+        (WORKER, [("worker", WORKER)], "given both the API and the worker scope"),
+        # A header cannot carry the space: the server started, and refused everyone.
+        (USER + " ", [], "WORKCENTER_API_TOKEN has white space around it"),
+        (None, [("worker", " " + WORKER)], "a worker token has white space around it"),
+    ],
+)
+def test_a_token_that_would_widen_a_scope_or_never_match_refuses_to_serve(
+    api: str | None, scoped: list[tuple[str, str]], message: str
+) -> None:
+    """Found by acceptance testing (ADR-0133); never naming the token."""
+    with pytest.raises(UnsafeServer, match=message) as refusal:
+        Policy.for_host("0.0.0.0", token=api, scoped=scoped)
+    assert WORKER not in str(refusal.value) and USER not in str(refusal.value)
+
+
 def test_an_unreadable_token_file_refuses_to_serve(tmp_path: Path) -> None:
     with pytest.raises(UnsafeServer, match="cannot read"):
         scoped_tokens({"WORKCENTER_TOKEN_FILE": str(tmp_path / "missing")})

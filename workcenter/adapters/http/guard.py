@@ -91,19 +91,17 @@ class Policy:
         """The policy of a server bound to ``host``; the tokens default to the
         environment's. ``UnsafeServer`` when another host has no usable token."""
         token = token if token is not None else os.environ.get(TOKEN_ENV) or None
-        if token is not None and len(token.strip()) < MIN_TOKEN_CHARS:
-            raise UnsafeServer(f"{TOKEN_ENV} must have at least {MIN_TOKEN_CHARS} characters")
+        if token is not None:
+            _check_token(token, TOKEN_ENV)
         pairs = tuple(scoped if scoped is not None else scoped_tokens(os.environ))
-        scopes_of: dict[str, str] = {}
+        # One token, one scope: a token given two would silently hold both (a worker's
+        # able to steer, say), the API token's every scope. Named by its scopes, never
+        # by its value (found by acceptance testing).
+        scopes_of: dict[str, str] = {} if token is None else {token: "API"}
         for scope, value in pairs:
             if scope not in SCOPE_ENVS:
                 raise UnsafeServer(f"unknown token scope {scope!r}: worker, user or operator")
-            if len(value.strip()) < MIN_TOKEN_CHARS:
-                raise UnsafeServer(
-                    f"a {scope} token must have at least {MIN_TOKEN_CHARS} characters"
-                )
-            # One token, one scope: a token pasted under two would silently hold both
-            # (a worker's able to steer, say). Named by its scopes, never by its value.
+            _check_token(value, f"a {scope} token")
             if scopes_of.setdefault(value, scope) != scope:
                 raise UnsafeServer(
                     f"one token is given both the {scopes_of[value]} and the {scope} scope:"
@@ -119,6 +117,16 @@ class Policy:
     @property
     def loopback(self) -> bool:
         return is_loopback(self.host)
+
+
+def _check_token(value: str, named: str) -> None:
+    """``UnsafeServer`` for a token too short, or with white space around it: a header
+    cannot carry that, so it started a server nobody could use (a stray space in an
+    environment file; found by acceptance testing)."""
+    if value != value.strip():
+        raise UnsafeServer(f"{named} has white space around it: remove it")
+    if len(value) < MIN_TOKEN_CHARS:
+        raise UnsafeServer(f"{named} must have at least {MIN_TOKEN_CHARS} characters")
 
 
 def scoped_tokens(environ: Mapping[str, str]) -> list[tuple[str, str]]:
