@@ -309,6 +309,9 @@ def test_a_store_whose_positions_have_gaps_is_copied_at_its_positions(
             positions = [n.id for n in wc.store.recorder.select_notifications(1, 1000)]
         assert len(positions) < positions[-1] == events  # the gaps are there
         kept = anchor(source)
+        # Counted, not the last position (found by acceptance testing, ADR-0133).
+        said = CliRunner().invoke(cli, ["--db", source, "init"]).output
+        assert said == f"the store exists ({len(positions)} events)\n"
 
         done = copy(source, target)
 

@@ -35,6 +35,7 @@ from workcenter.adapters.cli_common import open_center as _open
 from workcenter.adapters.demo import ScriptedLlm, run_demo
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
+from workcenter.adapters.store_copy import events_held
 from workcenter.adapters.terminal import safe, text
 from workcenter.adapters.wording import plain
 from workcenter.adapters.worker import default_name, load_executor, run_worker
@@ -185,10 +186,10 @@ def init(ctx: click.Context, as_json: bool) -> None:
     """
     try:
         with _open(ctx) as wc:
-            created, events = False, wc.event_count()
+            created, events = False, events_held(wc)
     except StoreUnavailable:
         with _open(ctx, create=True) as wc:
-            created, events = True, wc.event_count()
+            created, events = True, events_held(wc)
     if as_json:
         _emit_json({"created": created, "events": events})
         return
