@@ -30,6 +30,7 @@ from conftest import (
     report,
 )
 
+from workcenter.adapters.presenters import budget_json
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
@@ -781,6 +782,11 @@ def test_a_late_overrun_leaves_a_finished_item_alone(wc: WorkCenter, how: str) -
     assert wc.settle_request(item.id, admission.request_id, usage={"total_tokens": 1_001})
     assert written(wc, before) == ["RequestSettled", "ExecutionStopped", "BudgetStopRecorded"]
     assert_stopped(wc, item.id, "work_item_tokens_exhausted", status=how)
+    # What a resume needs is said only of an item that may be resumed (ADR-0133).
+    needs = {} if how == "done" else {"maxTokens": 2}
+    assert wc.detail(item.id)["executionControl"].get("resumeNeeds", {}) == needs
+    assert wc.web_reads.budget(item.id)["executionControl"].get("resumeNeeds", {}) == needs
+    assert bool(budget_json(wc, item.id)["resume_needs"]) == bool(needs)
     extend(wc, item.id, max_tokens=10_000)
     if how == "done":  # its final result is written once (ADR-0133; it was resumed)
         with refused(wc, CommandRefused, "WorkItem is done; only a cancelled or stopped"):

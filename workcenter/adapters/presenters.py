@@ -135,8 +135,11 @@ def budget_json(wc: WorkCenter, item_id: UUID) -> dict[str, Any]:
             for action in actions
         ],
         "stop_reason": stop.model_dump(mode="json") if stop is not None else None,
-        # The least addition to each limit before a resume is taken (ADR-0096).
-        "resume_needs": {
+        # The least addition to each limit before a resume is taken (ADR-0096); a done
+        # item is never resumed (ADR-0133).
+        "resume_needs": {}
+        if item.status == "done"
+        else {
             name: bounds.saturated(need)
             for name, need in lifecycle.resume_needs(ledger, actions).items()
         },

@@ -206,6 +206,7 @@ def _base(
             ordered,
             now=now,
             data_revision=data_revision(item, ordered, ledger, now=now),
+            done=item.status == "done",
         )
     if reason := _item_failure_reason(item, acts, ledger):
         dto["failureReason"] = reason

@@ -197,12 +197,14 @@ def execution_control(
     now: datetime,
     in_flight_request_ids: Collection[str] = (),
     data_revision: int | None = None,
+    done: bool = False,
 ) -> dtos.ExecutionControl:
     """The ledger snapshot, whitelisted field by field, ``actionAttempts`` capped at 64.
 
     ``revision`` is the ledger's control version (what extend and resume expect).
     ``dataRevision`` comes from the caller (``data_revision`` computes it from the states).
-    ``in_flight_request_ids`` names Coordinator requests known to be in flight.
+    ``in_flight_request_ids`` names Coordinator requests known to be in flight. A
+    ``done`` item is never resumed (ADR-0133): no ``resumeNeeds``, whatever its stop.
     """
     values = actions.values() if isinstance(actions, Mapping) else actions
     ordered = sorted(values, key=lambda a: (a.sequence, a.id))
@@ -253,7 +255,7 @@ def execution_control(
     stop = _stop_reason(ledger)
     if stop is not None:
         control["stopReason"] = stop
-    if needs := resume_needs(ledger, ordered):
+    if not done and (needs := resume_needs(ledger, ordered)):
         control["resumeNeeds"] = needs
     return control
 

@@ -166,6 +166,7 @@ class WebReads:
                 actions,
                 now=now,
                 data_revision=data_revision(item, actions.values(), ledger, now=now),
+                done=item.status == "done",
             ),
         }
 
