@@ -201,12 +201,11 @@ def test_a_user_works_through_500_items_on_the_page(wc: WorkCenter, browser: Any
         assert page.input_value("#extend-coordinator-failures") == "1"
         assert page.input_value("#extend-tokens") == ""
         page.screenshot(path=str(ARTIFACTS / "dashboard-stop.png"))
-        page.click("#resume:enabled")  # too early: refused in the server's words
-        refusal = note(page, "refused")
-        assert refusal == (
-            "Refused: CommandRefused: maxCoordinatorFailures is exhausted: extend the budget"
-            " first, then resume"
-        ), refusal
+        # Too early: greyed out, saying why (it was clicked and refused, ADR-0133).
+        assert page.is_disabled("#resume")
+        assert page.get_attribute("#resume", "title") == (
+            "Extend first: the stop above says by how much"
+        )
         page.click("#extend:enabled", timeout=TIMEOUT_MS)
         assert note(page, "ok") == "Budget extended."
         # Raised enough: it said "by at least 1" still, whatever was added.

@@ -538,4 +538,69 @@ def test_a_done_item_stopped_by_a_late_overrun_is_not_offered_a_resume(
     said = page.text_content("#budget-stop") or ""
     assert "after the item was done" in said and "Resume." not in said, said
     assert page.is_disabled("#resume") and page.is_disabled("#extend")
+    # Each control greyed out says why (only the Action buttons did).
+    assert page.get_attribute("#resume", "title") == (
+        "The item is done: its work is finished, and it is not resumed"
+    )
+    assert page.get_attribute("#cancel", "title") == "The item is done: nothing to cancel"
+    assert page.get_attribute("#message-send", "title") == "The item is done: it takes no message"
+    assert errors == []
+
+
+def test_guidance_left_blank_is_not_sent(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    """Spaces passed the form's own check; the page sent a plain retry and said "retried
+    with your guidance" (found by acceptance testing, ADR-0133)."""
+    page, base, errors = served_page
+    open_item(page, base, LINEAR)
+    fail_current_action(wc)
+    row = ".tl-row[data-status='failed']"
+    page.click(f"{row} button.guide:enabled", timeout=TIMEOUT_MS)
+    page.fill("#action-text", "   ")
+    before = wc.event_count()
+    page.click("#action-send:enabled")
+    assert note(page, "refused") == "Write your guidance first: nothing was sent."
+    assert wc.event_count() == before and not page.is_hidden("#action-form")
+    assert errors == []
+
+
+def test_a_running_action_of_a_stopped_item_offers_no_guidance(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    """Guide was offered, and always refused in words that did not say the stop (found
+    by acceptance testing); the raw stop code is not shown above the banner that
+    explains it."""
+    page, base, errors = served_page
+    item = UUID(open_item(page, base, DYNAMIC | {"limits": {"maxRunRequests": 1}}))
+    plan(wc, item)
+    running = wc.claim_next("worker-1")
+    assert running is not None
+    for _ in range(2):  # the second is refused and stops the item
+        wc.reserve_request(item, request={"max_tokens": 10}, run=running)
+    page.wait_for_selector("#budget-stop:visible", timeout=TIMEOUT_MS)
+    row = ".tl-row[data-status='running']"
+    page.wait_for_selector(f"{row} button.guide:disabled", timeout=TIMEOUT_MS)
+    assert page.get_attribute(f"{row} button.guide", "title") == (
+        "Stopped by its budget: resume the item first (the stop above says how)"
+    )
+    assert page.is_hidden("#item-failure")
+    assert errors == []
+
+
+def test_the_list_is_worked_from_the_keyboard_and_hidden_criteria_are_counted(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    """Rows could not be reached with Tab nor selected with Enter; criteria past the
+    detail's hundred were left out without a word (found by acceptance testing)."""
+    page, base, errors = served_page
+    first = open_item(page, base, LINEAR | {"title": "First"})
+    many = [f"Criterion {n}" for n in range(120)]
+    open_item(page, base, DYNAMIC | {"title": "Many", "acceptanceCriteria": many})
+    page.wait_for_selector("tr.omitted", timeout=TIMEOUT_MS)
+    assert page.text_content("tr.omitted") == "20 more criteria not shown"
+    page.focus(f"#item-list li[data-id='{first}']")
+    page.keyboard.press("Enter")
+    page.wait_for_selector(f"#item-list li.selected[data-id='{first}']", timeout=TIMEOUT_MS)
+    page.wait_for_selector("tr.omitted", state="detached", timeout=TIMEOUT_MS)
     assert errors == []

@@ -196,8 +196,13 @@ async function refreshDetail() {
   status.className = "status " + detail.status;
   $("item-goal").textContent = visible(detail.goal);
   $("item-summary").textContent = visible(detail.actionSummary || "");
+  // "Execution stopped: CODE" is the contract's summary; the stop banner says it in
+  // words, so the code is not shown twice (found by acceptance testing).
+  const control = detail.executionControl || {};
+  const explained = control.stopReason &&
+    detail.failureReason === "Execution stopped: " + control.stopReason.code;
   const failure = $("item-failure");
-  failure.hidden = !detail.failureReason;
+  failure.hidden = !detail.failureReason || Boolean(explained);
   failure.textContent = visible(detail.failureReason || "");
   renderProgress(detail.goalProgress);
   renderBudget(detail.executionControl);
@@ -256,6 +261,14 @@ function renderProgress(progress) {
     tr.append(status);
     tr.append(runIds(row.status === "failed" ? row.conflictingRunIds : row.evidenceRunIds));
     body.append(tr);
+  }
+  if (progress.omittedCriteriaCount) {
+    // The detail carries 100 criteria (its size budget): the rest are counted, not shown.
+    const more = el("tr", null, "omitted");
+    const cell = el("td", progress.omittedCriteriaCount + " more criteria not shown", "muted");
+    cell.colSpan = 3;
+    more.append(cell);
+    body.append(more);
   }
   const delivery = progress.delivery || {};
   const tr = el("tr", null, "delivery");
@@ -437,7 +450,14 @@ function renderConversation(talk, decided, base) {
   const stopped = Boolean(control && control.stopReason);
   const send = $("message-send");
   send.disabled = closed || talk.thinking || stopped;
-  send.title = stopped ? "Stopped by its budget: the stop above says what lifts it" : "";
+  send.title =
+    talk.status === "done" || talk.status === "cancelled"
+      ? "The item is " + talk.status + ": it takes no message"
+      : stopped
+        ? "Stopped by its budget: the stop above says what lifts it"
+        : talk.thinking
+          ? "The Coordinator is answering: a moment"
+          : "";
   $("message-text").disabled = closed;
   // A refusal stays until the conversation changes after the read that followed it: its
   // cause (a turn thinking, a stop) may be gone by then (found by acceptance testing).

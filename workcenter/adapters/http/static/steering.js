@@ -14,20 +14,56 @@ function steeringBusy() {
   return state.commanding || !state.detail || state.behindReads > 0;
 }
 
+const STOPPED_TITLE = "Stopped by its budget: resume the item first (the stop above says how)";
+
+function stoppedNow() {
+  const control = state.detail && state.detail.executionControl;
+  return Boolean(control && control.stopReason);
+}
+
+// Why the page will not steer right now; "" when it will.
+function busyReason() {
+  if (state.commanding) return "A command is being answered";
+  if (!state.detail) return "The item is being read";
+  if (state.behindReads > 0) return "The item's views are catching up: a moment";
+  return "";
+}
+
+// Each control disabled says why in its title (found by acceptance testing: only the
+// Action buttons did).
+function setControl(id, why) {
+  const control = $(id);
+  control.disabled = Boolean(why);
+  control.title = why;
+}
+
 function setControls() {
   const detail = state.detail;
-  const closed = !detail || detail.status === "done" || detail.status === "cancelled";
-  const stopped = Boolean(detail && detail.executionControl && detail.executionControl.stopReason);
-  const busy = steeringBusy();
-  $("start").disabled = busy || !(detail && detail.status === "draft");
-  $("cancel").disabled = busy || closed;
-  // A done item keeps a late overrun's stop, and is never resumed (ADR-0133).
-  const resumable = detail && detail.status !== "done" && (detail.status === "cancelled" || stopped);
-  $("resume").disabled = busy || !resumable;
-  $("extend").disabled = busy || !detail || detail.status === "done";
-  $("action-send").disabled = busy;
+  const status = detail ? detail.status : "";
+  const closed = status === "done" || status === "cancelled";
+  const control = (detail && detail.executionControl) || {};
+  const stopped = Boolean(control.stopReason);
+  const busy = busyReason();
+  setControl("start", busy || (status === "draft" ? "" : "Only a draft is started"));
+  setControl("cancel", busy || (closed ? "The item is " + status + ": nothing to cancel" : ""));
+  // A done item keeps a late overrun's stop, and is never resumed (ADR-0133); a resume
+  // the server says it would refuse is not offered (resumeNeeds, ADR-0096).
+  let resume = "";
+  if (status === "done") {
+    resume = "The item is done: its work is finished, and it is not resumed";
+  } else if (!(status === "cancelled" || stopped)) {
+    resume = "Only a cancelled or stopped item is resumed";
+  } else if (Object.keys(control.resumeNeeds || {}).length) {
+    resume = "Extend first: the stop above says by how much";
+  }
+  setControl("resume", busy || resume);
+  const spentNoMore = status === "done" ? "The item is done: nothing more is spent" : "";
+  setControl("extend", busy || spentNoMore);
+  setControl("action-send", busy);
   for (const button of document.querySelectorAll(".tl-label button")) {
-    button.disabled = busy || button.dataset.spent === "true";
+    if (button.dataset.spent === "true") continue; // greyed out, saying why (ADR-0127)
+    if (button.title === STOPPED_TITLE) continue;
+    button.disabled = Boolean(busy);
   }
 }
 
@@ -318,7 +354,15 @@ function actionButtons(action) {
   } else if (action.status === "waiting") {
     button("Answer", "answer", open("answer"), "Answer its question");
   } else if (action.status === "ready" || action.status === "running") {
-    button("Guide", "guide", open("guide"), "A new generation with your guidance");
+    if (stoppedNow()) {
+      // Refused while stopped, in words that did not say so (found by acceptance testing).
+      const guide = actionButton("Guide", "guide", open("guide"), "", false);
+      guide.disabled = true;
+      guide.title = STOPPED_TITLE;
+      buttons.push(guide);
+    } else {
+      button("Guide", "guide", open("guide"), "A new generation with your guidance");
+    }
   }
   if (spent && buttons.length) {
     const why = el("span", "no attempt left", "muted spent");
@@ -380,6 +424,13 @@ $("action-form").addEventListener("submit", async (event) => {
   const open = state.actionForm;
   const text = $("action-text").value.trim();
   if (!open) return;
+  if (!text) {
+    // Sent blank, a guide retried the Action without words and said it was guided (found
+    // by acceptance testing): the form stays open, nothing is sent.
+    showNote("Write your " + (open.kind === "answer" ? "answer" : "guidance") +
+      " first: nothing was sent.", "refused");
+    return;
+  }
   const action = open.action;
   const sent =
     open.kind === "guide"
