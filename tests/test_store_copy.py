@@ -9,6 +9,7 @@ import base64
 import io
 import os
 import signal
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -325,3 +326,27 @@ def test_a_store_whose_positions_have_gaps_is_copied_at_its_positions(
             assert moved.event_count() > events
         verified = CliRunner().invoke(cli, ["--db", target, "audit", "verify", "--anchor", kept])
         assert verified.exit_code == 0, verified.output
+
+
+def test_a_store_whose_history_is_broken_is_not_copied(db_path: Path) -> None:
+    """The copy chained the events again as they were stored: an event edited in the
+    database became a copy whose history verified (found by acceptance testing,
+    ADR-0134). Refused before the new store is made."""
+    source = str(db_path)
+    with WorkCenter.open(source) as wc:
+        create_dynamic(wc, title="Signed off")
+    con = sqlite3.connect(source)
+    (state,) = con.execute("SELECT state FROM stored_events WHERE rowid = 1").fetchone()
+    con.execute(
+        "UPDATE stored_events SET state = ? WHERE rowid = 1",
+        (state[:-1] + bytes([state[-1] ^ 1]),),
+    )
+    con.commit()
+    con.close()
+    target = db_path.parent / "copy.db"
+    refused_copy = copy(source, str(target))
+    assert refused_copy.exit_code == 2, refused_copy.output
+    assert refused_copy.stderr.startswith(
+        "InvalidInput: the store's history is broken at position 1 (digest)"
+    ), refused_copy.stderr
+    assert not target.exists()

@@ -154,6 +154,7 @@ def _copied(
     if _same_store(source, target):
         raise InvalidInput(f"the new store at {shown} is the store being copied: name another")
     with WorkCenter.open(source, create=False, inline_projections=False) as old:
+        refuse_a_broken_history(old)  # before the new store is made
         with _key(new_key):
             try:
                 new = WorkCenter.open(target, inline_projections=False)
@@ -177,6 +178,22 @@ def _copied(
             # Every event up to the head is copied; only the check for later ones failed.
             after = None
     return Copied(events=copied, encrypted=new_key is not None, position=head, source_head=after)
+
+
+def refuse_a_broken_history(old: WorkCenter) -> None:
+    """``InvalidInput`` when the store's chain does not prove its events: the copy
+    chains the events again as they are stored, so an edited event became a history
+    that verifies (found by acceptance testing, ADR-0134). Checked before the new
+    store is made; events written during the copy are those of the store's
+    own writes, chained as they were made."""
+    verdict = old.maintenance.verify_history()
+    if verdict.broken is not None:
+        broken = verdict.broken
+        raise InvalidInput(
+            f"the store's history is broken at position {broken.position} ({broken.kind}):"
+            " a copy would chain what is stored now as if it were the history; nothing was"
+            " copied. Run `workcenter audit verify` to see what changed"
+        )
 
 
 def _not_a_new_store(target: str, new_key: str | None, key_named: str) -> InvalidInput:
