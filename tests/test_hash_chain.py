@@ -330,6 +330,19 @@ def test_a_deleted_event_is_named_missing(store: Store, with_link: bool) -> None
     assert broken is not None and (broken.kind, broken.position) == ("missing", position)
 
 
+def test_an_items_walk_names_its_deleted_tail_and_stream_missing(store: Store) -> None:
+    """An item's walk read only the events of its streams: its last events deleted (or a
+    whole Action's stream), their links kept, it passed, and `show` said the item was
+    where it had been (found by acceptance testing, ADR-0134). A link with no event
+    names no stream, so the walk of any item names it."""
+    first, _ = store.items
+    last = _stream_position(store, first, store.wc.work_item(first).version)
+    store.tamper.delete_event(last, with_link=False)
+    for item in store.items:
+        broken = store.verify(item).broken
+        assert broken is not None and (broken.kind, broken.position) == ("missing", last)
+
+
 def test_swapped_versions_break_at_the_first_of_the_two(store: Store) -> None:
     item = store.items[0]
     first, second = _stream_position(store, item, 2), _stream_position(store, item, 3)

@@ -182,10 +182,18 @@ class PostgresChainTable:
             " ORDER BY e.notification_id",
             list(streams),
         )
+        rows = []
         for row in c.fetchall():
             link = Link(row[5], row[6], bytes(row[7])) if row[5] is not None else None
             previous = bytes(row[8]) if row[8] is not None else None
-            yield Row(row[0], _stored(row, 1), link, previous)
+            rows.append(Row(row[0], _stored(row, 1), link, previous))
+        # Links whose event is gone, walked as missing (the SQLite twin's).
+        c.execute(
+            f"SELECT c.position, c.previous, c.digest FROM {self.name} c WHERE NOT EXISTS"
+            f" (SELECT 1 FROM {self.events} e WHERE e.notification_id = c.position)"
+        )
+        rows.extend(Row(r[0], None, Link(r[0], r[1], bytes(r[2]))) for r in c.fetchall())
+        yield from sorted(rows, key=lambda row: row.position)
 
     def extent(self) -> tuple[Link | None, int]:
         with sql.transaction(self.datastore, commit=False) as c:
