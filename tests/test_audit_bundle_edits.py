@@ -51,6 +51,7 @@ EDITS: dict[str, tuple[int, Callable[[dict[str, Any]], None]]] = {
     "a position as a fraction": (1, lambda r: r.update(position=float(r["position"]))),
     "a position past 64 bits": (1, lambda r: r.update(position=2**63)),
     "a boolean version": (1, lambda r: r.update(originator_version=True)),
+    "streams that are a number": (0, head({"streams": 7})),
 }
 
 
@@ -91,3 +92,38 @@ def test_an_export_never_replaces_the_store_or_a_file_unasked(
     unnamed = export(db_path, item_id, "")
     assert unnamed.exit_code == 2 and "Traceback" not in unnamed.output, unnamed.output
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".jsonl") == ["item.jsonl"]
+
+
+def lines_of(bundle: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in bundle.read_bytes().splitlines()]
+
+
+def write(bundle: Path, records: list[dict[str, Any]]) -> None:
+    bundle.write_bytes(b"".join(json.dumps(r).encode() + b"\n" for r in records))
+
+
+@pytest.mark.parametrize("cut", ["an Action's stream", "the item named another"])
+def test_a_bundle_whose_stream_was_cut_out_is_broken(
+    db_path: Path, tmp_path: Path, cut: str
+) -> None:
+    """Every line of one stream removed and the count set to match: an Action's verified
+    (and its replay raised a KeyError's traceback), and a header pointed at another
+    item verified too (found by acceptance testing, ADR-0134)."""
+    with WorkCenter.open(db_path) as wc:
+        item = create_linear(wc)
+        claimed = wc.claim_next("w")
+        assert claimed is not None
+    bundle = tmp_path / "item.jsonl"
+    assert export(db_path, item.id, bundle).exit_code == 0
+    header, *events = lines_of(bundle)
+    if cut == "an Action's stream":
+        events = [e for e in events if e["originator_id"] != str(claimed.action_id)]
+        header["events"] = len(events)
+    else:
+        header["work_item_id"] = "00000000-0000-4000-8000-000000000000"
+    write(bundle, [header, *events])
+    result = CliRunner().invoke(cli, ["audit", "verify", "--bundle", str(bundle)])
+    assert result.exit_code == 1, result.output
+    assert "Traceback" not in result.output and "of which the bundle holds no event" in (
+        result.output
+    ), result.output

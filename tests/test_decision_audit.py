@@ -217,6 +217,20 @@ def test_a_reply_edited_by_sql_differs_and_breaks_the_chain(
     assert json.loads(result.output)["differs"] == 1
 
 
+def test_a_decision_whose_planned_action_was_deleted_differs_by_history(
+    wc: WorkCenter, db_path: Path, clock: FakeClock
+) -> None:
+    """An Action's stream deleted in the database: the replay raised a KeyError's
+    traceback (found by acceptance testing, ADR-0134)."""
+    item_id = every_kind(wc, clock)
+    first = wc.work_item(item_id).plan[0].action_id
+    with sqlite3.connect(db_path) as c:
+        c.execute("DELETE FROM stored_events WHERE originator_id = ?", (first.hex,))
+    replayed = wc.maintenance.replay_decisions(item_id)
+    assert not replayed.same
+    assert {differs.cause for _, differs in replayed.differing} == {"history"}
+
+
 def test_a_reply_edited_with_its_hash_is_blamed_on_the_broken_chain(
     db_path: Path, clock: FakeClock
 ) -> None:

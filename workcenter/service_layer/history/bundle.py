@@ -22,6 +22,7 @@ from uuid import UUID
 import orjson
 from eventsourcing.persistence import StoredEvent
 
+from workcenter.domain import conversation as conv
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.model import DomainEvent
 from workcenter.service_layer.history import hash_chain
@@ -125,6 +126,9 @@ def _check_header(head: dict[str, Any]) -> None:
         raise BundleInvalid("line 1: work_item_id is not a WorkItem's id") from None
     if not _whole(head["events"], 0):
         raise BundleInvalid("line 1: events is not a count of events")
+    streams = head["streams"]
+    if not isinstance(streams, list) or not all(isinstance(s, str) for s in streams):
+        raise BundleInvalid("line 1: streams is not a list of stream ids")
     anchor = head["anchor"]
     if anchor is not None:
         if not isinstance(anchor, str):
@@ -184,7 +188,7 @@ def verify_links(bundle: Bundle) -> Verdict:
     if not verdict.ok:
         return verdict
     anchor = bundle.anchor
-    broken = _unlinked(bundle.rows)
+    broken = _unlinked(bundle.rows) or _stream_removed(bundle, scope)
     if broken is None and bundle.head["events"] != len(bundle.rows):
         # The links hold, so lines were cut from the end (or added there): the break is
         # after the last event, whose own position is intact (it was named instead).
@@ -210,6 +214,27 @@ def verify_links(bundle: Bundle) -> Verdict:
                 f"{hash_chain.anchor_of(last)}",
             )
     return Verdict(verdict.events, verdict.head, broken, anchor, scope)
+
+
+def _stream_removed(bundle: Bundle, item: UUID) -> Break | None:
+    """A stream the header names that holds no event: the item's own, its ledger's (both
+    begun by its creation) and each Action's it planned always hold one, so its lines
+    were cut, and the count in the header set to match (found by acceptance testing,
+    ADR-0134). A Conversation is begun only by a started dynamic item: its absence
+    shows in the replay of its decisions, not here."""
+    held = {str(row.event.originator_id) for row in bundle.rows if row.event is not None}
+    conversation = str(conv.conversation_id_for(item))
+    # The item's own stream first, named or not: a header pointed at another item, or
+    # a bundle emptied, verified (found by acceptance testing).
+    for stream in [str(item), *bundle.head["streams"]]:
+        if stream != conversation and stream not in held:
+            return Break(
+                "missing",
+                0,
+                f"the header names stream {stream}, of which the bundle holds no event:"
+                " its events were removed",
+            )
+    return None
 
 
 def _unlinked(rows: Sequence[Row]) -> Break | None:

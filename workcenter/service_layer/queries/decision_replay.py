@@ -135,8 +135,13 @@ def _replay_one(
     text = attempt.response or ""
     if attempt.response_hash != response_hash(text):
         broken.append("the stored reply does not match its response hash")
-    if state is None or states.item is None or states.ledger is None:
-        broken.append("the turn's item, ledger or turn is missing before its verdict")
+    item = states.item
+    if item is not None and any(e.action_id not in states.actions for e in item.plan):
+        # An Action's stream deleted (in the store, or cut from a bundle): a KeyError
+        # escaped as a traceback (found by acceptance testing, ADR-0134).
+        state = None
+    if state is None or item is None or states.ledger is None:
+        broken.append("the turn's item, ledger, turn or Actions are missing before its verdict")
         return Replayed(
             turn.turn_id, attempt.attempt, position, recorded, recorded_reason, recorded, "",
             tuple(broken), "history",
