@@ -19,9 +19,11 @@ from uuid import UUID
 
 import postgres
 import pytest
+from click.testing import CliRunner
 from conftest import BOOT_ID, FakeClock, action_spec, claim, create_dynamic, plan, refused, report
 from eventsourcing.persistence import StoredEvent
 
+from workcenter.adapters.cli import cli
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput
 from workcenter.service_layer.history import hash_chain
@@ -341,6 +343,31 @@ def test_an_items_walk_names_its_deleted_tail_and_stream_missing(store: Store) -
     for item in store.items:
         broken = store.verify(item).broken
         assert broken is not None and (broken.kind, broken.position) == ("missing", last)
+
+
+def test_a_payload_made_text_that_is_no_utf8_is_a_break_not_a_failure(db_path: Path) -> None:
+    """SQLite's || made an event's bytes text that is no UTF-8: the walk found the break,
+    then the snapshots' check read the stream and the library refused the row, so verify
+    ended StoreUnavailable with the break unsaid (found by acceptance testing, ADR-0134)."""
+    assert CliRunner().invoke(cli, ["--db", str(db_path), "demo"]).exit_code == 0
+    con = sqlite3.connect(db_path)
+    stream, version = con.execute(
+        "SELECT originator_id, originator_version FROM stored_snapshots LIMIT 1"
+    ).fetchone()
+    (position,) = con.execute(
+        "SELECT rowid FROM stored_events WHERE originator_id = ? AND originator_version = ?",
+        (stream, version),
+    ).fetchone()
+    con.execute(
+        "UPDATE stored_events SET state = substr(state, 1, 20) || x'00' || substr(state, 22)"
+        " WHERE rowid = ?",
+        (position,),
+    )
+    con.commit()
+    con.close()
+    with WorkCenter.open(db_path) as wc:
+        broken = wc.maintenance.verify_history().broken
+    assert broken is not None and (broken.kind, broken.position) == ("digest", position)
 
 
 def test_swapped_versions_break_at_the_first_of_the_two(store: Store) -> None:
