@@ -9,6 +9,7 @@ trace) is marked ``sqlite_only`` with the reason.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -368,6 +369,21 @@ def test_a_payload_made_text_that_is_no_utf8_is_a_break_not_a_failure(db_path: P
     with WorkCenter.open(db_path) as wc:
         broken = wc.maintenance.verify_history().broken
     assert broken is not None and (broken.kind, broken.position) == ("digest", position)
+
+
+def test_verify_says_how_many_events_the_open_chained(store: Store) -> None:
+    """A chain emptied in the database was chained again when verify opened the store,
+    which then said "verified" of an edit made meanwhile without a word (found by
+    acceptance testing, ADR-0134): it says how many it chained."""
+    events = len(store.tamper.positions())
+    store.wc.close()
+    store.tamper._run(("DELETE FROM {chain}", ()))
+    said = CliRunner().invoke(cli, ["--db", store.location, "audit", "verify", "--json"])
+    assert said.exit_code == 0, said.output
+    assert json.loads(said.stdout)["chained_on_open"] == events
+    assert f"note: {events:,} events had no link in the hash chain" in said.stderr
+    again = CliRunner().invoke(cli, ["--db", store.location, "audit", "verify", "--json"])
+    assert json.loads(again.stdout)["chained_on_open"] == 0 and not again.stderr
 
 
 def test_swapped_versions_break_at_the_first_of_the_two(store: Store) -> None:

@@ -49,6 +49,8 @@ class OneCommitSQLiteRecorder(SQLiteApplicationRecorder):
     # Set by the factory from the store's settings before the store is used; off only to
     # measure what the chain costs (benchmarks/bench_hash_chain.py).
     chained = True
+    # Events that had no link when the store was opened, and were chained then.
+    chained_on_open = 0
     # The store's snapshot table, set by the composition root: a stream loaded from
     # nothing (``select_streams_after`` from version 0) starts at its newest snapshot.
     snapshots_table_name: str | None = None

@@ -166,8 +166,9 @@ class WorkcenterSQLiteFactory(SQLiteFactory):
         if isinstance(recorder, OneCommitSQLiteRecorder):
             recorder.chained = hash_chain.enabled(self.env.get(hash_chain.HASH_CHAIN_KEY))
             if recorder.chained:
-                # A store written before the chain (or with it off) is chained on open.
-                recorder.chain_unchained()
+                # A store written before the chain (or with it off) is chained on open;
+                # `audit verify` says how many were (ADR-0134).
+                recorder.chained_on_open = recorder.chain_unchained()
         return recorder
 
 
