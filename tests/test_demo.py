@@ -389,6 +389,15 @@ def test_budget_and_resume_refusals_exit_non_zero_and_write_nothing(tmp_path: Pa
     assert bare.exit_code == 2 and "--tokens" in bare.stderr
     assert _events(db) == before
 
+    # Too little: it says what more a resume needs, where it printed a resume the ledger
+    # then refused (found by acceptance testing, ADR-0135).
+    small = _invoke(db, "budget", "extend", item_id, "--expected-version", version, "--tokens", "1")
+    assert small.exit_code == 0, small.output
+    assert "a resume is refused until `budget extend` adds at least --tokens" in small.stdout
+    assert "workcenter resume" not in small.stdout
+    shown = _invoke(db, "budget", "show", item_id, "--json")
+    version = str(json.loads(shown.stdout)["control_version"])
+
     # An extend moves the control version: a resume based on the version before it conflicts.
     extended = _invoke(
         db, "budget", "extend", item_id, "--expected-version", version, "--tokens", "5000"

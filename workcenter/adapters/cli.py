@@ -396,7 +396,18 @@ def budget_extend(
     limits = snapshot["limits"]
     added = ", ".join(f"{name} +{value} = {limits[name]}" for name, value in additions.items())
     console.print(f"extended: {added}; ledger version {snapshot['ledger_version']}", soft_wrap=True)
-    if snapshot["stop_reason"] is not None:
+    code = snapshot["stop_reason"]["code"] if snapshot["stop_reason"] is not None else None
+    if code is not None and (needs := snapshot["resume_needs"]):
+        # A resume would be refused still: say what more to add, not a refused command
+        # (found by acceptance testing, ADR-0135).
+        flags = " ".join(f"--{cli_tables.EXTEND_FLAGS[n]} {need}" for n, need in needs.items())
+        console.print(
+            f"still stopped ({code}): a resume is refused until `budget extend` adds at"
+            f" least {flags}",
+            soft_wrap=True,
+            markup=False,
+        )
+    elif code is not None and item.status != "done":
         resume_command = command_hint(
             ctx,
             "resume",
@@ -407,7 +418,7 @@ def budget_extend(
             str(snapshot["ledger_version"]),
         )
         console.print(
-            f"still stopped ({snapshot['stop_reason']['code']}): run `{resume_command}`",
+            f"still stopped ({code}): run `{resume_command}`",
             soft_wrap=True,
             markup=False,
         )
