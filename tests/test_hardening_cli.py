@@ -563,6 +563,8 @@ def test_an_item_without_a_delivery_target_says_so_in_words(db_path: Path) -> No
         result = invoke("--db", str(db_path), verb, str(item.id))
         assert result.exit_code == 0, result.output
         assert "no target named" in result.stdout and "None" not in result.stdout
+        # Nothing to deliver is not "unmet" (found by acceptance testing, ADR-0135).
+        assert "none asked" in result.stdout, result.stdout
 
 
 def test_show_does_not_send_the_user_to_a_coordinator_with_nothing_due(tmp_path: Path) -> None:

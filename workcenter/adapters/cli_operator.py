@@ -425,7 +425,7 @@ def _print_progress(title: str, data: dict[str, Any]) -> None:
     delivery = goal["delivery"]
     table.add_row(
         text(f"delivery ({delivery['target'] or cli_tables.NO_TARGET})"),
-        text(delivery["status"]),
+        text(cli_tables.delivery_status(delivery["target"], delivery["status"])),
         _run_ids(delivery["evidence_run_ids"]),
     )
     for blocker in goal["blockers"]:
