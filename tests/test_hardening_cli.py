@@ -368,7 +368,7 @@ def test_hints_keep_the_db_the_user_gave(tmp_path: Path) -> None:
     item_id = stopped_demo(db)["item"]["id"]  # the CLI's demo went on past its stop
     budget = json.loads(invoke("budget", "show", item_id, "--db", db, "--json").stdout)
     extended = invoke(
-        "budget", "extend", item_id[:8], "--db", db, "--requests", "1",
+        "budget", "extend", item_id[:8], "--db", db, "--tokens", "100000",
         "--expected-version", str(budget["ledger_version"]),
     )  # fmt: skip
     assert extended.exit_code == 0, extended.output
