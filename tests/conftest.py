@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -149,6 +149,7 @@ def create_dynamic(
     start: bool = True,
     title: str = "Dynamic item",
     goal: str = "Ship the feature",
+    limits: Mapping[str, int] | None = None,
 ) -> wi.WorkItemState:
     return wc.create_work_item(
         title=title,
@@ -157,6 +158,7 @@ def create_dynamic(
         delivery_target=delivery_target,
         mode="dynamic",
         start=start,
+        limits=limits,
     )
 
 

@@ -98,15 +98,7 @@ def test_a_reply_past_the_bound_fails_its_turn_charged_what_it_cost(wc: WorkCent
     """Failed before it was recorded, its reservation was settled unknown at the
     estimate: 402,000 tokens reported, 17,211 charged and no stop (found by acceptance
     testing; resource-ledger.md 5 settles a refused reply's real spending)."""
-    item = wc.create_work_item(
-        title="Big reply",
-        goal="Ship the feature",
-        acceptance_criteria=["It ships"],
-        delivery_target="response",
-        mode="dynamic",
-        start=True,
-        limits={"max_tokens": 100_000},
-    )
+    item = create_dynamic(wc, limits={"max_tokens": 100_000})
     big = create_actions(action_spec()) + " " * bounds.PAYLOAD_TEXT
     spent = {"input_tokens": 2_000, "output_tokens": 400_000, "total_tokens": 402_000}
     (step,) = wc.coordinate_once(ScriptedProvider([Reply(big, usage=spent)]))

@@ -95,17 +95,7 @@ class Unit:
             return
         if self.retire_turns:
             for provider_turn in self.talk.retire_thinking():
-                if self.ledger is not None:
-                    self.apply_ledger(
-                        rl.settle_coordinator(
-                            self.ledger,
-                            turn_id=str(provider_turn.id),
-                            usage=None,
-                            complete=False,
-                            at=self.at,
-                            by=self.by,
-                        )
-                    )
+                self.settle_dispatch(provider_turn.id, None, complete=False)
             self.retire_turns = False
         for wake in self.wakes:
             self.talk.enqueue(wake.kind, wake.source_key, wake.trigger)
@@ -148,6 +138,23 @@ class Unit:
                 self.item_event(
                     wi.ActionStatusRecorded, action_id=after.id, status=after.status, current=False
                 )
+
+    def settle_dispatch(
+        self, provider_turn_id: UUID, usage: rl.Usage | None, *, complete: bool
+    ) -> None:
+        """A Coordinator dispatch's reservations settled, the newest with ``usage``; a
+        dispatch given up (None, not complete) is charged at least their estimate."""
+        if self.ledger is not None:
+            self.apply_ledger(
+                rl.settle_coordinator(
+                    self.ledger,
+                    turn_id=str(provider_turn_id),
+                    usage=usage,
+                    complete=complete,
+                    at=self.at,
+                    by=self.by,
+                )
+            )
 
     def apply_ledger(self, events: list[rl.LedgerEvent] | tuple[rl.LedgerEvent, ...]) -> None:
         """Ledger events; a stop or resume is mirrored onto the WorkItem in the same write."""

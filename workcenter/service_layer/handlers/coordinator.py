@@ -487,16 +487,7 @@ class CoordinatorCommands:
         unknown (charged at least their estimate)."""
         assert unit.ledger is not None
         talk.mark_unknown(provider_turn)
-        unit.apply_ledger(
-            rl.settle_coordinator(
-                unit.ledger,
-                turn_id=str(provider_turn.id),
-                usage=None,
-                complete=False,
-                at=unit.at,
-                by=unit.by,
-            )
-        )
+        unit.settle_dispatch(provider_turn.id, None, complete=False)
 
     @staticmethod
     def _count_failure(unit: Unit, turn: conv.Turn) -> None:
@@ -568,13 +559,4 @@ class CoordinatorCommands:
 def _settle(unit: Unit, provider_turn_id: UUID, usage: rl.Usage | None) -> None:
     """Settle a provider turn's reservations in ``unit``: the newest with ``usage``."""
     assert unit.ledger is not None
-    unit.apply_ledger(
-        rl.settle_coordinator(
-            unit.ledger,
-            turn_id=str(provider_turn_id),
-            usage=usage,
-            complete=True,
-            at=unit.at,
-            by=unit.by,
-        )
-    )
+    unit.settle_dispatch(provider_turn_id, usage, complete=True)
