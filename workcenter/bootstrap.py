@@ -39,6 +39,7 @@ from workcenter.adapters.persistence import (
 )
 from workcenter.adapters.postgres_connection import watch_connections
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
+from workcenter.adapters.sqlite_locks import watch_locks
 from workcenter.adapters.sqlite_settings import (
     SYNCHRONOUS_ENV,
     WAL_AUTOCHECKPOINT_ENV,
@@ -188,6 +189,8 @@ def compose(
             " (see sqlite_env and PostgresTarget.env)"
         )
     refuse_when_closed(store.recorder.datastore)  # type: ignore[attr-defined]  # both recorders have one
+    if isinstance(store.recorder, OneCommitSQLiteRecorder):
+        watch_locks(store.recorder.datastore)
     pool = getattr(store.recorder.datastore, "pool", None)  # type: ignore[attr-defined]
     if isinstance(store.mapper, PydanticMapper) and not getattr(
         pool, "is_sqlite_memory_mode", False
