@@ -17,7 +17,7 @@ import click
 from eventsourcing.persistence import PersistenceError
 from rich.table import Table
 
-from workcenter.adapters import cli_coordinator, cli_tables, presenters
+from workcenter.adapters import cli_coordinator, cli_tables, event_log, presenters
 from workcenter.adapters.cli_common import (
     MAX_POLL,
     Count,
@@ -35,7 +35,6 @@ from workcenter.adapters.cli_common import open_center as _open
 from workcenter.adapters.demo import ScriptedLlm, run_demo
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
-from workcenter.adapters.store_copy import events_held
 from workcenter.adapters.terminal import safe, text
 from workcenter.adapters.wording import plain
 from workcenter.adapters.worker import default_name, load_executor, run_worker
@@ -186,10 +185,10 @@ def init(ctx: click.Context, as_json: bool) -> None:
     """
     try:
         with _open(ctx) as wc:
-            created, events = False, events_held(wc)
+            created, events = False, event_log.events_held(wc.store)
     except StoreUnavailable:
         with _open(ctx, create=True) as wc:
-            created, events = True, events_held(wc)
+            created, events = True, event_log.events_held(wc.store)
     if as_json:
         _emit_json({"created": created, "events": events})
         return

@@ -31,7 +31,7 @@ from typing import Any, Final, Protocol, cast
 
 from eventsourcing.persistence import StoredEvent
 
-from workcenter.adapters import cipher
+from workcenter.adapters import cipher, event_log
 from workcenter.adapters.cipher import KEY_ENV, StoreKeyRefused
 from workcenter.adapters.persistence import (
     StoreUnavailable,
@@ -41,7 +41,6 @@ from workcenter.adapters.persistence import (
 )
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput
-from workcenter.projections import sql
 from workcenter.projections.lifecycle import Progress
 
 NEW_KEY_ENV: Final = "WORKCENTER_NEW_CIPHER_KEY"
@@ -69,15 +68,6 @@ class Copied:
 
     def json(self) -> dict[str, Any]:
         return asdict(self) | {"complete": self.complete}
-
-
-def events_held(wc: WorkCenter) -> int:
-    """How many events the store holds: ``event_count`` is the last one's position, and
-    a PostgreSQL store's positions have gaps (found by acceptance testing, ADR-0133)."""
-    recorder: Any = wc.store.recorder
-    with sql.transaction(recorder.datastore, commit=False) as c:
-        c.execute(f"SELECT COUNT(*) FROM {recorder.events_table_name}")
-        return int(c.fetchone()[0])
 
 
 @contextmanager
@@ -162,7 +152,7 @@ def _copied(
                 # Its refusal would name $WORKCENTER_CIPHER_KEY, which is not what opened it.
                 raise _not_a_new_store(target, new_key, key_named) from None
         try:
-            if count := events_held(new):
+            if count := event_log.events_held(new.store):
                 raise InvalidInput(
                     f"the new store at {shown} is not empty: it holds {count} events"
                     " (a copy cut short? remove it and copy again into a new, empty store)"
@@ -186,7 +176,7 @@ def refuse_a_broken_history(old: WorkCenter) -> None:
     that verifies (found by acceptance testing, ADR-0134). Checked before the new
     store is made; events written during the copy are those of the store's
     own writes, chained as they were made."""
-    verdict = old.maintenance.verify_history()
+    verdict = old.maintenance.verify_history(snapshots=False)
     if verdict.broken is not None:
         broken = verdict.broken
         raise InvalidInput(
@@ -211,7 +201,7 @@ def _not_a_new_store(target: str, new_key: str | None, key_named: str) -> Invali
         )
     try:
         with _key(None), WorkCenter.open(target, create=False, inline_projections=False) as plain:
-            count = events_held(plain)
+            count = event_log.events_held(plain.store)
     except StoreKeyRefused:
         return InvalidInput(
             f"the new store at {shown} is encrypted under another key: name {made_in}"

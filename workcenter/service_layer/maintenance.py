@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 from uuid import UUID
 
+from workcenter.domain import inputs
 from workcenter.domain.errors import InvalidInput
 from workcenter.projections.lifecycle import Progress, ProjectionStatus, RebuildReport
 from workcenter.service_layer.handlers.coordinator_rules import DecisionRules, check_rules
@@ -39,12 +40,16 @@ class Maintenance:
         *,
         anchor: Anchor | str | None = None,
         progress: VerifyProgress | None = None,
+        snapshots: bool = True,
     ) -> Verdict:
         """Walk the hash chain over the whole store (or one WorkItem's streams) and report
         the first broken link; with ``anchor`` (``DIGEST@POSITION`` from
-        ``history_anchor``), also that nothing up to its position changed (ADR-0028)."""
+        ``history_anchor``), also that nothing up to its position changed (ADR-0028).
+        ``snapshots=False`` leaves out the check of the snapshots against their events
+        (a copy, which writes none, needs only the events' proof)."""
         _callable_or_none(progress, "progress")
-        return self._proof.verify(work_item_id, anchor, progress)
+        snapshots = inputs.flag(snapshots, "snapshots")
+        return self._proof.verify(work_item_id, anchor, progress, with_snapshots=snapshots)
 
     def history_anchor(self) -> Anchor | None:
         """The chain's head digest and position, to keep outside the store."""

@@ -40,6 +40,8 @@ class HistoryProof:
         work_item_id: UUID | None,
         anchor: Anchor | str | None,
         progress: VerifyProgress | None,
+        *,
+        with_snapshots: bool = True,
     ) -> Verdict:
         if isinstance(anchor, str):
             anchor = Anchor.parse(anchor)
@@ -65,7 +67,7 @@ class HistoryProof:
                     # nothing about bytes that cannot be read, so the damage is the answer.
                     raise damaged from None
                 return verdict
-        return self._walk(streams, anchor, work_item_id, progress)
+        return self._walk(streams, anchor, work_item_id, progress, with_snapshots)
 
     def _streams_before(self, work_item_id: UUID, damaged: UndecodableEvent) -> list[UUID]:
         """The item's streams as far as its events before ``damaged`` tell them."""
@@ -82,6 +84,7 @@ class HistoryProof:
         anchor: Anchor | None,
         work_item_id: UUID | None,
         progress: VerifyProgress | None,
+        with_snapshots: bool = True,
     ) -> Verdict:
         _, last = self.chain.extent()
         step = None if progress is None else lambda position: progress("events", position, last)
@@ -93,7 +96,7 @@ class HistoryProof:
                 scope=work_item_id,
                 progress=step,
             )
-        if self.snapshots is None:
+        if self.snapshots is None or not with_snapshots:
             return verdict
         damaged: list[DamagedSnapshot] = []
         mismatched: list[DamagedSnapshot] = []

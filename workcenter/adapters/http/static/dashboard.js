@@ -427,6 +427,14 @@ const PLAN_WAIT = {
     " Send a message to say what to do next.",
 };
 
+// Why Send is greyed out, "" when it is not.
+function sendTitle(talk, closed, stopped) {
+  if (closed) return "The item is " + talk.status + ": it takes no message";
+  if (stopped) return "Stopped by its budget: the stop above says what lifts it";
+  if (talk.thinking) return "The Coordinator is answering: a moment";
+  return "";
+}
+
 function renderConversation(talk, decided, base) {
   const list = $("conversation");
   const atBottom = list.scrollTop + list.clientHeight >= list.scrollHeight - 4;
@@ -450,14 +458,7 @@ function renderConversation(talk, decided, base) {
   const stopped = Boolean(control && control.stopReason);
   const send = $("message-send");
   send.disabled = closed || talk.thinking || stopped;
-  send.title =
-    talk.status === "done" || talk.status === "cancelled"
-      ? "The item is " + talk.status + ": it takes no message"
-      : stopped
-        ? "Stopped by its budget: the stop above says what lifts it"
-        : talk.thinking
-          ? "The Coordinator is answering: a moment"
-          : "";
+  send.title = sendTitle(talk, closed, stopped);
   $("message-text").disabled = closed;
   // A refusal stays until the conversation changes after the read that followed it: its
   // cause (a turn thinking, a stop) may be gone by then (found by acceptance testing).

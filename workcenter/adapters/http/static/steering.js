@@ -8,12 +8,6 @@
 const LIMIT_INPUTS = () => document.querySelectorAll("#extend-form input[data-limit]");
 const number = (value) => Number(value || 0).toLocaleString();
 
-// Nothing is steered while a command is answered, before the item is read, or while
-// its detail is older than the item (ADR-0128): a click would echo stale versions.
-function steeringBusy() {
-  return state.commanding || !state.detail || state.behindReads > 0;
-}
-
 const STOPPED_TITLE = "Stopped by its budget: resume the item first (the stop above says how)";
 
 function stoppedNow() {
@@ -21,7 +15,9 @@ function stoppedNow() {
   return Boolean(control && control.stopReason);
 }
 
-// Why the page will not steer right now; "" when it will.
+// Why the page will not steer right now, "" when it will: nothing is steered while a
+// command is answered, before the item is read, or while its detail is older than the
+// item (ADR-0128): a click would echo stale versions.
 function busyReason() {
   if (state.commanding) return "A command is being answered";
   if (!state.detail) return "The item is being read";
@@ -331,7 +327,7 @@ function actionButton(label, className, onclick, title, spent) {
   const button = el("button", label, className);
   button.type = "button";
   button.dataset.spent = String(Boolean(spent));
-  button.disabled = steeringBusy() || Boolean(spent);
+  button.disabled = Boolean(busyReason()) || Boolean(spent);
   button.title = visible(spent ? NO_ATTEMPT_LEFT : title);
   button.onclick = onclick;
   return button;
