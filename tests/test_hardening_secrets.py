@@ -170,6 +170,20 @@ def test_progress_masks_passwords_bearer_tokens_and_home_directories(db_path: Pa
     assert data["goal_progress"]["blockers"][0]["status"] == "failed"  # closed set: as is
 
 
+def test_list_masks_a_titles_secret_and_home_directory_in_text_and_json(db_path: Path) -> None:
+    """ADR-0136: ``list --json`` printed titles as stored, where the table, ``show
+    --json`` and the HTTP list mask them (found by acceptance testing)."""
+    title = "Rotate password=PLANTEDtitle1 kept in /home/carol/.env"
+    with open_center(db_path) as wc:
+        create_dynamic(wc, title=title)
+    for args in (("--json",), ()):
+        shown = invoke(db_path, "list", *args).output
+        for secret in ("PLANTEDtitle1", "/home/carol"):
+            assert secret not in shown, (args, secret)
+    (row,) = json.loads(invoke(db_path, "list", "--json").output)
+    assert row["title"] == sanitize_personal(title)
+
+
 LEAKY_ERROR = "login with password=PLANTEDworker1 from /home/alice/.netrc, key sk-PLANTEDworker2"
 
 

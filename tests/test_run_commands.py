@@ -7,6 +7,7 @@ order, linear stage progression), recovery, and the worker fence.
 from __future__ import annotations
 
 import dataclasses
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -810,10 +811,11 @@ def test_finish_retryable_requeues_deliver(wc: WorkCenter) -> None:
 # --- fencing (invariants 3 and 4) -----------------------------------------------------
 
 
-def _assert_fenced(wc: WorkCenter, stale: Claim) -> None:
-    with refused(wc, StaleRun, "stale, cancelled, expired, or already finished"):
+def _assert_fenced(wc: WorkCenter, stale: Claim, why: str) -> None:
+    """Every Run command of ``stale`` refused, saying ``why`` (a pattern)."""
+    with refused(wc, StaleRun, why):
         wc.finish_run(stale, report())
-    with refused(wc, StaleRun):
+    with refused(wc, StaleRun, why):
         wc.interrupt(stale)
     assert_renew_refused(wc, stale)
 
@@ -823,15 +825,24 @@ def test_fence_refuses_a_stale_epoch(wc: WorkCenter) -> None:
     first = claim(wc)
     wc.interrupt(first)
     second = claim(wc)
-    _assert_fenced(wc, first)
-    _assert_fenced(wc, dataclasses.replace(second, lease_epoch=first.lease_epoch))
+    _assert_fenced(wc, first, rf"Run {first.run_id} has ended \(interrupted: interrupted\)")
+    _assert_fenced(
+        wc,
+        dataclasses.replace(second, lease_epoch=first.lease_epoch),
+        f"at lease epoch {second.lease_epoch}, not by this fence"
+        f" .* lease epoch {first.lease_epoch}",
+    )
     assert wc.finish_run(second, report()).status == "completed"
 
 
 def test_fence_refuses_another_boot_id(wc: WorkCenter) -> None:
     create_linear(wc)
     claimed = claim(wc)
-    _assert_fenced(wc, dataclasses.replace(claimed, boot_id="boot-other"))
+    _assert_fenced(
+        wc,
+        dataclasses.replace(claimed, boot_id="boot-other"),
+        f"held by boot id '{claimed.boot_id}' .* not by this fence \\(boot id 'boot-other'",
+    )
     assert wc.renew_lease(claimed) is True
 
 
@@ -840,17 +851,28 @@ def test_fence_refuses_another_run_id(wc: WorkCenter) -> None:
     first = claim(wc)
     wc.interrupt(first)
     second = claim(wc)
-    _assert_fenced(wc, dataclasses.replace(second, run_id=first.run_id))
+    _assert_fenced(
+        wc, dataclasses.replace(second, run_id=first.run_id), f"Run {first.run_id} is held by"
+    )
 
 
 def test_fence_refuses_finish_after_lease_expiry(wc: WorkCenter, clock: FakeClock) -> None:
     create_linear(wc)
     claimed = claim(wc)
     clock.advance(60)
-    with refused(wc, StaleRun):
+    expired = f"Run {claimed.run_id}'s lease expired at {claimed.expires_at.isoformat()}"
+    with refused(wc, StaleRun, re.escape(expired)):
         wc.finish_run(claimed, report())
     assert_renew_refused(wc, claimed)
     assert run_of(wc, claimed).status == "running"  # only recovery or interrupt ends it now
+
+
+def test_fence_of_a_cancelled_items_run_says_so(wc: WorkCenter) -> None:
+    plan(wc, create_dynamic(wc).id)
+    claimed = claim(wc)
+    wc.cancel(claimed.work_item_id, reason="not needed")
+    run = run_of(wc, claimed)
+    _assert_fenced(wc, claimed, rf"Run {claimed.run_id} has ended \({run.status}")
 
 
 def test_finished_run_never_changes(wc: WorkCenter) -> None:
@@ -858,7 +880,7 @@ def test_finished_run_never_changes(wc: WorkCenter) -> None:
     claimed = claim(wc)
     wc.finish_run(claimed, report("failed"))
     finished = run_of(wc, claimed)
-    _assert_fenced(wc, claimed)
+    _assert_fenced(wc, claimed, r"has ended \(failed\)")
     seen = wc.work_item(item.id)
     wc.retry(item.id, claimed.action_id, expected_version=seen.version)  # a new generation
     wc.finish_run(claim(wc), report())
@@ -889,7 +911,7 @@ def test_recover_expired_lease(wc: WorkCenter, clock: FakeClock) -> None:
     assert (recovered.status, recovered.current_action_id) == ("ready", claimed.action_id)
     event = wc.action_history(claimed.action_id)[-1]
     assert (type(event).__name__, event.retryable) == ("RunInterrupted", True)  # type: ignore[attr-defined]
-    _assert_fenced(wc, claimed)
+    _assert_fenced(wc, claimed, f"has ended \\(interrupted: {RECOVERED_REASON}\\)")
     assert wc.recover() == []
 
 
@@ -916,7 +938,9 @@ def test_recover_never_ends_a_live_run_of_another_boot_or_the_same_name(
         assert (again.boot_id, again.lease_epoch) == ("boot-2", claimed.lease_epoch + 1)
     finally:
         restarted.close()
-    _assert_fenced(wc, claimed)
+    _assert_fenced(
+        wc, claimed, f"Run {claimed.run_id} has ended \\(interrupted: {RECOVERED_REASON}"
+    )
 
 
 def test_recover_deliver_fails_it(wc: WorkCenter, clock: FakeClock) -> None:

@@ -78,3 +78,27 @@ def test_a_finish_that_keeps_losing_leaves_the_run_to_its_lease(
     assert (stats.errors, stats.interrupted, stats.lost) == (0, 0, 1)
     run = wc.action(claim.action_id).runs[-1]
     assert run.status == "running"  # not interrupted for its report: an attempt kept
+
+
+def test_a_run_whose_item_was_cancelled_is_lost_saying_why(wc: WorkCenter) -> None:
+    """ADR-0136: the worker's line for a Run it could not finish names why the fence
+    failed (here its item was cancelled while it ran), not only that it failed."""
+    item = create_linear(wc, stages=("implement",))
+    events: list[tuple[str, str]] = []
+
+    def execute(claim: Claim) -> dict[str, Any]:
+        wc.cancel(item.id, reason="not needed")
+        return report()
+
+    stats = WorkerStats()
+    claim = run_one(
+        wc,
+        execute,
+        worker="w",
+        stats=stats,
+        on_event=lambda event, claim, detail: events.append((event, detail)),
+    )
+    assert claim is not None and stats.lost == 1
+    event, detail = events[-1]
+    assert event == "lost"
+    assert detail.startswith(f"the outcome was not recorded: Run {claim.run_id} has ended (")

@@ -157,6 +157,8 @@ def test_the_fence_of_a_recovered_run_is_refused_on_every_verb(
     before = wc.event_count()
     response = api.post("/api/worker/" + verb, json=body_for(verb, lost["fence"], lost))
     refused(wc, response, 409, "StaleRun")
+    # Why, in words a worker can log (ADR-0136): its Run ended when it was recovered.
+    assert f"Run {lost['fence']['runId']} has ended (interrupted: " in response.json()["detail"]
     assert wc.event_count() == before
 
 
@@ -170,6 +172,7 @@ def test_an_expired_lease_is_refused_before_anyone_recovers_it(
     for verb in ("renew", "finish", "requests/reserve", "input", "input/consume"):
         response = api.post("/api/worker/" + verb, json=body_for(verb, claimed["fence"], claimed))
         refused(wc, response, 409, "StaleRun")
+        assert "'s lease expired at " in response.json()["detail"], (verb, response.text)
     assert wc.event_count() == before
 
 

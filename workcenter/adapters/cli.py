@@ -220,7 +220,10 @@ def list_items(ctx: click.Context, status: str | None, limit: int, as_json: bool
         rows = rows[:limit]
         click.echo(f"showing the first {limit} items; there are more (--limit N)", err=True)
     if as_json:
-        _emit_json([{**r, "id": str(r["id"])} for r in rows])
+        # Titles masked as on the table, `show --json` and the HTTP list (ADR-0136).
+        _emit_json(
+            [{**r, "id": str(r["id"]), "title": sanitize_personal(r["title"])} for r in rows]
+        )
         return
     table = Table()
     table.add_column("id", no_wrap=True, min_width=36)

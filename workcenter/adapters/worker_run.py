@@ -455,10 +455,10 @@ def run_one(
         if on_event:
             on_event("lost", claim, "the lease ran out before the outcome could be recorded")
         return claim
-    except StaleRun:
+    except StaleRun as stale:
         stats.lost += 1
         if on_event:
-            on_event("lost", claim, "the lease was lost before the outcome was recorded")
+            on_event("lost", claim, f"the outcome was not recorded: {stale}")
         return claim
     except WriteContention:
         # Not the report's fault: the Run stays the worker's until its lease lapses, and

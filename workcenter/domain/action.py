@@ -499,8 +499,40 @@ def live_run(state: ActionState, ref: RunRef, *, at: datetime | None) -> Run:
         or run.spec_hash != state.spec_hash
         or (at is not None and run.expires_at <= at)
     ):
-        raise StaleRun()
+        raise StaleRun(why_stale(state, ref, at=at))
     return run
+
+
+def why_stale(state: ActionState, ref: RunRef, *, at: datetime | None) -> str:
+    """Why the Run ``ref`` names fails the live-run fence, in words a worker can act on:
+    a Run another fence holds, one that ended (and how), one its Action moved past, or a
+    lease that lapsed."""
+    run = state.run(ref.run_id)
+    if run is None:
+        return f"Run {ref.run_id} is not a Run of Action {state.id}"
+    if run.owner_boot_id != ref.boot_id or run.lease_epoch != ref.lease_epoch:
+        return (
+            f"Run {run.id} is held by boot id {run.owner_boot_id!r} at lease epoch"
+            f" {run.lease_epoch}, not by this fence (boot id {ref.boot_id!r}, lease epoch"
+            f" {ref.lease_epoch})"
+        )
+    if run.status != "running":
+        why = f": {run.end_reason}" if run.end_reason else ""
+        return f"Run {run.id} has ended ({run.status}{why})"
+    if (
+        state.current_run_id != run.id
+        or state.status != "running"
+        or state.lease_epoch != run.lease_epoch
+        or run.generation != state.generation
+        or run.spec_hash != state.spec_hash
+    ):
+        return (
+            f"Run {run.id} is no longer its Action's Run: Action {state.id} is {state.status}"
+            f" at generation {state.generation}"
+        )
+    if at is not None and run.expires_at <= at:
+        return f"Run {run.id}'s lease expired at {run.expires_at.isoformat()}"
+    return f"Run {run.id} is stale"
 
 
 def renew(

@@ -82,6 +82,11 @@ def claim(
     return unit
 
 
+def _item_ended(item: wi.WorkItemState, ref: act.RunRef) -> str:
+    """Why a live Run's command is refused when its WorkItem no longer runs work."""
+    return f"Run {ref.run_id} no longer runs: its WorkItem is {item.status}"
+
+
 def interrupt(
     item: wi.WorkItemState,
     action: act.ActionState,
@@ -97,7 +102,7 @@ def interrupt(
     releases the lease."""
     run = act.live_run(action, ref, at=None)
     if item.status not in wi.ACTIVE:
-        raise StaleRun()
+        raise StaleRun(_item_ended(item, ref))
     unit = Unit(item, {action.id: action}, at, by=by)
     unit.apply_action(
         act.interrupt(action, run, reason=reason or "interrupted", at=at, by=by, progress=progress)
@@ -119,7 +124,7 @@ def defer(
     as deferred, its attempt is given back, and the Action is ready to claim again."""
     run = act.live_run(action, ref, at=at)
     if item.status not in wi.ACTIVE:
-        raise StaleRun()
+        raise StaleRun(_item_ended(item, ref))
     unit = Unit(item, {action.id: action}, at, by=by)
     emit: Emitter[act.ActionEvent] = Emitter.after(action, at, by)
     emit(
@@ -146,7 +151,7 @@ def finish(
     normalised = normalise(report, item=item, action=action)
     run = act.live_run(action, ref, at=at)
     if item.status not in wi.ACTIVE:
-        raise StaleRun()
+        raise StaleRun(_item_ended(item, ref))
     refuse_unconsumed(action)
     unit = Unit(item, {action.id: action}, at, by=by)
     if normalised.contract_patch is not None:

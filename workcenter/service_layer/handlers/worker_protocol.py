@@ -108,7 +108,7 @@ def _owned(action: act.ActionState, ref: act.RunRef) -> act.Run:
     """The Run this fence was issued for (live or not); StaleRun for a foreign fence."""
     run = action.run(ref.run_id)
     if run is None or run.owner_boot_id != ref.boot_id or run.lease_epoch != ref.lease_epoch:
-        raise StaleRun()
+        raise StaleRun(act.why_stale(action, ref, at=None))
     return run
 
 
@@ -241,7 +241,8 @@ class WorkerProtocol:
         """Extend the lease; StaleRun (nothing written) when the Run is no longer live."""
         ref = run_ref(ref)
         if not self.runs.renew_lease(ref, lease_seconds, None):
-            raise StaleRun()
+            action = self.repo.action(ref.action_id)
+            raise StaleRun(act.why_stale(action, ref, at=self.clock.now()))
         return self.repo.action(ref.action_id)
 
     def finish(self, ref: act.RunRef, report: Mapping[str, Any]) -> Finished:
