@@ -60,6 +60,20 @@ def test_summaries_page_newest_first_by_cursor(wc: WorkCenter) -> None:
         wc.web_reads.summaries(None, 10, search="x" * 201)
 
 
+def test_a_rows_coordinator_revision_is_the_details(wc: WorkCenter) -> None:
+    """ADR-0136: list rows carried ``coordinatorRevision`` 0 whatever the Conversation's
+    version, where the item's detail carries it."""
+    item = wc.create_work_item(
+        title="t", goal="g", acceptance_criteria=["c"], delivery_target="response"
+    )
+    wc.start(item.id)
+    wc.post_user_message(item.id, "please look at the logs first")
+    revision = wc.detail(item.id)["coordinatorRevision"]
+    assert revision > 0
+    (row,) = wc.web_reads.summaries(None, 10).items
+    assert row["coordinatorRevision"] == revision
+
+
 def test_item_reads_name_the_versions_they_show(wc: WorkCenter) -> None:
     item = wc.create_work_item(**LINEAR, start=True)
     run_worker(wc, echo, worker="w1", exit_when_idle=True, poll_seconds=0.01)

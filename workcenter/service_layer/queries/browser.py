@@ -132,7 +132,15 @@ class WebReads:
         item = self.repo.work_item(work_item_id)
         ledger = self.repo.ledger(item.id)
         actions = self.repo.actions(item)
-        dto = summary_dto(item, actions, ledger, now=self.clock.now())
+        # The Conversation's version, as the detail carries it: a row said 0 (ADR-0136).
+        conversation = self.repo.conversation(item.id)
+        dto = summary_dto(
+            item,
+            actions,
+            ledger,
+            now=self.clock.now(),
+            coordinator_revision=conversation.coordinator_revision if conversation else 0,
+        )
         progress = goal_progress_dto(planning.progress(item, actions))
         counts: GoalProgressCounts = (
             {
