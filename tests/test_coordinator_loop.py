@@ -4,10 +4,15 @@ driven by the turn machinery through a WorkItem's life (issue 9, "what it must s
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
+import pytest
 from conftest import CRITERIA, claim, create_dynamic, report
 from domain_states import brief, decision
+from pydantic import BaseModel
 
 from workcenter.adapters.providers.scripted import Reply, ScriptedProvider, transient
 from workcenter.application import WorkCenter
@@ -121,6 +126,46 @@ def test_rate_limits_are_retried_and_charged_then_the_turn_fails_transiently(
     state = wc.conversation(item.id)
     assert state is not None
     assert [e.status for e in state.entries] == ["pending"]  # retried after the backoff
+
+
+class SdkUsage(BaseModel):
+    """A provider SDK's usage object (the OpenAI client's ``CompletionUsage``)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        SdkUsage(prompt_tokens=90_000, completion_tokens=10_000, total_tokens=100_000),
+        MappingProxyType({"input_tokens": 90_000, "output_tokens": 10_000}),
+    ],
+    ids=["sdk-object", "mapping"],
+)
+def test_usage_as_an_sdk_object_or_any_mapping_is_charged(wc: WorkCenter, usage: object) -> None:
+    """ADR-0136: only a dict was read; an SDK's usage object was dropped and the request
+    charged at its estimate, 17,205 tokens for 100,000 spent (found by acceptance
+    testing). A Run's metered provider read both already."""
+    item = create_dynamic(wc)
+
+    @dataclass
+    class SdkReply:
+        text: str
+        usage: object
+
+    class SdkProvider:
+        """A provider that hands the SDK's reply over as it came."""
+
+        def answer(self, request: Any, before_request: Callable[[], None]) -> SdkReply:
+            before_request()
+            return SdkReply(say("create_actions", actions=[brief()]), usage)
+
+    [result] = wc.coordinate_once(SdkProvider())
+    assert result.status == "decided"
+    [reservation] = wc.ledger(item.id).reservations.values()
+    assert (reservation.status, reservation.charged_tokens) == ("reported", 100_000)
 
 
 def test_usage_reported_by_the_provider_settles_the_request(wc: WorkCenter) -> None:

@@ -36,7 +36,7 @@ from workcenter.domain import resource_ledger as rl
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import ResourceStopError, WorkcenterError
 from workcenter.domain.run import RunRef
-from workcenter.domain.usage import as_reported
+from workcenter.domain.usage import reported_usage
 from workcenter.service_layer.contention import through_contention
 
 Request = Mapping[str, Any]
@@ -48,13 +48,8 @@ def usage_of(payload: Any) -> Mapping[str, Any] | None:
     """The ``usage`` a response or chunk carries, as a mapping (its counts as reported,
     ``as_reported``); None when it has none."""
     if isinstance(payload, Mapping):
-        usage = payload.get("usage")
-    else:
-        usage = getattr(payload, "usage", None)
-    if usage is not None and not isinstance(usage, Mapping):
-        dump = getattr(usage, "model_dump", None)  # provider SDKs return pydantic objects
-        usage = dump() if callable(dump) else None
-    return as_reported(usage) if isinstance(usage, Mapping) else None
+        return reported_usage(payload.get("usage"))
+    return reported_usage(getattr(payload, "usage", None))
 
 
 @dataclass

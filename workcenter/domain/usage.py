@@ -74,6 +74,16 @@ def as_reported(payload: Mapping[str, Any]) -> dict[str, Any]:
     return {key: bounds.INTEGER if _past_bound(value) else value for key, value in payload.items()}
 
 
+def reported_usage(usage: object) -> dict[str, Any] | None:
+    """A provider's usage as reported, whatever it came as: a mapping, or a provider
+    SDK's object (a pydantic model, dumped); None when it is neither. Each count is taken
+    as ``as_reported`` takes it."""
+    if usage is not None and not isinstance(usage, Mapping):
+        dump = getattr(usage, "model_dump", None)
+        usage = dump() if callable(dump) else None
+    return as_reported(usage) if isinstance(usage, Mapping) else None
+
+
 def _past_bound(value: Any) -> bool:
     """A count past 2^53 - 1, infinity included (a server's JSON may say ``Infinity``),
     compared as it is: an integer too large for a float is still a number."""

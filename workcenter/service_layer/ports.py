@@ -137,13 +137,14 @@ class ProviderRequest(Protocol):
 
 class ProviderReply(Protocol):
     """What the model answered: its text (a JSON decision, or text around one) and
-    the usage the provider reported (None when it reported none)."""
+    the usage the provider reported (None when it reported none): a mapping, or the
+    provider SDK's usage object as it came (a pydantic model, read by ``model_dump``)."""
 
     @property
     def text(self) -> str: ...
 
     @property
-    def usage(self) -> dict[str, Any] | None: ...
+    def usage(self) -> object: ...
 
 
 class CoordinatorProvider(Protocol):

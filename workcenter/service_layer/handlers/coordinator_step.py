@@ -32,7 +32,7 @@ from workcenter.domain.errors import (
     TurnFenceLost,
     WorkcenterError,
 )
-from workcenter.domain.usage import as_reported
+from workcenter.domain.usage import reported_usage
 from workcenter.service_layer.handlers.coordinator import CoordinatorCommands, response_hash
 from workcenter.service_layer.handlers.coordinator_rules import RequestBody
 from workcenter.service_layer.ports import (
@@ -251,7 +251,12 @@ class Coordinator:
         # failed unrecorded, what it cost was charged at the estimate (found by
         # acceptance testing: 402,000 tokens reported, 17,211 charged, no stop).
         text = text[: bounds.PAYLOAD_TEXT].encode("utf-8", "replace").decode("utf-8")
-        usage = as_reported(usage) if isinstance(usage, dict) else None
+        try:
+            # Any mapping or SDK object, as a Run's metered provider takes it: only a
+            # dict was, and an SDK's usage object was charged at the estimate (ADR-0136).
+            usage = reported_usage(usage)
+        except Exception:  # the embedder's object: a dump that fails reports no usage
+            usage = None
         try:
             recorded = self._record(claim, provider_turn.id, text, usage)
         except TurnFenceLost:
