@@ -14,10 +14,12 @@ from conftest import CRITERIA, claim, create_dynamic, report
 from domain_states import brief, decision
 from pydantic import BaseModel
 
+from workcenter.adapters import presenters
 from workcenter.adapters.providers.scripted import Reply, ScriptedProvider, transient
 from workcenter.application import WorkCenter
 from workcenter.domain import conversation as conv
 from workcenter.domain.coordinator_request import CORRECTION_HEADING
+from workcenter.service_layer.ports import ProviderTurnReply
 
 
 def say(kind: str, **fields: Any) -> str:
@@ -175,3 +177,35 @@ def test_usage_reported_by_the_provider_settles_the_request(wc: WorkCenter) -> N
     wc.coordinate_once(ScriptedProvider([reply]))
     [reservation] = wc.ledger(item.id).reservations.values()
     assert (reservation.status, reservation.charged_tokens) == ("reported", 1280)
+
+
+def test_a_coordinator_request_being_sent_is_in_flight_not_unknown(wc: WorkCenter) -> None:
+    """ADR-0136 (resource-ledger.md 2: a Coordinator request is in flight while its
+    provider turn is dispatching): every read said such a request was unknown, so an
+    alert on unknown requests fired on every turn (found by acceptance testing). Once
+    the turn is answered the request is reported; were it lost, it would be unknown."""
+    item = create_dynamic(wc)
+    seen: list[tuple[int, int]] = []
+
+    def usage_counts() -> list[tuple[int, int]]:
+        detail = wc.detail(item.id)["executionControl"]["usage"]
+        read = wc.web_reads.budget(item.id)["executionControl"]["usage"]
+        shown = presenters.budget_json(wc, item.id)["usage"]
+        return [
+            (detail["inFlightRequests"], detail["unknownRequests"]),
+            (read["inFlightRequests"], read["unknownRequests"]),
+            (shown["in_flight_requests"], shown["unknown_requests"]),
+        ]
+
+    class Watching:
+        """Answers once it has looked at every read while its request is out."""
+
+        def answer(self, request: Any, before_request: Callable[[], None]) -> ProviderTurnReply:
+            before_request()
+            seen.extend(usage_counts())
+            return ProviderTurnReply(say("create_actions", actions=[brief()]), {"input_tokens": 9})
+
+    [result] = wc.coordinate_once(Watching())
+    assert result.status == "decided"
+    assert seen == [(1, 0)] * 3
+    assert usage_counts() == [(0, 0)] * 3

@@ -600,15 +600,16 @@ def test_execution_control_is_whitelisted_and_derives_in_flight_from_now() -> No
         reservation("q1", live.id, status="reserved"),
         reservation("q2", expired.id, status="reserved"),
         reservation("q3", None, status="unknown", kind="coordinator"),
-        reservation("c4", None, status="reserved", kind="coordinator"),
+        reservation("c4:retry:9f", None, status="reserved", kind="coordinator"),
         stop=stop,
     )
-    control = execution_control(led, actions, now=NOW, in_flight_request_ids={"c4"})
+    # c4's provider turn is dispatching: its request (a hidden retry here) is in flight.
+    control = execution_control(led, actions, now=NOW, dispatching={"c4"})
     assert set(control) == {
         "revision", "limits", "actionAttemptsExtension", "actionAttempts", "usage", "breakdown",
         "stopReason", "coordinatorFailures", "retryAfter", "tokenAccounting",
     }  # fmt: skip
-    assert control["usage"]["inFlightRequests"] == 2  # q1 (live lease) and c4 (named)
+    assert control["usage"]["inFlightRequests"] == 2  # q1 (live lease) and c4's retry
     assert control["usage"]["unknownRequests"] == 2  # q2 (lease expired) and q3
     assert control["breakdown"]["coordinator"]["llmRequestCount"] == 2
     assert control["stopReason"] == {

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 from uuid import UUID
 
@@ -58,11 +58,14 @@ def event_json(event: DomainEvent) -> dict[str, Any]:
 TOKEN_ACCOUNTING = "estimated_admission_reported_usage_unknown_retained"
 
 
-def _usage_totals(rows: Iterable[rl.Reservation], live_runs: set[UUID]) -> dict[str, int]:
+def _usage_totals(
+    rows: Iterable[rl.Reservation], live_runs: set[UUID], dispatching: Collection[str]
+) -> dict[str, int]:
     """One breakdown (resource-ledger.md 4). ``charged_tokens`` includes ``reserved_tokens``
     (the charge of rows without a complete report); the five usage keys sum what providers
-    reported. A reserved row is in flight while its Run runs under an unexpired lease;
-    otherwise it counts as unknown, like the rows settled without complete usage."""
+    reported. A reserved row is in flight while its Run runs under an unexpired lease or
+    its Coordinator turn is dispatching; otherwise it counts as unknown, like the rows
+    settled without complete usage."""
     totals = {
         "requests": 0,
         "charged_tokens": 0,
@@ -84,7 +87,8 @@ def _usage_totals(rows: Iterable[rl.Reservation], live_runs: set[UUID]) -> dict[
         totals["reserved_tokens"] += row.charged_tokens
         if row.status == "reserved":
             totals["reserved_requests"] += 1
-        if row.status == "reserved" and row.run_id in live_runs:
+        live = row.run_id in live_runs or rl.turn_of_request(row.request_id) in dispatching
+        if row.status == "reserved" and live:
             totals["in_flight_requests"] += 1
         else:
             totals["unknown_requests"] += 1
@@ -108,9 +112,13 @@ def budget_json(wc: WorkCenter, item_id: UUID) -> dict[str, Any]:
         if run.status == "running" and run.expires_at > now
     }
     rows = list(ledger.reservations.values())
+    conversation = wc.conversation(item_id)
+    turns = conversation.dispatching if conversation else frozenset()
     breakdown = {
-        "coordinator": _usage_totals((r for r in rows if r.kind == "coordinator"), live_runs),
-        "actions": _usage_totals((r for r in rows if r.kind == "action"), live_runs),
+        "coordinator": _usage_totals(
+            (r for r in rows if r.kind == "coordinator"), live_runs, turns
+        ),
+        "actions": _usage_totals((r for r in rows if r.kind == "action"), live_runs, turns),
     }
     stop = ledger.stop_reason
     return {
@@ -120,7 +128,7 @@ def budget_json(wc: WorkCenter, item_id: UUID) -> dict[str, Any]:
         "ledger_version": ledger.version,
         "control_version": ledger.control_version,
         "limits": ledger.limits.model_dump(mode="json"),
-        "usage": _usage_totals(rows, live_runs),
+        "usage": _usage_totals(rows, live_runs, turns),
         "breakdown": breakdown,
         "action_attempts_extension": ledger.attempts_extension,
         "action_attempts": [

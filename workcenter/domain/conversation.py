@@ -191,6 +191,12 @@ class ConversationState(AggregateState):
     def provider_turn(self, provider_turn_id: UUID) -> ProviderTurn | None:
         return next((p for p in self.provider_turns if p.id == provider_turn_id), None)
 
+    @property
+    def dispatching(self) -> frozenset[str]:
+        """The provider turns being sent, by the id their requests are reserved under:
+        those requests are in flight (resource-ledger.md 2), not unknown."""
+        return frozenset(str(p.id) for p in self.provider_turns if p.status == "dispatching")
+
     def open_entries(self) -> list[Entry]:
         return [e for e in self.entries if e.status in ("pending", "claimed")]
 

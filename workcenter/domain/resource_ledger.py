@@ -517,6 +517,12 @@ def turn_request_ids(state: LedgerState, turn_id: str) -> list[str]:
     return [rid for rid in state.reservations if rid == turn_id or rid.startswith(prefix)]
 
 
+def turn_of_request(request_id: str) -> str:
+    """The provider turn a Coordinator request was made for: its id before ``:retry:``
+    (an Action's request names no turn, and its id is returned whole)."""
+    return request_id.split(":retry:", 1)[0]
+
+
 def _settle_unknown(
     state: LedgerState, request_ids: list[str], at: datetime, by: Actor
 ) -> list[LedgerEvent]:

@@ -47,9 +47,11 @@ EVENT_CLASS: dict[Kind, type[DomainEvent]] = {
     "ledger": rl.LedgerEvent,
     "conversation": conv.ConversationEvent,
 }
-# The conversation events that change what the detail shows of it (its messages and
-# the coordinator revision). Mailbox claims, leases and provider turns change neither,
-# so the view passes over them (read-models.md 2.4, ADR-0045).
+# The conversation events that change what the detail shows of it: its messages and
+# the coordinator revision, and whether a Coordinator request is in flight (its provider
+# turn dispatching, resource-ledger.md 2; ADR-0136). Mailbox claims and leases and a
+# provider turn's preparation change none of it, so the view passes over them
+# (read-models.md 2.4, ADR-0045).
 MESSAGE_EVENTS: tuple[type[conv.ConversationEvent], ...] = (
     conv.CoordinatorTurnBegun,
     conv.CoordinatorSpeakerAssigned,
@@ -57,6 +59,10 @@ MESSAGE_EVENTS: tuple[type[conv.ConversationEvent], ...] = (
     conv.CoordinatorTurnFailed,
     conv.CoordinatorTurnInterrupted,
     conv.CoordinatorTurnRetired,
+    conv.ProviderTurnDispatched,
+    conv.ProviderTurnResponded,
+    conv.ProviderTurnRejected,
+    conv.ProviderTurnUnknown,
 )
 
 

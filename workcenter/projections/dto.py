@@ -22,7 +22,7 @@ created_at, updated_at.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
@@ -172,6 +172,7 @@ def _base(
     *,
     now: datetime,
     coordinator_revision: int,
+    dispatching: Collection[str] = (),
     attachment_count: int,
     run_stats: RunStats | None,
 ) -> dtos.ItemBase:
@@ -206,6 +207,7 @@ def _base(
             ordered,
             now=now,
             data_revision=data_revision(item, ordered, ledger, now=now),
+            dispatching=dispatching,
             done=item.status == "done",
         )
     if reason := _item_failure_reason(item, acts, ledger):
@@ -221,6 +223,7 @@ def _summary(
     *,
     now: datetime,
     coordinator_revision: int,
+    dispatching: Collection[str] = (),
     attachment_count: int,
     run_stats: RunStats | None,
 ) -> dtos.SummaryRow:
@@ -230,6 +233,7 @@ def _summary(
         ledger,
         now=now,
         coordinator_revision=coordinator_revision,
+        dispatching=dispatching,
         attachment_count=attachment_count,
         run_stats=run_stats,
     )
@@ -259,6 +263,7 @@ def summary_dto(
     *,
     now: datetime,
     coordinator_revision: int = 0,
+    dispatching: Collection[str] = (),
     attachment_count: int = 0,
     run_stats: RunStats | None = None,
     budget: int = MAX_DTO_BYTES,
@@ -270,6 +275,7 @@ def summary_dto(
         ledger,
         now=now,
         coordinator_revision=coordinator_revision,
+        dispatching=dispatching,
         attachment_count=attachment_count,
         run_stats=run_stats,
     )
@@ -288,6 +294,7 @@ def broadcast_dto(
     client_message_id: str | None = None,
     live_message: str | None = None,
     coordinator_revision: int = 0,
+    dispatching: Collection[str] = (),
     attachment_count: int = 0,
     run_stats: RunStats | None = None,
     budget: int = MAX_DTO_BYTES,
@@ -306,6 +313,7 @@ def broadcast_dto(
         ledger,
         now=now,
         coordinator_revision=coordinator_revision,
+        dispatching=dispatching,
         attachment_count=attachment_count,
         run_stats=run_stats,
     )
@@ -470,6 +478,7 @@ def detail_dto(
     attachments: Sequence[Mapping[str, Any]] = (),
     live_message: str | None = None,
     coordinator_revision: int = 0,
+    dispatching: Collection[str] = (),
     run_stats: RunStats | None = None,
     budget: int = MAX_DTO_BYTES,
 ) -> dict[str, Any]:
@@ -487,6 +496,7 @@ def detail_dto(
         attachments=[a for a in attachments if isinstance(a, Mapping)],
         live_message=live_message,
         coordinator_revision=coordinator_revision,
+        dispatching=dispatching,
         run_stats=run_stats,
     )
     return enforce_budget(dto, "detail", budget=budget)
@@ -513,6 +523,7 @@ def detail_json(
         attachments=[],
         live_message=None,
         coordinator_revision=conversation.coordinator_revision if conversation else 0,
+        dispatching=conversation.dispatching if conversation else (),
         run_stats=None,
     )
     data = orjson.dumps(dto)
@@ -532,6 +543,7 @@ def _detail(
     attachments: list[Mapping[str, Any]],
     live_message: str | None,
     coordinator_revision: int,
+    dispatching: Collection[str] = (),
     run_stats: RunStats | None,
 ) -> dtos.Detail:
     base = _base(
@@ -540,6 +552,7 @@ def _detail(
         ledger,
         now=now,
         coordinator_revision=coordinator_revision,
+        dispatching=dispatching,
         attachment_count=len(attachments),
         run_stats=run_stats,
     )

@@ -15,7 +15,7 @@ from uuid import UUID
 from workcenter.domain import lifecycle
 from workcenter.domain.action import ActionState, Run
 from workcenter.domain.bounds import saturated
-from workcenter.domain.resource_ledger import LedgerState, Reservation
+from workcenter.domain.resource_ledger import LedgerState, Reservation, turn_of_request
 from workcenter.domain.run import counters_view
 from workcenter.domain.work_item import WorkItemState
 from workcenter.projections import dto_models as dtos
@@ -112,11 +112,11 @@ def execution_stats(
 
 
 def _usage(
-    rows: Iterable[Reservation], in_flight: Collection[UUID], requests: Collection[str]
+    rows: Iterable[Reservation], in_flight: Collection[UUID], dispatching: Collection[str]
 ) -> dtos.Usage:
     """One usage breakdown (resource-ledger.md 4). ``reservedTokens`` is part of
     ``chargedTokens``; a reserved row is in flight while its Run runs under an
-    unexpired lease (or the caller names it), else it counts as unknown."""
+    unexpired lease, or its Coordinator turn is dispatching, else it counts as unknown."""
     usage: dtos.Usage = {
         "llmRequestCount": 0, "inputTokens": 0, "outputTokens": 0, "cacheReadTokens": 0,
         "cacheWriteTokens": 0, "totalTokens": 0, "chargedTokens": 0, "reservedTokens": 0,
@@ -130,7 +130,7 @@ def _usage(
         if row.status == "reported":
             continue
         usage["reservedTokens"] = saturated(usage["reservedTokens"] + cnt(row.charged_tokens))
-        live = row.run_id in in_flight or row.request_id in requests
+        live = row.run_id in in_flight or turn_of_request(row.request_id) in dispatching
         if row.status == "reserved" and live:
             usage["inFlightRequests"] += 1
         else:
@@ -195,7 +195,7 @@ def execution_control(
     actions: Mapping[UUID, ActionState] | Iterable[ActionState],
     *,
     now: datetime,
-    in_flight_request_ids: Collection[str] = (),
+    dispatching: Collection[str] = (),
     data_revision: int | None = None,
     done: bool = False,
 ) -> dtos.ExecutionControl:
@@ -203,7 +203,8 @@ def execution_control(
 
     ``revision`` is the ledger's control version (what extend and resume expect).
     ``dataRevision`` comes from the caller (``data_revision`` computes it from the states).
-    ``in_flight_request_ids`` names Coordinator requests known to be in flight. A
+    ``dispatching`` names the Coordinator's provider turns being sent (their requests
+    are in flight, resource-ledger.md 2; ``ConversationState.dispatching``). A
     ``done`` item is never resumed (ADR-0133): no ``resumeNeeds``, whatever its stop.
     """
     values = actions.values() if isinstance(actions, Mapping) else actions
@@ -214,7 +215,6 @@ def execution_control(
         for run in action.runs
         if run.status == "running" and run.expires_at > now
     }
-    requests = frozenset(in_flight_request_ids)
     rows = list(ledger.reservations.values())
     attempts: list[dtos.ActionAttempts] = [
         {
@@ -237,12 +237,12 @@ def execution_control(
         },
         "actionAttemptsExtension": cnt(ledger.attempts_extension),
         "actionAttempts": attempts,
-        "usage": _usage(rows, live_runs, requests),
+        "usage": _usage(rows, live_runs, dispatching),
         "breakdown": {
             "coordinator": _usage(
-                (r for r in rows if r.kind == "coordinator"), live_runs, requests
+                (r for r in rows if r.kind == "coordinator"), live_runs, dispatching
             ),
-            "actions": _usage((r for r in rows if r.kind == "action"), live_runs, requests),
+            "actions": _usage((r for r in rows if r.kind == "action"), live_runs, dispatching),
         },
         "coordinatorFailures": cnt(ledger.coordinator_failures),
         "retryAfter": epoch_ms(ledger.retry_after) if ledger.retry_after else 0,

@@ -140,6 +140,7 @@ class WebReads:
             ledger,
             now=self.clock.now(),
             coordinator_revision=conversation.coordinator_revision if conversation else 0,
+            dispatching=conversation.dispatching if conversation else (),
         )
         progress = goal_progress_dto(planning.progress(item, actions))
         counts: GoalProgressCounts = (
@@ -167,6 +168,7 @@ class WebReads:
         item = self.repo.work_item(inputs.aggregate_id(work_item_id, "WorkItem"))
         ledger = self.repo.ledger(item.id)
         actions = self.repo.actions(item)
+        conversation = self.repo.conversation(item.id)
         now = self.clock.now()
         return _header(item, ledger) | {
             "executionControl": execution_control(
@@ -174,6 +176,7 @@ class WebReads:
                 actions,
                 now=now,
                 data_revision=data_revision(item, actions.values(), ledger, now=now),
+                dispatching=conversation.dispatching if conversation else (),
                 done=item.status == "done",
             ),
         }
