@@ -469,3 +469,36 @@ def test_a_refused_budget_makes_no_store(tmp_path: Path) -> None:
         assert result.exit_code == 2, result.output
         assert "--max-tokens" in result.output
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_demo_refuses_a_store_with_open_work_and_runs_beside_finished_work(
+    tmp_path: Path,
+) -> None:
+    """ADR-0136: the demo's scripted worker and Coordinator claim whatever is due in the
+    store, so a demo run on a deployment's store failed its real items with the script
+    (found by acceptance testing). Refused, writing nothing; a store whose items are all
+    done or cancelled (an earlier demo's) runs it again."""
+    db = tmp_path / "shared.db"
+    with WorkCenter.open(db) as wc:
+        real = wc.create_work_item(
+            title="production job",
+            goal="ship it",
+            acceptance_criteria=["shipped"],
+            delivery_target="response",
+            mode="linear",
+            start=True,
+        )
+        before = wc.event_count()
+    refused = CliRunner().invoke(cli, ["--db", str(db), "demo"])
+    assert refused.exit_code == 2, refused.output
+    assert (
+        f"CommandRefused: the store holds 1 WorkItem(s) not done or cancelled (the first {real.id})"
+        in refused.output
+    )
+    with WorkCenter.open(db) as wc:
+        assert wc.event_count() == before
+        wc.cancel(real.id)
+    for _ in range(2):  # beside a cancelled item, and beside the first demo's done one
+        ran = CliRunner().invoke(cli, ["--db", str(db), "demo", "--json"])
+        assert ran.exit_code == 0, ran.output
+        assert json.loads(ran.output)["item"]["status"] == "done"

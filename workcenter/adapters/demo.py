@@ -35,7 +35,7 @@ from workcenter.adapters.providers.scripted_coordinator import MATRIX_QUESTION, 
 from workcenter.adapters.worker_run import WorkerStats, run_one
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain import conversation as conv
-from workcenter.domain.errors import ResourceStopError
+from workcenter.domain.errors import CommandRefused, ResourceStopError
 from workcenter.service_layer.handlers.coordinator_step import StepResult
 
 # The demo's goal: a failing import in a test suite.
@@ -269,6 +269,22 @@ class Demo:
             pass
 
 
+def refuse_open_work(wc: WorkCenter) -> None:
+    """Refuse a store holding WorkItems not done or cancelled: the demo's scripted
+    worker and Coordinator claim whatever is due in the store, as any worker does, and
+    would run (and fail) real work with the script (found by acceptance testing,
+    ADR-0136). A store of finished demos, or a new one, is fine."""
+    open_items = [
+        row["id"] for row in wc.list_work_items() if row["status"] not in ("done", "cancelled")
+    ]
+    if open_items:
+        raise CommandRefused(
+            f"the store holds {len(open_items)} WorkItem(s) not done or cancelled (the first"
+            f" {open_items[0]}): the demo's scripted worker and Coordinator would work them"
+            " too; run the demo on a store of its own (--db demo.db)"
+        )
+
+
 def run_demo(
     wc: WorkCenter,
     *,
@@ -289,6 +305,7 @@ def run_demo(
     the budget, resumes the item and answers the Coordinator, which plans again, and the
     walkthrough goes on to the end (or ends at the stop, without ``resume_after_stop``).
     """
+    refuse_open_work(wc)
     llm = llm or ScriptedLlm()
     demo = Demo(
         wc=wc,
