@@ -17,7 +17,7 @@ import click
 from eventsourcing.persistence import PersistenceError
 from rich.table import Table
 
-from workcenter.adapters import cli_coordinator, cli_tables, event_log, presenters
+from workcenter.adapters import cli_coordinator, cli_next, cli_tables, event_log, presenters
 from workcenter.adapters.cli_common import (
     MAX_POLL,
     Count,
@@ -39,8 +39,8 @@ from workcenter.adapters.terminal import safe, text
 from workcenter.adapters.wording import plain
 from workcenter.adapters.worker import default_name, load_executor, run_worker
 from workcenter.adapters.worker_run import StopSignals
-from workcenter.application import Claim, WorkCenter
-from workcenter.domain import bounds, planning
+from workcenter.application import Claim
+from workcenter.domain import bounds
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
 from workcenter.domain.errors import InvalidInput, WorkcenterError
@@ -256,12 +256,13 @@ def show(ctx: click.Context, item_id: str, as_json: bool, state: bool) -> None:
         else:
             item = wc.work_item(work_item_id(wc, item_id))
             detail = presenters.detail_json(wc, item)
-            waits = None if as_json else _plan_wait(wc, item)
+            step = None if as_json else cli_next.read(wc, item)
     if as_json:
         _emit_json(detail if state else dto)
     else:
         console.print(cli_tables.item_table(detail))
-        _say_what_next(ctx, item.id, waits)
+        assert step is not None
+        _say_what_next(ctx, step)
 
 
 @cli.command()
@@ -456,46 +457,18 @@ def resume(
             actor=actor,
         )
         snapshot = presenters.budget_json(wc, item.id)
-        waits = None if as_json else _plan_wait(wc, item)
+        step = None if as_json else cli_next.read(wc, item)
     if as_json:
         _emit_json({"item": presenters.item_json(item), "budget": snapshot})
     else:
         console.print(f"resumed: WorkItem is {item.status} (version {item.version})")
-        _say_what_next(ctx, item.id, waits)
+        assert step is not None
+        _say_what_next(ctx, step)
 
 
-def _plan_wait(wc: WorkCenter, item: wi.WorkItemState) -> planning.PlanWait | None:
-    """``planning.plan_wait``, the Conversation read only for an item that awaits a plan."""
-    return (
-        planning.plan_wait(item, wc.conversation(item.id)) if planning.awaits_plan(item) else None
-    )
-
-
-def _say_what_next(ctx: click.Context, item_id: UUID, waits: planning.PlanWait | None) -> None:
-    """Say what an item waiting to be planned waits for, or it looks stuck; send the
-    user to `coordinate` only when a step is due, else it would step nothing."""
-    if waits is None:
-        return
-    message = f"`{command_hint(ctx, 'message', str(item_id), 'TEXT')}`"
-    if waits == "due":
-        what = (
-            f"run `{command_hint(ctx, 'coordinate')}` (or a worker), or say what to do"
-            f" with {message}"
-        )
-    elif waits == "failed":
-        what = (
-            "its Coordinator's last turn failed and is not retried"
-            f" (`{command_hint(ctx, 'conversation', str(item_id))}` says why); say what to do"
-            f" with {message}"
-        )
-    else:
-        what = f"its Coordinator has no step due; say what to do with {message}"
-    console.print(
-        "no Action is ready or running: a dynamic WorkItem's next Actions are planned by"
-        f" its Coordinator; {what}",
-        soft_wrap=True,
-        markup=False,
-    )
+def _say_what_next(ctx: click.Context, step: cli_next.NextStep) -> None:
+    for line in cli_next.lines(ctx, step):
+        console.print(line, soft_wrap=True, markup=False)
 
 
 @cli.command()
