@@ -28,6 +28,7 @@ from workcenter.adapters.cli import cli
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.application import WorkCenter
+from workcenter.service_layer.maintenance import Maintenance
 
 
 def copy(source: str, target: str, env: dict[str, str | None] | None = None) -> Result:
@@ -256,6 +257,40 @@ def test_a_source_gone_after_the_last_page_leaves_the_copy_whole_but_unchecked(
     assert done.stderr.startswith(f"unchecked: every event up to position {events} was copied")
     monkeypatch.undo()
     assert anchor(target) == anchor(source)
+
+
+def test_a_copy_whose_views_could_not_be_built_says_a_rebuild_finishes_it(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new store's database gone after the last page, while its read models were
+    built: it said "holds only the events copied so far ... remove it" of a store that
+    held every event, which a rebuild made whole (found by acceptance testing,
+    ADR-0136)."""
+    source = str(db_path)
+    with WorkCenter.open(source) as wc:
+        for n in range(3):
+            create_dynamic(wc, title=f"Item {n}")
+        events = wc.event_count()
+
+    def away(self: Any, *args: Any, **kwargs: Any) -> None:
+        raise StoreUnavailable("the database cannot be reached")
+
+    monkeypatch.setattr(Maintenance, "rebuild_projection", away)
+    target = str(db_path.parent / "copy.db")
+    failed = copy(source, target)
+    assert failed.exit_code == 2, failed.output
+    assert failed.stderr.splitlines() == [
+        f"ViewsNotBuilt: every event up to position {events} was copied to {target}, but its"
+        " read models were not built (StoreUnavailable: the database cannot be reached);"
+        f" run `workcenter --db {target} projections rebuild` once it can be reached (the"
+        " copy then holds the store as it was at that position)"
+    ]
+    monkeypatch.undo()
+    rebuilt = CliRunner().invoke(cli, ["--db", target, "projections", "rebuild"])
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert anchor(target) == anchor(source)
+    with WorkCenter.open(source) as old, WorkCenter.open(target) as new:
+        assert views(new) == views(old)
 
 
 def test_the_views_built_after_the_last_page_are_shown_as_they_go(

@@ -13,7 +13,7 @@ from rich.progress import Progress, TaskID
 from workcenter.adapters.cli_common import bar_on_terminal, console, db_option, emit_json
 from workcenter.adapters.cli_stop import Interrupted, Steps, interrupted, stop_signals
 from workcenter.adapters.persistence import is_postgres_url, public_url, resolve_db_path
-from workcenter.adapters.store_copy import Copied
+from workcenter.adapters.store_copy import Copied, ViewsNotBuilt
 from workcenter.domain.errors import WorkcenterError
 from workcenter.projections.lifecycle import Progress as ViewProgress
 
@@ -81,6 +81,8 @@ def _copied(
                 )
         except Interrupted as stopped:
             interrupted(ctx, stopped, partial("stopped"))
+        except ViewsNotBuilt:
+            raise  # every event is in the new store: its words say what finishes it
         except WorkcenterError:
             if steps.done:  # the database went away mid-copy, say: said before its words
                 click.echo(partial("failed"), err=True)

@@ -40,11 +40,16 @@ from workcenter.adapters.persistence import (
     public_url,
 )
 from workcenter.application import WorkCenter
-from workcenter.domain.errors import InvalidInput
+from workcenter.domain.errors import InvalidInput, WorkcenterError
 from workcenter.projections.lifecycle import Progress
 
 NEW_KEY_ENV: Final = "WORKCENTER_NEW_CIPHER_KEY"
 PAGE: Final = 500
+
+
+class ViewsNotBuilt(StoreUnavailable):
+    """Every event was copied, but the new store's read models could not be built (its
+    database went away then): a rebuild finishes the copy; nothing needs removing."""
 
 
 class PositionedInserts(Protocol):
@@ -159,7 +164,15 @@ def _copied(
                 )
             head = old.store.recorder.max_notification_id() or 0
             copied = _copy(old, new, head, progress, as_stored)
-            new.maintenance.rebuild_projection(progress=building)
+            try:
+                new.maintenance.rebuild_projection(progress=building)
+            except WorkcenterError as error:
+                raise ViewsNotBuilt(
+                    f"every event up to position {head:,} was copied to {shown}, but its read"
+                    f" models were not built ({type(error).__name__}: {error}); run"
+                    f" `workcenter --db {shown} projections rebuild` once it can be reached"
+                    " (the copy then holds the store as it was at that position)"
+                ) from error
         finally:
             new.close()
         try:
