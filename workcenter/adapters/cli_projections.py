@@ -21,7 +21,13 @@ from workcenter.adapters.cli_common import (
     emit_json,
     open_center,
 )
-from workcenter.adapters.cli_stop import Interrupted, Stop, interrupted, stop_signals
+from workcenter.adapters.cli_stop import (
+    Interrupted,
+    Stop,
+    interrupted,
+    open_when_reachable,
+    stop_signals,
+)
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.terminal import escape_json
 from workcenter.projections.lifecycle import RebuildReport
@@ -153,7 +159,12 @@ def projections_run(
 
     with stop_signals() as stop:
         # Opened without inline projections, or opening would catch the eager views up.
-        with open_center(ctx, inline_projections=False) as wc:
+        try:
+            opened = open_when_reachable(lambda: open_center(ctx, inline_projections=False), stop)
+        except Interrupted as stopped:
+            interrupted(ctx, stopped, "stopped while waiting for the database; nothing was done")
+            return
+        with opened as wc:
             runner = ProjectionRunner(wc, poll=poll_seconds)
             if once:
                 applied = runner.run_once()

@@ -16,14 +16,17 @@ import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
+from workcenter.adapters.persistence import StoreUnreachable
 from workcenter.adapters.worker_run import StopSignals
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
+
+T = TypeVar("T")
 
 
 class Interrupted(BaseException):
@@ -104,6 +107,27 @@ def status(signum: int) -> int:
 def stop_signals() -> Iterator[Stop]:
     with StopSignals() as signals:
         yield Stop(signals)
+
+
+def open_when_reachable(open_store: Callable[[], T], stop: Stop) -> T:
+    """The daemons' open (`worker`, `projections run`): while the store's database server
+    does not answer (a failover; a host where the workers start before the database),
+    wait for it as a running one does, trying again after 0.1 s doubling to 5 s, saying
+    so once on stderr (found by acceptance testing: they exited at once, status 2;
+    ADR-0136). ``Interrupted`` on a stop signal meanwhile. Any other failure to open (no
+    store there, a refused login) fails at once."""
+    delay, said = 0.1, False
+    while True:
+        stop.check()
+        try:
+            return open_store()
+        except StoreUnreachable as error:
+            if not said:
+                said_once = " ".join(str(error).split())  # the driver's words span lines
+                click.echo(f"waiting for the database (Ctrl-C stops): {said_once}", err=True)
+                said = True
+        stop.event.wait(delay)
+        delay = min(delay * 2, 5.0)
 
 
 def interrupted(ctx: click.Context, stopped: Interrupted, what: str) -> None:

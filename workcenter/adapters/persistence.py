@@ -264,6 +264,13 @@ class StoreUnavailable(WorkcenterError):
     public: str | None = None
 
 
+class StoreUnreachable(StoreUnavailable):
+    """The store's database server did not answer (down, failing over, still starting):
+    the daemons wait for it at start as they do while running (ADR-0136); a verb fails."""
+
+    code = "store_unreachable"
+
+
 class StoreClosed(StoreUnavailable):
     """The WorkCenter was closed (``close()``, or its ``with`` block ended): open the
     store again to go on (a server shutting down answers 503, as for a store it cannot

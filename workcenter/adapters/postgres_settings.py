@@ -26,7 +26,7 @@ from eventsourcing.postgres import PostgresFactory
 from eventsourcing.utils import Environment, EnvType, get_topic
 
 from workcenter.adapters import postgres_layout, postgres_write
-from workcenter.adapters.persistence import StoreUnavailable, public_url
+from workcenter.adapters.persistence import StoreUnavailable, StoreUnreachable, public_url
 from workcenter.adapters.postgres_columns import name_stream_columns
 from workcenter.adapters.postgres_connection import watch_connections
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
@@ -70,6 +70,26 @@ DEFAULT_SCHEMA: Final = "workcenter"
 SESSION_PROBE: Final = "workcenter.session_probe"
 # The library names the event tables after the application ("WorkCenter").
 EVENTS_TABLE: Final = "workcenter_events"
+
+
+# What a server says while it cannot take connections yet or any more (SQLSTATE 57P03,
+# 57P01): it may take them soon. libpq gives a failed connection no SQLSTATE, only words.
+NOT_NOW: Final = (
+    "the database system is starting up",
+    "the database system is shutting down",
+    "the database system is in recovery mode",
+    "the database system is not yet accepting connections",
+    "the database system is not accepting connections",
+    "terminating connection due to administrator command",
+)
+
+
+def may_answer_soon(error: psycopg.OperationalError) -> bool:
+    """Whether a failed connection may succeed on a later try: no server answered
+    (refused, unreachable, timed out), or it is starting, recovering or stopping. A
+    server's refusal (a login refused, no such database) is final."""
+    words = str(error)
+    return "FATAL:" not in words or any(phrase in words for phrase in NOT_NOW)
 
 
 class PostgresTarget:
@@ -139,7 +159,14 @@ class PostgresTarget:
 
     def _has_store(self) -> bool:
         try:
-            with self._connect() as conn:
+            connected = self._connect()
+        except psycopg.OperationalError as error:
+            failed = StoreUnreachable if may_answer_soon(error) else StoreUnavailable
+            raise failed(f"cannot open the store at {self.where}: {error}") from None
+        except psycopg.Error as error:
+            raise StoreUnavailable(f"cannot open the store at {self.where}: {error}") from None
+        try:
+            with connected as conn:
                 check_version(conn.info.server_version)  # before anything is made
                 check_sessions_kept(conn, self._connect, self.where)
                 row = conn.execute(
