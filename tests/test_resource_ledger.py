@@ -29,6 +29,7 @@ from conftest import (
     refused,
     report,
 )
+from eventsourcing.persistence import IntegrityError
 
 from workcenter.adapters.presenters import budget_json
 from workcenter.application import Claim, WorkCenter
@@ -37,6 +38,7 @@ from workcenter.domain import work_item as wi
 from workcenter.domain.actor import USER
 from workcenter.domain.errors import CommandRefused, InvalidInput, NotFound, VersionConflict
 from workcenter.service_layer.handlers.resource_ledger import BudgetCommands
+from workcenter.service_layer.repository import Repository
 
 DECIDE = {"messages": [{"role": "user", "content": "Decide"}], "max_tokens": 100}  # 117
 STOP_WRITES = ["ExecutionStopped", "BudgetStopRecorded", "StatusChanged"]
@@ -814,6 +816,36 @@ def test_a_crash_after_reserve_stays_counted_and_charged(
         assert (wc.ledger(item.id).request_count, wc.ledger(item.id).charged_tokens) == (1, 90)
     finally:
         restarted.close()
+
+
+def test_a_reserve_whose_answer_was_lost_after_it_committed_is_allowed_once(
+    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection lost after the ledger's write committed: the recorder sends it
+    again, loses the version check to itself, and the reservation is decided again. It
+    was denied ``request_already_reserved``, so the request was never sent and its
+    estimate stayed charged (found by acceptance testing, ADR-0136). A reservation
+    whose id the call made itself can only be its own: allowed, nothing written again.
+    An id the caller gave may be another's, and is still denied (above)."""
+    item = make(wc, "linear")
+    claimed = claim(wc)
+    save = Repository.save
+    lost: list[bool] = []
+
+    def committed_then_lost(self: Repository, unit: Any) -> None:
+        save(self, unit)
+        if not lost:
+            lost.append(True)
+            raise IntegrityError("the write sent again lost to its own first send")
+
+    monkeypatch.setattr(Repository, "save", committed_then_lost)
+    before = wc.event_count()
+    admission = wc.reserve_request(item.id, request=DECIDE, run=claimed)
+    assert lost and (admission.allowed, admission.code) == (True, None)
+    ledger = wc.ledger(item.id)
+    assert (ledger.request_count, ledger.charged_tokens) == (1, 117)
+    assert ledger.reservations[admission.request_id].run_id == claimed.run_id
+    assert wc.event_count() == before + 1  # the one reservation
 
 
 def test_a_hidden_retry_is_a_second_request_and_the_first_stays_at_estimate(

@@ -247,6 +247,31 @@ def test_an_unknown_cost_is_reported_by_the_complete_usage_sent_later(
     assert wc.ledger(UUID(item["id"])).charged_tokens == 52
 
 
+def test_a_reserve_repeated_after_its_settlement_is_not_told_to_send_it(
+    api: TestClient, wc: WorkCenter
+) -> None:
+    """A reserve resent after its request was settled answered ``allowed: true``
+    ("send it"), so a client retrying a model call by its id sent it twice (found by
+    acceptance testing, ADR-0136): it is told the request was settled, nothing written."""
+    create(api)
+    claimed = claim(api)
+    reserve = body_for("requests/reserve", claimed["fence"], claimed)
+    assert api.post("/api/worker/requests/reserve", json=reserve).json()["allowed"]
+    settle = {"fence": claimed["fence"], "requestId": "req-1", "usage": USAGE}
+    assert api.post("/api/worker/requests/settle", json=settle).json()["status"] == "reported"
+    before = wc.event_count()
+    again = api.post("/api/worker/requests/reserve", json=reserve)
+    assert again.status_code == 200, again.text
+    assert again.json() == {
+        "requestId": "req-1",
+        "allowed": False,
+        "code": "request_already_settled",
+        "stops": False,
+        "replayed": True,
+    }
+    assert wc.event_count() == before
+
+
 def sent_at_once(
     api: TestClient,
     wc: WorkCenter,
