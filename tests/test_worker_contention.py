@@ -102,3 +102,38 @@ def test_a_run_whose_item_was_cancelled_is_lost_saying_why(wc: WorkCenter) -> No
     event, detail = events[-1]
     assert event == "lost"
     assert detail.startswith(f"the outcome was not recorded: Run {claim.run_id} has ended (")
+
+
+def test_a_finish_recorded_before_its_answer_was_lost_counts_as_finished(
+    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection lost after the finish committed: sent again, the finish is refused
+    by the Run's fence, and the worker said "lost" of its own recorded outcome (found by
+    acceptance testing, ADR-0136). Its report's digest says it was its own."""
+    create_linear(wc, stages=("implement",))
+    finish = wc.finish_run
+
+    def committed_then_sent_again(claim: Claim, report: Any, actor: Any = None) -> Any:
+        finish(claim, report)
+        return finish(claim, report)  # the resent write: StaleRun
+
+    monkeypatch.setattr(wc, "finish_run", committed_then_sent_again)
+    claim, stats, events = one_run(wc)
+    assert claim is not None
+    assert events[-1] == ("finished", "completed")
+    assert (stats.finished, stats.lost, stats.outcomes) == (1, 0, {"completed": 1})
+
+
+def test_a_run_finished_with_another_report_is_still_lost(
+    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    create_linear(wc, stages=("implement",))
+    finish = wc.finish_run
+
+    def another_finished_first(claim: Claim, report: Any, actor: Any = None) -> Any:
+        finish(claim, dict(report) | {"summary": "someone else's report"})
+        return finish(claim, report)
+
+    monkeypatch.setattr(wc, "finish_run", another_finished_first)
+    _, stats, events = one_run(wc)
+    assert events[-1][0] == "lost" and (stats.finished, stats.lost) == (0, 1)

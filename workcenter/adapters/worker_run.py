@@ -456,6 +456,16 @@ def run_one(
             on_event("lost", claim, "the lease ran out before the outcome could be recorded")
         return claim
     except StaleRun as stale:
+        first = _recorded_before(wc, claim, checked)
+        if first is not None:
+            # Its own finish, committed while its answer was lost, then refused when sent
+            # again: it was said "lost" of an outcome recorded (found by acceptance
+            # testing, ADR-0136).
+            stats.finished += 1
+            stats.outcomes[first] = stats.outcomes.get(first, 0) + 1
+            if on_event:
+                on_event("finished", claim, first)
+            return claim
         stats.lost += 1
         if on_event:
             on_event("lost", claim, f"the outcome was not recorded: {stale}")
@@ -483,6 +493,17 @@ def run_one(
     if on_event:
         on_event("finished", claim, outcome)
     return claim
+
+
+def _recorded_before(
+    wc: WorkCenter, claim: Claim, report: RunReport | Mapping[str, Any]
+) -> str | None:
+    """The outcome the Run was finished with, if with this very report; else None."""
+    try:
+        first = wc.worker_protocol.first_finish(claim.ref, report)
+    except WorkcenterError:
+        return None  # another report's, or the fence's: not this worker's outcome
+    return first.outcome if first is not None else None
 
 
 def _checked(report: object) -> RunReport | Mapping[str, Any]:

@@ -251,7 +251,7 @@ class WorkerProtocol:
         try:
             action = self.runs.finish_run(ref, report, None)
         except StaleRun:
-            first = self._first_finish(ref, report)
+            first = self.first_finish(ref, report)
             if first is None:
                 raise
             return first
@@ -261,14 +261,21 @@ class WorkerProtocol:
             action.work_item_id, action.id, run.id, run.status, action.status, replayed=False
         )
 
-    def _first_finish(self, ref: act.RunRef, report: Mapping[str, Any]) -> Finished | None:
+    def first_finish(
+        self, ref: act.RunRef, report: RunReport | Mapping[str, Any]
+    ) -> Finished | None:
+        """How the Run's finish with this very report ended it (``replayed``), when it
+        was recorded: a finish sent again after its answer was lost. None when the Run
+        was not finished, or before digests were recorded; ``CommandRefused`` when it
+        was finished with another report; ``StaleRun`` for a fence it was never issued."""
         action = self.repo.action(ref.action_id)
         run = _owned(action, ref)
+        parsed = RunReport.parse(report if isinstance(report, RunReport) else dict(report))
         for event in self.repo.events(action.id):
             if isinstance(event, act.RunFinished) and event.run_id == run.id:
                 if event.report_digest is None:
                     return None  # finished before digests were recorded: unknowable
-                if event.report_digest != report_digest(RunReport.parse(dict(report))):
+                if event.report_digest != report_digest(parsed):
                     raise CommandRefused(
                         f"Run {run.id} was already finished ({event.outcome}) with another report"
                     )
