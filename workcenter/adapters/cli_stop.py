@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import click
 
-from workcenter.adapters.persistence import StoreUnreachable
+from workcenter.adapters.persistence import ServerNotAnswering
 from workcenter.adapters.worker_run import StopSignals
 
 if TYPE_CHECKING:
@@ -121,7 +121,7 @@ def open_when_reachable(open_store: Callable[[], T], stop: Stop) -> T:
         stop.check()
         try:
             return open_store()
-        except StoreUnreachable as error:
+        except ServerNotAnswering as error:
             if not said:
                 said_once = " ".join(str(error).split())  # the driver's words span lines
                 click.echo(f"waiting for the database (Ctrl-C stops): {said_once}", err=True)

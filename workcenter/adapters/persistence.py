@@ -264,11 +264,12 @@ class StoreUnavailable(WorkcenterError):
     public: str | None = None
 
 
-class StoreUnreachable(StoreUnavailable):
-    """The store's database server did not answer (down, failing over, still starting):
-    the daemons wait for it at start as they do while running (ADR-0136); a verb fails."""
+class ServerNotAnswering(StoreUnavailable):
+    """The store could not be opened: its database server did not answer (down, failing
+    over, still starting). The daemons wait for it at start as they do while running
+    (ADR-0136); a verb fails."""
 
-    code = "store_unreachable"
+    code = "server_not_answering"
 
 
 class StoreClosed(StoreUnavailable):

@@ -26,7 +26,7 @@ from eventsourcing.postgres import PostgresFactory
 from eventsourcing.utils import Environment, EnvType, get_topic
 
 from workcenter.adapters import postgres_layout, postgres_write
-from workcenter.adapters.persistence import StoreUnavailable, StoreUnreachable, public_url
+from workcenter.adapters.persistence import ServerNotAnswering, StoreUnavailable, public_url
 from workcenter.adapters.postgres_columns import name_stream_columns
 from workcenter.adapters.postgres_connection import watch_connections
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
@@ -161,7 +161,7 @@ class PostgresTarget:
         try:
             connected = self._connect()
         except psycopg.OperationalError as error:
-            failed = StoreUnreachable if may_answer_soon(error) else StoreUnavailable
+            failed = ServerNotAnswering if may_answer_soon(error) else StoreUnavailable
             raise failed(f"cannot open the store at {self.where}: {error}") from None
         except psycopg.Error as error:
             raise StoreUnavailable(f"cannot open the store at {self.where}: {error}") from None
