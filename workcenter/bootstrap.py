@@ -48,6 +48,7 @@ from workcenter.adapters.sqlite_settings import (
 )
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.model import AggregateState
+from workcenter.projections import sql
 from workcenter.projections.detail import Detail, DetailView
 from workcenter.projections.detail_states import EventStoreStates, Kind
 from workcenter.projections.mailbox import Mailbox, MailboxView
@@ -215,7 +216,7 @@ def compose(
     )
     repository.append(Repository(store, read_models, OneCommitArguments(store), SNAPSHOT_CLASSES))
     repo = repository[0]
-    clock = clock or SystemClock()
+    clock = clock or default_clock(store)
     boot_id = boot_id or uuid.uuid4().hex
     run_commands = RunCommands(repo, read_models, clock, boot_id)
     budget = BudgetCommands(repo, clock)
@@ -250,6 +251,18 @@ def compose(
         ),
         worker_protocol=WorkerProtocol(run_commands, budget),
     )
+
+
+def default_clock(store: EventStore) -> Clock:
+    """The clock of a store opened without one: on PostgreSQL its server's, so that the
+    processes of many machines agree on when a lease ends (ADR-0136); on a SQLite file,
+    which the processes of one machine share, that machine's."""
+    datastore = store.recorder.datastore  # type: ignore[attr-defined]
+    if sql.is_postgres(datastore):
+        from workcenter.adapters.server_clock import ServerClock, offset_to
+
+        return ServerClock(partial(offset_to, datastore.pool))
+    return SystemClock()
 
 
 def decision_rules() -> DecisionRules:
