@@ -409,6 +409,12 @@ def test_rebuilding_an_unknown_read_model_is_refused(wc: WorkCenter) -> None:
         wc.maintenance.rebuild_projection("nope")
 
 
+def test_a_runner_of_an_unknown_read_model_is_refused(wc: WorkCenter) -> None:
+    """It was a KeyError (found by acceptance testing, ADR-0136)."""
+    with pytest.raises(InvalidInput, match="no read model named 'details' \\(known: "):
+        ProjectionRunner(wc, names=["details"])
+
+
 def test_a_rebuild_in_a_wiped_view_restores_it(wc: WorkCenter, clock: FakeClock) -> None:
     busy(wc, clock, items=2)
     live = dumps(wc)

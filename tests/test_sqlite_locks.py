@@ -57,3 +57,33 @@ def test_a_worker_waits_the_lock_out_and_finishes_its_runs(db_path: Path) -> Non
             released.join()
         assert (stats.finished, stats.errors) == (3, 0), stats
         assert {wc.work_item(item).status for item in items} == {"done"}
+
+
+def test_every_thread_held_up_by_the_lock_is_told_pool_busy(db_path: Path) -> None:
+    """One WorkCenter shared by threads: the one holding the writer waits on the file's
+    lock and is told PoolBusy; the others waited for the writer past the pool's own
+    timeout and got the library's ConnectionUnavailableError, a 500 of the HTTP API and
+    the end of a worker running Runs at once (found by acceptance testing, ADR-0136)."""
+    with WorkCenter.open(db_path) as wc:
+        create_linear(wc)
+        before = wc.event_count()
+        holder = held(db_path)
+        failures: list[BaseException] = []
+
+        def create() -> None:
+            try:
+                create_linear(wc)
+            except BaseException as error:  # what escapes is the finding
+                failures.append(error)
+
+        threads = [threading.Thread(target=create) for _ in range(8)]
+        try:
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(30)
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        assert len(failures) == 8 and {type(f) for f in failures} == {PoolBusy}, failures
+        assert wc.event_count() == before

@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import re
 import sqlite3
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -272,6 +274,10 @@ class ServerNotAnswering(StoreUnavailable):
     code = "server_not_answering"
 
 
+# How long ``close()`` waits for the connections in use (ADR-0136).
+CLOSE_WAIT = 30.0
+
+
 class StoreClosed(StoreUnavailable):
     """The WorkCenter was closed (``close()``, or its ``with`` block ended): open the
     store again to go on (a server shutting down answers 503, as for a store it cannot
@@ -283,20 +289,41 @@ class StoreClosed(StoreUnavailable):
 def refuse_when_closed(datastore: Any) -> None:
     """Make every use of ``datastore`` after its ``close()`` ``StoreClosed``, on either
     database: else SQLite's pool raises the library's own error, and PostgreSQL's reads as
-    a lost connection. The instance's methods are wrapped, as the library builds the
-    datastore (``postgres_connection.watch_connections`` does the same)."""
+    a lost connection. ``close()`` first waits (up to ``CLOSE_WAIT`` seconds) for the
+    connections in use to be given back: a SQLite connection closed under a thread still
+    reading on it crashed the process (a segmentation fault; found by acceptance testing,
+    ADR-0136). The instance's methods are wrapped, as the library builds the datastore
+    (``postgres_connection.watch_connections`` does the same)."""
     close, get_connection = datastore.close, datastore.get_connection
+    state = threading.Condition()
     closed = False
+    in_use = 0
 
     def closing() -> None:
         nonlocal closed
-        closed = True
+        with state:
+            closed = True
+            # A thread that closes while it holds a connection itself waits the whole
+            # time, then closes as before.
+            state.wait_for(lambda: in_use == 0, timeout=CLOSE_WAIT)
         close()
 
-    def connection(*args: Any, **kwargs: Any) -> Any:
-        if closed:
-            raise StoreClosed("this WorkCenter is closed: open the store again (WorkCenter.open)")
-        return get_connection(*args, **kwargs)
+    @contextmanager
+    def connection(*args: Any, **kwargs: Any) -> Iterator[Any]:
+        nonlocal in_use
+        with state:
+            if closed:
+                raise StoreClosed(
+                    "this WorkCenter is closed: open the store again (WorkCenter.open)"
+                )
+            in_use += 1
+        try:
+            with get_connection(*args, **kwargs) as conn:
+                yield conn
+        finally:
+            with state:
+                in_use -= 1
+                state.notify_all()
 
     datastore.close = closing
     datastore.get_connection = connection

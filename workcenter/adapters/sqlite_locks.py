@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from eventsourcing.persistence import OperationalError
+from eventsourcing.persistence import ConnectionUnavailableError, OperationalError
 
 from workcenter.adapters.postgres_connection import PoolBusy
 
@@ -28,6 +28,17 @@ def watch_locks(datastore: Any) -> None:
         try:
             with original(commit=commit) as conn:
                 yield conn
+        except ConnectionUnavailableError as error:
+            # The thread that holds the writer (or every reader) waits on the file's lock;
+            # the others waited for it past the pool's timeout: the same hold-up, said
+            # the same way (found by acceptance testing: the library's error escaped the
+            # API from every thread but one, ADR-0136).
+            raise PoolBusy(
+                "no connection to the store's file came free in time: another connection"
+                " kept the file locked (a backup, a maintenance tool, a long transaction?)"
+                " or more commands ran at once than the pool serves; nothing was written:"
+                " try again"
+            ) from error
         except (OperationalError, sqlite3.OperationalError) as error:
             if "database is locked" not in str(error):
                 raise

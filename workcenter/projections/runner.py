@@ -28,6 +28,7 @@ import time
 from collections.abc import Collection
 from typing import Any, Protocol, Self
 
+from workcenter.domain.errors import InvalidInput
 from workcenter.projections import lifecycle, sql
 from workcenter.projections.inline import InlineProjections
 from workcenter.projections.lifecycle import ProjectionStatus
@@ -66,7 +67,8 @@ class ProjectionRunner:
         chosen = list(registry) if names is None else list(names)
         unknown = [n for n in chosen if n not in registry]
         if unknown:
-            raise KeyError(f"no read model named {unknown[0]!r}")
+            known = ", ".join(registry)
+            raise InvalidInput(f"no read model named {unknown[0]!r} (known: {known})")
         self.recorder = store.store.recorder
         self.engine = InlineProjections(
             self.recorder, store.store.mapper, {n: registry[n] for n in chosen}
