@@ -154,6 +154,25 @@ def test_filters_and_limit(wc: WorkCenter) -> None:
     assert {r.work_item_id for r in wc.audit(other.id)} == {other.id}
 
 
+def test_a_cut_audit_says_older_events_were_left(db_path: Path, wc: WorkCenter) -> None:
+    """The newest --limit events alone read as the whole history (found by acceptance
+    testing, ADR-0136): a line on stderr says older ones were left; none when not."""
+    item = plan(wc, create_dynamic(wc).id)
+    wc.finish_run(claim(wc), report())
+    every = wc.audit(item.id)
+    for args, cut in ((("--limit", "3"), True), (("--limit", str(len(every))), False)):
+        for form in ((), ("--json",)):
+            result = CliRunner().invoke(
+                cli, ["--db", str(db_path), "audit", str(item.id), *args, *form]
+            )
+            assert result.exit_code == 0, result.output
+            said = "showing the newest 3 events; there are older ones" in result.stderr
+            assert said is cut, (args, form, result.stderr)
+            if form:
+                positions = [e["position"] for e in json.loads(result.stdout)["events"]]
+                assert positions == [r.position for r in every][-int(args[1]) :]
+
+
 def test_the_audit_is_read_from_the_event_store_with_no_copy(
     db_path: Path, wc: WorkCenter, clock: FakeClock
 ) -> None:
