@@ -19,6 +19,7 @@ from http_client import DYNAMIC, LINEAR, client, versions_of
 from workcenter.adapters import cli_serve
 from workcenter.adapters.cli import cli
 from workcenter.adapters.executors import echo
+from workcenter.adapters.http import reads
 from workcenter.adapters.http.guard import Policy, UnsafeServer
 from workcenter.adapters.worker import run_worker
 from workcenter.application import WorkCenter
@@ -171,6 +172,32 @@ def test_audit_filters_and_the_state_at_a_version(api: TestClient, wc: WorkCente
     problem(api.get(url, params={"atTime": "yesterday"}), 422, "InvalidInput")
     problem(api.get(url, params={"action": "x"}), 422, "InvalidInput")
     problem(api.get(url, params={"type": "RunFinishd"}), 422, "InvalidInput")
+
+
+def test_the_audit_says_when_older_events_were_left_and_keeps_within_its_budget(
+    api: TestClient, wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long-lived item's newest 100 audit rows were 1.9 MB, fetched by the dashboard
+    at every look, and a cut audit said nothing of what it left (found by acceptance
+    testing, ADR-0136): ``more`` says older events match, and the newest rows that fit
+    the budget (512 KiB; 100 KB here, for a small item) are kept."""
+    item = create(api)
+    url = f"/api/work-items/{item['id']}/audit"
+    assert api.get(url).json()["more"] is False
+    assert api.get(url, params={"limit": 2}).json()["more"] is True
+
+    def big(claim: Any) -> dict[str, Any]:
+        return echo(claim) | {"response": "r" * 60_000}
+
+    run_worker(wc, big, worker="w1", exit_when_idle=True, poll_seconds=0.01)
+    monkeypatch.setattr(reads, "MAX_DTO_BYTES", 100_000)
+    answer = api.get(url)
+    body = answer.json()
+    assert len(answer.content) <= 100_000 and body["more"] is True
+    every = wc.audit(UUID(item["id"]))
+    kept = [e["position"] for e in body["events"]]
+    assert kept == [r.position for r in every][-len(kept) :]  # the newest, in order
+    assert 0 < len(kept) < len(every)
 
 
 def test_raw_audit_needs_the_token_presented(wc: WorkCenter) -> None:

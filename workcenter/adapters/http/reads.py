@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
+import orjson
 from fastapi import APIRouter, Depends, Query, Request
 
 from workcenter.adapters import presenters
@@ -34,6 +35,7 @@ from workcenter.domain.action import ActionState
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.work_item import WorkItemState
 from workcenter.projections.audit import DEFAULT_LIMIT, AuditRow
+from workcenter.projections.budget import MAX_DTO_BYTES
 from workcenter.projections.dto_models import DetailDto
 from workcenter.projections.sanitize import sanitize_event_payload, sanitize_record
 from workcenter.service_layer.queries.browser import CURSOR
@@ -170,9 +172,32 @@ def audit(
             "item": _state(presenters.item_json(item), WorkItemState, raw),
             "actions": [_state(presenters.action_json(a), ActionState, raw) for a in ordered],
         }
-    rows = wc.audit(work_item_id, limit=limit, action_id=action, run_id=run, type=type, until=until)
-    body = {"workItemId": str(work_item_id), "events": [_row(r, raw) for r in rows]} | body
+    # One more than asked: whether older events were left out.
+    rows = wc.audit(
+        work_item_id, limit=limit + 1, action_id=action, run_id=run, type=type, until=until
+    )
+    events, within = _newest_within(
+        [_row(r, raw) for r in rows[-limit:]], MAX_DTO_BYTES - len(orjson.dumps(body)) - 1024
+    )
+    body = {
+        "workItemId": str(work_item_id),
+        "events": events,
+        "more": len(rows) > limit or not within,
+    } | body
     return item_read(body, (item_version, control_version))
+
+
+def _newest_within(events: list[dict[str, Any]], budget: int) -> tuple[list[dict[str, Any]], bool]:
+    """The newest of ``events`` whose JSON fits ``budget`` bytes (the newest one always),
+    and whether all did: a long-lived item's newest 100 rows were 1.9 MB, fetched by the
+    dashboard at every look (found by acceptance testing, ADR-0136)."""
+    kept: list[dict[str, Any]] = []
+    for event in reversed(events):
+        budget -= len(orjson.dumps(event)) + 1
+        if budget < 0 and kept:
+            return kept[::-1], False
+        kept.append(event)
+    return kept[::-1], True
 
 
 def _state(data: dict[str, Any], schema: type[Any], raw: bool) -> Any:

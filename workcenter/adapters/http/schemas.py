@@ -118,6 +118,10 @@ class AuditState(Answer):
 class AuditRead(Answer):
     work_item_id: str
     events: list[AuditEvent]
+    more: bool = Field(
+        description="Older events match too: left out by limit, or to keep the answer"
+        " within 512 KiB (the newest kept)"
+    )
     state: AuditState = omitted("The item and its Actions as they were, with at or atTime")
 
 
