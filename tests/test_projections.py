@@ -343,7 +343,7 @@ def test_a_failing_view_stops_the_runner_and_wait_reraises(
         pytest.raises(RuntimeError, match="view broke"),
     ):
         runner.wait(wc.event_count(), timeout=5)
-    with pytest.raises(KeyError):
+    with pytest.raises(InvalidInput):
         ProjectionRunner(wc, ["nope"])
 
 

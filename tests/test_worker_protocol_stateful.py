@@ -166,7 +166,10 @@ class Protocol(RuleBasedStateMachine):
         event(f"reserve: {_kind(answer)}")
         if request_id in held.reserved and live:
             assert not isinstance(answer, WorkcenterError), answer
-            assert answer.replayed and answer.allowed and wrote == 0
+            # Resent: "send it" while it is not settled, never once it is (ADR-0136).
+            settled = request_id in held.settled
+            assert answer.replayed and answer.allowed is not settled and wrote == 0
+            assert answer.code == ("request_already_settled" if settled else None)
         elif live:
             assert not isinstance(answer, WorkcenterError), answer
             assert not answer.replayed

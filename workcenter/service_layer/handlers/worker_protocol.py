@@ -371,12 +371,12 @@ class WorkerProtocol:
             return None
         if known.run_id != run.id or known.estimated_tokens != estimate:
             raise CommandRefused(f"request {request_id} was reserved for another request")
+        # An answer only to a Run that may still send (LRF+).
+        act.live_run(action, ref, at=self.clock.now())
         if known.status != "reserved":
             # Settled: sent and answered (or given up) already. "Send it" would send it
             # again (found by acceptance testing, ADR-0136).
             return Admitted(request_id, False, "request_already_settled", False, replayed=True)
-        # ``allowed`` means "send it": only to a Run that may still (LRF+).
-        act.live_run(action, ref, at=self.clock.now())
         return Admitted(request_id, True, None, False, replayed=True)
 
     def settle(
