@@ -10,8 +10,8 @@ import os
 import re
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -286,44 +286,81 @@ class StoreClosed(StoreUnavailable):
     code = "store_closed"
 
 
+class _Uses:
+    """The connections of a datastore in use, and whether it is closed. A plain lock
+    and a count: this is on every command's path, ``close()`` is rare and polls."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+        self.closed = False
+
+    def enter(self) -> None:
+        with self.lock:
+            if self.closed:
+                raise StoreClosed(
+                    "this WorkCenter is closed: open the store again (WorkCenter.open)"
+                )
+            self.count += 1
+
+    def leave(self) -> None:
+        with self.lock:
+            self.count -= 1
+
+    def close(self, wait: float) -> None:
+        with self.lock:
+            self.closed = True
+        deadline = time.monotonic() + wait
+        while self.count and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+
+class _Counted:
+    """A connection's context (the library's ``get_connection``), counted as in use from
+    its making until its exit."""
+
+    __slots__ = ("_inner", "_uses")
+
+    def __init__(self, inner: Any, uses: _Uses) -> None:
+        self._inner, self._uses = inner, uses
+
+    def __enter__(self) -> Any:
+        try:
+            return self._inner.__enter__()
+        except BaseException:
+            self._uses.leave()
+            raise
+
+    def __exit__(self, *exc: Any) -> Any:
+        try:
+            return self._inner.__exit__(*exc)
+        finally:
+            self._uses.leave()
+
+
 def refuse_when_closed(datastore: Any) -> None:
     """Make every use of ``datastore`` after its ``close()`` ``StoreClosed``, on either
     database: else SQLite's pool raises the library's own error, and PostgreSQL's reads as
     a lost connection. ``close()`` first waits (up to ``CLOSE_WAIT`` seconds) for the
     connections in use to be given back: a SQLite connection closed under a thread still
     reading on it crashed the process (a segmentation fault; found by acceptance testing,
-    ADR-0136). The instance's methods are wrapped, as the library builds the datastore
-    (``postgres_connection.watch_connections`` does the same)."""
+    ADR-0136); a thread that closes while it holds one itself waits the whole time, then
+    closes as before. The instance's methods are wrapped, as the library builds the
+    datastore (``postgres_connection.watch_connections`` does the same)."""
     close, get_connection = datastore.close, datastore.get_connection
-    state = threading.Condition()
-    closed = False
-    in_use = 0
+    uses = _Uses()
 
     def closing() -> None:
-        nonlocal closed
-        with state:
-            closed = True
-            # A thread that closes while it holds a connection itself waits the whole
-            # time, then closes as before.
-            state.wait_for(lambda: in_use == 0, timeout=CLOSE_WAIT)
+        uses.close(CLOSE_WAIT)
         close()
 
-    @contextmanager
-    def connection(*args: Any, **kwargs: Any) -> Iterator[Any]:
-        nonlocal in_use
-        with state:
-            if closed:
-                raise StoreClosed(
-                    "this WorkCenter is closed: open the store again (WorkCenter.open)"
-                )
-            in_use += 1
+    def connection(*args: Any, **kwargs: Any) -> _Counted:
+        uses.enter()
         try:
-            with get_connection(*args, **kwargs) as conn:
-                yield conn
-        finally:
-            with state:
-                in_use -= 1
-                state.notify_all()
+            return _Counted(get_connection(*args, **kwargs), uses)
+        except BaseException:
+            uses.leave()
+            raise
 
     datastore.close = closing
     datastore.get_connection = connection
