@@ -45,7 +45,8 @@ WORKER_ID = f"{WORKER}@{BOOT_ID}"
 def _json_rows(db: Path, item_id: UUID, *args: str) -> list[dict[str, Any]]:
     result = CliRunner().invoke(cli, ["--db", str(db), "audit", str(item_id), "--json", *args])
     assert result.exit_code == 0, result.output
-    rows: list[dict[str, Any]] = json.loads(result.output)["events"]
+    # stdout alone: a cut audit says so on stderr (ADR-0136).
+    rows: list[dict[str, Any]] = json.loads(result.stdout)["events"]
     return rows
 
 

@@ -30,7 +30,7 @@ from workcenter.domain.runs import RECOVERED_REASON
 def _cli(db: Path, *args: str) -> Any:
     result = CliRunner().invoke(cli, ["--db", str(db), *args])
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)
+    return json.loads(result.stdout)
 
 
 def _completion(run_id: UUID) -> dict[str, Any]:
