@@ -142,7 +142,9 @@ def test_the_dashboard_follows_an_item_to_done_without_a_reload(
             )
             assert page.evaluate("window.loadedOnce") is True
             assert page.text_content("#progress-count") == "(3 of 3 met)"
-            assert page.locator("#audit tbody tr").count() > 10
+            rows = page.locator("#audit tbody tr").count()
+            assert rows > 10
+            assert page.text_content("#audit-note") == f"(all {rows} events)"
             assert page.locator(".tl-run.completed").count() == 3
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "dashboard.png"))

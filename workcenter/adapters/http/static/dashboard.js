@@ -207,7 +207,7 @@ async function refreshDetail() {
   renderProgress(detail.goalProgress);
   renderBudget(detail.executionControl);
   renderTimeline(timeline);
-  renderAudit(audit.events);
+  renderAudit(audit);
 }
 
 // Where a projection runner keeps the detail view, a detail read can show the item as
@@ -347,7 +347,13 @@ function renderTimeline(timeline) {
   if (!timeline.actions.length) root.append(el("p", "No Actions planned yet.", "muted"));
 }
 
-function renderAudit(events) {
+// The newest events (at most 100, within the answer's size): the note says whether
+// older ones were left out, and where to read them (ADR-0136).
+function renderAudit(audit) {
+  const events = audit.events;
+  $("audit-note").textContent = audit.more
+    ? `(the newest ${events.length}; older ones with \`workcenter audit\`)`
+    : `(all ${events.length} events)`;
   const body = $("audit").tBodies[0];
   body.replaceChildren();
   for (const event of events.slice().reverse()) {
