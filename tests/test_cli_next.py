@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import shlex
 from pathlib import Path
+from uuid import UUID
 
 from click.testing import CliRunner, Result
 from conftest import claim, create_dynamic, create_linear, plan, report
@@ -34,12 +35,16 @@ def hinted(db: Path, item_id: object, says: str) -> list[str]:
     return words[3:]
 
 
+def status(db: Path, item_id: UUID) -> str:
+    with WorkCenter.open(db) as wc:
+        return wc.work_item(item_id).status
+
+
 def test_a_draft_is_told_its_start(db_path: Path) -> None:
     with WorkCenter.open(db_path) as wc:
         item = create_linear(wc, start=False)
     invoke(db_path, *hinted(db_path, item.id, "a draft: start it with"))
-    with WorkCenter.open(db_path) as wc:
-        assert wc.work_item(item.id).status == "ready"
+    assert status(db_path, item.id) == "ready"
 
 
 def test_a_failed_action_is_told_its_retry(db_path: Path) -> None:
@@ -48,8 +53,7 @@ def test_a_failed_action_is_told_its_retry(db_path: Path) -> None:
         wc.finish_run(claim(wc), report("failed"))
         assert wc.work_item(item.id).status == "needs_attention"
     invoke(db_path, *hinted(db_path, item.id, "action 1 failed:"))
-    with WorkCenter.open(db_path) as wc:
-        assert wc.work_item(item.id).status == "ready"
+    assert status(db_path, item.id) == "ready"
 
 
 def test_a_waiting_action_is_told_its_question_and_how_to_answer(db_path: Path) -> None:
@@ -59,8 +63,7 @@ def test_a_waiting_action_is_told_its_question_and_how_to_answer(db_path: Path) 
     words = hinted(db_path, item.id, "waits for an answer (Which database should I use?)")
     assert words[-2:] == ["--answer", "TEXT"]
     invoke(db_path, *words[:-1], "PostgreSQL")
-    with WorkCenter.open(db_path) as wc:
-        assert wc.work_item(item.id).status == "ready"
+    assert status(db_path, item.id) == "ready"
 
 
 def test_a_budget_stop_is_told_the_extend_it_needs_then_the_resume(db_path: Path) -> None:
@@ -86,8 +89,7 @@ def test_a_cancelled_item_is_told_its_resume(db_path: Path) -> None:
         item = create_linear(wc)
         wc.cancel(item.id)
     invoke(db_path, *hinted(db_path, item.id, "cancelled:"))
-    with WorkCenter.open(db_path) as wc:
-        assert wc.work_item(item.id).status == "ready"
+    assert status(db_path, item.id) == "ready"
 
 
 def test_an_item_at_work_or_done_gets_no_line(db_path: Path) -> None:

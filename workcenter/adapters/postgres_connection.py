@@ -115,18 +115,27 @@ def _refusal(pool: Any) -> Exception | None:
     looked busy). None when a connection can be made now (the pool's are busy)."""
     import psycopg
 
-    kwargs = dict(pool.kwargs)
-    # A password the pool asks for at each connection (the library's
-    # POSTGRES_GET_PASSWORD_TOPIC, a token that expires) is asked for here too: one
-    # kept from the pool's last connection could be refused for good.
-    get_password = getattr(pool, "get_password_func", None)
-    if get_password is not None:
-        kwargs["password"] = get_password()
     try:
-        psycopg.connect(**kwargs, connect_timeout=PROBE_TIMEOUT).close()
+        connect_apart(pool, connect_timeout=PROBE_TIMEOUT).close()
     except psycopg.Error as error:
         return error
     return None
+
+
+def connect_apart(pool: Any, **options: Any) -> Any:
+    """A connection of its own, made with the pool's arguments, never one of the pool's
+    (its rows tuples, not the pool's dicts). A password the pool asks for at each
+    connection (the library's POSTGRES_GET_PASSWORD_TOPIC, a token that expires) is
+    asked for here too: one kept from the pool's last connection could be refused for
+    good."""
+    import psycopg
+
+    kwargs = dict(pool.kwargs)
+    kwargs.pop("row_factory", None)
+    get_password = getattr(pool, "get_password_func", None)
+    if get_password is not None:
+        kwargs["password"] = get_password()
+    return psycopg.connect(**kwargs, **options)
 
 
 def _words(error: BaseException) -> str:

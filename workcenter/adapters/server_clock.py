@@ -21,6 +21,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from workcenter.adapters.postgres_connection import connect_apart
+
 RESYNC_SECONDS: Final = 60.0  # between two measures of the offset
 RETRY_SECONDS: Final = 5.0  # after a measure that failed (the server away)
 CONNECT_TIMEOUT: Final = 5
@@ -80,14 +82,7 @@ def offset_to(pool: Any, local: Local) -> timedelta:
     connection of its own (made with the pool's arguments, so never waiting for one of
     the pool's: a resync from inside a command would otherwise be one more connection
     that command holds)."""
-    import psycopg
-
-    kwargs = dict(pool.kwargs)
-    kwargs.pop("row_factory", None)  # the pool's rows are dicts; this one's a tuple
-    get_password = getattr(pool, "get_password_func", None)  # a token that expires
-    if get_password is not None:
-        kwargs["password"] = get_password()
-    with psycopg.connect(**kwargs, connect_timeout=CONNECT_TIMEOUT, autocommit=True) as conn:
+    with connect_apart(pool, connect_timeout=CONNECT_TIMEOUT, autocommit=True) as conn:
         before = local()
         row = conn.execute("SELECT clock_timestamp()").fetchone()
         after = local()

@@ -461,10 +461,7 @@ def run_one(
             # Its own finish, committed while its answer was lost, then refused when sent
             # again: it was said "lost" of an outcome recorded (found by acceptance
             # testing, ADR-0136).
-            stats.finished += 1
-            stats.outcomes[first] = stats.outcomes.get(first, 0) + 1
-            if on_event:
-                on_event("finished", claim, first)
+            _finished(stats, claim, first, on_event)
             return claim
         stats.lost += 1
         if on_event:
@@ -487,12 +484,21 @@ def run_one(
             _executor_error(wc, claim, f"malformed executor report: {error}", stats, on_event)
         return claim
     run = action.run(claim.run_id)
-    outcome = run.status if run else "unknown"
+    _finished(stats, claim, run.status if run else "unknown", on_event)
+    return claim
+
+
+def _finished(
+    stats: WorkerStats,
+    claim: Claim,
+    outcome: str,
+    on_event: Callable[[str, Claim, str], None] | None,
+) -> None:
+    """A Run's outcome recorded: counted and said."""
     stats.finished += 1
     stats.outcomes[outcome] = stats.outcomes.get(outcome, 0) + 1
     if on_event:
         on_event("finished", claim, outcome)
-    return claim
 
 
 def _recorded_before(

@@ -172,7 +172,7 @@ def _base(
     *,
     now: datetime,
     coordinator_revision: int,
-    dispatching: Collection[str] = (),
+    dispatching: Collection[str],
     attachment_count: int,
     run_stats: RunStats | None,
 ) -> dtos.ItemBase:
@@ -223,7 +223,7 @@ def _summary(
     *,
     now: datetime,
     coordinator_revision: int,
-    dispatching: Collection[str] = (),
+    dispatching: Collection[str],
     attachment_count: int,
     run_stats: RunStats | None,
 ) -> dtos.SummaryRow:
@@ -543,7 +543,7 @@ def _detail(
     attachments: list[Mapping[str, Any]],
     live_message: str | None,
     coordinator_revision: int,
-    dispatching: Collection[str] = (),
+    dispatching: Collection[str],
     run_stats: RunStats | None,
 ) -> dtos.Detail:
     base = _base(
