@@ -144,3 +144,49 @@ def test_an_outage_is_not_counted_as_a_refused_coordinator_turn(
         wc, echo, worker="w", coordinator=scripted_coordinator(), runs=False, exit_when_idle=True
     )
     assert passes == [1] and stats.coordinator_steps == {}
+
+
+@pytest.mark.parametrize(
+    ("away_tries", "made", "tries"),
+    [(2, False, 3), (1, True, 1)],
+    ids=["dispatch-away", "dispatched-answer-lost"],
+)
+def test_a_dispatch_whose_store_went_away_is_waited_out_and_read_back(
+    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch, away_tries: int, made: bool, tries: int
+) -> None:
+    """A provider turn's dispatch (its reservation, before any byte is sent) that could not
+    reach the store is tried again once it answers, and one whose write was made before
+    its answer was lost is read back as its own, not sent again. Before, the turn failed
+    at once: the request the dispatch had reserved was left unknown, charged its whole
+    estimate, though the provider was never called (ADR-0137)."""
+    monkeypatch.setattr(coordinator_step, "RESPOND_FIRST_WAIT", 0.01)
+    dispatch = CoordinatorCommands.dispatch
+    sent: list[str] = []
+    left = [away_tries]
+
+    def dispatching(self: CoordinatorCommands, *args: Any) -> str:
+        sent.append("try")
+        if left[0]:
+            left[0] -= 1
+            if made:
+                dispatch(self, *args)
+            raise StoreUnreachable("the database cannot be reached")
+        return dispatch(self, *args)
+
+    monkeypatch.setattr(CoordinatorCommands, "dispatch", dispatching)
+    item = create_dynamic(wc)
+
+    class Provider:
+        calls = 0
+
+        def answer(self, request: Any, before_request: Callable[[], None]) -> Reply:
+            before_request()
+            Provider.calls += 1
+            return Reply(create_actions(action_spec()), usage=USAGE)
+
+    [result] = wc.coordinate_once(Provider())
+    assert result.status == "decided", result
+    assert len(sent) == tries and Provider.calls == 1
+    [reservation] = wc.ledger(item.id).reservations.values()
+    assert (reservation.status, reservation.charged_tokens) == ("reported", 77)
+    assert wc.ledger(item.id).coordinator_failures == 0

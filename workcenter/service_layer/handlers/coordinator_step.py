@@ -15,10 +15,10 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 from uuid import UUID
 
 from workcenter.domain import bounds, inputs, planning
@@ -42,11 +42,13 @@ from workcenter.service_layer.ports import (
 )
 
 CORRECTION_LIMIT = 2_000
-# A reply in hand is recorded again after these waits, doubling, while the store is away.
+# A dispatch, or a reply in hand, is written again after these waits, doubling, while
+# the store is away.
 RESPOND_FIRST_WAIT = 0.1
 RESPOND_LAST_WAIT = 2.0
 MAX_STEPS = 10_000  # due wakes one pass takes on
 TurnStatus = Literal["decided", "failed", "lost", "skipped"]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -207,13 +209,15 @@ class Coordinator:
         )
 
         ours: list[BaseException] = []
+        dispatched = [provider_turn.dispatches]
 
         def before_request() -> None:
             try:
-                self.commands.dispatch(claim, provider_turn.id, body, self.lease)
+                self._dispatch(claim, provider_turn.id, body, dispatched[0])
             except BaseException as error:
                 ours.append(error)
                 raise
+            dispatched[0] += 1
 
         keeper = _LeaseKeeper(self.commands, claim, self.lease)
         keeper.start()
@@ -269,6 +273,31 @@ class Coordinator:
             return self._fail(claim, "the provider's reply is too large", retry=False)
         return text
 
+    def _dispatch(
+        self, claim: conv.ClaimRef, provider_turn_id: UUID, body: RequestBody, dispatches: int
+    ) -> None:
+        """Reserve the request and move the provider turn to dispatching, its
+        ``dispatches + 1``-th, before the request is sent. A try whose answer was lost is
+        read back first, as a reply's record is (``_record``): dispatched again, the request
+        it reserved would end unknown, charged its whole estimate, for a call never sent
+        (ADR-0137). Only this step dispatches under its claim, so one dispatch more under it
+        is this try's."""
+
+        def dispatch(failed: bool) -> None:
+            if failed:
+                conversation = self.commands.repo.conversation(claim.work_item_id)
+                sent = conversation.provider_turn(provider_turn_id) if conversation else None
+                if (
+                    sent is not None
+                    and sent.status == "dispatching"
+                    and sent.dispatches > dispatches
+                    and (sent.claim_owner, sent.claim_epoch) == (claim.owner, claim.epoch)
+                ):
+                    return
+            self.commands.dispatch(claim, provider_turn_id, body, self.lease)
+
+        self._waiting_out_the_store(dispatch)
+
     def _record(
         self,
         claim: conv.ClaimRef,
@@ -277,26 +306,35 @@ class Coordinator:
         usage: Mapping[str, Any] | None,
     ) -> bool:
         """Record the reply to the dispatched provider turn; False when it was never
-        dispatched. A store that cannot be reached is waited out for up to one lease, a
-        try whose answer was lost read back first: the reply was paid for, and given up it
-        left the request's outcome unknown, the turn failed for good and the whole
-        estimate charged (found by acceptance testing, ADR-0128). The claim's fence still
-        decides whether it is recorded."""
+        dispatched. Given up while the store was away, the reply, paid for, left the
+        request's outcome unknown, the turn failed for good and the whole estimate charged
+        (found by acceptance testing, ADR-0128). The claim's fence still decides whether
+        it is recorded."""
+
+        def record(failed: bool) -> bool:
+            conversation = self.commands.repo.conversation(claim.work_item_id)
+            sent = conversation.provider_turn(provider_turn_id) if conversation else None
+            if sent is not None and sent.status == "dispatching":
+                self.commands.respond(claim, provider_turn_id, text, usage)
+                return True
+            if sent is not None and sent.status == "unknown" and not failed:
+                # Given up while it was in flight (its claim lapsed, or a resume
+                # retired its turn): the decision is fenced, what it cost is settled.
+                raise TurnFenceLost("the turn ended while its request was in flight")
+            # Not dispatched; or, after a failed try, made by it with this reply.
+            return failed and sent is not None and sent.response_hash == response_hash(text)
+
+        return self._waiting_out_the_store(record)
+
+    def _waiting_out_the_store(self, write: Callable[[bool], _T]) -> _T:
+        """``write(failed)``, tried again while the store cannot be reached, for up to one
+        lease; ``failed`` says an earlier try's answer was lost, so its write may have been
+        made: ``write`` reads that back first."""
         deadline = time.monotonic() + self.lease.total_seconds()
         delay, failed = RESPOND_FIRST_WAIT, False
         while True:
             try:
-                conversation = self.commands.repo.conversation(claim.work_item_id)
-                sent = conversation.provider_turn(provider_turn_id) if conversation else None
-                if sent is not None and sent.status == "dispatching":
-                    self.commands.respond(claim, provider_turn_id, text, usage)
-                    return True
-                if sent is not None and sent.status == "unknown" and not failed:
-                    # Given up while it was in flight (its claim lapsed, or a resume
-                    # retired its turn): the decision is fenced, what it cost is settled.
-                    raise TurnFenceLost("the turn ended while its request was in flight")
-                # Not dispatched; or, after a failed try, made by it with this reply.
-                return failed and sent is not None and sent.response_hash == response_hash(text)
+                return write(failed)
             except StoreUnreachable:
                 if time.monotonic() + delay > deadline:
                     raise
