@@ -24,6 +24,7 @@ from eventsourcing.utils import get_topic, resolve_topic
 from workcenter.adapters.compression import COMPRESSOR_TOPIC, is_compressed, worth_deflating
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.adapters.sqlite_settings import FACTORY_TOPIC, synchronous_env
+from workcenter.adapters.store_layout import LAYOUT
 from workcenter.domain.action import ActionState
 from workcenter.domain.actor import LEGACY, Actor
 from workcenter.domain.conversation import ConversationState
@@ -367,9 +368,8 @@ def refuse_when_closed(datastore: Any) -> None:
 
 
 # The SQLite header marks a file as a Workcenter store (ADR-0014): ``application_id``
-# says whose file it is, ``user_version`` which layout it has.
+# says whose file it is, ``user_version`` which layout it has (``store_layout``).
 APPLICATION_ID = 0x57434E54  # "WCNT"
-SCHEMA_VERSION = 1
 # A store written before the marker existed is recognised by tables only Workcenter makes
 # (not the audit view's: a store made since the audit reads the event store has none).
 LEGACY_TABLES = frozenset({"stored_events", "tracking", "wq_items"})
@@ -442,11 +442,15 @@ def _prepare(path: Path, *, create: bool) -> None:
         )
     application_id, user_version, tables = _read_header(path)
     if application_id == APPLICATION_ID:
-        if user_version > SCHEMA_VERSION:
+        if user_version > LAYOUT:
             raise StoreUnavailable(
                 f"{path} has store layout {user_version}; this Workcenter reads up to "
-                f"{SCHEMA_VERSION} (upgrade Workcenter)"
+                f"{LAYOUT} (upgrade Workcenter: a newer one made or upgraded this store)"
             )
+        if user_version < LAYOUT:
+            # Upgraded before anything is written: an older Workcenter refuses it from now
+            # on (ADR-0137), as one that read the events this one may write would fail.
+            _stamp(path)
     elif application_id != 0 or (tables and not tables >= LEGACY_TABLES):
         raise StoreUnavailable(f"{path} is not a Workcenter store (another application's file)")
     elif not tables and not create:
@@ -460,7 +464,7 @@ def _stamp(path: Path) -> None:
         conn = sqlite3.connect(path)
         try:
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute(f"PRAGMA user_version = {LAYOUT}")
             conn.commit()
         finally:
             conn.close()

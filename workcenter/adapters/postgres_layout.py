@@ -7,8 +7,7 @@ operator's CLI not yet upgraded, a worker of the last release) would put its fun
 under every newer process. The store records the layout it was made or upgraded to in a
 one-row table; a Workcenter whose ``LAYOUT`` is older refuses to open it, before it
 makes or replaces anything, as a SQLite store's ``user_version`` does (ADR-0014).
-``LAYOUT`` goes up with every change to what a store holds (its tables' columns, its
-functions); ``tests/test_store_layout_postgres.py`` fails on a change made without it.
+``LAYOUT`` is both databases' (``store_layout``).
 """
 
 from __future__ import annotations
@@ -16,9 +15,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.adapters.store_layout import LAYOUT
 
-# 2: the work queue keeps the client claim ids of claims, wq_claims (ADR-0114).
-LAYOUT: Final = 2
 TABLE: Final = "workcenter_layout"
 
 

@@ -1,0 +1,144 @@
+"""A store's layout covers its events and its SQLite tables, and a SQLite store records
+the layout of the newest Workcenter that opened it, so an older one refuses it (ADR-0137).
+
+Before, a SQLite store kept layout 1 while the events it could hold changed (a claim's
+client claim id): an older Workcenter opened a store a newer one had written, failed on
+the new events calling the store damaged, and its workers wrote beside the newer ones
+(found by acceptance testing across versions). PostgreSQL's catalog is pinned in
+``test_store_layout_postgres.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import create_linear
+from pydantic import BaseModel
+
+from workcenter.adapters import persistence
+from workcenter.adapters.executors import echo
+from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.adapters.store_layout import LAYOUT
+from workcenter.application import WorkCenter
+from workcenter.domain.model import event_classes
+
+# Each layout's fingerprints: the event classes (``events_shape``) and a SQLite store's
+# tables (``sqlite_tables``). A change to either needs the next LAYOUT.
+EVENTS = {
+    2: "3da9a35baa7c01193a219666f652028eb03958561f560c4554c93f82df842c8c",
+}
+SQLITE_TABLES = {
+    2: "a8b6c55424dd1675743771191fc54229673058e69a1de8594820c5441e31b0da",
+}
+
+
+def shape(annotation: Any, seen: set[type]) -> str:
+    """An annotation written out, the fields of the models it names included."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        if annotation in seen:
+            return annotation.__qualname__
+        seen.add(annotation)
+        fields = ", ".join(
+            f"{name}{'' if field.is_required() else '?'}: {shape(field.annotation, seen)}"
+            for name, field in annotation.model_fields.items()
+        )
+        return f"{annotation.__qualname__}{{{fields}}}"
+    args = typing.get_args(annotation)
+    origin = typing.get_origin(annotation)
+    if args and origin is typing.Literal:
+        return f"Literal{sorted(map(repr, args))}"
+    if args:
+        name = "Union" if origin in (typing.Union, types.UnionType) else repr(origin)
+        return f"{name}[{', '.join(shape(arg, seen) for arg in args)}]"
+    return getattr(annotation, "__qualname__", repr(annotation))
+
+
+def events_shape() -> list[str]:
+    """Every event class a store may hold: its name, class version and fields."""
+    return sorted(
+        f"{name} v{cls.class_version}: {shape(cls, set())}" for name, cls in event_classes().items()
+    )
+
+
+def sqlite_tables(path: Path) -> list[tuple[str, str]]:
+    conn = sqlite3.connect(path)
+    try:
+        rows = conn.execute(
+            "SELECT type, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY type, name"
+        ).fetchall()
+    finally:
+        conn.close()
+    return [(kind, " ".join(sql.split())) for kind, sql in rows]
+
+
+def digest(value: Any) -> str:
+    return hashlib.sha256(repr(value).encode()).hexdigest()
+
+
+def test_the_event_classes_are_those_of_the_layout() -> None:
+    found = digest(events_shape())
+    assert found == EVENTS.get(LAYOUT), (
+        "an event class changed (a class, a field, a class version): an older Workcenter"
+        " could not read a store holding it; give store_layout.LAYOUT the next number and"
+        f" record {found} as its events' fingerprint here"
+    )
+
+
+def test_a_sqlite_store_holds_the_tables_of_the_layout(db_path: Path) -> None:
+    with WorkCenter.open(db_path) as wc:
+        create_linear(wc, stages=("implement",))
+        claim = wc.claim_next("w1")
+        assert claim is not None
+        wc.finish_run(claim, echo(claim))
+    found = digest(sqlite_tables(db_path))
+    assert found == SQLITE_TABLES.get(LAYOUT), (
+        "a SQLite store's tables changed: give store_layout.LAYOUT the next number and"
+        f" record {found} as its tables' fingerprint here"
+    )
+
+
+def user_version(path: Path) -> int:
+    conn = sqlite3.connect(path)
+    try:
+        return int(conn.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def test_a_sqlite_store_of_an_older_layout_is_upgraded_and_then_refused_by_older_code(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with WorkCenter.open(db_path) as wc:
+        item = create_linear(wc)
+    conn = sqlite3.connect(db_path)
+    conn.execute("PRAGMA user_version = 1")  # as a Workcenter of layout 1 left it
+    conn.commit()
+    conn.close()
+    with WorkCenter.open(db_path) as wc:
+        assert wc.work_item(item.id).id == item.id
+    assert user_version(db_path) == LAYOUT
+    # An older Workcenter, as it would open this store now.
+    monkeypatch.setattr(persistence, "LAYOUT", LAYOUT - 1)
+    before = db_path.read_bytes()
+    with pytest.raises(StoreUnavailable, match=f"has store layout {LAYOUT}; .*upgrade"):
+        WorkCenter.open(db_path)
+    assert db_path.read_bytes() == before
+
+
+def test_a_refused_newer_store_is_not_written(db_path: Path) -> None:
+    with WorkCenter.open(db_path) as wc:
+        create_linear(wc)
+    conn = sqlite3.connect(db_path)
+    conn.execute(f"PRAGMA user_version = {LAYOUT + 1}")
+    conn.commit()
+    conn.close()
+    before = db_path.read_bytes()
+    with pytest.raises(StoreUnavailable, match="upgrade Workcenter"):
+        WorkCenter.open(db_path)
+    assert db_path.read_bytes() == before and user_version(db_path) == LAYOUT + 1
