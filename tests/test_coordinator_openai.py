@@ -77,3 +77,24 @@ def test_a_rate_limit_is_transient_charged_and_retried_later(wc: WorkCenter, stu
     assert state is not None
     assert [e.status for e in state.entries] == ["pending"]  # woken again after the backoff
     assert wc.work_item(item.id).plan == ()
+
+
+def test_a_provider_that_echoes_the_api_key_does_not_get_it_stored(
+    wc: WorkCenter, stub: Stub
+) -> None:
+    """A server that names the key it was sent in its error ("Incorrect API key provided:
+    ...", as some OpenAI-compatible servers and proxies do) had the whole key stored in
+    the turn's failure, in events no one can edit, and shown by every read: a key of a
+    shape the views' masks do not know went out whole (found by acceptance testing,
+    ADR-0137). The adapter masks its own key in whatever the server said."""
+    key = "AIzaSyD-FAKEKEYFAKEKEY1234567890abcdef"
+    item = create_dynamic(wc)
+    stub.fail(401, f"Incorrect API key provided: {key}. You can find your key at ...")
+    [result] = wc.coordinate_once(provider(stub, api_key=key, max_retries=0))
+    assert result.status == "failed" and result.error is not None
+    assert key not in result.error and "Incorrect API key provided: ***" in result.error
+    rows = wc.store.recorder.select_notifications(start=1, limit=10_000)
+    stored = [repr(wc.store.mapper.to_domain_event(row)) for row in rows]
+    assert any("Incorrect API key provided: ***" in event for event in stored)
+    assert not any(key in event for event in stored)
+    assert key not in json.dumps(wc.detail(item.id))

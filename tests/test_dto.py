@@ -409,6 +409,24 @@ def test_strict_failure_hides_unsafe_text(text: str) -> None:
     assert sanitize_failure(f"Error: {text} happened") == FAILED_SENTENCE
 
 
+# Keys of providers whose shapes the masks did not know: a Coordinator turn's failure
+# showed them whole (found by acceptance testing, ADR-0137).
+MORE_PROVIDER_KEYS = (
+    "AIzaSyD-FAKEKEYFAKEKEY1234567890abcdef",
+    "gsk_FAKEFAKEFAKE1234567890abcdefABCDEFghij",
+    "hf_FAKEFAKEFAKEFAKEabcdefghij",
+    "glpat-FAKEFAKEFAKE12345678",
+    "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ3b3JrZXIifQ.c2lnbmF0dXJlLWZha2U",
+)
+
+
+@pytest.mark.parametrize("key", MORE_PROVIDER_KEYS)
+def test_keys_of_more_providers_are_masked(key: str) -> None:
+    said = "the provider answered 401: Incorrect API key provided: "
+    assert sanitize_diagnostic(f"{said}{key}.") == f"{said}***."
+    assert sanitize_failure(f"Error: {key} happened") == FAILED_SENTENCE
+
+
 def test_strict_failure_otherwise_applies_diagnostic() -> None:
     assert sanitize_failure("pytest: 3 failed, token=abc") == "pytest: 3 failed, token=***"
     assert sanitize_failure("x" * 40) == "x" * 40  # letters only: not a token

@@ -197,7 +197,10 @@ _HOME_PATH = re.compile(
 )
 _PROVIDER_TOKEN = re.compile(
     r"(?<![A-Za-z0-9])(?:sk-[A-Za-z0-9_\-]{8,}|github_pat_[A-Za-z0-9_]{8,}"
-    r"|gh[a-z]_[A-Za-z0-9]{8,}|xox[a-z]-[A-Za-z0-9\-]{8,}|AKIA[0-9A-Z]{12,})"
+    r"|gh[a-z]_[A-Za-z0-9]{8,}|xox[a-z]-[A-Za-z0-9\-]{8,}|AKIA[0-9A-Z]{12,}"
+    # Google's, Groq's, Hugging Face's and GitLab's keys, and JSON web tokens (ADR-0137).
+    r"|AIza[A-Za-z0-9_\-]{20,}|gsk_[A-Za-z0-9]{16,}|hf_[A-Za-z0-9]{16,}"
+    r"|glpat-[A-Za-z0-9_\-]{16,}|eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*)"
 )
 _ALNUM_RUN = re.compile(r"[A-Za-z0-9]{32,}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
@@ -329,8 +332,12 @@ def _may_hold_bearer(text: str) -> bool:
     return "bearer" in lowered or "basic" in lowered
 
 
+# What every token ``_PROVIDER_TOKEN`` finds holds (the fast path's anchors too).
+TOKEN_MARKS = ("sk-", "_", "xox", "AKIA", "AIza", "eyJ", "glpat-")
+
+
 def _may_hold_token(text: str) -> bool:
-    return any(mark in text for mark in ("sk-", "_", "xox", "AKIA"))
+    return any(mark in text for mark in TOKEN_MARKS)
 
 
 def _has_mixed_run(text: str) -> bool:
@@ -378,7 +385,7 @@ def redact_home_paths(text: str) -> str:
 # text whose letters and digits contain no sensitive name or suffix has none (a name
 # the pattern finds holds no "%", so decoding it changes nothing).
 
-_ANCHORS = re.compile(r"[/\\_]|sk-|xox|AKIA|(?i:bearer|basic)")
+_ANCHORS = re.compile(r"[/\\_]|sk-|xox|AKIA|AIza|eyJ|glpat-|(?i:bearer|basic)")
 _SENSITIVE_FRAGMENT = re.compile(
     "|".join(sorted({*SENSITIVE_NAMES, *_SENSITIVE_SUFFIXES}, key=lambda w: (-len(w), w)))
 )

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
 from workcenter.domain.errors import InvalidInput, ProviderFailed, WorkcenterError
+from workcenter.projections.sanitize import MASK
 from workcenter.service_layer.ports import ProviderRequest, ProviderTurnReply
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ MAX_RETRIES_ENV = "WORKCENTER_LLM_MAX_RETRIES"
 MAX_OUTPUT_TOKENS_ENV = "WORKCENTER_LLM_MAX_OUTPUT_TOKENS"
 # Local servers take any key, the client needs one (vLLM's docs use "EMPTY").
 NO_KEY = "EMPTY"
+MASKED_KEY_LENGTH = 8  # the shortest key masked in what a server says
 
 
 def _openai() -> Any:
@@ -83,9 +85,10 @@ class OpenAICompatibleProvider:
         module = _openai()
         self._openai = module
         self._before: ContextVar[Callable[[], None]] = ContextVar("before_request")
+        self._api_key = api_key or os.environ.get("OPENAI_API_KEY") or NO_KEY
         self._client: openai.OpenAI = module.OpenAI(
             base_url=self.base_url,
-            api_key=api_key or os.environ.get("OPENAI_API_KEY") or NO_KEY,
+            api_key=self._api_key,
             timeout=self.timeout,
             max_retries=self.max_retries,
             http_client=module.DefaultHttpxClient(event_hooks={"request": [self._on_request]}),
@@ -133,13 +136,23 @@ class OpenAICompatibleProvider:
             return _reply(completion)
         except _Stopped as stopped:
             refusal = stopped.refusal
-        except ProviderFailed:
-            raise
+        except ProviderFailed as failed:
+            raise self._masked(failed) from None
         except Exception as error:
-            raise _failure(self._openai, error) from None
+            raise self._masked(_failure(self._openai, error)) from None
         finally:
             self._before.reset(token)
         raise refusal  # outside the handler: its cause and context stay its own
+
+    def _masked(self, failed: ProviderFailed) -> ProviderFailed:
+        """``failed`` without this provider's key: a server may name the key it was sent
+        ("Incorrect API key provided: ..."), and a turn's failure is stored in events no
+        one can edit and shown by every read (found by acceptance testing, ADR-0137)."""
+        message = str(failed)
+        # A key too short to be a secret would mask words of the message.
+        if len(self._api_key) < MASKED_KEY_LENGTH or self._api_key not in message:
+            return failed
+        return ProviderFailed(message.replace(self._api_key, MASK), transient=failed.transient)
 
     def close(self) -> None:
         """Close the connection pool (the provider is unusable after)."""
