@@ -516,3 +516,16 @@ def test_serve_says_how_to_install_the_web_extra(
     result = CliRunner().invoke(cli, ["serve", "--db", str(db_path)])
     assert result.exit_code == 2
     assert cli_serve.INSTALL_HINT in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(
+    "path", ["/", "/static/index.html", "/static/dashboard.js", "/static/dashboard.css"]
+)
+def test_the_dashboards_files_carry_the_pages_security_headers(wc: WorkCenter, path: str) -> None:
+    """``/static/index.html`` is the page too, and was served without its headers: another
+    site could frame it and trick a click into steering work (found by acceptance testing,
+    ADR-0137). Every file of the dashboard carries the page's headers."""
+    answer = client(wc).get(path)
+    assert answer.status_code == 200
+    assert "frame-ancestors 'none'" in answer.headers["Content-Security-Policy"]
+    assert answer.headers["X-Content-Type-Options"] == "nosniff"

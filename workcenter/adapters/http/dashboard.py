@@ -9,10 +9,12 @@ files and talk only to its own origin, and every value it shows is set as text.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.responses import Response
 
 STATIC = Path(__file__).parent / "static"
 CSP = (
@@ -34,6 +36,17 @@ def page() -> FileResponse:
     return FileResponse(STATIC / "index.html", headers=SECURITY_HEADERS)
 
 
+class _Files(StaticFiles):
+    """The page's files with the page's headers: ``/static/index.html`` is the page too,
+    and served without them another site could frame it (found by acceptance testing,
+    ADR-0137)."""
+
+    async def get_response(self, path: str, scope: Any) -> Response:
+        response = await super().get_response(path, scope)
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+
 def mount(app: FastAPI) -> None:
     app.include_router(router)
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.mount("/static", _Files(directory=STATIC), name="static")
