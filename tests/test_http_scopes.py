@@ -133,8 +133,9 @@ def test_a_loopback_server_without_tokens_serves_one_user_everything(wc: WorkCen
 
 
 def test_tokens_come_from_the_environment_and_a_file(tmp_path: Path) -> None:
-    tokens = tmp_path / "tokens"
-    tokens.write_text(f"# scope token\n\nworker {WORKER}2\n  user   {USER}2  \n")
+    tokens = private_file(
+        tmp_path / "tokens", f"# scope token\n\nworker {WORKER}2\n  user   {USER}2  \n"
+    )
     environ = {
         "WORKCENTER_WORKER_TOKEN": WORKER,
         "WORKCENTER_OPERATOR_TOKEN": OPERATOR,
@@ -154,7 +155,9 @@ def test_tokens_come_from_the_environment_and_a_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        (f"admin {WORKER}\n", "unknown token scope 'admin'"),
+        (f"admin {WORKER}\n", "line 1: unknown token scope"),
+        # Columns swapped: the token was printed as the scope (ADR-0137).
+        (f"{WORKER} worker\n", "line 1: unknown token scope"),
         ("worker short\n", "at least 16 characters"),
         (f"worker {WORKER} extra\n", "line 1: expected SCOPE TOKEN"),
         # Pasted under two scopes, it held both (found by acceptance testing).
@@ -164,8 +167,7 @@ def test_tokens_come_from_the_environment_and_a_file(tmp_path: Path) -> None:
 def test_a_bad_token_file_refuses_to_serve_without_showing_a_token(
     tmp_path: Path, content: str, message: str
 ) -> None:
-    tokens = tmp_path / "tokens"
-    tokens.write_text(content)
+    tokens = private_file(tmp_path / "tokens", content)
     with pytest.raises(UnsafeServer, match=message) as refusal:
         Policy.for_host("127.0.0.1", scoped=scoped_tokens({"WORKCENTER_TOKEN_FILE": str(tokens)}))
     assert WORKER not in str(refusal.value) and "short" not in str(refusal.value)
@@ -188,6 +190,26 @@ def test_a_token_that_would_widen_a_scope_or_never_match_refuses_to_serve(
     with pytest.raises(UnsafeServer, match=message) as refusal:
         Policy.for_host("0.0.0.0", token=api, scoped=scoped)
     assert WORKER not in str(refusal.value) and USER not in str(refusal.value)
+
+
+def private_file(path: Path, content: str) -> Path:
+    path.write_text(content)
+    path.chmod(0o600)
+    return path
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o604, 0o666])
+def test_a_token_file_other_users_may_read_refuses_to_serve(tmp_path: Path, mode: int) -> None:
+    """Written as the docs showed, under the usual umask, every user of the machine could
+    read the tokens (found by acceptance testing, ADR-0137); the owner's group may."""
+    tokens = private_file(tmp_path / "tokens", f"worker {WORKER}\n")
+    tokens.chmod(mode)
+    refusing = "other users may read or write it: chmod 600"
+    with pytest.raises(UnsafeServer, match=refusing) as refusal:
+        scoped_tokens({"WORKCENTER_TOKEN_FILE": str(tokens)})
+    assert WORKER not in str(refusal.value)
+    tokens.chmod(0o640)
+    assert scoped_tokens({"WORKCENTER_TOKEN_FILE": str(tokens)}) == [("worker", WORKER)]
 
 
 def test_an_unreadable_token_file_refuses_to_serve(tmp_path: Path) -> None:

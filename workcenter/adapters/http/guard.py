@@ -100,7 +100,8 @@ class Policy:
         scopes_of: dict[str, str] = {} if token is None else {token: "API"}
         for scope, value in pairs:
             if scope not in SCOPE_ENVS:
-                raise UnsafeServer(f"unknown token scope {scope!r}: worker, user or operator")
+                # Not named: a line with its columns swapped has its token there (ADR-0137).
+                raise UnsafeServer("unknown token scope: worker, user or operator")
             _check_token(value, f"a {scope} token")
             if scopes_of.setdefault(value, scope) != scope:
                 raise UnsafeServer(
@@ -140,16 +141,25 @@ def scoped_tokens(environ: Mapping[str, str]) -> list[tuple[str, str]]:
         return pairs
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
+        private = not os.stat(path).st_mode & 0o007
     except (OSError, UnicodeDecodeError) as error:
         raise UnsafeServer(
             f"{TOKEN_FILE_ENV}: cannot read {path}: {type(error).__name__}"
         ) from None
+    if not private:
+        # As ssh and PostgreSQL refuse keys others may read (ADR-0137).
+        raise UnsafeServer(f"{path}: other users may read or write it: chmod 600 (or 640) it")
     for number, line in enumerate(lines, 1):
         words = line.split()
         if not words or words[0].startswith("#"):
             continue
         if len(words) != 2:
             raise UnsafeServer(f"{path} line {number}: expected SCOPE TOKEN")
+        if words[0] not in SCOPE_ENVS:
+            raise UnsafeServer(
+                f"{path} line {number}: unknown token scope (expected SCOPE TOKEN, the scope"
+                " worker, user or operator)"
+            )
         pairs.append((words[0], words[1]))
     return pairs
 
