@@ -12,7 +12,8 @@
 //   node examples/worker.mjs --url http://127.0.0.1:8765 [--token T] [--name N]
 //        [--lease S] [--wait S] [--work-ms MS] [--max-runs N] [--exit-when-idle]
 //
-// The token is also read from WORKCENTER_WORKER_TOKEN. Each step is printed as
+// The token is better read from WORKCENTER_WORKER_TOKEN: other users of the
+// machine can read --token in the process list. Each step is printed as
 // one JSON line on stdout. SIGTERM or Ctrl-C interrupts the Run in hand with
 // its progress so far, then exits 143 or 130. A request that fails on the
 // network (or times out) is sent again as it was: a claim carries an id of
