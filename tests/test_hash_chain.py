@@ -10,6 +10,7 @@ trace) is marked ``sqlite_only`` with the reason.
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
@@ -371,19 +372,34 @@ def test_a_payload_made_text_that_is_no_utf8_is_a_break_not_a_failure(db_path: P
     assert broken is not None and (broken.kind, broken.position) == ("digest", position)
 
 
-def test_verify_says_how_many_events_the_open_chained(store: Store) -> None:
-    """A chain emptied in the database was chained again when verify opened the store,
-    which then said "verified" of an edit made meanwhile without a word (found by
-    acceptance testing, ADR-0134): it says how many it chained."""
+def test_verify_says_how_many_events_an_open_chained(store: Store, tmp_path: Path) -> None:
+    """A chain emptied in the database was chained again when the store was next opened,
+    and verify then said "verified" of an edit made meanwhile without a word (found by
+    acceptance testing, ADR-0134). Said only when verify's own open chained them, it was
+    lost once any other command opened the store first (`list`, a worker; found by
+    acceptance testing across versions, ADR-0137): the store records what an open
+    chained, and every verify says so."""
     events = len(store.tamper.positions())
     store.wc.close()
     store.tamper._run(("DELETE FROM {chain}", ()))
-    said = CliRunner().invoke(cli, ["--db", store.location, "audit", "verify", "--json"])
-    assert said.exit_code == 0, said.output
-    assert json.loads(said.stdout)["chained_on_open"] == events
-    assert f"note: {events:,} events had no link in the hash chain" in said.stderr
-    again = CliRunner().invoke(cli, ["--db", store.location, "audit", "verify", "--json"])
-    assert json.loads(again.stdout)["chained_on_open"] == 0 and not again.stderr
+    listed = CliRunner().invoke(cli, ["--db", store.location, "list", "--json"])
+    assert listed.exit_code == 0, listed.output
+    for _ in range(2):
+        said = CliRunner().invoke(cli, ["--db", store.location, "audit", "verify", "--json"])
+        assert said.exit_code == 0, said.output
+        verdict = json.loads(said.stdout)
+        assert verdict["chained_on_open"] == events
+        [late] = verdict["linked_on_open"]
+        assert (late["first"], late["count"]) == (1, events)
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", late["linked_at"])
+        assert f"note: {events:,} events had no link in the hash chain" in said.stderr
+        assert late["linked_at"] in said.stderr
+    # A copy of the store keeps the record: its events were linked as late.
+    target = str(tmp_path / "copy.db")
+    copied = CliRunner().invoke(cli, ["--db", store.location, "copy", "--to", target])
+    assert copied.exit_code == 0, copied.output
+    said = CliRunner().invoke(cli, ["--db", target, "audit", "verify", "--json"])
+    assert json.loads(said.stdout)["linked_on_open"] == verdict["linked_on_open"]
 
 
 def test_swapped_versions_break_at_the_first_of_the_two(store: Store) -> None:

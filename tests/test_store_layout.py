@@ -32,9 +32,11 @@ from workcenter.domain.model import event_classes
 # tables (``sqlite_tables``). A change to either needs the next LAYOUT.
 EVENTS = {
     2: "3da9a35baa7c01193a219666f652028eb03958561f560c4554c93f82df842c8c",
+    3: "3da9a35baa7c01193a219666f652028eb03958561f560c4554c93f82df842c8c",
 }
 SQLITE_TABLES = {
     2: "a8b6c55424dd1675743771191fc54229673058e69a1de8594820c5441e31b0da",
+    3: "8b16925ed60469346418689af5f9f1f41808e7c24e94e89f289b36d7b1ae2e7c",
 }
 
 
@@ -112,7 +114,7 @@ def user_version(path: Path) -> int:
 
 
 def test_a_sqlite_store_of_an_older_layout_is_upgraded_and_then_refused_by_older_code(
-    db_path: Path, monkeypatch: pytest.MonkeyPatch
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     with WorkCenter.open(db_path) as wc:
         item = create_linear(wc)
@@ -120,9 +122,14 @@ def test_a_sqlite_store_of_an_older_layout_is_upgraded_and_then_refused_by_older
     conn.execute("PRAGMA user_version = 1")  # as a Workcenter of layout 1 left it
     conn.commit()
     conn.close()
-    with WorkCenter.open(db_path) as wc:
+    with caplog.at_level("WARNING", logger="workcenter.store"), WorkCenter.open(db_path) as wc:
         assert wc.work_item(item.id).id == item.id
     assert user_version(db_path) == LAYOUT
+    # An upgrade wrote and said nothing (found by acceptance testing).
+    assert [r.getMessage() for r in caplog.records if "upgraded" in r.getMessage()] == [
+        f"{db_path}: store upgraded from layout 1 to {LAYOUT}"
+        " (a Workcenter older than this one now refuses it)"
+    ]
     # An older Workcenter, as it would open this store now.
     monkeypatch.setattr(persistence, "LAYOUT", LAYOUT - 1)
     before = db_path.read_bytes()

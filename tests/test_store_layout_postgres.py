@@ -5,7 +5,7 @@ Every open replaces the store's functions with the opener's own, so an older pro
 (an operator's CLI not yet upgraded) opening a newer store would put its functions under
 every newer one. The layout is what a store holds: here, its tables' columns, indexes and
 functions, read from the catalog; a change to them must come with a new
-``postgres_layout.LAYOUT`` and its fingerprint below.
+``store_layout.LAYOUT`` and its fingerprint below.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from workcenter.application import WorkCenter
 FINGERPRINTS = {
     (1, 15): "f91efd4c5b2ad9de593e594db80def1a9b9e406ed47cdb7943786967525b81a0",
     (2, 15): "1740bf2846a51fac8a5f843a5bb0e816c8003b992a3e74282ac09f3c1b0d8ab6",
+    (3, 15): "443a6ac48aa2fac76af0e2b066fe88604c60f06f92ba6207db0ed07c6280dce1",
 }
 
 
@@ -74,7 +75,7 @@ def test_a_store_holds_the_layout_its_workcenter_names(wc: WorkCenter, location:
     key = (postgres_layout.LAYOUT, major)
     assert key in FINGERPRINTS, f"no fingerprint of layout {key[0]} on PostgreSQL {major}: {found}"
     assert found == FINGERPRINTS[key], (
-        "the store's tables or functions changed: give postgres_layout.LAYOUT the next"
+        "the store's tables or functions changed: give store_layout.LAYOUT the next"
         f" number and record {found} as its fingerprint here"
     )
 
@@ -120,4 +121,26 @@ def test_a_store_made_before_layouts_were_recorded_gets_its_first(
     with postgres.connect() as conn:
         conn.execute(f'DROP TABLE "{schema}".{postgres_layout.TABLE}')
     with WorkCenter.open(location, create=False), postgres.connect() as conn:
+        assert postgres_layout.read(conn, schema) == postgres_layout.LAYOUT
+
+
+def test_a_store_of_an_older_layout_is_upgraded_and_says_so(
+    wc: WorkCenter, location: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An upgrade wrote and said nothing (found by acceptance testing, ADR-0137)."""
+    schema = schema_of(location)
+    older = postgres_layout.LAYOUT - 1
+    with postgres.connect() as conn:
+        conn.execute(f'UPDATE "{schema}".{postgres_layout.TABLE} SET layout = %s', (older,))
+    with caplog.at_level("WARNING", logger="workcenter.store"):
+        WorkCenter.open(location, create=False).close()
+        said = [r.getMessage() for r in caplog.records if "upgraded" in r.getMessage()]
+        assert len(said) == 1 and said[0].endswith(
+            f"store upgraded from layout {older} to {postgres_layout.LAYOUT}"
+            " (a Workcenter older than this one now refuses it)"
+        )
+        caplog.clear()
+        WorkCenter.open(location, create=False).close()  # once only
+        assert not [r for r in caplog.records if "upgraded" in r.getMessage()]
+    with postgres.connect() as conn:
         assert postgres_layout.read(conn, schema) == postgres_layout.LAYOUT

@@ -243,24 +243,25 @@ def audit_verify(
                 scope = work_item_id(wc, item_id) if item_id is not None else None
                 progress = steps.shown_on(bar, VERIFY_PHASES["events"]).by_phase(VERIFY_PHASES)
                 verdict = wc.maintenance.verify_history(scope, anchor=anchor, progress=progress)
-                # Links an open makes for events that had none (a chain deleted, or
-                # events written with it off) prove only what is stored now: said, as
-                # an operator would need to know (found by acceptance testing, ADR-0134).
-                chained_on_open = int(getattr(wc.store.recorder, "chained_on_open", 0))
             if verdict.ok:  # a break found is said, whatever stop came after it
                 stop.check()
         except Interrupted as stopped:
             interrupted(ctx, stopped, _verify_stopped(steps))
         if as_json:
-            emit_json(verdict.json() | {"chained_on_open": chained_on_open})
+            emit_json(verdict.json())
         else:
             _print_verdict(verdict.json())
-        if chained_on_open:
+        if verdict.linked_on_open:
+            # Links an open made for events that had none (a chain deleted, or events
+            # written with it off) prove only what was stored then: said whichever
+            # process opened the store (ADR-0134, ADR-0137).
+            opened = sorted({late.linked_at for late in verdict.linked_on_open})
+            when = opened[0] if len(opened) == 1 else f"{opened[0]} to {opened[-1]}"
             click.echo(
-                f"note: {chained_on_open:,} events had no link in the hash chain and were"
-                " chained when the store was opened (written with the chain off, or its"
-                " links deleted): the walk proves them as they are stored now; an anchor"
-                " kept from before shows whether they were changed",
+                f"note: {verdict.chained_on_open:,} events had no link in the hash chain and"
+                f" were chained when the store was opened ({when}; written with the chain"
+                " off, or their links deleted): the walk proves them as they were stored"
+                " then; an anchor kept from before shows whether they were changed",
                 err=True,
             )
         if not verdict.ok:

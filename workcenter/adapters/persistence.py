@@ -24,7 +24,7 @@ from eventsourcing.utils import get_topic, resolve_topic
 from workcenter.adapters.compression import COMPRESSOR_TOPIC, is_compressed, worth_deflating
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.adapters.sqlite_settings import FACTORY_TOPIC, synchronous_env
-from workcenter.adapters.store_layout import LAYOUT
+from workcenter.adapters.store_layout import LAYOUT, upgraded
 from workcenter.domain.action import ActionState
 from workcenter.domain.actor import LEGACY, Actor
 from workcenter.domain.conversation import ConversationState
@@ -451,6 +451,7 @@ def _prepare(path: Path, *, create: bool) -> None:
             # Upgraded before anything is written: an older Workcenter refuses it from now
             # on (ADR-0137), as one that read the events this one may write would fail.
             _stamp(path)
+            upgraded(str(path), user_version)
     elif application_id != 0 or (tables and not tables >= LEGACY_TABLES):
         raise StoreUnavailable(f"{path} is not a Workcenter store (another application's file)")
     elif not tables and not create:

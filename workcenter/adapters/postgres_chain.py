@@ -19,7 +19,15 @@ from eventsourcing.persistence import StoredEvent
 from workcenter.projections import sql
 from workcenter.projections.sql import PortableCursor
 from workcenter.service_layer.history import hash_chain
-from workcenter.service_layer.history.hash_chain import BATCH, ChainReads, Link, Row, Stream
+from workcenter.service_layer.history.hash_chain import (
+    BATCH,
+    LATE_TABLE,
+    ChainReads,
+    LateLinks,
+    Link,
+    Row,
+    Stream,
+)
 
 CHAIN_TABLE = "event_chain"
 
@@ -43,14 +51,18 @@ class PostgresChainTable:
         self.datastore = datastore
         self.events = events_table
         self._lock = lock
-        self.create_statement = (
+        self.create_statements = (
             f"CREATE TABLE IF NOT EXISTS {self.name} (position BIGINT PRIMARY KEY,"
-            " previous BIGINT NOT NULL, digest BYTEA NOT NULL)"
+            " previous BIGINT NOT NULL, digest BYTEA NOT NULL)",
+            f"CREATE TABLE IF NOT EXISTS {LATE_TABLE} (first_position BIGINT PRIMARY KEY,"
+            " last_position BIGINT NOT NULL, count BIGINT NOT NULL,"
+            " linked_at TIMESTAMPTZ NOT NULL)",
         )
 
     def create(self) -> None:
         with sql.transaction(self.datastore, commit=True) as c:
-            c.execute(self.create_statement)
+            for statement in self.create_statements:
+                c.execute(statement)
 
     @contextmanager
     def write_transaction(self) -> Iterator[PortableCursor]:
@@ -144,6 +156,31 @@ class PostgresChainTable:
             return True
         c.execute(f"SELECT 1 FROM {self.events} WHERE notification_id = ?", (head.position,))
         return c.fetchone() is None
+
+    def record_late(self, c: Any, first: int, last: int) -> None:
+        c.execute(
+            f"INSERT INTO {LATE_TABLE} SELECT ?, ?, count(*), now() FROM {self.events}"
+            " WHERE notification_id BETWEEN ? AND ?",
+            (first, last, first, last),
+        )
+
+    def linked_late(self) -> list[LateLinks]:
+        with sql.transaction(self.datastore, commit=False) as c:
+            c.execute(
+                "SELECT first_position, last_position, count,"
+                " to_char(linked_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
+                f" FROM {LATE_TABLE} ORDER BY first_position"
+            )
+            return [LateLinks(*row) for row in c.fetchall()]
+
+    def keep_late(self, linked: Sequence[LateLinks]) -> None:
+        """Another store's record (``linked_late``), kept by its copy (``store_copy``)."""
+        with sql.transaction(self.datastore, commit=True) as c:
+            for late in linked:
+                c.execute(
+                    f"INSERT INTO {LATE_TABLE} VALUES (?, ?, ?, ?::timestamptz)",
+                    (late.first, late.last, late.count, late.linked_at),
+                )
 
     # --- reads for `audit verify` and `audit anchor` -------------------------
 

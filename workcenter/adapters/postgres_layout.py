@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from workcenter.adapters.persistence import StoreUnavailable
-from workcenter.adapters.store_layout import LAYOUT
+from workcenter.adapters.store_layout import LAYOUT, upgraded
 
 TABLE: Final = "workcenter_layout"
 
@@ -35,18 +35,22 @@ def check(layout: int, where: str) -> None:
         )
 
 
-def record(datastore: Any) -> None:
+def record(datastore: Any, where: str) -> None:
     """Record ``LAYOUT`` as the store's once its tables and functions are made (a store
     made before layouts were recorded gets its first row). A layout already recorded is
-    never lowered."""
+    never lowered; one raised is said (``upgraded``)."""
     schema = f'"{datastore.schema}"'
     with datastore.transaction(commit=True) as c:
         c.execute(
             f"CREATE TABLE IF NOT EXISTS {schema}.{TABLE} ("
             " one boolean PRIMARY KEY DEFAULT true CHECK (one), layout integer NOT NULL)"
         )
+        c.execute(f"SELECT max(layout) AS layout FROM {schema}.{TABLE}")
+        before = c.fetchone()["layout"]  # the library's cursors give rows by name
         c.execute(
             f"INSERT INTO {schema}.{TABLE} (layout) VALUES (%s) ON CONFLICT (one)"
             f" DO UPDATE SET layout = EXCLUDED.layout WHERE {TABLE}.layout < EXCLUDED.layout",
             (LAYOUT,),
         )
+    if before is not None and before < LAYOUT:
+        upgraded(where, before)

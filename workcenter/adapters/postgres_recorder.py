@@ -41,8 +41,6 @@ class OneCommitPostgresRecorder(NamedColumnsNotifications, PostgresApplicationRe
 
     # Set by the factory from the store's settings (ADR-0028), as on SQLite.
     chained = True
-    # Events that had no link when the store was opened, and were chained then.
-    chained_on_open = 0
     # A list to collect, per write, (seconds from the reply that granted the table lock
     # to the commit's reply, seconds from the write's start to that reply), for
     # benchmarks (ADR-0052); None, the default, collects nothing.

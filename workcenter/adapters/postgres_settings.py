@@ -225,12 +225,13 @@ class WorkcenterPostgresFactory(PostgresFactory):
             # A claim's reads on the wire too (ADR-0104).
             self.datastore.read_exchange = recorder.read_exchange  # type: ignore[attr-defined]
             if self.env_create_table():
-                postgres_layout.record(self.datastore)  # its tables and functions are made
+                # Its tables and functions are made.
+                postgres_layout.record(self.datastore, f"schema {self.datastore.schema}")
             recorder.chained = hash_chain.enabled(self.env.get(hash_chain.HASH_CHAIN_KEY))
             if recorder.chained:
                 # A store written before the chain (or with it off) is chained on open;
                 # `audit verify` says how many were (ADR-0134).
-                recorder.chained_on_open = recorder.chain_unchained()
+                recorder.chain_unchained()
         return recorder
 
 

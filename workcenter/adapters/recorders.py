@@ -27,7 +27,14 @@ from eventsourcing.sqlite import (
 
 from workcenter.projections.inline import InlineWrite
 from workcenter.service_layer.history import hash_chain
-from workcenter.service_layer.history.hash_chain import BATCH, Link, Row, Stream
+from workcenter.service_layer.history.hash_chain import (
+    BATCH,
+    LATE_TABLE,
+    LateLinks,
+    Link,
+    Row,
+    Stream,
+)
 
 # The names of the keyword arguments a save passes down to the recorder.
 SNAPSHOTS = "snapshots"
@@ -49,8 +56,6 @@ class OneCommitSQLiteRecorder(SQLiteApplicationRecorder):
     # Set by the factory from the store's settings before the store is used; off only to
     # measure what the chain costs (benchmarks/bench_hash_chain.py).
     chained = True
-    # Events that had no link when the store was opened, and were chained then.
-    chained_on_open = 0
     # The store's snapshot table, set by the composition root: a stream loaded from
     # nothing (``select_streams_after`` from version 0) starts at its newest snapshot.
     snapshots_table_name: str | None = None
@@ -58,7 +63,7 @@ class OneCommitSQLiteRecorder(SQLiteApplicationRecorder):
     def __init__(self, datastore: SQLiteDatastore, events_table_name: str = "stored_events"):
         super().__init__(datastore, events_table_name)
         self.chain = SQLiteChainTable(datastore, events_table_name)
-        self.create_table_statements.append(self.chain.create_statement)
+        self.create_table_statements.extend(self.chain.create_statements)
 
     def chain_unchained(self) -> int:
         """The migration run when a store is opened: chain the events that have no link
@@ -194,9 +199,11 @@ class SQLiteChainTable:
     def __init__(self, datastore: SQLiteDatastore, events_table: str) -> None:
         self.datastore = datastore
         self.events = events_table
-        self.create_statement = (
+        self.create_statements = (
             f"CREATE TABLE IF NOT EXISTS {self.name} (position INTEGER PRIMARY KEY,"
-            " previous INTEGER NOT NULL, digest BLOB NOT NULL)"
+            " previous INTEGER NOT NULL, digest BLOB NOT NULL)",
+            f"CREATE TABLE IF NOT EXISTS {LATE_TABLE} (first_position INTEGER PRIMARY KEY,"
+            " last_position INTEGER NOT NULL, count INTEGER NOT NULL, linked_at TEXT NOT NULL)",
         )
         self._event_columns = _event_columns("")
 
@@ -244,6 +251,27 @@ class SQLiteChainTable:
         # SQLite gives a new row the highest rowid plus one, so a cut tail's positions
         # come back: the write's own first position is then at or before the head.
         return head.position >= first
+
+    def record_late(self, c: SQLiteCursor, first: int, last: int) -> None:
+        c.execute(
+            f"INSERT INTO {LATE_TABLE} SELECT ?, ?, count(*),"
+            " strftime('%Y-%m-%dT%H:%M:%SZ', 'now')"
+            f" FROM {self.events} WHERE rowid BETWEEN ? AND ?",
+            (first, last, first, last),
+        )
+
+    def linked_late(self) -> list[LateLinks]:
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(f"SELECT * FROM {LATE_TABLE} ORDER BY first_position")
+            return [LateLinks(*row) for row in c.fetchall()]
+
+    def keep_late(self, linked: Sequence[LateLinks]) -> None:
+        """Another store's record (``linked_late``), kept by its copy (``store_copy``)."""
+        with self.datastore.transaction(commit=True) as c:
+            c.executemany(
+                f"INSERT INTO {LATE_TABLE} VALUES (?, ?, ?, ?)",
+                [(late.first, late.last, late.count, late.linked_at) for late in linked],
+            )
 
     # --- reads for `audit verify` and `audit anchor` -------------------------
 

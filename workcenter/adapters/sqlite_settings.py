@@ -168,7 +168,7 @@ class WorkcenterSQLiteFactory(SQLiteFactory):
             if recorder.chained:
                 # A store written before the chain (or with it off) is chained on open;
                 # `audit verify` says how many were (ADR-0134).
-                recorder.chained_on_open = recorder.chain_unchained()
+                recorder.chain_unchained()
         return recorder
 
 

@@ -42,6 +42,7 @@ from workcenter.adapters.persistence import (
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput, WorkcenterError
 from workcenter.projections.lifecycle import Progress
+from workcenter.service_layer.history.hash_chain import LateLinks
 
 NEW_KEY_ENV: Final = "WORKCENTER_NEW_CIPHER_KEY"
 PAGE: Final = 500
@@ -56,6 +57,18 @@ class PositionedInserts(Protocol):
     """Both stores' recorders: a page of events written at the positions given."""
 
     def insert_at(self, positions: Sequence[int], stored: Sequence[StoredEvent]) -> None: ...
+
+
+class LateRecord(Protocol):
+    """Both stores' chain tables: what opens chained (``hash_chain.chain_unchained``)."""
+
+    def linked_late(self) -> list[LateLinks]: ...
+
+    def keep_late(self, linked: Sequence[LateLinks]) -> None: ...
+
+
+def _late_record(center: WorkCenter) -> LateRecord:
+    return cast(LateRecord, center.store.recorder.chain)  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -164,6 +177,10 @@ def _copied(
                 )
             head = old.store.recorder.max_notification_id() or 0
             copied = _copy(old, new, head, progress, as_stored)
+            # What the source's opens chained stays said of the copy (ADR-0137).
+            linked = [late for late in _late_record(old).linked_late() if late.first <= head]
+            if linked:
+                _late_record(new).keep_late(linked)
             try:
                 new.maintenance.rebuild_projection(progress=building)
             except WorkcenterError as error:

@@ -14,9 +14,23 @@ cannot decode, and as a writer it would put what it knows under newer processes.
 
 from __future__ import annotations
 
+import logging
 from typing import Final
 
 # 1: the first recorded layout (SQLite's header, ADR-0014; PostgreSQL's record, ADR-0113).
 # 2: a claim's client claim id, on RunClaimed and in the work queue's wq_claims (ADR-0114;
 #    a SQLite store's header kept 1 until ADR-0137, so older processes opened it).
-LAYOUT: Final = 2
+# 3: what the store's opens chained, event_chain_late (ADR-0137).
+LAYOUT: Final = 3
+
+log = logging.getLogger("workcenter.store")
+
+
+def upgraded(where: str, before: int) -> None:
+    """Say that the store at ``where`` was raised from layout ``before`` to ``LAYOUT``: an
+    operator learns that older Workcenters now refuse it (found by acceptance testing,
+    ADR-0137: an upgrade wrote and said nothing)."""
+    log.warning(
+        f"{where}: store upgraded from layout {before} to {LAYOUT}"
+        " (a Workcenter older than this one now refuses it)"
+    )

@@ -18,7 +18,7 @@ from eventsourcing.persistence import StoredEvent
 from workcenter.domain.errors import WorkcenterError
 from workcenter.domain.model import DomainEvent
 from workcenter.projections.inline import InlineWrite
-from workcenter.service_layer.history.hash_chain import Link, Row
+from workcenter.service_layer.history.hash_chain import LateLinks, Link, Row
 
 
 class StoreUnreachable(WorkcenterError):
@@ -78,6 +78,10 @@ class ChainReader(Protocol):
 
     def extent(self) -> tuple[Link | None, int]:
         """The chain's head and the store's last position."""
+        ...
+
+    def linked_late(self) -> list[LateLinks]:
+        """What opens of the store chained (``hash_chain.chain_unchained``), oldest first."""
         ...
 
 

@@ -37,6 +37,8 @@ DIGEST_HEX: Final = 64
 FIRST_VERSION: Final = 1
 # Events chained or verified per transaction and per page of a walk.
 BATCH: Final = 5_000
+# The table of what opens chained (``chain_unchained``), beside the chain's.
+LATE_TABLE: Final = "event_chain_late"
 
 ON: Final = ("1", "true", "yes", "on")
 OFF: Final = ("0", "false", "no", "off")
@@ -154,6 +156,10 @@ class ChainTable(Protocol):
         seen by a write whose first position is ``first``: a write must not chain past
         them (SQLite reuses their positions; PostgreSQL's sequence never does)."""
 
+    def record_late(self, c: Any, first: int, last: int) -> None:
+        """Record that the events from ``first`` to ``last`` were chained by an open
+        (``chain_unchained``), now, in the store, for every later ``audit verify``."""
+
 
 def extend(
     head: Link | None,
@@ -264,7 +270,12 @@ def append_links(
 def chain_unchained(table: ChainTable, transaction: Callable[[], Any]) -> int:
     """The migration: chain every event after the chain's head, ``BATCH`` per write
     transaction (``transaction()`` is a context manager giving a cursor that holds the
-    write lock); idempotent, and resumable if interrupted. Returns how many it chained."""
+    write lock); idempotent, and resumable if interrupted. Returns how many it chained.
+
+    Each batch is recorded with its links (``record_late``): links made now prove the
+    events only as they are stored now (written with the chain off, or their links
+    deleted), and whichever process opened the store, `audit verify` says so (ADR-0137;
+    before, only a verify that made them itself did)."""
     chained = 0
     while True:
         with transaction() as c:
@@ -273,7 +284,27 @@ def chain_unchained(table: ChainTable, transaction: Callable[[], Any]) -> int:
             if not events:
                 return chained
             _chain(table, c, head, events)
+            table.record_late(c, events[0][0], events[-1][0])
             chained += len(events)
+
+
+@dataclass(frozen=True)
+class LateLinks:
+    """Events from position ``first`` to ``last`` that a store's open chained at
+    ``linked_at`` (an ISO time, UTC), ``count`` of them (positions may have gaps)."""
+
+    first: int
+    last: int
+    count: int
+    linked_at: str
+
+    def json(self) -> dict[str, Any]:
+        return {
+            "first": self.first,
+            "last": self.last,
+            "count": self.count,
+            "linked_at": self.linked_at,
+        }
 
 
 # --- verifying ------------------------------------------------------------------
@@ -368,10 +399,17 @@ class Verdict:
     # One that decodes to another state than its events' fold is where loads start
     # from, so commands act on a state the history does not hold: not ``ok`` (ADR-0103).
     mismatched_snapshots: tuple[DamagedSnapshot, ...] = ()
+    # Events an open chained (``chain_unchained``): proven only as stored then; an
+    # anchor kept from before shows whether they were changed.
+    linked_on_open: tuple[LateLinks, ...] = ()
 
     @property
     def ok(self) -> bool:
         return self.broken is None and not self.mismatched_snapshots
+
+    @property
+    def chained_on_open(self) -> int:
+        return sum(late.count for late in self.linked_on_open)
 
     def json(self) -> dict[str, Any]:
         return {
@@ -383,6 +421,8 @@ class Verdict:
             "broken": self.broken.json() if self.broken else None,
             "damaged_snapshots": [d.json() for d in self.damaged_snapshots],
             "mismatched_snapshots": [d.json() for d in self.mismatched_snapshots],
+            "chained_on_open": self.chained_on_open,
+            "linked_on_open": [late.json() for late in self.linked_on_open],
         }
 
 

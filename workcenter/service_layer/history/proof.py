@@ -96,6 +96,7 @@ class HistoryProof:
                 scope=work_item_id,
                 progress=step,
             )
+        verdict = replace(verdict, linked_on_open=tuple(self.chain.linked_late()))
         if self.snapshots is None or not with_snapshots:
             return verdict
         damaged: list[DamagedSnapshot] = []
