@@ -9,6 +9,7 @@ reading half-way through the sequence.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import socket
 import subprocess
@@ -25,6 +26,7 @@ from http_client import LINEAR, Event, served, sse_events
 
 from workcenter.adapters.executors import echo
 from workcenter.adapters.http.app import create_app
+from workcenter.adapters.http.stream import HeadWatcher
 from workcenter.adapters.worker import run_worker
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput, NotFound
@@ -202,3 +204,28 @@ def test_serve_ends_its_streams_and_stops_on_sigterm(wc: WorkCenter, db_path: Pa
         if server.poll() is None:
             server.kill()
             server.wait()
+
+
+def test_the_head_is_read_only_while_a_stream_waits() -> None:
+    """An idle ``serve`` read the head ten times a second for as long as it ran, once any
+    stream had been opened, with no client left (found by acceptance testing, ADR-0137):
+    the watcher reads it while a stream waits on it, and stops when none does."""
+    reads: list[int] = []
+
+    def read_head() -> int:
+        reads.append(1)
+        return 7
+
+    async def scenario() -> tuple[int, int]:
+        heads = HeadWatcher(read_head, poll=0.01)
+        assert not await heads.wait_past(7, timeout=0.2)  # a stream waits, nothing moves
+        waited = len(reads)
+        await asyncio.sleep(0.3)  # no stream
+        idle = len(reads) - waited
+        assert not await heads.wait_past(7, timeout=0.1)  # a stream again: reads again
+        again = len(reads) - waited - idle
+        await heads.stop()
+        return idle, again
+
+    idle, again = asyncio.run(scenario())
+    assert idle <= 1 and again >= 3

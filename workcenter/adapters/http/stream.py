@@ -8,8 +8,8 @@ change after that position exactly once, in order, for all items or for one. The
 data is the change feed's record (type, ids, versions, actor kind), never a payload:
 a client reads the DTOs again to see the new state.
 
-One watcher per application polls the head of the sequence; streams wait on it
-rather than each polling the store, and say ``: keepalive`` when nothing happens
+One watcher per application polls the head of the sequence while streams wait on
+it, rather than each polling the store, and say ``: keepalive`` when nothing happens
 so that proxies keep the connection open. When the server stops, the watcher is
 closed and every stream ends, so that shutting down waits for no one.
 """
@@ -72,7 +72,9 @@ STORE_BACK = b": store available\n\n"
 
 
 class HeadWatcher:
-    """The head of the event sequence, polled by one task, awaited by every stream."""
+    """The head of the event sequence, polled by one task while a stream awaits it: an
+    idle server reads nothing (it read the head ten times a second for as long as it
+    ran once any stream had opened; found by acceptance testing, ADR-0137)."""
 
     def __init__(self, read_head: Callable[[], int], poll: float = POLL_SECONDS) -> None:
         self.read_head = read_head
@@ -81,6 +83,7 @@ class HeadWatcher:
         self.closed = False
         self.away = False  # the store could not be read at the last look
         self._moved = asyncio.Event()
+        self._waiting = 0  # streams awaiting the head now
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -106,7 +109,9 @@ class HeadWatcher:
         moved.set()
 
     async def _run(self) -> None:
-        while not self.closed:
+        # Ends once no stream waits (checked after each look, so a stream that waits
+        # again between two looks keeps it); the next wait starts it again.
+        while not self.closed and self._waiting:
             try:
                 head = await run_in_threadpool(self.read_head)
             except StoreUnavailable:
@@ -131,18 +136,22 @@ class HeadWatcher:
         """Whether the head moved past ``position``, or the store became unreadable or
         readable again, within ``timeout`` seconds (False at once when the watcher is
         closed)."""
-        self.start()
-        deadline = asyncio.get_running_loop().time() + timeout
-        away = self.away
-        while self.head <= position and self.away == away and not self.closed:
-            left = deadline - asyncio.get_running_loop().time()
-            if left <= 0:
-                return False
-            try:
-                await asyncio.wait_for(self._moved.wait(), left)
-            except TimeoutError:
-                return False
-        return not self.closed
+        self._waiting += 1
+        try:
+            self.start()
+            deadline = asyncio.get_running_loop().time() + timeout
+            away = self.away
+            while self.head <= position and self.away == away and not self.closed:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    return False
+                try:
+                    await asyncio.wait_for(self._moved.wait(), left)
+                except TimeoutError:
+                    return False
+            return not self.closed
+        finally:
+            self._waiting -= 1
 
 
 def watcher(request: Request) -> HeadWatcher:
