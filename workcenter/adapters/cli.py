@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import sqlite3
 import sys
 from typing import Any, get_args
@@ -95,6 +96,10 @@ def cli(ctx: click.Context) -> None:
     --db may be given before or after the verb.
     """
     ctx.ensure_object(dict)
+    if ctx.invoked_subcommand:
+        # PostgreSQL's pg_stat_activity names each connection by its process's verb
+        # (found by acceptance testing, ADR-0137); an operator's own name is kept.
+        os.environ.setdefault("PGAPPNAME", f"workcenter {ctx.invoked_subcommand}")
 
 
 def _budget_line(budget: dict[str, Any]) -> str:
