@@ -46,6 +46,8 @@ def backend() -> str:
 def test_postgresql_sees_the_name(location: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The store's pooled connections take the name from the environment."""
     monkeypatch.setenv("PGAPPNAME", "workcenter worker")
-    with WorkCenter.open(location) as wc, wc.store.recorder.datastore.transaction(commit=False) as c:
-        c.execute("SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()")
-        assert c.fetchone()["application_name"] == "workcenter worker"
+    with WorkCenter.open(location) as wc:
+        datastore = wc.store.recorder.datastore  # type: ignore[attr-defined]
+        with datastore.transaction(commit=False) as c:
+            c.execute("SELECT application_name FROM pg_stat_activity WHERE pid = pg_backend_pid()")
+            assert c.fetchone()["application_name"] == "workcenter worker"

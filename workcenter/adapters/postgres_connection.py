@@ -297,6 +297,10 @@ def watch_connections(datastore: Any) -> None:
     # outage (a connection checked out when the server went away fails later, after
     # others already worked again), so an outage is one line.
     logged = [-QUIET]
+    # Whether the line of a lost connection was the last said: the next use of a
+    # connection that goes through says the database is back (found by acceptance
+    # testing: nothing said so, ADR-0137).
+    lost_said = [False]
 
     turns = ConnectionTurns(datastore.pool)
     outage = Outage(datastore.pool)
@@ -313,6 +317,9 @@ def watch_connections(datastore: Any) -> None:
         try:
             with original() as conn:
                 yield conn
+            if lost_said[0]:  # a use that went through: the server answers
+                lost_said[0] = False
+                log.warning("the database answers again")
         except (OperationalError, InterfaceError) as error:
             if isinstance(error, StoreDisconnected):
                 raise
@@ -332,6 +339,7 @@ def watch_connections(datastore: Any) -> None:
             reason = _words(error)
             if time.monotonic() - logged[0] > QUIET:
                 log.warning("lost the connection to the database (%s); reconnecting", reason)
+                lost_said[0] = True
             logged[0] = time.monotonic()
             outage.lost()
             # An outage breaks every pooled connection: test them all now.
