@@ -26,7 +26,7 @@ from workcenter.application import WorkCenter
 FINGERPRINTS = {
     (1, 15): "f91efd4c5b2ad9de593e594db80def1a9b9e406ed47cdb7943786967525b81a0",
     (2, 15): "1740bf2846a51fac8a5f843a5bb0e816c8003b992a3e74282ac09f3c1b0d8ab6",
-    (3, 15): "443a6ac48aa2fac76af0e2b066fe88604c60f06f92ba6207db0ed07c6280dce1",
+    (3, 15): "16eb97c36771064f6d42491ef2b104d759ae95d2a41d0624d71912b2403c4ac5",
 }
 
 

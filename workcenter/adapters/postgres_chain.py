@@ -54,7 +54,7 @@ class PostgresChainTable:
         self.create_statements = (
             f"CREATE TABLE IF NOT EXISTS {self.name} (position BIGINT PRIMARY KEY,"
             " previous BIGINT NOT NULL, digest BYTEA NOT NULL)",
-            f"CREATE TABLE IF NOT EXISTS {LATE_TABLE} (first_position BIGINT PRIMARY KEY,"
+            f"CREATE TABLE IF NOT EXISTS {LATE_TABLE} (first_position BIGINT NOT NULL,"
             " last_position BIGINT NOT NULL, count BIGINT NOT NULL,"
             " linked_at TIMESTAMPTZ NOT NULL)",
         )
@@ -169,7 +169,7 @@ class PostgresChainTable:
             c.execute(
                 "SELECT first_position, last_position, count,"
                 " to_char(linked_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
-                f" FROM {LATE_TABLE} ORDER BY first_position"
+                f" FROM {LATE_TABLE} ORDER BY linked_at, first_position"
             )
             return [LateLinks(*row) for row in c.fetchall()]
 

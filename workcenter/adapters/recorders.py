@@ -202,7 +202,7 @@ class SQLiteChainTable:
         self.create_statements = (
             f"CREATE TABLE IF NOT EXISTS {self.name} (position INTEGER PRIMARY KEY,"
             " previous INTEGER NOT NULL, digest BLOB NOT NULL)",
-            f"CREATE TABLE IF NOT EXISTS {LATE_TABLE} (first_position INTEGER PRIMARY KEY,"
+            f"CREATE TABLE IF NOT EXISTS {LATE_TABLE} (first_position INTEGER NOT NULL,"
             " last_position INTEGER NOT NULL, count INTEGER NOT NULL, linked_at TEXT NOT NULL)",
         )
         self._event_columns = _event_columns("")
@@ -262,7 +262,7 @@ class SQLiteChainTable:
 
     def linked_late(self) -> list[LateLinks]:
         with self.datastore.transaction(commit=False) as c:
-            c.execute(f"SELECT * FROM {LATE_TABLE} ORDER BY first_position")
+            c.execute(f"SELECT * FROM {LATE_TABLE} ORDER BY linked_at, first_position")
             return [LateLinks(*row) for row in c.fetchall()]
 
     def keep_late(self, linked: Sequence[LateLinks]) -> None:
