@@ -84,6 +84,24 @@ function short(id) {
   return id ? String(id).slice(0, 8) : "";
 }
 
+// A time as the reader's clock shows it, with its date: the audit said UTC and the
+// conversation local time, neither with a date (found by acceptance testing, ADR-0137).
+function localTime(time) {
+  return new Date(time).toLocaleString();
+}
+
+// ``build()`` rebuilds what ``root`` holds: the element the keyboard was on (named by its
+// data-key) has the focus again, where a live update threw it out to the page (found by
+// acceptance testing, ADR-0137).
+function keepingFocus(root, build) {
+  const focused = document.activeElement;
+  const key = focused && root.contains(focused) ? focused.dataset.key : undefined;
+  build();
+  if (key === undefined) return;
+  const again = [...root.querySelectorAll("[data-key]")].find((n) => n.dataset.key === key);
+  if (again && !again.disabled) again.focus({ preventScroll: true });
+}
+
 // An Action as the timeline numbers it ("Action 2"); by its short id only when the
 // detail does not list it.
 function actionName(id) {
@@ -312,6 +330,10 @@ function renderBudget(control) {
 }
 
 function renderTimeline(timeline) {
+  keepingFocus($("timeline"), () => drawTimeline(timeline));
+}
+
+function drawTimeline(timeline) {
   const root = $("timeline");
   root.replaceChildren();
   const runs = timeline.actions.flatMap((a) => a.runs);
@@ -337,8 +359,10 @@ function renderTimeline(timeline) {
       bar.title =
         "Run " + short(run.id) + " (attempt " + run.attempt + ", generation " + run.generation +
         "): " + run.status + (run.leaseExpired ? " (its lease lapsed: no worker renews it)" : "") +
-        ", " + new Date(run.startedAt).toLocaleTimeString() +
-        (run.endedAt ? " to " + new Date(run.endedAt).toLocaleTimeString() : "");
+        ", " + localTime(run.startedAt) + (run.endedAt ? " to " + localTime(run.endedAt) : "");
+      // In the accessibility tree, not only as a colour and a mouse's tooltip.
+      bar.setAttribute("role", "img");
+      bar.setAttribute("aria-label", bar.title);
       track.append(bar);
     }
     row.append(track);
@@ -359,7 +383,7 @@ function renderAudit(audit) {
   for (const event of events.slice().reverse()) {
     const tr = el("tr");
     tr.append(el("td", event.position));
-    tr.append(el("td", event.time.slice(11, 19)));
+    tr.append(el("td", localTime(event.time)));
     tr.append(el("td", event.type));
     tr.append(el("td", event.worker ? event.actor + " " + event.worker : event.actor));
     tr.append(el("td", short(event.actionId), "mono"));
@@ -388,6 +412,8 @@ function verdict(turn, base) {
   const link = el("a", "provenance", "provenance");
   link.href = base + "/decisions?turn=" + encodeURIComponent(turn.turn_id);
   link.target = "_blank";
+  link.dataset.key = "provenance:" + turn.turn_id;
+  link.setAttribute("aria-label", "provenance of this decision (opens a new tab)");
   return [span, link];
 }
 
@@ -397,7 +423,7 @@ function renderMessage(message, turns, base) {
   item.dataset.status = message.status;
   const head = el("div", null, "msg-head");
   head.append(el("span", speaker(message)));
-  head.append(el("span", new Date(message.createdAt).toLocaleTimeString()));
+  head.append(el("span", localTime(message.createdAt)));
   const turn = message.role === "assistant" && turns ? turns.get(message.turnId) : null;
   const shown = turn && turn.verdict.kind !== "thinking";
   // A failed turn's verdict says "failed" already.
@@ -414,9 +440,12 @@ function renderMessage(message, turns, base) {
   item.append(head);
   const words = message.status === "thinking" ? "thinking…" : message.text;
   if (words) item.append(el("div", words, "msg-text"));
-  if (message.decision && message.decision.question) {
-    item.append(el("div", message.decision.question, "question"));
+  const question = message.decision && message.decision.question;
+  // Once: a reply's text often ends with its question (found by acceptance testing).
+  if (question && !(words || "").includes(question)) {
+    item.append(el("div", question, "question"));
   }
+  for (const text of item.querySelectorAll(".msg-text, .question")) text.dir = "auto";
   if (message.error) item.append(el("div", message.error, "failure"));
   return item;
 }
@@ -445,7 +474,9 @@ function renderConversation(talk, decided, base) {
   const list = $("conversation");
   const atBottom = list.scrollTop + list.clientHeight >= list.scrollHeight - 4;
   const turns = new Map((decided ? decided.turns : []).map((t) => [t.turn_id, t]));
-  list.replaceChildren(...talk.messages.map((m) => renderMessage(m, turns, base)));
+  keepingFocus(list, () =>
+    list.replaceChildren(...talk.messages.map((m) => renderMessage(m, turns, base))),
+  );
   if (atBottom) list.scrollTop = list.scrollHeight;
   $("no-messages").hidden = talk.messages.length > 0;
   const notes = [];

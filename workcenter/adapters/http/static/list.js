@@ -27,10 +27,15 @@ function listPath() {
 
 function itemRow(item) {
   const row = el("li");
-  row.dataset.id = item.id;
+  row.dataset.id = row.dataset.key = item.id;
   row.dataset.status = item.status;
-  if (item.id === state.selected) row.className = "selected";
-  row.append(el("span", item.title, "item-title"));
+  if (item.id === state.selected) {
+    row.className = "selected";
+    row.setAttribute("aria-current", "true"); // said, not only shown in blue
+  }
+  const title = el("span", item.title, "item-title");
+  title.dir = "auto";
+  row.append(title);
   const meta = el("span", null, "item-meta");
   const progress = item.goalProgress || {};
   const total = progress.totalCriteriaCount || 0;
@@ -61,7 +66,7 @@ async function refreshList() {
   const page = await api(listPath());
   if (state.lastEventId === null) state.lastEventId = page.position;
   listing.next = page.next;
-  $("item-list").replaceChildren(...page.items.map(itemRow));
+  keepingFocus($("item-list"), () => $("item-list").replaceChildren(...page.items.map(itemRow)));
   const filtered = listing.search || listing.status;
   // The total counts the status, not the search: a search says what it found so far.
   const found = page.items.length + (page.next ? "+" : "");
@@ -100,6 +105,8 @@ function select(id, chosen) {
   if (chosen) history.replaceState(null, "", "#" + encodeURIComponent(id));
   for (const row of $("item-list").children) {
     row.classList.toggle("selected", row.dataset.id === id);
+    if (row.dataset.id === id) row.setAttribute("aria-current", "true");
+    else row.removeAttribute("aria-current");
   }
   state.detailDirty = true;
   schedule();

@@ -82,6 +82,7 @@ function tokenRefusal() {
 async function command(path, body, done) {
   const id = state.selected;
   if (!id || state.commanding) return false;
+  const from = document.activeElement;
   $("command-note").hidden = true;
   state.commanding = true;
   setControls();
@@ -121,7 +122,25 @@ async function command(path, body, done) {
     await refresh();
     state.commanding = false;
     setControls();
+    focusAfter(from);
   }
+}
+
+// The control a command came from is disabled while it is answered, which sends the
+// keyboard's focus to the page (found by acceptance testing, ADR-0137): it gets it back,
+// or, gone or disabled now (Start once started), the note saying what happened does.
+// Focus the user moved elsewhere meanwhile stays there.
+function focusAfter(from) {
+  const lost = document.activeElement === document.body || document.activeElement === null;
+  if (!lost || !from || from === document.body) return;
+  const again = from.isConnected ? from : findKey(from.dataset && from.dataset.key);
+  if (again && !again.disabled && again.offsetParent !== null) again.focus();
+  else if (!$("command-note").hidden) $("command-note").focus();
+}
+
+function findKey(key) {
+  if (!key) return null;
+  return [...document.querySelectorAll("[data-key]")].find((n) => n.dataset.key === key) || null;
 }
 
 $("start").addEventListener("click", () => command("/start", {}, "Started."));
@@ -323,9 +342,13 @@ function actionReason(action) {
 // say why, rather than refused on a click (ADR-0127).
 const NO_ATTEMPT_LEFT = "No attempt left: Extend its Action attempts first";
 
-function actionButton(label, className, onclick, title, spent) {
+function actionButton(label, className, onclick, title, spent, where, action) {
   const button = el("button", label, className);
   button.type = "button";
+  // Told apart in a screen reader's list of buttons, and found again once the timeline
+  // is drawn anew (``keepingFocus``).
+  button.setAttribute("aria-label", label + " " + where);
+  button.dataset.key = className + ":" + action.id;
   button.dataset.spent = String(Boolean(spent));
   button.disabled = Boolean(busyReason()) || Boolean(spent);
   button.title = visible(spent ? NO_ATTEMPT_LEFT : title);
@@ -342,7 +365,7 @@ function actionButtons(action) {
   const open = (kind) => () => openActionForm(action, kind, where);
   const spent = action.noAttemptLeft;
   const button = (label, className, onclick, title) =>
-    buttons.push(actionButton(label, className, onclick, title, spent));
+    buttons.push(actionButton(label, className, onclick, title, spent, where, action));
   if (action.status === "failed") {
     const again = "Run this Action again (generation " + action.generation + ")";
     button("Retry", "retry", () => retryAction(action, "", "retried"), again);
@@ -352,7 +375,7 @@ function actionButtons(action) {
   } else if (action.status === "ready" || action.status === "running") {
     if (stoppedNow()) {
       // Refused while stopped, in words that did not say so (found by acceptance testing).
-      const guide = actionButton("Guide", "guide", open("guide"), "", false);
+      const guide = actionButton("Guide", "guide", open("guide"), "", false, where, action);
       guide.disabled = true;
       guide.title = STOPPED_TITLE;
       buttons.push(guide);
@@ -382,7 +405,8 @@ const ACTION_FORMS = {
 };
 
 function openActionForm(action, kind, where) {
-  state.actionForm = { action, kind };
+  const opener = document.activeElement;
+  state.actionForm = { action, kind, opener: opener && opener.dataset ? opener.dataset.key : null };
   const question = actionReason(action);
   const label = ACTION_FORMS[kind].verb + where + (question ? ": " + question : "");
   $("action-form-label").textContent = visible(label);
@@ -395,6 +419,14 @@ function openActionForm(action, kind, where) {
 function closeActionForm() {
   state.actionForm = null;
   $("action-form").hidden = true;
+}
+
+// Escape closes the form and the keyboard is back on the button that opened it (found
+// by acceptance testing, ADR-0137: only Close closed it, and focus went to the page).
+function dismissActionForm() {
+  const opener = state.actionForm && findKey(state.actionForm.opener);
+  closeActionForm();
+  if (opener && !opener.disabled) opener.focus();
 }
 
 // The open form's Action changed meanwhile (retried in another tab, say): a send would
@@ -414,7 +446,13 @@ function checkActionForm(timeline) {
   );
 }
 
-$("action-close").addEventListener("click", closeActionForm);
+$("action-close").addEventListener("click", dismissActionForm);
+$("action-form").addEventListener("keydown", (event) => {
+  if (event.key === "Escape") {
+    event.preventDefault();
+    dismissActionForm();
+  }
+});
 $("action-form").addEventListener("submit", async (event) => {
   event.preventDefault();
   const open = state.actionForm;
