@@ -15,8 +15,8 @@ import httpx
 import pytest
 from http_client import served
 from test_http_api import fail_current_action
-from test_http_browser import TIMEOUT_MS
-from test_http_browser_list import browser, wait_current_etag  # noqa: F401  (a fixture)
+from test_http_browser import TIMEOUT_MS, chromium, playwright_api
+from test_http_browser_list import wait_current_etag
 
 from workcenter.adapters.http.app import create_app
 from workcenter.application import WorkCenter
@@ -26,6 +26,16 @@ from workcenter.application import WorkCenter
 def wc(db_path: Path) -> Iterator[WorkCenter]:
     with WorkCenter.open(db_path) as center:
         yield center
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    with playwright_api().sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            launched.close()
 
 
 def focused_id(page: Any) -> str | None:
@@ -52,9 +62,7 @@ def test_a_phone_sized_screen_does_not_scroll_sideways(
         assert box is not None and box["x"] + box["width"] <= width
 
 
-def test_a_live_update_keeps_the_keyboards_place_in_the_list(
-    wc: WorkCenter, browser: Any
-) -> None:
+def test_a_live_update_keeps_the_keyboards_place_in_the_list(wc: WorkCenter, browser: Any) -> None:
     first = wc.create_work_item(title="First", goal="g", mode="linear")
     second = wc.create_work_item(title="Second", goal="g", mode="linear")
     with served(create_app(wc)) as base:
@@ -66,21 +74,18 @@ def test_a_live_update_keeps_the_keyboards_place_in_the_list(
         page.wait_for_selector(
             f"#item-list li[data-id='{first.id}'][aria-current='true']", timeout=TIMEOUT_MS
         )
-        assert page.locator(f"#item-list li[data-id='{second.id}']").get_attribute(
-            "aria-current"
-        ) is None
+        assert (
+            page.locator(f"#item-list li[data-id='{second.id}']").get_attribute("aria-current")
+            is None
+        )
         assert focused_id(page) == str(first.id)
         third = httpx.post(f"{base}/api/work-items", json={"title": "Third", "goal": "g"})
         assert third.status_code == 201, third.text
-        page.wait_for_selector(
-            f"#item-list li[data-id='{third.json()['id']}']", timeout=TIMEOUT_MS
-        )
+        page.wait_for_selector(f"#item-list li[data-id='{third.json()['id']}']", timeout=TIMEOUT_MS)
         assert focused_id(page) == str(first.id)
 
 
-def test_focus_stays_with_the_control_a_command_came_from(
-    wc: WorkCenter, browser: Any
-) -> None:
+def test_focus_stays_with_the_control_a_command_came_from(wc: WorkCenter, browser: Any) -> None:
     item = wc.create_work_item(title="Draft", goal="g", mode="linear")
     with served(create_app(wc)) as base:
         page = browser.new_page()
