@@ -1,6 +1,7 @@
 """Workcenter: a durable, event-sourced work ledger for AI-agent orchestration."""
 
 from workcenter.adapters.persistence import StoreClosed
+from workcenter.adapters.postgres_connection import PoolBusy, StoreDisconnected
 from workcenter.application import Claim, SystemClock, WorkCenter, WriteContention
 from workcenter.bootstrap import StoreUnavailable
 from workcenter.domain.errors import (
@@ -19,10 +20,12 @@ __all__ = [
     "CommandRefused",
     "InvalidInput",
     "NotFound",
+    "PoolBusy",
     "ResourceStopError",
     "RunReport",
     "StaleRun",
     "StoreClosed",
+    "StoreDisconnected",
     "StoreUnavailable",
     "SystemClock",
     "VersionConflict",

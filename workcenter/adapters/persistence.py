@@ -13,13 +13,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit
 from uuid import UUID
 
 import orjson
 from eventsourcing.persistence import Mapper, Notification, StoredEvent, Transcoder
 from eventsourcing.utils import get_topic, resolve_topic
+from pydantic_core import PydanticSerializationError
 
 from workcenter.adapters.compression import COMPRESSOR_TOPIC, is_compressed, worth_deflating
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
@@ -138,6 +139,9 @@ class PydanticMapper(Mapper[UUID]):
         return "its fields are not those of its event class"
 
 
+INTERRUPTED_SERIALIZING: Final = "Error serializing to JSON: KeyboardInterrupt"
+
+
 def encode_state(domain_event: Any) -> bytes:
     """The event's JSON as stored, before compression: its fields less the row's key
     (the row holds the originator's id and version already, ADR-0020), then its
@@ -146,7 +150,14 @@ def encode_state(domain_event: Any) -> bytes:
     pydantic writes the JSON itself, in one call: the same bytes as ``orjson.dumps`` of
     ``model_dump(mode="json")``, without building the dict in between (ADR-0038)."""
     cls = type(domain_event)
-    data: bytes = cls.__pydantic_serializer__.to_json(domain_event, exclude=ROW_FIELDS)
+    try:
+        data: bytes = cls.__pydantic_serializer__.to_json(domain_event, exclude=ROW_FIELDS)
+    except PydanticSerializationError as error:
+        # A Ctrl-C that lands while pydantic calls back into Python comes out as its
+        # error, the interrupt lost (found by an embedder, ADR-0137): raised as it was.
+        if str(error).startswith(INTERRUPTED_SERIALIZING):
+            raise KeyboardInterrupt from None
+        raise
     version = getattr(cls, "class_version", 1)
     if version > 1:
         # The key comes last, as the dict it was once appended to wrote it.

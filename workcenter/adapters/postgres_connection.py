@@ -316,7 +316,16 @@ def watch_connections(datastore: Any) -> None:
         outage.check()
         try:
             with original() as conn:
-                yield conn
+                try:
+                    yield conn
+                except BaseException as error:
+                    if not isinstance(error, Exception):
+                        # An interrupt (Ctrl-C, SystemExit) mid-exchange leaves psycopg's
+                        # pipeline and prepared statements out of step with the server's:
+                        # closed, the pool makes another (later commands failed "prepared
+                        # statement ... does not exist"; found by an embedder, ADR-0137).
+                        conn.close()
+                    raise
             if lost_said[0]:  # a use that went through: the server answers
                 lost_said[0] = False
                 log.warning("the database answers again")

@@ -1,9 +1,11 @@
 """A SQLite file's lock held past the lock timeout, as the error a PostgreSQL write held
-up by a lock is (ADR-0135). Applied by the composition root to a SQLite store's
+up by a lock is (ADR-0135), and no transaction left open on a connection given back
+(ADR-0137). Applied by the composition root to a SQLite store's
 datastore, beside ``persistence.refuse_when_closed``."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,7 +29,10 @@ def watch_locks(datastore: Any) -> None:
     def get_connection(*, commit: bool) -> Iterator[Any]:
         try:
             with original(commit=commit) as conn:
-                yield conn
+                try:
+                    yield conn
+                finally:
+                    _ended(conn)
         except ConnectionUnavailableError as error:
             # The thread that holds the writer (or every reader) waits on the file's lock;
             # the others waited for it past the pool's timeout: the same hold-up, said
@@ -49,3 +54,15 @@ def watch_locks(datastore: Any) -> None:
             ) from error
 
     datastore.get_connection = get_connection
+
+
+def _ended(conn: Any) -> None:
+    """Roll back a transaction left open on ``conn`` before it goes back to the pool: an
+    interrupt (Ctrl-C) landing between a ``BEGIN`` and the ``with`` that ends it left it
+    open, and every later command on the connection failed "cannot start a transaction
+    within a transaction", the library's untyped error (found by an embedder, ADR-0137)."""
+    raw = getattr(conn, "_sqlite_conn", None)  # the library's connection wraps sqlite3's
+    if raw is not None and raw.in_transaction:
+        # One that cannot roll back fails its next use, typed as ever.
+        with contextlib.suppress(sqlite3.Error):
+            raw.rollback()
