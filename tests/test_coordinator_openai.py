@@ -13,6 +13,7 @@ from conftest import create_dynamic
 from domain_states import brief, decision
 from test_providers import Stub, provider
 
+from workcenter.adapters.providers.openai_compatible import ERROR_EXCERPT
 from workcenter.application import WorkCenter
 from workcenter.domain.coordinator_request import CORRECTION_HEADING
 from workcenter.domain.decisions import AUTOMATIC_TURN, reply_schema
@@ -98,3 +99,16 @@ def test_a_provider_that_echoes_the_api_key_does_not_get_it_stored(
     assert any("Incorrect API key provided: ***" in event for event in stored)
     assert not any(key in event for event in stored)
     assert key not in json.dumps(wc.detail(item.id))
+
+
+def test_a_key_the_excerpt_cuts_is_masked_too(wc: WorkCenter, stub: Stub) -> None:
+    """The server's words are cut to an excerpt before they are kept: a key that crossed
+    the cut kept its first part whole (found by review, ADR-0137)."""
+    key = "sk-proxy-" + "K" * 42
+    create_dynamic(wc)
+    lead = "x" * (ERROR_EXCERPT - 40)
+    stub.fail(401, f"{lead} {key} and more words after it")
+    [result] = wc.coordinate_once(provider(stub, api_key=key, max_retries=0))
+    assert result.error is not None and key[:12] not in result.error, result.error
+    rows = wc.store.recorder.select_notifications(start=1, limit=10_000)
+    assert not any(key[:12] in repr(wc.store.mapper.to_domain_event(row)) for row in rows)

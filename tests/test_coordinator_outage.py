@@ -51,7 +51,7 @@ class Away:
 
 @pytest.fixture
 def away(monkeypatch: pytest.MonkeyPatch) -> Away:
-    monkeypatch.setattr(coordinator_step, "RESPOND_FIRST_WAIT", 0.01)
+    monkeypatch.setattr(coordinator_step, "STORE_RETRY_FIRST_WAIT", 0.01)
     state = Away()
     read, respond = Repository.conversation, CoordinatorCommands.respond
 
@@ -159,7 +159,7 @@ def test_a_dispatch_whose_store_went_away_is_waited_out_and_read_back(
     its answer was lost is read back as its own, not sent again. Before, the turn failed
     at once: the request the dispatch had reserved was left unknown, charged its whole
     estimate, though the provider was never called (ADR-0137)."""
-    monkeypatch.setattr(coordinator_step, "RESPOND_FIRST_WAIT", 0.01)
+    monkeypatch.setattr(coordinator_step, "STORE_RETRY_FIRST_WAIT", 0.01)
     dispatch = CoordinatorCommands.dispatch
     sent: list[str] = []
     left = [away_tries]

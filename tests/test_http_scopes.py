@@ -198,13 +198,14 @@ def private_file(path: Path, content: str) -> Path:
     return path
 
 
-@pytest.mark.parametrize("mode", [0o644, 0o604, 0o666])
+@pytest.mark.parametrize("mode", [0o644, 0o604, 0o666, 0o660, 0o620])
 def test_a_token_file_other_users_may_read_refuses_to_serve(tmp_path: Path, mode: int) -> None:
     """Written as the docs showed, under the usual umask, every user of the machine could
-    read the tokens (found by acceptance testing, ADR-0137); the owner's group may."""
+    read the tokens (found by acceptance testing, ADR-0137); the owner's group may read
+    them, not write them (a member could add a token of their own; found by review)."""
     tokens = private_file(tmp_path / "tokens", f"worker {WORKER}\n")
     tokens.chmod(mode)
-    refusing = "other users may read or write it: chmod 600"
+    refusing = "others may read or write it, or its group write it: chmod 600"
     with pytest.raises(UnsafeServer, match=refusing) as refusal:
         scoped_tokens({"WORKCENTER_TOKEN_FILE": str(tokens)})
     assert WORKER not in str(refusal.value)

@@ -96,10 +96,6 @@ def cli(ctx: click.Context) -> None:
     --db may be given before or after the verb.
     """
     ctx.ensure_object(dict)
-    if ctx.invoked_subcommand:
-        # PostgreSQL's pg_stat_activity names each connection by its process's verb
-        # (found by acceptance testing, ADR-0137); an operator's own name is kept.
-        os.environ.setdefault("PGAPPNAME", f"workcenter {ctx.invoked_subcommand}")
 
 
 def _budget_line(budget: dict[str, Any]) -> str:
@@ -638,8 +634,26 @@ for _command in (
 
 
 def main() -> None:
+    # PostgreSQL's pg_stat_activity names each connection by its process's verb (found by
+    # acceptance testing, ADR-0137); an operator's own name is kept. Here, in the
+    # command's own process, not in the verbs: a service calling them keeps its own.
+    verb = _verb(sys.argv[1:])
+    if verb is not None:
+        os.environ.setdefault("PGAPPNAME", f"workcenter {verb}")
     try:
         cli(standalone_mode=True)
     except WorkcenterError as error:  # raised outside a verb; verbs report their own
         click.echo(_refusal_line(error), err=True)
         sys.exit(2)
+
+
+def _verb(args: list[str]) -> str | None:
+    """The verb of a command line: its first word that is neither an option nor
+    ``--db``'s value."""
+    words = iter(args)
+    for word in words:
+        if word == "--db":
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None

@@ -258,8 +258,8 @@ def audit_verify(
             opened = sorted({late.linked_at for late in verdict.linked_on_open})
             when = opened[0] if len(opened) == 1 else f"{opened[0]} to {opened[-1]}"
             click.echo(
-                f"note: {verdict.chained_on_open:,} events had no link in the hash chain and"
-                f" were chained when the store was opened ({when}; written with the chain"
+                f"note: {verdict.chained_on_open:,} events of the store had no link in the hash"
+                f" chain and were chained when it was opened ({when}; written with the chain"
                 " off, or their links deleted): the walk proves them as they were stored"
                 " then; an anchor kept from before shows whether they were changed",
                 err=True,

@@ -139,7 +139,8 @@ class PydanticMapper(Mapper[UUID]):
         return "its fields are not those of its event class"
 
 
-INTERRUPTED_SERIALIZING: Final = "Error serializing to JSON: KeyboardInterrupt"
+# How pydantic's error names an interrupt it caught (at any depth of its own wrapping).
+INTERRUPTED: Final = "KeyboardInterrupt: "
 
 
 def encode_state(domain_event: Any) -> bytes:
@@ -155,7 +156,7 @@ def encode_state(domain_event: Any) -> bytes:
     except PydanticSerializationError as error:
         # A Ctrl-C that lands while pydantic calls back into Python comes out as its
         # error, the interrupt lost (found by an embedder, ADR-0137): raised as it was.
-        if str(error).startswith(INTERRUPTED_SERIALIZING):
+        if INTERRUPTED in str(error):
             raise KeyboardInterrupt from None
         raise
     version = getattr(cls, "class_version", 1)
@@ -469,6 +470,8 @@ def _prepare(path: Path, *, create: bool) -> None:
         raise StoreUnavailable(f"no Workcenter store at {path} (an empty SQLite file)")
     if application_id != APPLICATION_ID:
         _stamp(path)  # an empty SQLite file, or a store from before the marker
+        if tables:
+            upgraded(str(path), 0)
 
 
 def _stamp(path: Path) -> None:

@@ -176,11 +176,10 @@ class PostgresChainTable:
     def keep_late(self, linked: Sequence[LateLinks]) -> None:
         """Another store's record (``linked_late``), kept by its copy (``store_copy``)."""
         with sql.transaction(self.datastore, commit=True) as c:
-            for late in linked:
-                c.execute(
-                    f"INSERT INTO {LATE_TABLE} VALUES (?, ?, ?, ?::timestamptz)",
-                    (late.first, late.last, late.count, late.linked_at),
-                )
+            c.raw.executemany(
+                f"INSERT INTO {LATE_TABLE} VALUES (%s, %s, %s, %s::timestamptz)",
+                [(late.first, late.last, late.count, late.linked_at) for late in linked],
+            )
 
     # --- reads for `audit verify` and `audit anchor` -------------------------
 

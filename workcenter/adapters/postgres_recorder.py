@@ -77,15 +77,15 @@ class OneCommitPostgresRecorder(NamedColumnsNotifications, PostgresApplicationRe
             self.datastore, self.events_table_name, self.chain.name, self.channel_name
         )
 
-    def chain_unchained(self) -> int:
+    def chain_unchained(self) -> None:
         """The migration run when a store is opened (see the SQLite twin)."""
         with sql.transaction(self.datastore, commit=False) as c:
             head = self.chain.head(c)
             c.execute(f"SELECT MAX(notification_id) FROM {self.events_table_name}")
             last = c.fetchone()[0] or 0
         if last <= (head.position if head else 0):
-            return 0
-        return hash_chain.chain_unchained(self.chain, self.chain.write_transaction)
+            return
+        hash_chain.chain_unchained(self.chain, self.chain.write_transaction)
 
     # A lost connection rolls the whole transaction back, so trying again is safe.
     @retry((InterfaceError, OperationalError), max_attempts=10, wait=0.2)

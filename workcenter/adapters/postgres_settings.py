@@ -230,7 +230,7 @@ class WorkcenterPostgresFactory(PostgresFactory):
             recorder.chained = hash_chain.enabled(self.env.get(hash_chain.HASH_CHAIN_KEY))
             if recorder.chained:
                 # A store written before the chain (or with it off) is chained on open;
-                # `audit verify` says how many were (ADR-0134).
+                # the store records it, and every `audit verify` says so (ADR-0134, 0137).
                 recorder.chain_unchained()
         return recorder
 

@@ -65,16 +65,16 @@ class OneCommitSQLiteRecorder(SQLiteApplicationRecorder):
         self.chain = SQLiteChainTable(datastore, events_table_name)
         self.create_table_statements.extend(self.chain.create_statements)
 
-    def chain_unchained(self) -> int:
+    def chain_unchained(self) -> None:
         """The migration run when a store is opened: chain the events that have no link
-        yet (all of them in a store written before the chain). Returns how many."""
+        yet (all of them in a store written before the chain)."""
         with self.datastore.transaction(commit=False) as c:
             head = self.chain.head(c)
             c.execute(f"SELECT MAX(rowid) FROM {self.events_table_name}")
             last = c.fetchone()[0] or 0
         if last <= (head.position if head else 0):
-            return 0  # the usual open: nothing to do, and no write lock taken
-        return hash_chain.chain_unchained(self.chain, self._write_transaction)
+            return  # the usual open: nothing to do, and no write lock taken
+        hash_chain.chain_unchained(self.chain, self._write_transaction)
 
     @contextmanager
     def _write_transaction(self) -> Iterator[SQLiteCursor]:

@@ -61,8 +61,10 @@ def _ended(conn: Any) -> None:
     interrupt (Ctrl-C) landing between a ``BEGIN`` and the ``with`` that ends it left it
     open, and every later command on the connection failed "cannot start a transaction
     within a transaction", the library's untyped error (found by an embedder, ADR-0137)."""
-    raw = getattr(conn, "_sqlite_conn", None)  # the library's connection wraps sqlite3's
-    if raw is not None and raw.in_transaction:
+    # The library's connection wraps sqlite3's (eventsourcing is pinned: a rename of its
+    # private attribute fails here, loudly, rather than turning this off).
+    raw = conn._sqlite_conn
+    if raw.in_transaction:
         # One that cannot roll back fails its next use, typed as ever.
         with contextlib.suppress(sqlite3.Error):
             raw.rollback()

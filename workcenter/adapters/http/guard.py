@@ -25,7 +25,6 @@ import ipaddress
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -140,15 +139,20 @@ def scoped_tokens(environ: Mapping[str, str]) -> list[tuple[str, str]]:
     if not path:
         return pairs
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
-        private = not os.stat(path).st_mode & 0o007
+        with open(path, encoding="utf-8") as file:
+            # The file read is the file checked (not its path's, which could change).
+            private = not os.fstat(file.fileno()).st_mode & 0o027
+            lines = file.read().splitlines()
     except (OSError, UnicodeDecodeError) as error:
         raise UnsafeServer(
             f"{TOKEN_FILE_ENV}: cannot read {path}: {type(error).__name__}"
         ) from None
     if not private:
-        # As ssh and PostgreSQL refuse keys others may read (ADR-0137).
-        raise UnsafeServer(f"{path}: other users may read or write it: chmod 600 (or 640) it")
+        # As ssh and PostgreSQL refuse keys others may read, or the group change (a
+        # member could add a token of their own; ADR-0137).
+        raise UnsafeServer(
+            f"{path}: others may read or write it, or its group write it: chmod 600 (or 640) it"
+        )
     for number, line in enumerate(lines, 1):
         words = line.split()
         if not words or words[0].startswith("#"):

@@ -148,11 +148,22 @@ class OpenAICompatibleProvider:
         """``failed`` without this provider's key: a server may name the key it was sent
         ("Incorrect API key provided: ..."), and a turn's failure is stored in events no
         one can edit and shown by every read (found by acceptance testing, ADR-0137)."""
-        message = str(failed)
+        key, message = self._api_key, str(failed)
         # A key too short to be a secret would mask words of the message.
-        if len(self._api_key) < MASKED_KEY_LENGTH or self._api_key not in message:
+        if len(key) < MASKED_KEY_LENGTH:
             return failed
-        return ProviderFailed(message.replace(self._api_key, MASK), transient=failed.transient)
+        masked = message.replace(key, MASK)
+        if masked.endswith("…"):
+            # The excerpt's cut may fall inside the key: its first part is masked too
+            # (found by review, ADR-0137).
+            kept = masked[:-1]
+            for length in range(min(len(key) - 1, len(kept)), MASKED_KEY_LENGTH - 1, -1):
+                if kept.endswith(key[:length]):
+                    masked = kept[:-length] + MASK + "…"
+                    break
+        if masked == message:
+            return failed
+        return ProviderFailed(masked, transient=failed.transient)
 
     def close(self) -> None:
         """Close the connection pool (the provider is unusable after)."""

@@ -44,8 +44,8 @@ from workcenter.service_layer.ports import (
 CORRECTION_LIMIT = 2_000
 # A dispatch, or a reply in hand, is written again after these waits, doubling, while
 # the store is away.
-RESPOND_FIRST_WAIT = 0.1
-RESPOND_LAST_WAIT = 2.0
+STORE_RETRY_FIRST_WAIT = 0.1
+STORE_RETRY_LAST_WAIT = 2.0
 MAX_STEPS = 10_000  # due wakes one pass takes on
 TurnStatus = Literal["decided", "failed", "lost", "skipped"]
 _T = TypeVar("_T")
@@ -331,7 +331,7 @@ class Coordinator:
         lease; ``failed`` says an earlier try's answer was lost, so its write may have been
         made: ``write`` reads that back first."""
         deadline = time.monotonic() + self.lease.total_seconds()
-        delay, failed = RESPOND_FIRST_WAIT, False
+        delay, failed = STORE_RETRY_FIRST_WAIT, False
         while True:
             try:
                 return write(failed)
@@ -340,7 +340,7 @@ class Coordinator:
                     raise
             failed = True
             time.sleep(delay)
-            delay = min(delay * 2, RESPOND_LAST_WAIT)
+            delay = min(delay * 2, STORE_RETRY_LAST_WAIT)
 
     def _decide(
         self, state: _Attempt, provider_turn_id: UUID, text: str, attempt: int

@@ -267,25 +267,23 @@ def append_links(
     table.insert(c, links)
 
 
-def chain_unchained(table: ChainTable, transaction: Callable[[], Any]) -> int:
+def chain_unchained(table: ChainTable, transaction: Callable[[], Any]) -> None:
     """The migration: chain every event after the chain's head, ``BATCH`` per write
     transaction (``transaction()`` is a context manager giving a cursor that holds the
-    write lock); idempotent, and resumable if interrupted. Returns how many it chained.
+    write lock); idempotent, and resumable if interrupted.
 
     Each batch is recorded with its links (``record_late``): links made now prove the
     events only as they are stored now (written with the chain off, or their links
     deleted), and whichever process opened the store, `audit verify` says so (ADR-0137;
     before, only a verify that made them itself did)."""
-    chained = 0
     while True:
         with transaction() as c:
             head = table.head(c)
             events = table.unchained(c, head.position if head else 0, None)
             if not events:
-                return chained
+                return
             _chain(table, c, head, events)
             table.record_late(c, events[0][0], events[-1][0])
-            chained += len(events)
 
 
 @dataclass(frozen=True)
@@ -399,7 +397,8 @@ class Verdict:
     # One that decodes to another state than its events' fold is where loads start
     # from, so commands act on a state the history does not hold: not ``ok`` (ADR-0103).
     mismatched_snapshots: tuple[DamagedSnapshot, ...] = ()
-    # Events an open chained (``chain_unchained``): proven only as stored then; an
+    # Events of the store (not only of a verify's scope) an open chained
+    # (``chain_unchained``): proven only as stored then; an
     # anchor kept from before shows whether they were changed.
     linked_on_open: tuple[LateLinks, ...] = ()
 
