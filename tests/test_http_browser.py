@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -67,6 +68,18 @@ def playwright_api() -> Any:
     except ImportError:
         _missing("Playwright is not installed", "pip install -e '.[dev]'")
     return sync_api
+
+
+@contextmanager
+def launched_chromium() -> Iterator[Any]:
+    """Debian's Chromium, headless, through Playwright (skips as ``chromium`` says)."""
+    executable = chromium()
+    with playwright_api().sync_playwright() as p:
+        launched = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            launched.close()
 
 
 @pytest.fixture

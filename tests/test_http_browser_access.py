@@ -8,14 +8,13 @@ time, neither with a date. Skips as ``test_http_browser`` does without Chromium.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from http_client import served
 from test_http_api import fail_current_action
-from test_http_browser import TIMEOUT_MS, chromium, playwright_api
+from test_http_browser import TIMEOUT_MS, launched_chromium
 from test_http_browser_list import wait_current_etag
 
 from workcenter.adapters.http.app import create_app
@@ -23,19 +22,9 @@ from workcenter.application import WorkCenter
 
 
 @pytest.fixture
-def wc(db_path: Path) -> Iterator[WorkCenter]:
-    with WorkCenter.open(db_path) as center:
-        yield center
-
-
-@pytest.fixture
 def browser() -> Iterator[Any]:
-    with playwright_api().sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=chromium(), args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with launched_chromium() as launched:
+        yield launched
 
 
 def focused_id(page: Any) -> str | None:

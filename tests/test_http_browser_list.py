@@ -21,7 +21,7 @@ import pytest
 from conftest import budget_commands, report
 from http_client import served
 from test_http_api import fail_current_action
-from test_http_browser import ARTIFACTS, TIMEOUT_MS, chromium, playwright_api
+from test_http_browser import ARTIFACTS, TIMEOUT_MS, launched_chromium
 
 from workcenter.adapters.http.app import create_app
 from workcenter.adapters.http.guard import Policy
@@ -40,14 +40,8 @@ def wc(db_path: Path) -> Iterator[WorkCenter]:
 
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    executable = chromium()
-    playwright = playwright_api()
-    with playwright.sync_playwright() as p:
-        launched = p.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with launched_chromium() as launched:
+        yield launched
 
 
 def fill_store(wc: WorkCenter) -> dict[str, Any]:
