@@ -679,3 +679,21 @@ def test_verify_reports_its_progress_up_to_the_last_position(store: Store) -> No
     ).ok
     last = store.tamper.positions()[-1]
     assert seen and seen[-1] == ("events", last, last)
+
+
+def test_an_edited_record_of_late_links_is_said_typed(tmp_path: Path) -> None:
+    """A row of the record edited in the database ended a verify in a traceback, exit 1
+    as if the history were broken (found by acceptance testing, ADR-0137)."""
+    path = tmp_path / "late.db"
+    with WorkCenter.open(path) as wc:
+        wc.create_work_item(title="t", goal="g", mode="linear")
+    with sqlite3.connect(path) as con:
+        con.execute("DELETE FROM event_chain")
+    CliRunner().invoke(cli, ["--db", str(path), "list"])  # chains them again, recorded
+    with sqlite3.connect(path) as con:
+        con.execute("UPDATE event_chain_late SET count = 'x'")
+    said = CliRunner().invoke(cli, ["--db", str(path), "audit", "verify"])
+    assert said.exit_code == 2, said.output
+    assert said.stderr.startswith("HistoryConflict: a row of event_chain_late") and (
+        "Traceback" not in said.output
+    )

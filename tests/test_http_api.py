@@ -529,3 +529,14 @@ def test_the_dashboards_files_carry_the_pages_security_headers(wc: WorkCenter, p
     assert answer.status_code == 200
     assert "frame-ancestors 'none'" in answer.headers["Content-Security-Policy"]
     assert answer.headers["X-Content-Type-Options"] == "nosniff"
+
+
+@pytest.mark.parametrize("path", ["/docs", "/redoc", "/openapi.json", "/api/work-items"])
+def test_no_answer_may_be_framed_by_another_site(wc: WorkCenter, path: str) -> None:
+    """`/docs` (Swagger UI sends requests for its user on a click) could be framed and
+    clicked through on a loopback server without a token (found by acceptance testing,
+    ADR-0137)."""
+    answer = client(wc).get(path)
+    assert answer.status_code == 200
+    assert answer.headers["X-Frame-Options"] == "DENY"
+    assert answer.headers["X-Content-Type-Options"] == "nosniff"

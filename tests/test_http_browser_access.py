@@ -46,6 +46,15 @@ def test_a_phone_sized_screen_does_not_scroll_sideways(
         page.wait_for_selector("#audit tbody tr", timeout=TIMEOUT_MS)
         wide = page.evaluate("() => document.documentElement.scrollWidth")
         assert wide <= width, f"the page is {wide} px wide on a {width} px screen"
+        # The audit's table keeps its columns readable, scrolling in its own box.
+        audit = page.evaluate("() => document.getElementById('audit').offsetWidth")
+        assert audit >= 550, f"the audit table is {audit} px wide"
+        lines = page.evaluate(
+            "() => [...document.querySelectorAll('#audit tbody tr:first-child td')]"
+            ".slice(0, 4).map((td) => { const r = document.createRange();"
+            " r.selectNodeContents(td); return r.getClientRects().length; })"
+        )
+        assert lines == [1, 1, 1, 1], f"the audit's cells broke inside words: {lines} lines"
         # The steering buttons are on the screen, not cut off at its right.
         box = page.locator("#cancel").bounding_box()
         assert box is not None and box["x"] + box["width"] <= width

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import threading
 import types
 import typing
 from pathlib import Path
@@ -149,3 +150,36 @@ def test_a_refused_newer_store_is_not_written(db_path: Path) -> None:
     with pytest.raises(StoreUnavailable, match="upgrade Workcenter"):
         WorkCenter.open(db_path)
     assert db_path.read_bytes() == before and user_version(db_path) == LAYOUT + 1
+
+
+def test_opens_racing_on_an_older_file_raise_its_layout_once(
+    db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each of two processes opening an older file at once read its header, then wrote
+    it and said so: the write is made under the file's lock, read again there (found by
+    acceptance testing, ADR-0137)."""
+    with WorkCenter.open(db_path) as wc:
+        create_linear(wc)
+    for _ in range(ROUNDS):
+        conn = sqlite3.connect(db_path)
+        conn.execute("PRAGMA user_version = 1")
+        conn.commit()
+        conn.close()
+        start = threading.Barrier(RACERS)
+
+        def opening(start: threading.Barrier = start) -> None:
+            start.wait()
+            persistence.prepare_store_file(str(db_path), create=False)
+
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="workcenter.store"):
+            threads = [threading.Thread(target=opening) for _ in range(RACERS)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        said = [r for r in caplog.records if "upgraded" in r.getMessage()]
+        assert len(said) == 1 and user_version(db_path) == LAYOUT
+
+
+ROUNDS, RACERS = 5, 8

@@ -462,8 +462,7 @@ def _prepare(path: Path, *, create: bool) -> None:
         if user_version < LAYOUT:
             # Upgraded before anything is written: an older Workcenter refuses it from now
             # on (ADR-0137), as one that read the events this one may write would fail.
-            _stamp(path)
-            upgraded(str(path), user_version)
+            _raise_layout(path)
     elif application_id != 0 or (tables and not tables >= LEGACY_TABLES):
         raise StoreUnavailable(f"{path} is not a Workcenter store (another application's file)")
     elif not tables and not create:
@@ -472,6 +471,31 @@ def _prepare(path: Path, *, create: bool) -> None:
         _stamp(path)  # an empty SQLite file, or a store from before the marker
         if tables:
             upgraded(str(path), 0)
+
+
+def _raise_layout(path: Path) -> None:
+    """The file's header raised to ``LAYOUT`` under its write lock, read again there: of
+    processes opening it at once, one raises it and says so, and none lowers a layout a
+    newer one wrote meanwhile (found by acceptance testing, ADR-0137)."""
+    try:
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            before = conn.execute("PRAGMA user_version").fetchone()[0]
+            if before < LAYOUT:
+                conn.execute(f"PRAGMA user_version = {LAYOUT}")
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+    except sqlite3.Error as error:
+        raise StoreUnavailable(f"cannot write the store at {path}: {error}") from None
+    if before > LAYOUT:
+        raise StoreUnavailable(
+            f"{path} has store layout {before}; this Workcenter reads up to "
+            f"{LAYOUT} (upgrade Workcenter: a newer one made or upgraded this store)"
+        )
+    if before < LAYOUT:
+        upgraded(str(path), before)
 
 
 def _stamp(path: Path) -> None:

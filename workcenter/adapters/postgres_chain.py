@@ -171,7 +171,7 @@ class PostgresChainTable:
                 " to_char(linked_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
                 f" FROM {LATE_TABLE} ORDER BY linked_at, first_position"
             )
-            return [LateLinks(*row) for row in c.fetchall()]
+            return [hash_chain.late_links(row) for row in c.fetchall()]
 
     def keep_late(self, linked: Sequence[LateLinks]) -> None:
         """Another store's record (``linked_late``), kept by its copy (``store_copy``)."""

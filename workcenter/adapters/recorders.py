@@ -263,7 +263,7 @@ class SQLiteChainTable:
     def linked_late(self) -> list[LateLinks]:
         with self.datastore.transaction(commit=False) as c:
             c.execute(f"SELECT * FROM {LATE_TABLE} ORDER BY linked_at, first_position")
-            return [LateLinks(*row) for row in c.fetchall()]
+            return [hash_chain.late_links(row) for row in c.fetchall()]
 
     def keep_late(self, linked: Sequence[LateLinks]) -> None:
         """Another store's record (``linked_late``), kept by its copy (``store_copy``)."""

@@ -283,7 +283,7 @@ class Guard:
                 await self._too_large(send)
                 return
             more = message.get("more_body", False)
-        await self.app(scope, _replay(body, receive), send)
+        await self.app(scope, _replay(body, receive), _unframed(send))
 
     @property
     def max_body(self) -> int:
@@ -325,3 +325,21 @@ def _replay(body: bytes, receive: Receive) -> Receive:
         return await receive()
 
     return replay
+
+
+# Every answer refuses to be framed by another site and to have its type guessed: the
+# dashboard's page said so, but `/docs`, whose Swagger UI sends requests for its user
+# on a click, could be framed and clicked through (found by acceptance testing, ADR-0137).
+_UNFRAMED = ((b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff"))
+
+
+def _unframed(send: Send) -> Send:
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers", ()))
+            named = {name.lower() for name, _ in headers}
+            headers.extend(pair for pair in _UNFRAMED if pair[0] not in named)
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending

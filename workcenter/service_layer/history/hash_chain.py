@@ -286,6 +286,19 @@ def chain_unchained(table: ChainTable, transaction: Callable[[], Any]) -> None:
             table.record_late(c, events[0][0], events[-1][0])
 
 
+def late_links(row: Sequence[Any]) -> LateLinks:
+    """A stored row of ``LATE_TABLE`` read, or ``HistoryConflict`` when it is not one
+    (edited in the database: a verify ended in a traceback; found by acceptance testing,
+    ADR-0137)."""
+    first, last, count, linked_at = row
+    if not all(type(v) is int for v in (first, last, count)) or not isinstance(linked_at, str):
+        raise HistoryConflict(
+            f"a row of {LATE_TABLE}, the record of events chained on open, is not one"
+            f" ({row!r}): it was edited in the database"
+        )
+    return LateLinks(first, last, count, linked_at)
+
+
 @dataclass(frozen=True)
 class LateLinks:
     """Events from position ``first`` to ``last`` that a store's open chained at
