@@ -21,13 +21,12 @@ from workcenter.projections.sql import PortableCursor
 from workcenter.service_layer.history import hash_chain
 from workcenter.service_layer.history.hash_chain import (
     BATCH,
-    LATE_TABLE,
     ChainReads,
-    LateLinks,
     Link,
     Row,
     Stream,
 )
+from workcenter.service_layer.history.late_links import LATE_TABLE, LateLinks, late_links
 
 CHAIN_TABLE = "event_chain"
 
@@ -171,7 +170,7 @@ class PostgresChainTable:
                 " to_char(linked_at AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"')"
                 f" FROM {LATE_TABLE} ORDER BY linked_at, first_position"
             )
-            return [hash_chain.late_links(row) for row in c.fetchall()]
+            return [late_links(row) for row in c.fetchall()]
 
     def keep_late(self, linked: Sequence[LateLinks]) -> None:
         """Another store's record (``linked_late``), kept by its copy (``store_copy``)."""

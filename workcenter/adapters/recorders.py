@@ -29,12 +29,11 @@ from workcenter.projections.inline import InlineWrite
 from workcenter.service_layer.history import hash_chain
 from workcenter.service_layer.history.hash_chain import (
     BATCH,
-    LATE_TABLE,
-    LateLinks,
     Link,
     Row,
     Stream,
 )
+from workcenter.service_layer.history.late_links import LATE_TABLE, LateLinks, late_links
 
 # The names of the keyword arguments a save passes down to the recorder.
 SNAPSHOTS = "snapshots"
@@ -263,7 +262,7 @@ class SQLiteChainTable:
     def linked_late(self) -> list[LateLinks]:
         with self.datastore.transaction(commit=False) as c:
             c.execute(f"SELECT * FROM {LATE_TABLE} ORDER BY linked_at, first_position")
-            return [hash_chain.late_links(row) for row in c.fetchall()]
+            return [late_links(row) for row in c.fetchall()]
 
     def keep_late(self, linked: Sequence[LateLinks]) -> None:
         """Another store's record (``linked_late``), kept by its copy (``store_copy``)."""

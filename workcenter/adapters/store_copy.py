@@ -42,7 +42,7 @@ from workcenter.adapters.persistence import (
 from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput, WorkcenterError
 from workcenter.projections.lifecycle import Progress
-from workcenter.service_layer.history.hash_chain import LateLinks
+from workcenter.service_layer.history.late_links import LateLinks
 
 NEW_KEY_ENV: Final = "WORKCENTER_NEW_CIPHER_KEY"
 PAGE: Final = 500

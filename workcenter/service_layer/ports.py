@@ -18,7 +18,8 @@ from eventsourcing.persistence import StoredEvent
 from workcenter.domain.errors import WorkcenterError
 from workcenter.domain.model import DomainEvent
 from workcenter.projections.inline import InlineWrite
-from workcenter.service_layer.history.hash_chain import LateLinks, Link, Row
+from workcenter.service_layer.history.hash_chain import Link, Row
+from workcenter.service_layer.history.late_links import LateLinks
 
 
 class StoreUnreachable(WorkcenterError):

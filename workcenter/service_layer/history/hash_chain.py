@@ -22,13 +22,16 @@ import hashlib
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
 
 from workcenter.domain import bounds
 from workcenter.domain.errors import InvalidInput, WorkcenterError
+
+if TYPE_CHECKING:  # late_links imports this module's HistoryConflict
+    from workcenter.service_layer.history.late_links import LateLinks
 
 TAG: Final = b"workcenter-chain-v1\x00"
 GENESIS: Final = bytes(32)
@@ -37,8 +40,6 @@ DIGEST_HEX: Final = 64
 FIRST_VERSION: Final = 1
 # Events chained or verified per transaction and per page of a walk.
 BATCH: Final = 5_000
-# The table of what opens chained (``chain_unchained``), beside the chain's.
-LATE_TABLE: Final = "event_chain_late"
 
 ON: Final = ("1", "true", "yes", "on")
 OFF: Final = ("0", "false", "no", "off")
@@ -158,7 +159,8 @@ class ChainTable(Protocol):
 
     def record_late(self, c: Any, first: int, last: int) -> None:
         """Record that the events from ``first`` to ``last`` were chained by an open
-        (``chain_unchained``), now, in the store, for every later ``audit verify``."""
+        (``chain_unchained``), now, in the store, for every later ``audit verify``
+        (``late_links``)."""
 
 
 def extend(
@@ -284,38 +286,6 @@ def chain_unchained(table: ChainTable, transaction: Callable[[], Any]) -> None:
                 return
             _chain(table, c, head, events)
             table.record_late(c, events[0][0], events[-1][0])
-
-
-def late_links(row: Sequence[Any]) -> LateLinks:
-    """A stored row of ``LATE_TABLE`` read, or ``HistoryConflict`` when it is not one
-    (edited in the database: a verify ended in a traceback; found by acceptance testing,
-    ADR-0137)."""
-    first, last, count, linked_at = row
-    if not all(type(v) is int for v in (first, last, count)) or not isinstance(linked_at, str):
-        raise HistoryConflict(
-            f"a row of {LATE_TABLE}, the record of events chained on open, is not one"
-            f" ({row!r}): it was edited in the database"
-        )
-    return LateLinks(first, last, count, linked_at)
-
-
-@dataclass(frozen=True)
-class LateLinks:
-    """Events from position ``first`` to ``last`` that a store's open chained at
-    ``linked_at`` (an ISO time, UTC), ``count`` of them (positions may have gaps)."""
-
-    first: int
-    last: int
-    count: int
-    linked_at: str
-
-    def json(self) -> dict[str, Any]:
-        return {
-            "first": self.first,
-            "last": self.last,
-            "count": self.count,
-            "linked_at": self.linked_at,
-        }
 
 
 # --- verifying ------------------------------------------------------------------
