@@ -22,16 +22,13 @@ import hashlib
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final, Protocol
 from uuid import UUID
 
 from eventsourcing.persistence import StoredEvent
 
 from workcenter.domain import bounds
 from workcenter.domain.errors import InvalidInput, WorkcenterError
-
-if TYPE_CHECKING:  # late_links imports this module's HistoryConflict
-    from workcenter.service_layer.history.late_links import LateLinks
 
 TAG: Final = b"workcenter-chain-v1\x00"
 GENESIS: Final = bytes(32)
@@ -367,6 +364,18 @@ class DamagedSnapshot:
         return {"stream": str(self.stream), "version": self.version, "reason": self.reason}
 
 
+class Linked(Protocol):
+    """What a verdict says of a batch an open chained (``late_links.LateLinks``)."""
+
+    @property
+    def count(self) -> int: ...
+
+    @property
+    def linked_at(self) -> str: ...
+
+    def json(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class Verdict:
     events: int
@@ -383,7 +392,7 @@ class Verdict:
     # Events of the store (not only of a verify's scope) an open chained
     # (``chain_unchained``): proven only as stored then; an
     # anchor kept from before shows whether they were changed.
-    linked_on_open: tuple[LateLinks, ...] = ()
+    linked_on_open: tuple[Linked, ...] = ()
 
     @property
     def ok(self) -> bool:
