@@ -455,10 +455,7 @@ def _prepare(path: Path, *, create: bool) -> None:
     application_id, user_version, tables = _read_header(path)
     if application_id == APPLICATION_ID:
         if user_version > LAYOUT:
-            raise StoreUnavailable(
-                f"{path} has store layout {user_version}; this Workcenter reads up to "
-                f"{LAYOUT} (upgrade Workcenter: a newer one made or upgraded this store)"
-            )
+            raise _newer(path, user_version)
         if user_version < LAYOUT:
             # Upgraded before anything is written: an older Workcenter refuses it from now
             # on (ADR-0137), as one that read the events this one may write would fail.
@@ -490,12 +487,16 @@ def _raise_layout(path: Path) -> None:
     except sqlite3.Error as error:
         raise StoreUnavailable(f"cannot write the store at {path}: {error}") from None
     if before > LAYOUT:
-        raise StoreUnavailable(
-            f"{path} has store layout {before}; this Workcenter reads up to "
-            f"{LAYOUT} (upgrade Workcenter: a newer one made or upgraded this store)"
-        )
+        raise _newer(path, before)
     if before < LAYOUT:
         upgraded(str(path), before)
+
+
+def _newer(path: Path, layout: int) -> StoreUnavailable:
+    return StoreUnavailable(
+        f"{path} has store layout {layout}; this Workcenter reads up to {LAYOUT}"
+        " (upgrade Workcenter: a newer one made or upgraded this store)"
+    )
 
 
 def _stamp(path: Path) -> None:
