@@ -114,6 +114,38 @@ def test_on_sqlite_a_claim_walks_the_queue_without_holding(
     assert claim is not None and claim.action_id == actions[0]
 
 
+@pytest.mark.parametrize("backend", ["sqlite"])
+def test_on_sqlite_claims_taken_meanwhile_do_not_make_a_claim_skip_ready_actions(
+    wc: WorkCenter, other: WorkCenter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim pages through the queue; other claims of the process take the Actions of
+    its first page while it tries them. Its next page is the Actions after the last one
+    it saw, not those after as many rows as it has read (which, with rows gone, skipped
+    ready Actions and answered None while two were ready; ADR-0138)."""
+    from workcenter.service_layer.handlers import claim as claims
+
+    actions = [
+        a
+        for item in (create_linear(wc, stages=("implement",)) for _ in range(4))
+        if (a := item.current_action_id) is not None
+    ]
+    monkeypatch.setattr(claims, "CLAIM_PAGE", 2)
+    try_claim = claims._try_claim
+    taken: list[UUID] = []
+
+    def taken_meanwhile(*args: Any, **kwargs: Any) -> Any:
+        if not taken:  # while this claim tries its first candidate, two claims take theirs
+            monkeypatch.setattr(claims, "_try_claim", try_claim)
+            taken.extend(c.action_id for c in (wc.claim_next("w1"), wc.claim_next("w1")) if c)
+        return try_claim(*args, **kwargs)
+
+    monkeypatch.setattr(claims, "_try_claim", taken_meanwhile)
+    claim = other.claim_next("w2")
+    assert taken == actions[:2]
+    assert claim is not None
+    assert (claim.action_id, claim.candidates_tried) == (actions[2], 3)
+
+
 def test_a_stale_candidate_is_tried_and_counted(wc: WorkCenter) -> None:
     """The queue's row says ready, the aggregates say otherwise: the claim moves on to the
     next candidate and counts both (the fence is the aggregates, never the queue)."""

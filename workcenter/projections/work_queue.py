@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any, ClassVar, NamedTuple
 from uuid import UUID
 
+import orjson
 from eventsourcing.dispatch import singledispatchmethod
 from eventsourcing.persistence import Tracking
 from eventsourcing.projection import Projection
@@ -27,6 +28,14 @@ from workcenter.projections.tracked import Batch, TrackedView
 READY = (
     "SELECT action_id, work_item_id FROM wq_actions WHERE status = 'ready' AND held = 0"
     " ORDER BY ready_since, sequence LIMIT ? OFFSET ?"
+)
+# SQLite: a claim's next page of candidates, the ready Actions it has not seen (a JSON
+# array of ids). Not by offset: rows other claims took meanwhile would shift the pages
+# and skip ready Actions (ADR-0138).
+READY_UNSEEN = (
+    "SELECT action_id, work_item_id FROM wq_actions WHERE status = 'ready' AND held = 0"
+    " AND action_id NOT IN (SELECT value FROM json_each(?))"
+    " ORDER BY ready_since, sequence LIMIT ?"
 )
 # PostgreSQL: the oldest ready Action no other claim holds, and a hold on it until the
 # claim ends (ADR-0054): a session advisory lock, which its reads release at their end
@@ -325,15 +334,14 @@ class WorkQueueView(TrackedView):
             c.execute(RESERVE, (tried, page, CLAIM_LOCKS))
 
     def _paged(self, first: list[Candidate], page: int) -> Iterator[Candidate]:
-        candidates, offset = first, 0
-        seen: set[UUID] = set()
+        candidates = first
+        seen: list[str] = []
         while candidates:
-            offset += len(candidates)
             for candidate in candidates:
-                if candidate.action_id not in seen:
-                    seen.add(candidate.action_id)
-                    yield candidate
-            candidates = [Candidate.of(row) for row in self._rows(READY, (page, offset))]
+                seen.append(candidate.action_id.hex)
+                yield candidate
+            unseen = (orjson.dumps(seen).decode(), page)
+            candidates = [Candidate.of(row) for row in self._rows(READY_UNSEEN, unseen)]
 
     def live_runs(self) -> list[tuple[UUID, UUID, str, str, float]]:
         """(action id, run id, worker, boot id, expires at) of every Run believed live."""
