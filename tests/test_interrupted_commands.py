@@ -10,6 +10,8 @@ into its own error, the interrupt lost."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Any
 
 import pytest
@@ -18,7 +20,8 @@ from eventsourcing.sqlite import SQLiteTransaction
 from pydantic import BaseModel, field_serializer
 
 from workcenter.adapters.persistence import encode_state
-from workcenter.application import WorkCenter
+from workcenter.adapters.worker import run_worker
+from workcenter.application import Claim, WorkCenter
 
 
 @pytest.fixture
@@ -77,3 +80,30 @@ def test_a_postgresql_connection_interrupted_in_use_is_not_used_again(wc: WorkCe
     assert conn.closed
     create_linear(wc)  # the pool makes another
     assert wc.maintenance.verify_history().ok
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit, asyncio.CancelledError])
+def test_an_executor_interrupted_gives_its_run_back_and_keeps_no_lease(
+    db_path: Any, interrupt: type[BaseException]
+) -> None:
+    """An executor that raises what is not an ``Exception`` (a service's task cancelled,
+    Ctrl-C) ends the worker with it, as before, and its Run is given back with the
+    lease's renewer stopped. Before, the renewer went on renewing the lease for as long
+    as the store stayed open: the Action was held, never recovered (found by an
+    embedder, ADR-0138)."""
+
+    def executor(claim: Claim) -> dict[str, Any]:
+        raise interrupt
+
+    with WorkCenter.open(db_path) as wc:
+        item = create_linear(wc)
+        before = set(threading.enumerate())
+        with pytest.raises(interrupt):
+            run_worker(wc, executor, worker="w", lease_seconds=3, max_runs=1)
+        assert set(threading.enumerate()) <= before  # no renewer left
+        assert item.current_action_id is not None
+        action = wc.action(item.current_action_id)
+        assert action.status == "ready"  # claimable again at once
+        assert [r.end_reason for r in action.runs] == [
+            f"worker interrupted by {interrupt.__name__}"
+        ]

@@ -419,6 +419,14 @@ def run_one(
             wc, claim, f"executor raised {type(error).__name__}: {error}", stats, on_event
         )
         return claim
+    except BaseException as interrupt:
+        # A service's task cancelled, Ctrl-C without the worker's signals: the worker
+        # ends with it, its Run given back, not held by a renewer that outlived it
+        # (found by an embedder, ADR-0138).
+        keeper.stopped.set()
+        keeper.join()
+        give_back(wc, claim, f"worker interrupted by {type(interrupt).__name__}", stats, on_event)
+        raise
     keeper.stopped.set()
     keeper.join()
     if reconnect is not None:
