@@ -542,6 +542,16 @@ def test_row1_duplicate_request_id_is_denied_and_writes_nothing(wc: WorkCenter) 
     assert wc.event_count() == before
 
 
+@pytest.mark.parametrize("blank", ["", "   ", "\u200b"])
+def test_a_blank_request_id_given_is_refused_not_replaced(wc: WorkCenter, blank: str) -> None:
+    """A request id given blank is the caller's mistake (a settlement by that id could
+    never be made): refused as a blank ``client_message_id`` is, where it was once
+    replaced by a generated id and admitted (found by an embedder, ADR-0138)."""
+    item = make(wc)
+    with refused(wc, InvalidInput, "request_id is required"):
+        wc.reserve_request(item.id, request=req(10), request_id=blank)
+
+
 def test_row2_a_stopped_ledger_denies_with_its_reason_and_writes_nothing(
     wc: WorkCenter,
 ) -> None:

@@ -75,7 +75,7 @@ class BudgetCommands:
             # on the ledger as the request's Run. A Run, once claimed, is never removed.
             raise _not_the_items(run_id, work_item_id)
         if request_id is not None:
-            request_id = inputs.text(request_id, "request_id", bounds.REQUEST_ID)
+            request_id = inputs.text(request_id, "request_id", bounds.REQUEST_ID, required=True)
         default = actors.COORDINATOR if kind == "coordinator" else actors.USER
         by = actors.resolve(actor, default)
         made_here = request_id is None
