@@ -25,6 +25,7 @@ from test_rekey_targets import on_each_page
 from workcenter.adapters import cli_store_copy, store_copy
 from workcenter.adapters.cipher import KEY_ENV, StoreKeyRefused
 from workcenter.adapters.cli import cli
+from workcenter.adapters.cli_stop import stop_signals
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.application import WorkCenter
@@ -314,13 +315,50 @@ def test_the_views_built_after_the_last_page_are_shown_as_they_go(
     last = dict(built)  # each view's last call
     assert set(last) == set(names) and all(done == total for done, total in last.values())
 
-    with Progress(console=Console(file=io.StringIO(), force_terminal=True)) as bar:
-        advance = cli_store_copy._views_on(bar)
+    with (
+        Progress(console=Console(file=io.StringIO(), force_terminal=True)) as bar,
+        stop_signals() as stop,
+    ):
+        checking = cli_store_copy._checking_on(bar, stop)
+        checking("events", 7, 7)
+        building: list[str] = []
+        advance = cli_store_copy._views_on(bar, stop, building)
         advance("detail", 3, 10)
         advance("detail", 10, 10)
         advance("mailbox", 4, 4)
     shown = {task.description: (task.completed, task.total) for task in bar.tasks}
-    assert shown == {"building detail": (10, 10), "building mailbox": (4, 4)}
+    assert shown == {
+        "checking the store's history": (7, 7),
+        "building detail": (10, 10),
+        "building mailbox": (4, 4),
+    }
+    assert building == ["detail", "mailbox"]
+
+
+def test_a_copy_stopped_while_the_history_is_checked_makes_nothing(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The source's history is checked before anything is made, which takes a while on a
+    large store: a stop then ends the verb at the check's next page, nothing made (it
+    waited for the check's end, the bar showing the copy at 0 meanwhile; found by
+    acceptance testing, ADR-0138)."""
+    with WorkCenter.open(db_path) as wc:
+        create_dynamic(wc)
+    verify = Maintenance.verify_history
+
+    def signalled(self: Maintenance, *args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return verify(self, *args, **kwargs)
+
+    monkeypatch.setattr(Maintenance, "verify_history", signalled)
+    target = db_path.parent / "copy.db"
+    stopped = copy(str(db_path), str(target))
+    assert stopped.exit_code == 128 + signal.SIGTERM, stopped.output
+    assert stopped.stderr.splitlines() == [
+        "interrupted by SIGTERM: copy stopped while the store's history was checked:"
+        " nothing was copied"
+    ]
+    assert not target.exists()
 
 
 @pytest.mark.parametrize("into", ["sqlite", "postgresql"])

@@ -11,11 +11,12 @@ import click
 from rich.progress import Progress, TaskID
 
 from workcenter.adapters.cli_common import bar_on_terminal, console, db_option, emit_json
-from workcenter.adapters.cli_stop import Interrupted, Steps, interrupted, stop_signals
+from workcenter.adapters.cli_stop import Interrupted, Steps, Stop, interrupted, stop_signals
 from workcenter.adapters.persistence import is_postgres_url, public_url, resolve_db_path
 from workcenter.adapters.store_copy import Copied, ViewsNotBuilt
 from workcenter.domain.errors import WorkcenterError
 from workcenter.projections.lifecycle import Progress as ViewProgress
+from workcenter.service_layer.history.proof import VerifyProgress
 
 Copying = Callable[..., Copied]
 
@@ -58,17 +59,30 @@ def _copied(
     shown = public_url(target)  # never its password (found by acceptance testing)
     with stop_signals() as stop:
         steps = Steps(stop)
+        building: list[str] = []  # the views begun, once every event is copied
 
         def partial(how: str) -> str:
+            if not steps.total:
+                return f"{verb} {how} while the store's history was checked: nothing was copied"
+            if building:
+                # Every event is in the new store: a stop no longer cuts the copy, only
+                # the views' build, which its first open or a rebuild finishes (found by
+                # acceptance testing: the stop was put off for the whole build, the
+                # longer part of a copy of a large store).
+                return (
+                    f"{verb} {how} while its read models were built: every event up to"
+                    f" position {steps.total:,} was copied to {shown}, a whole copy; build"
+                    f" its read models with `workcenter --db {shown} projections rebuild`"
+                    " (else its first command builds them, and takes as long)"
+                )
             # The pages copied are committed: the new store holds a beginning of the
             # history, which verifies as one (found by acceptance testing: it was then
             # taken for a copy, and SIGTERM ended the verb without a word).
-            where = f" at position {steps.done:,} of {steps.total:,}" if steps.total else ""
             removal = "DROP SCHEMA ... CASCADE" if is_postgres_url(target) else "delete the file"
             return (
-                f"{verb} {how}{where}: the new store at {shown} holds only the events copied"
-                f" so far and is not a copy of the store; remove it ({removal}) and run"
-                f" {verb} again into a new, empty store"
+                f"{verb} {how} at position {steps.done:,} of {steps.total:,}: the new store at"
+                f" {shown} holds only the events copied so far and is not a copy of the"
+                f" store; remove it ({removal}) and run {verb} again into a new, empty store"
             )
 
         try:
@@ -76,8 +90,9 @@ def _copied(
                 done = copy_store(
                     ctx.ensure_object(dict).get("db") or resolve_db_path(None),
                     target,
+                    checking=_checking_on(bar, stop),
                     progress=steps.shown_on(bar, "copying"),
-                    building=_views_on(bar),
+                    building=_views_on(bar, stop, building),
                 )
         except Interrupted as stopped:
             interrupted(ctx, stopped, partial("stopped"))
@@ -88,30 +103,45 @@ def _copied(
                 click.echo(partial("failed"), err=True)
             raise
         if stop.signum is not None:
-            # It came after the last page (while the copy's views were rebuilt): the copy
-            # is whole, so the verb ends as its copy says (found by acceptance testing:
-            # 130 or 143 without a word, the status of a copy cut short).
+            # It came after the read models' last page: the copy is whole, so the verb
+            # ends as its copy says (found by acceptance testing: 130 or 143 without a
+            # word, the status of a copy cut short).
             click.echo(
-                f"{signal.Signals(stop.signum).name} came after every event was copied: the"
-                " copy was finished",
+                f"{signal.Signals(stop.signum).name} came after the copy was finished",
                 err=True,
             )
         _said_copied(ctx, done, key_named, shown, as_json)
 
 
-def _views_on(bar: Progress | None) -> ViewProgress | None:
+def _checking_on(bar: Progress | None, stop: Stop) -> VerifyProgress:
+    """The source's history checked before anything is made, on a bar of its own on a
+    terminal, a stop taken at every page (found by acceptance testing: the copy's bar
+    showed 0 of an unknown total meanwhile, and a stop waited for its end)."""
+    task = None if bar is None else bar.add_task("checking the store's history", total=None)
+
+    def advance(_phase: str, done: int, total: int) -> None:
+        if bar is not None and task is not None:
+            bar.update(task, completed=done, total=total)
+        stop.check()
+
+    return advance
+
+
+def _views_on(bar: Progress | None, stop: Stop, building: list[str]) -> ViewProgress:
     """The new store's read models built after the last page, each on a bar of its own
-    (the copy's bar stood still at its end meanwhile, the longer part on a large store;
-    found by acceptance testing); None without a bar. A stop no longer cuts anything
-    then: it is not taken."""
-    if bar is None:
-        return None
+    on a terminal (the copy's bar stood still at its end meanwhile, the longer part on a
+    large store; found by acceptance testing), a stop taken at every page; ``building``
+    gets each view as it begins."""
     tasks: dict[str, TaskID] = {}
 
     def advance(view: str, done: int, total: int) -> None:
-        if view not in tasks:
-            tasks[view] = bar.add_task(f"building {view}", total=total)
-        bar.update(tasks[view], completed=done, total=total)
+        if view not in building:
+            building.append(view)
+        if bar is not None:
+            if view not in tasks:
+                tasks[view] = bar.add_task(f"building {view}", total=total)
+            bar.update(tasks[view], completed=done, total=total)
+        stop.check()
 
     return advance
 

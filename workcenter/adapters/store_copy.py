@@ -43,6 +43,7 @@ from workcenter.application import WorkCenter
 from workcenter.domain.errors import InvalidInput, WorkcenterError
 from workcenter.projections.lifecycle import Progress
 from workcenter.service_layer.history.late_links import LateLinks
+from workcenter.service_layer.history.proof import VerifyProgress
 
 NEW_KEY_ENV: Final = "WORKCENTER_NEW_CIPHER_KEY"
 PAGE: Final = 500
@@ -111,11 +112,15 @@ def copy(
     *,
     progress: Callable[[int, int], None] | None = None,
     building: Progress | None = None,
+    checking: VerifyProgress | None = None,
 ) -> Copied:
     """Copy ``source`` into the empty ``target`` under the same key,
-    ``$WORKCENTER_CIPHER_KEY`` (or none). ``progress`` and ``building`` as for ``rekey``."""
+    ``$WORKCENTER_CIPHER_KEY`` (or none). ``progress``, ``building`` and ``checking`` as
+    for ``rekey``."""
     key = cipher.configured_key(KEY_ENV)
-    return _copied(source, target, key, "the store's key", progress, building, as_stored=True)
+    return _copied(
+        source, target, key, "the store's key", (checking, progress, building), as_stored=True
+    )
 
 
 def rekey(
@@ -124,13 +129,17 @@ def rekey(
     *,
     progress: Callable[[int, int], None] | None = None,
     building: Progress | None = None,
+    checking: VerifyProgress | None = None,
 ) -> Copied:
     """Copy ``source`` (opened with ``$WORKCENTER_CIPHER_KEY``) into the empty ``target``
-    under ``$WORKCENTER_NEW_CIPHER_KEY``. ``progress(position, head)`` is called after
-    each page: what it raises (a stop) leaves ``target`` holding the events copied so
-    far, an incomplete copy to remove. ``building(view, done, total)`` is called as the
-    new store's read models are built from its events, after the last page (the
-    projections' rebuild progress)."""
+    under ``$WORKCENTER_NEW_CIPHER_KEY``. ``checking(phase, done, total)`` is called as
+    the source's history is checked, before anything is made (``verify_history``'s
+    progress). ``progress(position, head)`` is called after each page: what it raises (a
+    stop) leaves ``target`` holding the events copied so far, an incomplete copy to
+    remove. ``building(view, done, total)`` is called as the new store's read models are
+    built from its events, after the last page (the projections' rebuild progress): what
+    it raises leaves a whole copy whose read models are built by its first open or a
+    rebuild."""
     if NEW_KEY_ENV not in os.environ:
         # Only a variable set to nothing asks for a copy without encryption: an unset one
         # is more often a key forgotten, and would write the store's events in the clear.
@@ -139,7 +148,9 @@ def rekey(
             " the store without encryption"
         )
     new_key = cipher.configured_key(NEW_KEY_ENV)  # refused in its own name, before anything
-    return _copied(source, target, new_key, "the new key", progress, building, as_stored=False)
+    return _copied(
+        source, target, new_key, "the new key", (checking, progress, building), as_stored=False
+    )
 
 
 def _copied(
@@ -147,14 +158,15 @@ def _copied(
     target: str,
     new_key: str | None,
     key_named: str,
-    progress: Callable[[int, int], None] | None,
-    building: Progress | None,
+    callbacks: tuple[VerifyProgress | None, Callable[[int, int], None] | None, Progress | None],
     *,
     as_stored: bool,
 ) -> Copied:
     """``source`` copied into the empty ``target`` under ``new_key`` (None: without
     encryption), which the refusals call ``key_named``; ``as_stored``: each event's stored
-    bytes as they are (the same key), else decoded and sealed again under ``new_key``."""
+    bytes as they are (the same key), else decoded and sealed again under ``new_key``.
+    ``callbacks``: the history check's, the pages' and the read models' progress."""
+    checking, progress, building = callbacks
     shown = public_url(target)
     if is_in_memory(target):
         # Copied, then thrown away with the process (found by acceptance testing).
@@ -162,7 +174,7 @@ def _copied(
     if _same_store(source, target):
         raise InvalidInput(f"the new store at {shown} is the store being copied: name another")
     with WorkCenter.open(source, create=False, inline_projections=False) as old:
-        refuse_a_broken_history(old)  # before the new store is made
+        refuse_a_broken_history(old, checking)  # before the new store is made
         with _key(new_key):
             try:
                 new = WorkCenter.open(target, inline_projections=False)
@@ -200,13 +212,13 @@ def _copied(
     return Copied(events=copied, encrypted=new_key is not None, position=head, source_head=after)
 
 
-def refuse_a_broken_history(old: WorkCenter) -> None:
+def refuse_a_broken_history(old: WorkCenter, progress: VerifyProgress | None = None) -> None:
     """``InvalidInput`` when the store's chain does not prove its events: the copy
     chains the events again as they are stored, so an edited event became a history
     that verifies (found by acceptance testing, ADR-0134). Checked before the new
     store is made; events written during the copy are those of the store's
     own writes, chained as they were made."""
-    verdict = old.maintenance.verify_history(snapshots=False)
+    verdict = old.maintenance.verify_history(snapshots=False, progress=progress)
     if verdict.broken is not None:
         broken = verdict.broken
         raise InvalidInput(
