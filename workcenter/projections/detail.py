@@ -560,6 +560,23 @@ class DetailView(TrackedView):
         )
         return self._unpack(work_item_id, bytes(rows[0][0]), rows[0][1]) if rows else None
 
+    def goals(self, work_item_ids: Sequence[UUID]) -> dict[UUID, str]:
+        """The goal each item's stored DTO shows (masked, as a page shows it), of the items
+        the view holds a DTO of (not a marker, whose DTO a read builds), in one read: what
+        a search of the list reads (ADR-0138)."""
+        if not work_item_ids:
+            return {}
+        rows = self._rows(
+            "SELECT work_item_id, dto FROM dv_details WHERE work_item_id IN"
+            f" ({', '.join('?' * len(work_item_ids))})",
+            [work_item_id.hex for work_item_id in work_item_ids],
+        )
+        return {
+            UUID(key): str(orjson.loads(self.blobs.inflate(bytes(stored))).get("goal") or "")
+            for key, stored in rows
+            if bytes(stored) != DEFERRED
+        }
+
     def _unpack(self, work_item_id: UUID, stored: bytes, position: int | None) -> bytes | None:
         if stored != DEFERRED:
             return self.blobs.inflate(stored)
