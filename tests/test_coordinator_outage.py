@@ -135,7 +135,7 @@ def test_an_outage_is_not_counted_as_a_refused_coordinator_turn(
     testing); the outage is the claim's to wait out, and nothing was refused."""
     passes: list[int] = []
 
-    def away(provider: Any) -> Any:
+    def away(provider: Any, **kwargs: Any) -> Any:
         passes.append(1)
         raise StoreDisconnected("the database went away")
 

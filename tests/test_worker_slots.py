@@ -338,3 +338,26 @@ def test_a_number_that_is_not_one_is_refused_in_plain_words(
     assert result.exit_code == 2
     assert refusal in result.output
     assert not (tmp_path / "s.db").exists()
+
+
+@pytest.mark.parametrize("runs_at_once", [1, 3])
+def test_runs_and_coordinator_steps_take_turns(wc: WorkCenter, runs_at_once: int) -> None:
+    """A worker that also coordinates takes one due Coordinator step, then looks for a
+    Run, in turn: it ran every due step (up to 100) before each claim, so on a store with
+    a backlog of wakes (an old store moved, 2,000 running dynamic items) it claimed 127
+    Runs in 90 s, and with a model's seconds a step, none for minutes (found by
+    acceptance testing, ADR-0138)."""
+    for _ in range(6):
+        create_dynamic(wc)  # each started: a wake due
+    items(wc, 1)
+    stats = run_worker(
+        wc,
+        echo,
+        worker="w",
+        coordinator=scripted_coordinator(),
+        runs_at_once=runs_at_once,
+        max_runs=1,
+        poll_seconds=0.01,
+    )
+    assert stats.claimed == 1, stats
+    assert sum(stats.coordinator_steps.values()) <= runs_at_once, stats

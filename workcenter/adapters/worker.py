@@ -238,9 +238,12 @@ def _coordinate(
     stats: WorkerStats,
     on_step: Callable[[StepResult], None] | None,
 ) -> bool:
-    """The due Coordinator steps; True when any ran."""
+    """A due Coordinator step, the oldest; True when one ran. One a pass, so that Runs and
+    steps take turns: every due step a pass (up to 100) kept the Runs waiting behind a
+    backlog of wakes, minutes with a model's seconds a step (found by acceptance testing,
+    ADR-0138)."""
     try:
-        results = wc.coordinate_once(provider)
+        results = wc.coordinate_once(provider, limit=1)
     except StoreDisconnected:
         # An outage or a busy pool refuses nothing: the claim's pass waits it out (it
         # was counted as a refused turn that never happened; found by acceptance testing).
