@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from eventsourcing.persistence import ConnectionUnavailableError, OperationalError
+from eventsourcing.persistence import ConnectionUnavailableError, DatabaseError, OperationalError
 
+from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.postgres_connection import PoolBusy
 
 
@@ -45,15 +46,48 @@ def watch_locks(datastore: Any) -> None:
                 " try again"
             ) from error
         except (OperationalError, sqlite3.OperationalError) as error:
-            if "database is locked" not in str(error):
-                raise
-            raise PoolBusy(
-                "the store's file stayed locked by another connection past its lock"
-                " timeout (a backup, a maintenance tool, a long transaction?); nothing was"
-                " written: try again"
-            ) from error
+            if "database is locked" in str(error):
+                raise PoolBusy(
+                    "the store's file stayed locked by another connection past its lock"
+                    " timeout (a backup, a maintenance tool, a long transaction?); nothing"
+                    " was written: try again"
+                ) from error
+            if _of_the_file(error):
+                raise _file_failed(error) from error
+            raise  # the library's own (it takes "no such table" for a table to make)
+        except (DatabaseError, sqlite3.DatabaseError) as error:
+            if _of_the_file(error):
+                raise _file_failed(error) from error
+            raise
 
     datastore.get_connection = get_connection
+
+
+# SQLite's primary result codes of a file that cannot be written or read: SQLITE_PERM,
+# SQLITE_READONLY, SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_FULL, SQLITE_CANTOPEN,
+# SQLITE_NOTADB.
+FILE_FAULTS = frozenset({3, 8, 10, 11, 13, 14, 26})
+
+
+def _of_the_file(error: BaseException) -> bool:
+    """Whether ``error`` (or the sqlite3 error the library's wraps) is the file's fault."""
+    for seen in (error, error.__cause__):
+        code = getattr(seen, "sqlite_errorcode", None)
+        if isinstance(code, int):
+            return code & 0xFF in FILE_FAULTS
+    return False
+
+
+def _file_failed(error: Exception) -> StoreUnavailable:
+    """The file could not be written or read (its disk full, a file-size limit, a
+    read-only journal, a damaged page): typed, as the CLI said it, where the library's
+    error escaped the Python API (found by acceptance testing, ADR-0138). The
+    transaction was rolled back: nothing of the command was written."""
+    return StoreUnavailable(
+        f"the store's file could not be written or read ({error}): nothing was written;"
+        " free space or mend the file's permissions and try again (a damaged file: restore"
+        " it from a backup)"
+    )
 
 
 def _ended(conn: Any) -> None:

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol
 
-from workcenter.adapters.persistence import StoreClosed
+from workcenter.adapters.persistence import StoreClosed, StoreUnavailable
 from workcenter.adapters.postgres_connection import PoolBusy, StoreDisconnected
 from workcenter.application import Claim, WorkCenter, WriteContention
 from workcenter.domain.action import ActionState, runs_once
@@ -481,6 +481,14 @@ def run_one(
         stats.lost += 1
         if on_event:
             on_event("lost", claim, CONTENDED)
+        return claim
+    except StoreUnavailable as unavailable:
+        # Nor is a store that cannot take it (a full disk): it was said a malformed
+        # report, and its interruption failed the same way (found by acceptance testing,
+        # ADR-0138). The Run stays the worker's until its lease lapses.
+        stats.lost += 1
+        if on_event:
+            on_event("lost", claim, f"the outcome was not recorded: {unavailable}")
         return claim
     except WorkcenterError as error:
         if isinstance(error, CommandRefused) and wc.pending_input(claim):
