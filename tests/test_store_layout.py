@@ -139,6 +139,54 @@ def test_a_sqlite_store_of_an_older_layout_is_upgraded_and_then_refused_by_older
     assert db_path.read_bytes() == before
 
 
+def test_a_file_whose_making_did_not_finish_is_no_store_to_read_and_made_again(
+    db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An ``init`` that failed after marking the file (its disk full) left it marked, of
+    layout 0, without a table: a read then took it for an old store, said "upgraded from
+    layout 0" and made its tables (found by acceptance testing, ADR-0138). A read now
+    refuses it, untouched; a create makes the store, saying nothing of an upgrade."""
+    conn = sqlite3.connect(db_path)
+    conn.execute(f"PRAGMA application_id = {persistence.APPLICATION_ID}")
+    conn.commit()
+    conn.close()
+    before = db_path.read_bytes()
+    with pytest.raises(StoreUnavailable, match="its making did not finish: run init again"):
+        WorkCenter.open(db_path, create=False)
+    assert db_path.read_bytes() == before
+    with caplog.at_level("WARNING", logger="workcenter.store"), WorkCenter.open(db_path) as wc:
+        create_linear(wc)
+    assert user_version(db_path) == LAYOUT
+    assert not [r for r in caplog.records if "upgraded" in r.getMessage()]
+
+
+def test_a_new_files_mark_and_layout_are_written_together(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both in one transaction: a failure between them (a full disk) leaves neither."""
+    real = sqlite3.connect
+
+    class Failing:
+        def __init__(self, conn: sqlite3.Connection) -> None:
+            self.conn = conn
+
+        def execute(self, statement: str, *args: Any) -> Any:
+            if "user_version" in statement:
+                raise sqlite3.OperationalError("database or disk is full")
+            return self.conn.execute(statement, *args)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.conn, name)
+
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: Failing(real(*a, **k)))
+    with pytest.raises(StoreUnavailable, match="disk is full"):
+        WorkCenter.open(db_path)
+    monkeypatch.undo()
+    conn = sqlite3.connect(db_path)
+    assert conn.execute("PRAGMA application_id").fetchone()[0] == 0
+    conn.close()
+
+
 def test_a_refused_newer_store_is_not_written(db_path: Path) -> None:
     with WorkCenter.open(db_path) as wc:
         create_linear(wc)

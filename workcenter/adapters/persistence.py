@@ -453,6 +453,15 @@ def _prepare(path: Path, *, create: bool) -> None:
             f"{path}'s directory is read-only; SQLite writes its journal beside the store"
         )
     application_id, user_version, tables = _read_header(path)
+    if application_id == APPLICATION_ID and not tables:
+        # Marked, but its making did not finish (an init that failed, its disk full): no
+        # older store to raise, nothing to read (found by acceptance testing, ADR-0138).
+        if not create:
+            raise StoreUnavailable(
+                f"no Workcenter store at {path} (its making did not finish: run init again)"
+            )
+        _stamp(path)
+        return
     if application_id == APPLICATION_ID:
         if user_version > LAYOUT:
             raise _newer(path, user_version)
@@ -500,12 +509,15 @@ def _newer(path: Path, layout: int) -> StoreUnavailable:
 
 
 def _stamp(path: Path) -> None:
+    """Mark the file as Workcenter's, of ``LAYOUT``: both or neither (a disk full between
+    them left a marked file of layout 0; ADR-0138)."""
     try:
-        conn = sqlite3.connect(path)
+        conn = sqlite3.connect(path, isolation_level=None)
         try:
+            conn.execute("BEGIN IMMEDIATE")
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             conn.execute(f"PRAGMA user_version = {LAYOUT}")
-            conn.commit()
+            conn.execute("COMMIT")
         finally:
             conn.close()
     except sqlite3.Error as error:
