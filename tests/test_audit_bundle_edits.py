@@ -5,6 +5,7 @@ it reads or a file it was not told to replace (ADR-0081)."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -127,3 +128,18 @@ def test_a_bundle_whose_stream_was_cut_out_is_broken(
     assert "Traceback" not in result.output and "of which the bundle holds no event" in (
         result.output
     ), result.output
+
+
+def test_an_export_to_a_path_of_bytes_that_are_not_utf8_says_its_json(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """The file system takes any bytes in a name; the JSON answer names such a path by the
+    escapes of its bytes. It wrote the bundle, then failed with a traceback (found by
+    acceptance testing, ADR-0138)."""
+    with WorkCenter.open(db_path) as wc:
+        item_id = create_linear(wc).id
+    to = os.fsdecode(bytes(tmp_path) + b"/b\xfe.jsonl")  # as Python gives it: b\udcfe
+    result = export(db_path, item_id, to, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["bundle"] == str(tmp_path) + "/b\\xfe.jsonl"
+    assert (bytes(tmp_path) + b"/b\xfe.jsonl") in [bytes(p) for p in tmp_path.iterdir()]

@@ -110,8 +110,25 @@ def clip(value: str, limit: int) -> str:
 
 
 def emit_json(data: Any) -> None:
-    serialised = orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+    try:
+        serialised = orjson.dumps(data, option=orjson.OPT_INDENT_2).decode()
+    except TypeError:
+        # A path the file system gave as bytes that are not UTF-8 (Python carries them as
+        # lone surrogates, which JSON cannot hold): written as the escapes of its bytes,
+        # where the verb had done its work and then failed with a traceback (found by
+        # acceptance testing, ADR-0138).
+        serialised = orjson.dumps(_utf8(data), option=orjson.OPT_INDENT_2).decode()
     sys.stdout.write(escape_json(serialised) + "\n")
+
+
+def _utf8(data: Any) -> Any:
+    if isinstance(data, str):
+        return data.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    if isinstance(data, dict):
+        return {_utf8(key): _utf8(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [_utf8(value) for value in data]
+    return data
 
 
 F = TypeVar("F", bound=Callable[..., Any])
