@@ -102,3 +102,35 @@ def test_a_runs_outcome_the_file_cannot_take_is_lost_not_a_malformed_report(
     events = json.loads(done.stdout)
     assert [kind for kind, _ in events] == ["claimed", "lost"], events
     assert events[1][1].startswith("the outcome was not recorded: the store's file could not")
+
+
+OPENS_UNDER_A_LIMIT = """
+import resource, sys
+from workcenter import WorkCenter, WorkcenterError
+
+with WorkCenter.open(sys.argv[1]) as wc:
+    wc.create_work_item(title="t", goal="g")
+resource.setrlimit(resource.RLIMIT_FSIZE, (0, resource.RLIM_INFINITY))
+try:
+    WorkCenter.open(sys.argv[1], create=False)
+except WorkcenterError as error:
+    print(f"{type(error).__name__}: {error}")
+"""
+
+
+def test_a_sound_store_that_cannot_be_read_now_is_not_said_to_be_another_applications(
+    tmp_path: Path,
+) -> None:
+    """A file-size limit kept SQLite from making the file's shared memory: the store was
+    said "not a Workcenter store" (found by acceptance testing, ADR-0138)."""
+    path = tmp_path / "s.db"
+    done = subprocess.run(
+        [sys.executable, "-c", OPENS_UNDER_A_LIMIT, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"StoreUnavailable: cannot read the store at {path} ("), (
+        done.stdout
+    )

@@ -392,6 +392,23 @@ def is_in_memory(db_path: str) -> bool:
     return ":memory:" in db_path or "mode=memory" in db_path
 
 
+# SQLite's primary result codes of a file that cannot be written or read: SQLITE_PERM,
+# SQLITE_READONLY, SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_FULL, SQLITE_CANTOPEN,
+# SQLITE_NOTADB.
+FILE_FAULTS: Final = frozenset({3, 8, 10, 11, 13, 14, 26})
+SQLITE_NOTADB: Final = 26
+
+
+def sqlite_result(error: BaseException) -> int | None:
+    """SQLite's primary result code of ``error`` (or of the sqlite3 error the library's
+    wraps), if it carries one."""
+    for seen in (error, error.__cause__):
+        code = getattr(seen, "sqlite_errorcode", None)
+        if isinstance(code, int):
+            return code & 0xFF
+    return None
+
+
 def _read_header(path: Path) -> tuple[int, int, set[str]]:
     """(application_id, user_version, table names) read without writing a byte."""
     try:
@@ -403,7 +420,12 @@ def _read_header(path: Path) -> tuple[int, int, set[str]]:
         user_version = conn.execute("PRAGMA user_version").fetchone()[0]
         tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
     except sqlite3.DatabaseError as error:
-        raise StoreUnavailable(f"{path} is not a Workcenter store ({error})") from None
+        if sqlite_result(error) == SQLITE_NOTADB:
+            raise StoreUnavailable(f"{path} is not a Workcenter store ({error})") from None
+        # A store whose file cannot be read now (a file-size limit, a journal it may not
+        # write, a damaged page) is no other application's (found by acceptance testing:
+        # a sound store under a file-size limit was said not to be one, ADR-0138).
+        raise StoreUnavailable(f"cannot read the store at {path} ({error})") from None
     finally:
         conn.close()
     return application_id, user_version, tables

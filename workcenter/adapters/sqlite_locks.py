@@ -13,7 +13,7 @@ from typing import Any
 
 from eventsourcing.persistence import ConnectionUnavailableError, DatabaseError, OperationalError
 
-from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.adapters.persistence import FILE_FAULTS, StoreUnavailable, sqlite_result
 from workcenter.adapters.postgres_connection import PoolBusy
 
 
@@ -52,30 +52,15 @@ def watch_locks(datastore: Any) -> None:
                     " timeout (a backup, a maintenance tool, a long transaction?); nothing"
                     " was written: try again"
                 ) from error
-            if _of_the_file(error):
+            if sqlite_result(error) in FILE_FAULTS:
                 raise _file_failed(error) from error
             raise  # the library's own (it takes "no such table" for a table to make)
         except (DatabaseError, sqlite3.DatabaseError) as error:
-            if _of_the_file(error):
+            if sqlite_result(error) in FILE_FAULTS:
                 raise _file_failed(error) from error
             raise
 
     datastore.get_connection = get_connection
-
-
-# SQLite's primary result codes of a file that cannot be written or read: SQLITE_PERM,
-# SQLITE_READONLY, SQLITE_IOERR, SQLITE_CORRUPT, SQLITE_FULL, SQLITE_CANTOPEN,
-# SQLITE_NOTADB.
-FILE_FAULTS = frozenset({3, 8, 10, 11, 13, 14, 26})
-
-
-def _of_the_file(error: BaseException) -> bool:
-    """Whether ``error`` (or the sqlite3 error the library's wraps) is the file's fault."""
-    for seen in (error, error.__cause__):
-        code = getattr(seen, "sqlite_errorcode", None)
-        if isinstance(code, int):
-            return code & 0xFF in FILE_FAULTS
-    return False
 
 
 def _file_failed(error: Exception) -> StoreUnavailable:
