@@ -4,6 +4,7 @@ command, an event count left unchanged."""
 
 from __future__ import annotations
 
+import resource
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +20,7 @@ from http_client import DYNAMIC, LINEAR, client, versions_of
 from workcenter.adapters import cli_serve
 from workcenter.adapters.cli import cli
 from workcenter.adapters.executors import echo
-from workcenter.adapters.http import reads
+from workcenter.adapters.http import reads, server
 from workcenter.adapters.http.guard import Policy, UnsafeServer
 from workcenter.adapters.worker import run_worker
 from workcenter.application import WorkCenter
@@ -507,6 +508,29 @@ def test_serve_on_a_port_in_use_says_so_in_one_line_and_shows_no_address(db_path
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr.startswith(f"PortUnavailable: cannot serve on 127.0.0.1 port {port}")
     assert len(result.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(("soft", "hard", "refused"), [(12, 12, True), (12, 2048, False)])
+def test_serve_raises_its_open_files_limit_or_refuses_too_few(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch, soft: int, hard: int, refused: bool
+) -> None:
+    """Under a dozen open files (ulimit -n) it said it served and answered nothing, its
+    log filling with accept()'s tracebacks (found by acceptance testing, ADR-0138): it
+    raises its soft limit as far as the hard one lets, and refuses under 64."""
+    limits = {resource.RLIMIT_NOFILE: (soft, hard)}
+    monkeypatch.setattr(resource, "getrlimit", lambda which: limits[which])
+    monkeypatch.setattr(resource, "setrlimit", lambda which, to: limits.__setitem__(which, to))
+    monkeypatch.setattr(server, "serve", lambda *args, **kwargs: None)
+    result = CliRunner().invoke(cli, ["serve", "--db", str(db_path), "--create"])
+    if refused:
+        assert result.exit_code == 2 and result.stdout == ""
+        assert result.stderr == (
+            "TooFewOpenFiles: serve needs at least 64 open files and may open 12 (ulimit -n):"
+            " raise the limit\n"
+        )
+    else:
+        assert result.exit_code == 0, result.output
+        assert limits[resource.RLIMIT_NOFILE] == (1024, 2048)
 
 
 def test_serve_says_how_to_install_the_web_extra(

@@ -3,6 +3,8 @@ with ``--coordinate`` the Coordinator answering in the same process."""
 
 from __future__ import annotations
 
+import resource
+
 import click
 
 from workcenter.adapters.cli_common import (
@@ -20,6 +22,7 @@ from workcenter.adapters.cli_coordinator import (
     step_line,
 )
 from workcenter.adapters.terminal import text
+from workcenter.domain.errors import WorkcenterError
 from workcenter.service_layer.handlers.coordinator_step import StepResult
 
 INSTALL_HINT = "pip install 'workcenter[web]'"
@@ -30,6 +33,37 @@ class MissingExtra(click.ClickException):
 
     def __init__(self, module: str) -> None:
         super().__init__(f"serve needs the web extra ({module} is not installed): {INSTALL_HINT}")
+
+
+# Open files a server needs at the least (the store's pool, the listening socket, a few
+# connections), and what it raises its soft limit to where the hard one lets it.
+FEWEST_OPEN_FILES = 64
+OPEN_FILES_WANTED = 1024
+
+
+class TooFewOpenFiles(WorkcenterError):
+    """The process may open too few files to serve (its ``ulimit -n``)."""
+
+    code = "too_few_open_files"
+
+
+def enough_open_files() -> None:
+    """Raise the process's soft limit of open files towards ``OPEN_FILES_WANTED``, as far
+    as its hard limit lets; refuse to serve under ``FEWEST_OPEN_FILES``. Under a dozen it
+    said it served and answered nothing, its log filling with accept()'s tracebacks at
+    thousands a second (found by acceptance testing, ADR-0138)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft >= OPEN_FILES_WANTED or soft == resource.RLIM_INFINITY:
+        return
+    wanted = OPEN_FILES_WANTED if hard == resource.RLIM_INFINITY else min(hard, OPEN_FILES_WANTED)
+    if wanted > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        soft = wanted
+    if soft < FEWEST_OPEN_FILES:
+        raise TooFewOpenFiles(
+            f"serve needs at least {FEWEST_OPEN_FILES} open files and may open {soft}"
+            " (ulimit -n): raise the limit"
+        )
 
 
 def _print_step(result: StepResult) -> None:
@@ -100,6 +134,7 @@ def serve(
     except ImportError as missing:
         raise MissingExtra(missing.name or str(missing)) from None
     policy = Policy.for_host(host)  # UnsafeServer: one line and exit 2, like any refusal
+    enough_open_files()
     provider = make_provider(provider_name) if coordinate else None
     with open_center(ctx, create=create) as wc:
         loop = None
