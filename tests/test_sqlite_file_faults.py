@@ -14,6 +14,15 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from conftest import create_linear
+
+from workcenter.adapters.cli import cli
+from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.application import WorkCenter
 
 FILLS_THE_FILE = """
 import json, resource, sys
@@ -134,3 +143,31 @@ def test_a_sound_store_that_cannot_be_read_now_is_not_said_to_be_another_applica
     assert done.stdout.startswith(f"StoreUnavailable: cannot read the store at {path} ("), (
         done.stdout
     )
+
+
+def test_a_worker_whose_store_fails_says_what_it_did_before_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker ended by its store's failure (a full disk at its recovery) printed the
+    error's line only, no summary of the Runs it had handled (found by acceptance
+    testing, ADR-0138)."""
+    db = str(tmp_path / "w.db")
+    with WorkCenter.open(db) as wc:
+        create_linear(wc, stages=("implement",))
+    recover = WorkCenter.recover
+    calls: list[int] = []
+
+    def failing(self: WorkCenter, *args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) > 1:  # the first, at the start, goes through
+            raise StoreUnavailable("the store's file could not be written or read (disk full)")
+        return recover(self, *args, **kwargs)
+
+    monkeypatch.setattr(WorkCenter, "recover", failing)
+    result = CliRunner().invoke(
+        cli,
+        ["--db", db, "worker", "--executor", "workcenter.adapters.executors:echo", "--json"],
+    )
+    assert result.exit_code == 2, result.output
+    assert json.loads(result.stdout)["finished"] == 1
+    assert result.stderr.startswith("StoreUnavailable: the store's file could not")

@@ -39,7 +39,7 @@ from workcenter.adapters.providers.scripted_coordinator import scripted_coordina
 from workcenter.adapters.terminal import safe, text
 from workcenter.adapters.wording import plain
 from workcenter.adapters.worker import default_name, load_executor, run_worker
-from workcenter.adapters.worker_run import StopSignals
+from workcenter.adapters.worker_run import StopSignals, WorkerStats
 from workcenter.application import Claim
 from workcenter.domain import bounds
 from workcenter.domain import work_item as wi
@@ -463,27 +463,39 @@ def worker(
             # long as the worker: out of every collection's walk, the garbage collector
             # costs a run cycle about half as much (ADR-0110).
             gc.freeze()
-            stats = run_worker(
-                wc,
-                executor,
-                worker=default_name() if name is None else name,
-                lease_seconds=lease_seconds,
-                poll_seconds=poll_seconds,
-                max_runs=max_runs,
-                runs_at_once=runs_at_once,
-                exit_when_idle=exit_when_idle,
-                signals=signals,
-                on_event=on_event,
-                coordinator=provider,
-                runs=not no_runs,
-                on_step=None if as_json else on_step,
-            )
-        if as_json:
-            _emit_json(stats.json())
-        else:
-            console.print(stats.summary(), markup=False, highlight=False)
+            stats = WorkerStats()
+            try:
+                run_worker(
+                    wc,
+                    executor,
+                    worker=default_name() if name is None else name,
+                    lease_seconds=lease_seconds,
+                    poll_seconds=poll_seconds,
+                    max_runs=max_runs,
+                    runs_at_once=runs_at_once,
+                    exit_when_idle=exit_when_idle,
+                    signals=signals,
+                    on_event=on_event,
+                    coordinator=provider,
+                    runs=not no_runs,
+                    on_step=None if as_json else on_step,
+                    stats=stats,
+                )
+            except StoreUnavailable:
+                # The store failed under the loop (a full disk): what it did is said before
+                # the error's line (found by acceptance testing: nothing was, ADR-0138).
+                _said_worker(stats, as_json)
+                raise
+        _said_worker(stats, as_json)
     if signals.signum is not None:
         ctx.exit(128 + signals.signum)
+
+
+def _said_worker(stats: WorkerStats, as_json: bool) -> None:
+    if as_json:
+        _emit_json(stats.json())
+    else:
+        console.print(stats.summary(), markup=False, highlight=False)
 
 
 def _no_executor(claim: Claim) -> dict[str, Any]:

@@ -77,13 +77,16 @@ def run_worker(
     runs: bool = True,
     on_step: Callable[[StepResult], None] | None = None,
     runs_at_once: int = 1,
+    stats: WorkerStats | None = None,
 ) -> WorkerStats:
     """Loop until stopped, idle (if asked) or ``max_runs`` Runs were handled; with a
     ``coordinator`` provider, run the due Coordinator steps too (``runs=False``: only
     them, and ``executor`` is not called). Every argument is checked before anything is
     claimed or recovered (``InvalidInput`` naming it). ``runs_at_once`` Runs are
     executed at once, each by a thread of its own (ADR-0097): the executor is then
-    called from that many threads.
+    called from that many threads. ``stats`` (a ``WorkerStats`` of the caller's) is
+    counted into as the loop goes, so that a caller that catches the loop's error (a
+    store that failed) still has what it did; the loop returns it.
 
     ``stop`` (an event) ends the loop and lets every Run in hand finish. ``signals``
     (``StopSignals``, entered by the caller, which installs the SIGINT and SIGTERM
@@ -111,7 +114,9 @@ def run_worker(
             f" {runs_at_once!r}"
         )
     _check_the_rest(executor, runs, max_runs, stop, signals, on_event, on_step, coordinator)
-    stats = WorkerStats()
+    if stats is not None and not isinstance(stats, WorkerStats):
+        raise InvalidInput(f"stats must be a WorkerStats or None, not {type(stats).__name__}")
+    stats = WorkerStats() if stats is None else stats
     sent_back = _writes_sent_back(wc)
     stop = signals.event if signals else (stop or threading.Event())
     reconnect = Reconnect(stop)
