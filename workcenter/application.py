@@ -561,11 +561,11 @@ class WorkCenter:
         return self._reads.goal_progress(work_item_id)
 
     def list_work_items(
-        self, status: str | None = None, *, limit: int | None = None
+        self, status: str | None = None, *, limit: int | None = None, newest: bool = False
     ) -> list[dict[str, Any]]:
-        """The WorkItems (in ``status`` only, if given), oldest first: every one, or the
-        first ``limit``."""
-        return self._reads.list_work_items(status, limit)
+        """The WorkItems (in ``status`` only, if given), oldest first (``newest``: newest
+        first): every one, or the first ``limit``."""
+        return self._reads.list_work_items(status, limit, newest)
 
     def detail(self, work_item_id: UUID, *, caught_up: bool = False) -> dict[str, Any]:
         """The item's detail DTO from the detail read model (as of the item's latest event):

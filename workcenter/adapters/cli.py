@@ -209,17 +209,23 @@ LIST_LIMIT = 1000  # items `list` shows unless told
     type=Count(min=1, max=bounds.INTEGER),
     default=LIST_LIMIT,
     show_default=True,
-    help="Show at most this many, oldest first (a line on stderr says when there are more).",
+    help="Show at most this many (a line on stderr says when there are more).",
+)
+@click.option(
+    "--newest", is_flag=True, help="Newest first: the items made last, on a store of many."
 )
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def list_items(ctx: click.Context, status: str | None, limit: int, as_json: bool) -> None:
-    """List WorkItems, oldest first."""
+def list_items(
+    ctx: click.Context, status: str | None, limit: int, newest: bool, as_json: bool
+) -> None:
+    """List WorkItems, oldest first (or --newest first)."""
     with _open(ctx) as wc:
-        rows = wc.list_work_items(status, limit=min(limit + 1, bounds.INTEGER))
+        rows = wc.list_work_items(status, limit=min(limit + 1, bounds.INTEGER), newest=newest)
     if len(rows) > limit:
         rows = rows[:limit]
-        click.echo(f"showing the first {limit} items; there are more (--limit N)", err=True)
+        which = "newest" if newest else "first"
+        click.echo(f"showing the {which} {limit} items; there are more (--limit N)", err=True)
     if as_json:
         # Titles masked as on the table, `show --json` and the HTTP list (ADR-0136).
         _emit_json(

@@ -356,16 +356,25 @@ class WorkQueueView(TrackedView):
         return (UUID(rows[0][0]), UUID(rows[0][1])) if rows else None
 
     def work_items(
-        self, status: str | None = None, limit: int | None = None, offset: int = 0
+        self,
+        status: str | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        *,
+        newest: bool = False,
     ) -> list[dict[str, Any]]:
-        """Items oldest first (creation time, then id): all, or ``limit`` of them from the
-        ``offset``-th."""
+        """Items oldest first (creation time, then id), or ``newest`` first: all, or
+        ``limit`` of them from the ``offset``-th."""
         sql = "SELECT work_item_id, title, status, mode, created_at, updated_at FROM wq_items"
         params: list[Any] = []
         if status:
             sql += " WHERE status = ?"
             params.append(status)
-        sql += " ORDER BY created_at, work_item_id"
+        sql += (
+            " ORDER BY created_at DESC, work_item_id DESC"
+            if newest
+            else " ORDER BY created_at, work_item_id"
+        )
         if limit is not None:
             sql += " LIMIT ? OFFSET ?"
             params += [limit, offset]

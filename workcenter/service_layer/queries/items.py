@@ -38,12 +38,17 @@ class Reads:
         item = self.repo.work_item(work_item_id)
         return planning.progress(item, self.repo.actions(item))
 
-    def list_work_items(self, status: str | None, limit: int | None) -> list[dict[str, Any]]:
+    def list_work_items(
+        self, status: str | None, limit: int | None, newest: bool = False
+    ) -> list[dict[str, Any]]:
         if status is not None and (not isinstance(status, str) or status not in wi.STATUSES):
             raise InvalidInput(f"status must be one of {', '.join(wi.STATUSES)}, not {status!r}")
         if limit is not None and (inputs.version(limit, "limit") < 1):
             raise InvalidInput(f"limit must be a whole number of at least 1, not {limit!r}")
-        return self.read_models.fresh(WorkQueue.name).work_items(status, limit)  # type: ignore[no-any-return]
+        if not isinstance(newest, bool):
+            raise InvalidInput(f"newest must be True or False, not {newest!r}")
+        view = self.read_models.fresh(WorkQueue.name)
+        return view.work_items(status, limit, newest=newest)  # type: ignore[no-any-return]
 
     def detail(self, work_item_id: UUID, *, caught_up: bool = False) -> dict[str, Any]:
         """See ``WorkCenter.detail``: the stored DTO, caught up first if it is behind the
