@@ -355,8 +355,7 @@ def test_a_copy_stopped_while_the_history_is_checked_makes_nothing(
     stopped = copy(str(db_path), str(target))
     assert stopped.exit_code == 128 + signal.SIGTERM, stopped.output
     assert stopped.stderr.splitlines() == [
-        "interrupted by SIGTERM: copy stopped while the store's history was checked:"
-        " nothing was copied"
+        "interrupted by SIGTERM: copy stopped before its first event was copied: nothing was copied"
     ]
     assert not target.exists()
 

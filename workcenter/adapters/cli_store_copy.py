@@ -62,8 +62,6 @@ def _copied(
         building: list[str] = []  # the views begun, once every event is copied
 
         def partial(how: str) -> str:
-            if not steps.total:
-                return f"{verb} {how} while the store's history was checked: nothing was copied"
             if building:
                 # Every event is in the new store: a stop no longer cuts the copy, only
                 # the views' build, which its first open or a rebuild finishes (found by
@@ -75,6 +73,8 @@ def _copied(
                     f" its read models with `workcenter --db {shown} projections rebuild`"
                     " (else its first command builds them, and takes as long)"
                 )
+            if not steps.total:  # the source's history checked, or the new store made
+                return f"{verb} {how} before its first event was copied: nothing was copied"
             # The pages copied are committed: the new store holds a beginning of the
             # history, which verifies as one (found by acceptance testing: it was then
             # taken for a copy, and SIGTERM ended the verb without a word).
