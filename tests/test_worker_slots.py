@@ -19,7 +19,7 @@ from typing import Any
 
 import postgres
 import pytest
-from conftest import create_dynamic, create_linear, report
+from conftest import action_spec, create_dynamic, create_linear, plan, report
 
 from workcenter.adapters.executors import echo
 from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
@@ -361,3 +361,23 @@ def test_runs_and_coordinator_steps_take_turns(wc: WorkCenter, runs_at_once: int
     )
     assert stats.claimed == 1, stats
     assert sum(stats.coordinator_steps.values()) <= runs_at_once, stats
+
+
+def test_a_wake_that_waits_for_a_running_action_does_not_hold_up_the_others(
+    wc: WorkCenter,
+) -> None:
+    """The oldest due wake may not begin while its item has an Action running (a user's
+    message waits for it): a worker taking one step a pass tried only it, ran none, and
+    took the Coordinator for idle, every other item's wake held up behind it (found by
+    acceptance testing of ADR-0138's one step a pass)."""
+    held = create_dynamic(wc)
+    plan(wc, held.id, action_spec())
+    coordinator = scripted_coordinator()
+    assert wc.claim_next("w") is not None  # its Action runs: its wakes wait
+    wc.post_user_message(held.id, "also look at the logs")
+    waiting = create_dynamic(wc)  # started: a wake due, after the held item's
+    stats = run_worker(
+        wc, echo, worker="w", coordinator=coordinator, runs=False, exit_when_idle=True
+    )
+    assert stats.coordinator_steps.get("decided", 0) >= 1, stats
+    assert wc.work_item(waiting.id).plan, "the waiting item's wake was never taken"

@@ -546,10 +546,16 @@ class WorkCenter:
         return self._coordinator.conversation(work_item_id)
 
     def coordinate_once(
-        self, provider: CoordinatorProvider, *, lease_seconds: float = 60.0, limit: int = 100
+        self,
+        provider: CoordinatorProvider,
+        *,
+        lease_seconds: float = 60.0,
+        limit: int = 100,
+        steps: int | None = None,
     ) -> list[StepResult]:
-        """Recover, then run one Coordinator step through ``provider`` per due wake."""
-        return Coordinator(self._coordinator, provider, lease_seconds).run_due(limit)
+        """Recover, then run one Coordinator step through ``provider`` per due wake, of
+        the ``limit`` oldest (``steps``: only the first that many that run)."""
+        return Coordinator(self._coordinator, provider, lease_seconds).run_due(limit, steps)
 
     def recover_coordinator(self, *, at_open: bool = True) -> int:
         """Coordinator crash recovery (expired claims, unknown dispatches, orphaned turns)."""

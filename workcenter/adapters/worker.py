@@ -243,12 +243,12 @@ def _coordinate(
     stats: WorkerStats,
     on_step: Callable[[StepResult], None] | None,
 ) -> bool:
-    """A due Coordinator step, the oldest; True when one ran. One a pass, so that Runs and
-    steps take turns: every due step a pass (up to 100) kept the Runs waiting behind a
-    backlog of wakes, minutes with a model's seconds a step (found by acceptance testing,
-    ADR-0138)."""
+    """A due Coordinator step, the oldest that may run; True when one ran. One a pass, so
+    that Runs and steps take turns: every due step a pass (up to 100) kept the Runs
+    waiting behind a backlog of wakes, minutes with a model's seconds a step (found by
+    acceptance testing, ADR-0138)."""
     try:
-        results = wc.coordinate_once(provider, limit=1)
+        results = wc.coordinate_once(provider, steps=1)
     except StoreDisconnected:
         # An outage or a busy pool refuses nothing: the claim's pass waits it out (it
         # was counted as a refused turn that never happened; found by acceptance testing).

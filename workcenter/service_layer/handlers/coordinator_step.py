@@ -95,11 +95,15 @@ class Coordinator:
         lease = timedelta(seconds=inputs.lease_seconds(lease_seconds))
         self.lease = max(lease, conv.MIN_LEASE)
 
-    def run_due(self, limit: int = 100) -> list[StepResult]:
-        """One step for each item with a wake due (oldest first), after recovery."""
+    def run_due(self, limit: int = 100, steps: int | None = None) -> list[StepResult]:
+        """One step for each item with a wake due (of the ``limit`` oldest), after
+        recovery; with ``steps``, the first ``steps`` that run. A wake that may not begin
+        (its item's Action running) is passed over, so that it holds up no other."""
         limit = inputs.version(limit, "limit")
         if not 1 <= limit <= MAX_STEPS:
             raise InvalidInput(f"limit must be from 1 to {MAX_STEPS}, not {limit}")
+        if steps is not None and not 1 <= inputs.version(steps, "steps") <= limit:
+            raise InvalidInput(f"steps must be from 1 to the limit ({limit}), not {steps}")
         self.commands.recover(at_open=False)
         now = self.commands.clock.now()
         results = []
@@ -107,6 +111,8 @@ class Coordinator:
             result = self.step(work_item_id)
             if result.status != "skipped":
                 results.append(result)
+                if len(results) == steps:
+                    break
         return results
 
     def step(self, work_item_id: UUID) -> StepResult:
