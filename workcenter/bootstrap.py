@@ -259,9 +259,9 @@ def default_clock(store: EventStore) -> Clock:
     which the processes of one machine share, that machine's."""
     datastore = store.recorder.datastore  # type: ignore[attr-defined]
     if sql.is_postgres(datastore):
-        from workcenter.adapters.server_clock import ServerClock, offset_to
+        from workcenter.adapters.server_clock import ServerClock, read_on
 
-        return ServerClock(partial(offset_to, datastore.pool))
+        return ServerClock(partial(read_on, datastore.pool))
     return SystemClock()
 
 
