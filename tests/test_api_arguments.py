@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,16 @@ def _shown(value: Any) -> str:
     return f"{type(value).__name__}:{value}" if plain else type(value).__name__
 
 
+class NaiveClock:
+    def now(self) -> datetime:
+        return datetime.now()  # no zone: the mistake refused
+
+
+class BrokenClock:
+    def now(self) -> datetime:
+        raise RuntimeError("no time")
+
+
 @pytest.mark.parametrize(
     "arguments",
     [
@@ -45,6 +56,10 @@ def _shown(value: Any) -> str:
         {"boot_id": 5},
         {"boot_id": "has space"},
         {"clock": 5},
+        # A clock whose times carry no zone was stored as local times without offset, and
+        # another process's recovery failed comparing them (found by acceptance testing).
+        {"clock": NaiveClock()},
+        {"clock": BrokenClock()},
         {"create": "no"},
         {"inline_projections": 1},
         {"coordinator_rules": 5},

@@ -16,8 +16,9 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 from uuid import UUID
 
 from eventsourcing.application import Application
@@ -343,6 +344,21 @@ def _open(env: dict[str, str], where: str, build: Callable[[EventStore], T]) -> 
     raise StoreUnavailable(f"cannot open the store at {where}: {failure}") from None
 
 
+def _aware(clock: Any) -> None:
+    """``InvalidInput`` unless ``clock.now()`` is a datetime with its zone: a naive one was
+    stored as a local time without offset, which another process's recovery could not
+    compare with its own times (a TypeError; found by acceptance testing, ADR-0138)."""
+    try:
+        now = clock.now()
+    except Exception as error:
+        raise InvalidInput(f"clock.now() failed: {type(error).__name__}: {error}") from None
+    if not isinstance(now, datetime) or now.utcoffset() is None:
+        raise InvalidInput(
+            "clock.now() must return a datetime with its time zone (datetime.now(UTC)),"
+            f" not {now!r}"
+        )
+
+
 def check_open(
     db: object,
     clock: object,
@@ -360,6 +376,8 @@ def check_open(
         raise InvalidInput("db must be a path given as text, not bytes")
     if clock is not None and not callable(getattr(clock, "now", None)):
         raise InvalidInput(f"clock must have now(), not {type(clock).__name__}")
+    if clock is not None:
+        _aware(clock)
     if given_boot_id is not None:
         boot_id(given_boot_id)
     if coordinator_rules is not None:
