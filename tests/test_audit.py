@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from uuid import UUID
@@ -275,6 +276,26 @@ def test_audit_at_time(db_path: Path, wc: WorkCenter, clock: FakeClock) -> None:
         cli, ["--db", str(db_path), "audit", str(item.id), "--at-time", "2000-01-01T00:00:00"]
     )
     assert early.exit_code == 2 and "no state" in early.output
+
+
+def test_audit_at_a_time_before_a_later_event_stamped_earlier(
+    db_path: Path, wc: WorkCenter, clock: FakeClock
+) -> None:
+    """A clock stepped back stamps a later event earlier than the one before it: the
+    state at a time is the history up to the first event after it, not up to the last
+    event stamped before it, which gave a state of events written after the time asked
+    (found by acceptance testing, ADR-0138)."""
+    item = plan(wc, create_dynamic(wc).id)
+    planned = wc.work_item(item.id)
+    clock.advance(60)
+    claimed = claim(wc)  # at T0 + 60 s
+    clock.advance(-3600)  # stepped back an hour
+    assert wc.renew_lease(claimed)  # stamped T0 - 1 h, after the claim
+    asked = (clock.now() + timedelta(seconds=3600 - 30)).isoformat()  # before the claim
+    got = _cli(db_path, "audit", str(item.id), "--at-time", asked, "--json")
+    assert got["state"]["item"]["version"] == planned.version
+    (action,) = got["state"]["actions"]
+    assert (action["status"], action["runs"]) == ("ready", [])
 
 
 def test_progress_explains_proof_stale_and_conflicting_runs(

@@ -179,7 +179,8 @@ def select(
 def cut(
     rows: list[AuditRow], work_item_id: UUID, *, version: int | None, at: datetime | None
 ) -> int | None:
-    """The position of the item's state at WorkItem ``version`` or at time ``at``.
+    """The position of the item's state at WorkItem ``version`` or at time ``at`` (the
+    last before the first event stamped after it).
 
     None when the item had no such version or nothing had happened by then.
     """
@@ -194,8 +195,15 @@ def cut(
             None,
         )
     assert at is not None
-    moment = at.timestamp()
-    return max((r.position for r in rows if r.at.timestamp() <= moment), default=None)
+    # The history up to the first event after ``at``: an event stamped before ``at`` that
+    # came after it (a clock stepped back) is not of the state then (found by acceptance
+    # testing, ADR-0138).
+    moment, position = at.timestamp(), None
+    for r in sorted(rows, key=lambda r: r.position):
+        if r.at.timestamp() > moment:
+            break
+        position = r.position
+    return position
 
 
 def versions_at(rows: list[AuditRow], position: int) -> dict[tuple[str, UUID], int]:
