@@ -278,6 +278,15 @@ def test_audit_at_time(db_path: Path, wc: WorkCenter, clock: FakeClock) -> None:
     assert early.exit_code == 2 and "no state" in early.output
 
 
+def test_the_text_trail_says_its_times_are_utc(db_path: Path, wc: WorkCenter) -> None:
+    """A time without its zone was read as local time under another TZ (found by
+    acceptance testing, ADR-0138)."""
+    item = create_dynamic(wc)
+    shown = CliRunner().invoke(cli, ["--db", str(db_path), "audit", str(item.id)])
+    assert shown.exit_code == 0, shown.output
+    assert " 2026-01-01T12:00:00Z  work_item v1  WorkItemCreated" in shown.stdout
+
+
 def test_audit_at_a_time_before_a_later_event_stamped_earlier(
     db_path: Path, wc: WorkCenter, clock: FakeClock
 ) -> None:
