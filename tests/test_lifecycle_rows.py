@@ -682,3 +682,13 @@ def test_input_to_a_linear_items_earlier_stage_is_refused(wc: WorkCenter) -> Non
     assert current(wc, item.id).id != first.action_id
     with refused(wc, CommandRefused, match="current Action"):
         _send(wc, wc.action(first.action_id), "too late")
+
+
+def test_consuming_more_ids_than_a_command_may_name_is_refused(wc: WorkCenter) -> None:
+    """Every command that names ids takes at most 256 (docs/limits.md); consume_input
+    took any number, the existence of each checked first (found by acceptance testing,
+    ADR-0138)."""
+    plan(wc, create_dynamic(wc).id)
+    claimed = claim(wc)
+    with refused(wc, InvalidInput, "more than 256 ids"):
+        wc.consume_input(claimed, [uuid4() for _ in range(257)])

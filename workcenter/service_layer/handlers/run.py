@@ -230,6 +230,10 @@ class RunCommands:
             raise InvalidInput("input_ids must be a list of input ids")
         if not all(isinstance(i, UUID) for i in input_ids):
             raise InvalidInput("input_ids must be a list of input ids")
+        if len(input_ids) > bounds.IDS:
+            # The bound every command naming ids keeps (docs/limits.md; found unkept by
+            # acceptance testing, ADR-0138).
+            raise InvalidInput(f"input_ids names more than {bounds.IDS} ids ({len(input_ids)})")
 
         def consume(action: act.ActionState) -> Sequence[DomainEvent]:
             by = chosen or run_actor(claim, action)
