@@ -195,8 +195,9 @@ def test_a_stop_after_the_last_page_stops_the_views_build_and_says_the_copy_is_w
     assert done.stderr.splitlines() == [
         "interrupted by SIGINT: rekey stopped while its read models were built: every"
         f" event up to position {events:,} was copied to {shown}, a whole copy; build its"
-        f" read models with `workcenter --db {shown} projections rebuild` (else its first"
-        " command builds them, and takes as long)"
+        f" read models with `workcenter --db {shown} projections rebuild` with"
+        " $WORKCENTER_CIPHER_KEY unset (the copy is not encrypted) (else its first command"
+        " builds them, and takes as long)"
     ]
     monkeypatch.undo()
     rebuilt = CliRunner().invoke(cli, ["--db", target, "projections", "rebuild"])

@@ -3,6 +3,7 @@ under its own key (ADR-0125), ``rekey`` rotates its cipher key (issue 10, ADR-00
 
 from __future__ import annotations
 
+import os
 import signal
 from collections.abc import Callable
 from typing import Final
@@ -13,7 +14,7 @@ from rich.progress import Progress, TaskID
 from workcenter.adapters.cli_common import bar_on_terminal, console, db_option, emit_json
 from workcenter.adapters.cli_stop import Interrupted, Steps, Stop, interrupted, stop_signals
 from workcenter.adapters.persistence import is_postgres_url, public_url, resolve_db_path
-from workcenter.adapters.store_copy import Copied, ViewsNotBuilt
+from workcenter.adapters.store_copy import NEW_KEY_ENV, Copied, ViewsNotBuilt, opened_with
 from workcenter.domain.errors import WorkcenterError
 from workcenter.projections.lifecycle import Progress as ViewProgress
 from workcenter.service_layer.history.proof import VerifyProgress
@@ -57,6 +58,7 @@ def _copied(
     ctx: click.Context, verb: str, copy_store: Copying, key_named: str, target: str, as_json: bool
 ) -> None:
     shown = public_url(target)  # never its password (found by acceptance testing)
+    new_key = os.environ.get(NEW_KEY_ENV) or None  # a rekey's
     with stop_signals() as stop:
         steps = Steps(stop)
         building: list[str] = []  # the views begun, once every event is copied
@@ -71,7 +73,8 @@ def _copied(
                     f"{verb} {how} while its read models were built: every event up to"
                     f" position {steps.total:,} was copied to {shown}, a whole copy; build"
                     f" its read models with `workcenter --db {shown} projections rebuild`"
-                    " (else its first command builds them, and takes as long)"
+                    f"{opened_with(new_key, as_stored=verb == 'copy')} (else its first"
+                    " command builds them, and takes as long)"
                 )
             if not steps.total:  # the source's history checked, or the new store made
                 return f"{verb} {how} before its first event was copied: nothing was copied"

@@ -199,7 +199,8 @@ def _copied(
                 raise ViewsNotBuilt(
                     f"every event up to position {head:,} was copied to {shown}, but its read"
                     f" models were not built ({type(error).__name__}: {error}); run"
-                    f" `workcenter --db {shown} projections rebuild` once it can be reached"
+                    f" `workcenter --db {shown} projections rebuild`"
+                    f"{opened_with(new_key, as_stored=as_stored)} once it can be reached"
                     " (the copy then holds the store as it was at that position)"
                 ) from error
         finally:
@@ -210,6 +211,17 @@ def _copied(
             # Every event up to the head is copied; only the check for later ones failed.
             after = None
     return Copied(events=copied, encrypted=new_key is not None, position=head, source_head=after)
+
+
+def opened_with(new_key: str | None, *, as_stored: bool) -> str:
+    """What the new store is opened with, where it is not the source's key: a rekey's
+    copy under the new key, or none (found by acceptance testing: the rebuild it said to
+    run was refused for the key it was run with, ADR-0138)."""
+    if as_stored:
+        return ""
+    if new_key is None:
+        return f" with ${KEY_ENV} unset (the copy is not encrypted)"
+    return f" with ${KEY_ENV} set to the new key (${NEW_KEY_ENV}'s)"
 
 
 def refuse_a_broken_history(old: WorkCenter, progress: VerifyProgress | None = None) -> None:
