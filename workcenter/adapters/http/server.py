@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import contextlib
+import errno
+import math
 import signal
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 import uvicorn
 
@@ -33,11 +36,34 @@ class PortUnavailable(WorkcenterError):
     code = "port_unavailable"
 
 
+class ListeningSocket(socket.socket):
+    """A listening socket whose ``accept`` says "nothing waiting" for a while after the
+    process ran out of open files, rather than that again. asyncio's accept loop, told
+    the files ran out, pauses the socket for a second but goes on trying the rest of its
+    backlog (2,048 with uvicorn's), each try a logged traceback and one more timer: at a
+    few dozen idle clients past the limit, tens of thousands of tracebacks a second and
+    no answer (found by acceptance testing, ADR-0138). Now one a pause."""
+
+    QUIET_SECONDS = 0.5  # less than asyncio's pause (a second), so each pause says it once
+
+    _ran_out_at = -math.inf
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        if time.monotonic() - self._ran_out_at < self.QUIET_SECONDS:
+            raise BlockingIOError(errno.EAGAIN, "out of open files: paused")
+        try:
+            return super().accept()
+        except OSError as error:
+            if error.errno in (errno.EMFILE, errno.ENFILE):
+                self._ran_out_at = time.monotonic()
+            raise
+
+
 def bind(host: str, port: int) -> socket.socket:
     """The listening socket, bound as uvicorn binds it, but before the dashboard's
     address is announced: a port in use is one line, not a URL and then a log."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family=family)
+    sock = ListeningSocket(family=family)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
