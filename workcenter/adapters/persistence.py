@@ -534,7 +534,8 @@ def _stamp(path: Path) -> None:
     """Mark the file as Workcenter's, of ``LAYOUT``: both or neither (a disk full between
     them left a marked file of layout 0; ADR-0138)."""
     try:
-        conn = sqlite3.connect(path, isolation_level=None)
+        conn = sqlite3.connect(path)
+        conn.isolation_level = None  # the transaction is the one begun here
         try:
             conn.execute("BEGIN IMMEDIATE")
             conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
