@@ -22,6 +22,7 @@ from workcenter.adapters.cli import cli
 from workcenter.adapters.executors import echo
 from workcenter.adapters.http import reads, server
 from workcenter.adapters.http.guard import Policy, UnsafeServer
+from workcenter.adapters.http.preconditions import Seen
 from workcenter.adapters.worker import run_worker
 from workcenter.application import WorkCenter
 
@@ -301,6 +302,37 @@ def test_resume_a_cancelled_item_and_refuse_resuming_a_live_one(
     cancelled = api.post(f"{url}/cancel", json={}, headers={"If-Match": item["etag"]})
     resumed = api.post(f"{url}/resume", json={}, headers={"If-Match": cancelled.headers["ETag"]})
     assert resumed.status_code == 200 and resumed.json()["status"] == "ready"
+
+
+def test_a_command_another_beat_to_the_item_is_412_with_the_current_etag(
+    api: TestClient, wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two people resume one cancelled item at the same moment: both pass the If-Match
+    check, one resumes, and the other's resume, refused by the service for a state its
+    sender never saw, was 409 CommandRefused ("only a cancelled or stopped WorkItem can be
+    resumed"); where the versions clashed in the write, 412 without the ETag to retry
+    with (found by acceptance testing, ADR-0138). Either is 412 with the current ETag."""
+    item = create(api)
+    url = f"/api/work-items/{item['id']}"
+    cancelled = api.post(f"{url}/cancel", json={}, headers={"If-Match": item["etag"]})
+    check = Seen.check
+
+    written: list[int] = []
+
+    def beaten(self: Seen, center: WorkCenter, work_item_id: UUID) -> None:
+        check(self, center, work_item_id)
+        center.resume(  # the other person's, between this check and this command
+            work_item_id,
+            expected_version=self.item_version,
+            expected_ledger_version=self.control_version,
+        )
+        written.append(center.event_count())
+
+    monkeypatch.setattr(Seen, "check", beaten)
+    lost = api.post(f"{url}/resume", json={}, headers={"If-Match": cancelled.headers["ETag"]})
+    body = refused(wc, lost, 412, "PreconditionFailed", written[0])
+    current = versions_of(api.get(url).headers["ETag"])
+    assert lost.headers["ETag"] == current and current in body["detail"]
 
 
 def test_extend_budget_raises_limits_under_if_match(api: TestClient, wc: WorkCenter) -> None:

@@ -186,8 +186,8 @@ def start(wc: Center, item_id: str, expected: Expected, body: Start) -> JSONByte
     """Start a draft: a linear item's first stage becomes ready, a dynamic item waits
     for its Coordinator to plan."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
-    expected.check(wc, work_item_id)
-    wc.start(work_item_id, expected_version=expected.item_version)
+    with expected.held(wc, work_item_id):
+        wc.start(work_item_id, expected_version=expected.item_version)
     return _answer(wc, work_item_id)
 
 
@@ -195,8 +195,8 @@ def start(wc: Center, item_id: str, expected: Expected, body: Start) -> JSONByte
 def cancel(wc: Center, item_id: str, expected: Expected, body: Cancel) -> JSONBytes:
     """Cancel the item."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
-    expected.check(wc, work_item_id)
-    wc.cancel(work_item_id, reason=body.reason, expected_version=expected.item_version)
+    with expected.held(wc, work_item_id):
+        wc.cancel(work_item_id, reason=body.reason, expected_version=expected.item_version)
     return _answer(wc, work_item_id)
 
 
@@ -204,12 +204,12 @@ def cancel(wc: Center, item_id: str, expected: Expected, body: Cancel) -> JSONBy
 def resume(wc: Center, item_id: str, expected: Expected, body: Resume) -> JSONBytes:
     """Resume a cancelled item, or one its budget stopped once the budget allows."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
-    expected.check(wc, work_item_id)
-    wc.resume(
-        work_item_id,
-        expected_version=expected.item_version,
-        expected_ledger_version=expected.control_version,
-    )
+    with expected.held(wc, work_item_id):
+        wc.resume(
+            work_item_id,
+            expected_version=expected.item_version,
+            expected_ledger_version=expected.control_version,
+        )
     return _answer(wc, work_item_id)
 
 
@@ -217,10 +217,10 @@ def resume(wc: Center, item_id: str, expected: Expected, body: Resume) -> JSONBy
 def extend_budget(wc: Center, item_id: str, expected: Expected, body: Limits) -> JSONBytes:
     """Raise limits by the amounts given (clears no stop: resume does)."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
-    expected.check(wc, work_item_id)
-    wc.extend_budget(
-        work_item_id, expected_version=expected.control_version, additions=body.given()
-    )
+    with expected.held(wc, work_item_id):
+        wc.extend_budget(
+            work_item_id, expected_version=expected.control_version, additions=body.given()
+        )
     return _answer(wc, work_item_id)
 
 
@@ -236,14 +236,14 @@ def retry(
 ) -> JSONBytes:
     """Retry a failed or waiting Action (with an answer to its question, if any)."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
-    expected.check(wc, work_item_id)
-    wc.retry(
-        work_item_id,
-        inputs.aggregate_id(action_id, "Action"),
-        expected_version=expected.item_version,
-        expected_generation=body.expected_generation,
-        answer=body.answer,
-    )
+    with expected.held(wc, work_item_id):
+        wc.retry(
+            work_item_id,
+            inputs.aggregate_id(action_id, "Action"),
+            expected_version=expected.item_version,
+            expected_generation=body.expected_generation,
+            answer=body.answer,
+        )
     return _answer(wc, work_item_id)
 
 
@@ -259,14 +259,14 @@ def guide(
 ) -> JSONBytes:
     """Guide an Action: a new generation of it runs with the guidance."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
-    expected.check(wc, work_item_id)
-    wc.guide(
-        work_item_id,
-        inputs.aggregate_id(action_id, "Action"),
-        expected_version=expected.item_version,
-        expected_generation=body.expected_generation,
-        guidance=body.guidance,
-    )
+    with expected.held(wc, work_item_id):
+        wc.guide(
+            work_item_id,
+            inputs.aggregate_id(action_id, "Action"),
+            expected_version=expected.item_version,
+            expected_generation=body.expected_generation,
+            guidance=body.guidance,
+        )
     return _answer(wc, work_item_id)
 
 
@@ -283,13 +283,13 @@ def add_input(
     """Send input to an Action: a ready one starts a new generation with it in its
     context; a running one's Run (``expectedRunId``) gets it queued."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
-    expected.check(wc, work_item_id)
-    wc.add_input(
-        work_item_id,
-        inputs.aggregate_id(action_id, "Action"),
-        expected_version=expected.item_version,
-        expected_generation=body.expected_generation,
-        text=body.text,
-        expected_run_id=body.expected_run_id,
-    )
+    with expected.held(wc, work_item_id):
+        wc.add_input(
+            work_item_id,
+            inputs.aggregate_id(action_id, "Action"),
+            expected_version=expected.item_version,
+            expected_generation=body.expected_generation,
+            text=body.text,
+            expected_run_id=body.expected_run_id,
+        )
     return _answer(wc, work_item_id)

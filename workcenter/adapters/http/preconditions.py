@@ -13,7 +13,9 @@ Precondition Required``. Both are judged after the command's body has been check
 (ADR-0066): a body the document refuses is 422 whatever its If-Match. The versions
 then go to the service as expected versions,
 so a change that lands between this check and the command's write is judged by the
-command's conflict class (ADR-0004), as for any caller (ADR-0030). A list's ETag is
+command's conflict class (ADR-0004), as for any caller (ADR-0030); one that makes the
+service refuse the command is answered 412 as a stale If-Match is (ADR-0138). A list's
+ETag is
 the position of the event sequence it was read at: it names no version to echo.
 """
 
@@ -21,7 +23,8 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Any
 from uuid import UUID
@@ -32,6 +35,7 @@ from fastapi import Header
 from workcenter.adapters.http.problems import PreconditionFailed, PreconditionRequired
 from workcenter.adapters.http.responses import JSONBytes
 from workcenter.application import WorkCenter
+from workcenter.domain.errors import CommandRefused, VersionConflict
 
 # A read's own clock (the timeline's ``now``, for the ages it shows): not what the store
 # holds, so left out of the digest, or no read of it would ever be answered 304.
@@ -83,6 +87,28 @@ class Seen:
                 "again and decide again",
                 current_etag=current,
             )
+
+    @contextmanager
+    def held(self, wc: WorkCenter, work_item_id: UUID) -> Iterator[None]:
+        """``check``, then the command in the block: one the service refused because
+        another command changed the item after the check (two people answering one
+        Action at the same moment) is ``PreconditionFailed`` with the current ETag, as a
+        stale If-Match is, not the service's refusal of a state its caller never saw
+        (found by acceptance testing, ADR-0138: the loser got 409, or 412 without an
+        ETag)."""
+        self.check(wc, work_item_id)
+        try:
+            yield
+        except (CommandRefused, VersionConflict) as refused:
+            seen = item_etag(*self.versions())
+            current = item_etag(*wc.web_reads.versions(work_item_id))
+            if current == seen:
+                raise
+            raise PreconditionFailed(
+                f"the item changed while this command was decided: its versions are now"
+                f" {current}; read it again and decide again ({refused})",
+                current_etag=current,
+            ) from refused
 
 
 def item_etag(item_version: int, control_version: int, served: bytes | None = None) -> str:
