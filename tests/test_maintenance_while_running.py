@@ -22,10 +22,17 @@ from eventsourcing.persistence import NotSupportedError
 
 from workcenter.adapters.cli import cli
 from workcenter.adapters.executors import echo
-from workcenter.adapters.postgres_connection import PoolBusy, StoreDisconnected, held_up
+from workcenter.adapters.postgres_connection import (
+    LOCK_NOT_AVAILABLE,
+    PoolBusy,
+    StoreDisconnected,
+    held_up,
+)
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
 from workcenter.adapters.worker_run import Reconnect
 from workcenter.application import WorkCenter
+from workcenter.projections.inline import InlineProjections
+from workcenter.projections.runner import ProjectionRunner
 
 
 @pytest.fixture
@@ -123,6 +130,55 @@ def test_a_write_that_waits_out_the_lock_timeout_is_a_passing_store_error(
         assert len(wc.list_work_items()) == 2
 
 
+def test_a_statement_the_database_cancels_is_a_passing_store_error(
+    location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DBA's ``pg_cancel_backend``, or a role's ``statement_timeout``, cancels a
+    command's statement: the library's ``OperationalError`` escaped the Python API, and
+    a worker or the projection runner exited on it, status 2 (found by acceptance
+    testing, ADR-0138). It is ``PoolBusy``, nothing written, waited out like a lock."""
+    monkeypatch.setenv("PGOPTIONS", "-c statement_timeout=300")
+    monkeypatch.setattr(
+        OneCommitPostgresRecorder,
+        "insert_events",
+        OneCommitPostgresRecorder.insert_events.__wrapped__,  # type: ignore[attr-defined]
+    )
+    with WorkCenter.open(location, inline_projections=False) as wc:
+        create_linear(wc, stages=("implement",))
+        schema = location.rsplit("schema=", 1)[1]
+        with postgres.connect() as conn, conn.transaction():
+            conn.execute(f'LOCK TABLE "{schema}".workcenter_events IN ACCESS EXCLUSIVE MODE')
+            with pytest.raises(PoolBusy, match="the database cancelled a statement"):
+                create_linear(wc, stages=("implement",))
+        assert len(wc.list_work_items()) == 1  # nothing written
+        create_linear(wc, stages=("implement",))  # the lock released: writes go on
+        assert len(wc.list_work_items()) == 2
+
+
+def test_the_projection_runner_waits_out_a_statement_the_database_gave_up(
+    location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runner stopped (exit 2) on a lock waited out or a statement cancelled, where a
+    worker waits (found by acceptance testing, ADR-0138): it waits, then catches up."""
+    with WorkCenter.open(location, inline_projections=False) as wc:
+        create_linear(wc, stages=("implement",))
+        catch_up = InlineProjections.catch_up
+        given_up = [2]
+
+        def cancelled(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if given_up[0]:
+                given_up[0] -= 1
+                with postgres.connect() as conn:
+                    conn.execute("SET statement_timeout = 1")
+                    conn.execute("SELECT pg_sleep(1)")  # the server cancels it: 57014
+            return catch_up(self, *args, **kwargs)
+
+        monkeypatch.setattr(InlineProjections, "catch_up", cancelled)
+        with ProjectionRunner(wc, poll=0.01) as runner:
+            runner.wait(wc.store.recorder.max_notification_id(), timeout=30)
+        assert runner.error is None and given_up == [0]
+
+
 def test_a_worker_waiting_out_a_busy_store_says_so_once(caplog: pytest.LogCaptureFixture) -> None:
     """A worker backing off a busy store (a write that waited out the lock timeout, a
     pool with no connection free) logs one line as the wait begins, not one per try, and
@@ -132,10 +188,10 @@ def test_a_worker_waiting_out_a_busy_store_says_so_once(caplog: pytest.LogCaptur
     reconnect = Reconnect(stop)
     with caplog.at_level(logging.WARNING, logger="workcenter.store"):
         for _ in range(3):
-            reconnect.wait(held_up())
+            reconnect.wait(held_up(LOCK_NOT_AVAILABLE))
         reconnect.answered()
-        reconnect.wait(held_up())
+        reconnect.wait(held_up(LOCK_NOT_AVAILABLE))
         reconnect.answered()
         reconnect.wait(StoreDisconnected("lost the connection to the database"))
     said = [record.getMessage() for record in caplog.records]
-    assert said == [f"{held_up()}; waiting"] * 2
+    assert said == [f"{held_up(LOCK_NOT_AVAILABLE)}; waiting"] * 2

@@ -95,9 +95,10 @@ class ProjectionRunner:
         return applied
 
     def run_forever(self) -> None:
-        """Follow until ``stop()``. A lost database (restarted, failed over) is waited out
-        with backoff, then the views catch up and the following goes on; any other error
-        stops the loop and is kept in ``error``."""
+        """Follow until ``stop()``. A lost database (restarted, failed over), or a statement
+        it gave up (a lock waited out, a statement cancelled: ADR-0138), is waited out with
+        backoff, then the views catch up and the following goes on; any other error stops
+        the loop and is kept in ``error``."""
         delay = 0.0
         while not self._stop.is_set():
             started = time.monotonic()
@@ -110,7 +111,7 @@ class ProjectionRunner:
             except Exception as error:
                 if self._stop.is_set():
                     return
-                if not sql.connection_lost(error):
+                if not (sql.connection_lost(error) or sql.held_up(error)):
                     self.error = error  # kept for wait() and the caller
                     return
             # The store's connections log the outage (one line); a runner that had

@@ -115,6 +115,23 @@ def connection_lost(error: BaseException) -> bool:
     return False
 
 
+# SQLSTATEs of a statement the server gave up, its transaction rolled back, that passes:
+# lock_not_available (a lock waited out), query_canceled (pg_cancel_backend, a timeout).
+HELD_UP_STATES = frozenset({"55P03", "57014"})
+
+
+def held_up(error: BaseException) -> bool:
+    """Whether ``error``, or the first driver error it was raised from, is a statement the
+    server gave up that another try may get through (ADR-0138)."""
+    psycopg = sys.modules.get("psycopg")
+    seen: BaseException | None = error
+    while psycopg is not None and seen is not None:
+        if isinstance(seen, psycopg.Error):
+            return seen.sqlstate in HELD_UP_STATES
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def disconnected_state(state: str | None) -> bool:
     """Whether a driver error's SQLSTATE (None: the client's own failure) says the
     connection is lost or refused."""
