@@ -604,3 +604,35 @@ def test_the_list_is_worked_from_the_keyboard_and_hidden_criteria_are_counted(
     page.wait_for_selector(f"#item-list li.selected[data-id='{first}']", timeout=TIMEOUT_MS)
     page.wait_for_selector("tr.omitted", state="detached", timeout=TIMEOUT_MS)
     assert errors == []
+
+
+def test_an_item_read_that_failed_is_read_again_and_the_badge_says_so(
+    served_page: tuple[Any, str, list[str]], wc: WorkCenter
+) -> None:
+    """The network came back with the change stream still open: the change arrived, the
+    item's read failed, and the page never read it again, showing it as it was under a
+    badge that said "live" (found by acceptance testing, ADR-0138). It says the reads
+    fail, tries again, and shows the item as it is once a read goes through."""
+    page, base, errors = served_page
+    created = httpx.post(base + "/api/work-items", json=LINEAR, timeout=30)
+    item_id = created.json()["id"]
+    page.goto(base + "/")
+    page.wait_for_selector(f"#item-list li.selected[data-id='{item_id}']", timeout=TIMEOUT_MS)
+    page.wait_for_selector("#live.on", timeout=TIMEOUT_MS)
+    detail = f"**/api/work-items/{item_id}"
+    page.route(detail, lambda route: route.abort())
+    cancelled = httpx.post(
+        f"{base}/api/work-items/{item_id}/cancel",
+        json={},
+        headers={"If-Match": created.headers["ETag"]},
+        timeout=10,
+    )
+    assert cancelled.status_code == 200, cancelled.text
+    page.wait_for_function(
+        "() => document.querySelector('#live').textContent === 'reads failing; trying again'",
+        timeout=TIMEOUT_MS,
+    )
+    page.unroute(detail)  # no change follows: only the retry can show it
+    status_is(page, "cancelled")
+    page.wait_for_selector("#live.on", timeout=TIMEOUT_MS)
+    assert errors == []

@@ -10,6 +10,10 @@ const REFRESH_DELAY_MS = 120;
 // A detail read older than the item is read again, further apart each time, up to this.
 const BEHIND_MAX_MS = 4000;
 const RECONNECT_MS = 1000;
+// A read that failed is tried again after this, twice as long each time, up to the max.
+const RETRY_FIRST_MS = 1000;
+const RETRY_MAX_MS = 15000;
+const READS_FAILING = "reads failing; trying again";
 
 // The item an address names (#id): decoded where it can be (a malformed escape is kept as
 // written, and said to name no item) and in lower case, as the server and its change
@@ -34,6 +38,8 @@ const state = {
   detailDirty: false,
   refreshing: false,
   timer: null,
+  // The wait before a failed read is tried again (it doubles while reads keep failing).
+  retryMs: RETRY_FIRST_MS,
   // Detail reads in a row that showed the item older than it is (a runner behind).
   behindReads: 0,
   // The item's ETag as the conversation was last read: a message echoes it in If-Match.
@@ -575,8 +581,25 @@ async function refresh() {
   try {
     if (list) await refreshList();
     if (detail) await refreshDetail();
+    if (state.retryMs !== RETRY_FIRST_MS) {
+      state.retryMs = RETRY_FIRST_MS;
+      if ($("live").textContent === READS_FAILING) setLive(true);
+    }
   } catch (error) {
-    if (!(error instanceof Unauthorized)) console.warn("refresh failed", error);
+    if (error instanceof Unauthorized) return;
+    console.warn("refresh failed", error);
+    // Read again, later: the change that asked for this read is seen by no other (an
+    // item read that failed once the network came back was never read again, the page
+    // showing it as it was under a badge that said "live"; found by acceptance testing,
+    // ADR-0138).
+    state.listDirty = state.listDirty || list;
+    state.detailDirty = state.detailDirty || detail;
+    // Said where the badge says "live"; one that says why already ("database
+    // unreachable", "reconnecting") is left saying it.
+    if ($("live").classList.contains("on")) setLive(false, READS_FAILING);
+    state.refreshing = false;
+    schedule(state.retryMs);
+    state.retryMs = Math.min(state.retryMs * 2, RETRY_MAX_MS);
   } finally {
     state.refreshing = false;
   }
