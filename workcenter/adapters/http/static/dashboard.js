@@ -597,7 +597,6 @@ async function refresh() {
     // Said where the badge says "live"; one that says why already ("database
     // unreachable", "reconnecting") is left saying it.
     if ($("live").classList.contains("on")) setLive(false, READS_FAILING);
-    state.refreshing = false;
     schedule(state.retryMs);
     state.retryMs = Math.min(state.retryMs * 2, RETRY_MAX_MS);
   } finally {
