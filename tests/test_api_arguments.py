@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
-from datetime import datetime
+from datetime import UTC, datetime, timedelta, tzinfo
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,16 @@ class BrokenClock:
         raise RuntimeError("no time")
 
 
+class BrokenZone(tzinfo):
+    def utcoffset(self, moment: datetime | None) -> timedelta:
+        raise RuntimeError("no offset")
+
+
+class BrokenZoneClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC).replace(tzinfo=BrokenZone())
+
+
 @pytest.mark.parametrize(
     "arguments",
     [
@@ -60,6 +70,7 @@ class BrokenClock:
         # another process's recovery failed comparing them (found by acceptance testing).
         {"clock": NaiveClock()},
         {"clock": BrokenClock()},
+        {"clock": BrokenZoneClock()},
         {"create": "no"},
         {"inline_projections": 1},
         {"coordinator_rules": 5},

@@ -5,9 +5,11 @@ behind took leases already over by everyone else's (found by acceptance testing)
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import postgres
 import pytest
@@ -78,6 +80,36 @@ def test_a_wall_clock_stepped_between_readings_moves_no_time() -> None:
     wait_for_resync(clock, readings)
     assert clock.now() == T0 + timedelta(seconds=60)
     assert clock.offset == timedelta(hours=-1)
+
+
+def test_a_reading_in_a_zone_with_daylight_saving_is_carried_in_utc() -> None:
+    """A session whose TimeZone keeps daylight saving (a role's setting) answers in that
+    zone: carried across the hour's change by adding seconds, a reading came out an
+    hour ahead (found by acceptance testing, ADR-0138)."""
+    host = Host()
+    before_fall_back = datetime(2026, 11, 1, 5, 59, 30, tzinfo=UTC)
+    readings = [
+        (before_fall_back.astimezone(ZoneInfo("America/New_York")), 0.0),
+        OSError("the server is away"),
+    ]
+
+    def measure(monotonic: object) -> Reading:
+        answer = readings.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    clock = ServerClock(measure, local=lambda: host.wall, monotonic=lambda: host.ticks)
+    host.advance(59)
+    assert clock.now() == before_fall_back + timedelta(seconds=59)
+
+
+def test_the_time_between_readings_counts_the_machines_suspends() -> None:
+    """The monotonic clock stops while the machine sleeps: a process woken from a suspend
+    ran behind by its length until its next reading (found by acceptance testing,
+    ADR-0138). On Linux the time is carried by the boot-time clock, which counts it."""
+    assert server_clock.SINCE_BOOT is server_clock._since_boot
+    assert abs(server_clock.SINCE_BOOT() - time.clock_gettime(time.CLOCK_BOOTTIME)) < 1
 
 
 def test_a_failed_reading_keeps_the_last_and_is_tried_again_soon() -> None:

@@ -350,9 +350,10 @@ def _aware(clock: Any) -> None:
     compare with its own times (a TypeError; found by acceptance testing, ADR-0138)."""
     try:
         now = clock.now()
+        zoned = isinstance(now, datetime) and now.utcoffset() is not None
     except Exception as error:
         raise InvalidInput(f"clock.now() failed: {type(error).__name__}: {error}") from None
-    if not isinstance(now, datetime) or now.utcoffset() is None:
+    if not zoned:
         raise InvalidInput(
             "clock.now() must return a datetime with its time zone (datetime.now(UTC)),"
             f" not {now!r}"

@@ -8,12 +8,13 @@ leases were live by their workers' clocks, and one behind took leases already ov
 everyone else's, so an Action was run twice (found by acceptance testing). Every
 process of a PostgreSQL store shares one clock, its server's: read when the store opens
 and again every minute, in a thread of its own so that no command waits for it, and
-carried between two readings by this host's monotonic clock, which no setting of the
-wall clock moves. A command therefore costs no read of the time; the time is as good as
-half a round trip to the server, plus the drift of this host's clock in a minute. The
-wall clock is not read at all: one stepped by NTP (an hour ahead, say) was added to the
-offset until the next reading, and a process ended other machines' live Runs for up to
-a minute (found by acceptance testing, ADR-0138).
+carried between two readings by this host's boot-time clock (monotonic, counting the
+machine's suspends), which no setting of the wall clock moves. A command therefore costs
+no read of the time; the time is as good as half a round trip to the server, plus the
+drift of this host's clock in a minute. The wall clock is not read at all: one stepped
+by NTP (an hour ahead, say) was added to the offset until the next reading, and a
+process ended other machines' live Runs for up to a minute (found by acceptance
+testing, ADR-0138).
 """
 
 from __future__ import annotations
@@ -32,6 +33,19 @@ CONNECT_TIMEOUT: Final = 5
 
 
 Monotonic = Callable[[], float]
+
+
+def _since_boot() -> float:
+    """Seconds of the machine's life, suspends counted (Linux's boot-time clock): the
+    monotonic clock stops while the machine sleeps, so a process woken from a suspend
+    ran behind the server by its length until its next reading, and other machines
+    ended its live Runs (found by acceptance testing, ADR-0138). Neither moves when the
+    wall clock is set."""
+    return time.clock_gettime(time.CLOCK_BOOTTIME)
+
+
+# The boot-time clock where the system has one, else the monotonic clock.
+SINCE_BOOT: Final[Monotonic] = _since_boot if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic
 # The server's time and the instant of this host's monotonic clock it was read at.
 Reading = tuple[datetime, float]
 
@@ -46,7 +60,7 @@ class ServerClock:
         measure: Callable[[Monotonic], Reading],
         *,
         local: Callable[[], datetime] = lambda: datetime.now(UTC),
-        monotonic: Monotonic = time.monotonic,
+        monotonic: Monotonic = SINCE_BOOT,
     ) -> None:
         self._measure, self._local, self._monotonic = measure, local, monotonic
         self._reading: Reading = (local(), monotonic())
@@ -79,7 +93,11 @@ class ServerClock:
 
     def _resync(self) -> None:
         try:
-            self._reading = self._measure(self._monotonic)
+            server, at = self._measure(self._monotonic)
+            # In UTC: a time in the session's zone (a role's or the server's TimeZone)
+            # carried across a change of its offset (DST) by adding seconds came out an
+            # hour off (found by acceptance testing, ADR-0138).
+            self._reading = (server.astimezone(UTC), at)
             self.measured_at = self._monotonic()
             self._due = self.measured_at + RESYNC_SECONDS
         except Exception:  # the server away: the last reading stands until it is back
