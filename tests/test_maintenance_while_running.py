@@ -100,16 +100,25 @@ def test_a_runner_whose_read_of_the_log_fails_says_so_in_one_line(
     )
 
 
-def test_a_write_that_waits_out_the_lock_timeout_is_a_passing_store_error(
-    location: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        (("POSTGRES_LOCK_TIMEOUT", "1"), "POSTGRES_LOCK_TIMEOUT"),
+        (("PGOPTIONS", "-c statement_timeout=300"), "the database cancelled a statement"),
+    ],
+)
+def test_a_write_the_database_gives_up_is_a_passing_store_error(
+    location: str, monkeypatch: pytest.MonkeyPatch, setting: tuple[str, str], said: str
 ) -> None:
-    """With ``POSTGRES_LOCK_TIMEOUT`` set, a write that waits longer than it for an
-    operator's lock on the event table is refused by the server and rolled back: a
-    ``PoolBusy`` (a ``StoreDisconnected``), which workers wait out and try again, said in
-    one line without the server's PL/pgSQL context. Before ADR-0107 it was the library's
-    ``OperationalError``, which ended every worker (exit 2) under a 15 s maintenance lock,
-    the reports of the Runs they had finished lost."""
-    monkeypatch.setenv("POSTGRES_LOCK_TIMEOUT", "1")
+    """A write that waits longer than ``POSTGRES_LOCK_TIMEOUT`` for an operator's lock on
+    the event table, or whose statement the database cancels (a DBA's
+    ``pg_cancel_backend``, a role's ``statement_timeout``), is refused by the server and
+    rolled back: a ``PoolBusy`` (a ``StoreDisconnected``), which workers wait out and try
+    again, said in one line without the server's PL/pgSQL context. Before ADR-0107 a lock
+    waited out was the library's ``OperationalError``, which ended every worker (exit 2)
+    under a 15 s maintenance lock, the reports of the Runs they had finished lost; a
+    cancelled statement was until ADR-0138 (found by acceptance testing)."""
+    monkeypatch.setenv(*setting)
     # One try, not the library's ten 0.2 s apart (its retry decorator's own).
     monkeypatch.setattr(
         OneCommitPostgresRecorder,
@@ -123,33 +132,8 @@ def test_a_write_that_waits_out_the_lock_timeout_is_a_passing_store_error(
             conn.execute(f'LOCK TABLE "{schema}".workcenter_events IN ACCESS EXCLUSIVE MODE')
             with pytest.raises(PoolBusy) as refused:
                 create_linear(wc, stages=("implement",))
-        said = str(refused.value)
-        assert "POSTGRES_LOCK_TIMEOUT" in said and "CONTEXT" not in said, said
-        assert len(wc.list_work_items()) == 1  # nothing written
-        create_linear(wc, stages=("implement",))  # the lock released: writes go on
-        assert len(wc.list_work_items()) == 2
-
-
-def test_a_statement_the_database_cancels_is_a_passing_store_error(
-    location: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A DBA's ``pg_cancel_backend``, or a role's ``statement_timeout``, cancels a
-    command's statement: the library's ``OperationalError`` escaped the Python API, and
-    a worker or the projection runner exited on it, status 2 (found by acceptance
-    testing, ADR-0138). It is ``PoolBusy``, nothing written, waited out like a lock."""
-    monkeypatch.setenv("PGOPTIONS", "-c statement_timeout=300")
-    monkeypatch.setattr(
-        OneCommitPostgresRecorder,
-        "insert_events",
-        OneCommitPostgresRecorder.insert_events.__wrapped__,  # type: ignore[attr-defined]
-    )
-    with WorkCenter.open(location, inline_projections=False) as wc:
-        create_linear(wc, stages=("implement",))
-        schema = location.rsplit("schema=", 1)[1]
-        with postgres.connect() as conn, conn.transaction():
-            conn.execute(f'LOCK TABLE "{schema}".workcenter_events IN ACCESS EXCLUSIVE MODE')
-            with pytest.raises(PoolBusy, match="the database cancelled a statement"):
-                create_linear(wc, stages=("implement",))
+        words = str(refused.value)
+        assert said in words and "CONTEXT" not in words, words
         assert len(wc.list_work_items()) == 1  # nothing written
         create_linear(wc, stages=("implement",))  # the lock released: writes go on
         assert len(wc.list_work_items()) == 2
