@@ -25,6 +25,7 @@ from conftest import (
 
 from workcenter.adapters import store_copy
 from workcenter.adapters.cli import cli
+from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
 from workcenter.adapters.worker import run_worker
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain.errors import InvalidInput, NotFound
@@ -97,6 +98,28 @@ def test_a_provider_that_is_none_is_refused_before_any_turn_is_claimed(wc: WorkC
     assert wc.ledger(item.id).coordinator_failures == 0
 
 
+@pytest.mark.parametrize(
+    ("arguments", "match"),
+    [
+        ({"limit": 0}, "limit must be"),
+        ({"limit": True}, "limit"),
+        ({"steps": 0}, "steps must be"),
+        ({"steps": 101}, "steps must be from 1 to the limit"),
+        ({"steps": "1"}, "steps"),
+        ({"limit": 5, "steps": 6}, "steps must be from 1 to the limit"),
+    ],
+)
+def test_a_pass_of_steps_out_of_bounds_is_refused_before_any_turn(
+    wc: WorkCenter, arguments: dict[str, Any], match: str
+) -> None:
+    """``coordinate_once``'s ``limit`` and ``steps`` (ADR-0138) are checked before any
+    wake is claimed: nothing written."""
+    item = create_dynamic(wc)  # its start woke the Coordinator
+    with refused(wc, InvalidInput, match):
+        wc.coordinate_once(scripted_coordinator(), **arguments)
+    assert wc.ledger(item.id).coordinator_failures == 0
+
+
 def _echo(claim: Claim) -> dict[str, Any]:
     return report()
 
@@ -117,6 +140,8 @@ def _echo(claim: Claim) -> dict[str, Any]:
         {"signals": threading.Event()},
         {"on_event": "x"},
         {"on_step": 5},
+        {"stats": {}},
+        {"stats": 5},
     ],
     ids=lambda arguments: ", ".join(f"{k}={_shown(v)}" for k, v in arguments.items()),
 )

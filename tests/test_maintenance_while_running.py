@@ -22,17 +22,13 @@ from eventsourcing.persistence import NotSupportedError
 
 from workcenter.adapters.cli import cli
 from workcenter.adapters.executors import echo
-from workcenter.adapters.postgres_connection import (
-    LOCK_NOT_AVAILABLE,
-    PoolBusy,
-    StoreDisconnected,
-    held_up,
-)
+from workcenter.adapters.postgres_connection import PoolBusy, StoreDisconnected, held_up
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
 from workcenter.adapters.worker_run import Reconnect
 from workcenter.application import WorkCenter
 from workcenter.projections.inline import InlineProjections
 from workcenter.projections.runner import ProjectionRunner
+from workcenter.projections.sql import LOCK_NOT_AVAILABLE
 
 
 @pytest.fixture

@@ -106,10 +106,25 @@ def test_a_sqlite_store_holds_the_tables_of_the_layout(db_path: Path) -> None:
     )
 
 
-def user_version(path: Path) -> int:
+def header(path: Path, field: str) -> int:
+    """A field of the file's header (``user_version``, ``application_id``)."""
     conn = sqlite3.connect(path)
     try:
-        return int(conn.execute("PRAGMA user_version").fetchone()[0])
+        return int(conn.execute(f"PRAGMA {field}").fetchone()[0])
+    finally:
+        conn.close()
+
+
+def user_version(path: Path) -> int:
+    return header(path, "user_version")
+
+
+def write_header(path: Path, field: str, value: int) -> None:
+    """Set a field of the file's header, as another Workcenter (or a failed one) left it."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute(f"PRAGMA {field} = {value}")
+        conn.commit()
     finally:
         conn.close()
 
@@ -119,10 +134,7 @@ def test_a_sqlite_store_of_an_older_layout_is_upgraded_and_then_refused_by_older
 ) -> None:
     with WorkCenter.open(db_path) as wc:
         item = create_linear(wc)
-    conn = sqlite3.connect(db_path)
-    conn.execute("PRAGMA user_version = 1")  # as a Workcenter of layout 1 left it
-    conn.commit()
-    conn.close()
+    write_header(db_path, "user_version", 1)  # as a Workcenter of layout 1 left it
     with caplog.at_level("WARNING", logger="workcenter.store"), WorkCenter.open(db_path) as wc:
         assert wc.work_item(item.id).id == item.id
     assert user_version(db_path) == LAYOUT
@@ -146,10 +158,7 @@ def test_a_file_whose_making_did_not_finish_is_no_store_to_read_and_made_again(
     layout 0, without a table: a read then took it for an old store, said "upgraded from
     layout 0" and made its tables (found by acceptance testing, ADR-0138). A read now
     refuses it, untouched; a create makes the store, saying nothing of an upgrade."""
-    conn = sqlite3.connect(db_path)
-    conn.execute(f"PRAGMA application_id = {persistence.APPLICATION_ID}")
-    conn.commit()
-    conn.close()
+    write_header(db_path, "application_id", persistence.APPLICATION_ID)
     before = db_path.read_bytes()
     with pytest.raises(StoreUnavailable, match="its making did not finish: run init again"):
         WorkCenter.open(db_path, create=False)
@@ -182,18 +191,13 @@ def test_a_new_files_mark_and_layout_are_written_together(
     with pytest.raises(StoreUnavailable, match="disk is full"):
         WorkCenter.open(db_path)
     monkeypatch.undo()
-    conn = sqlite3.connect(db_path)
-    assert conn.execute("PRAGMA application_id").fetchone()[0] == 0
-    conn.close()
+    assert header(db_path, "application_id") == 0
 
 
 def test_a_refused_newer_store_is_not_written(db_path: Path) -> None:
     with WorkCenter.open(db_path) as wc:
         create_linear(wc)
-    conn = sqlite3.connect(db_path)
-    conn.execute(f"PRAGMA user_version = {LAYOUT + 1}")
-    conn.commit()
-    conn.close()
+    write_header(db_path, "user_version", LAYOUT + 1)
     before = db_path.read_bytes()
     with pytest.raises(StoreUnavailable, match="upgrade Workcenter"):
         WorkCenter.open(db_path)
@@ -209,10 +213,7 @@ def test_opens_racing_on_an_older_file_raise_its_layout_once(
     with WorkCenter.open(db_path) as wc:
         create_linear(wc)
     for _ in range(ROUNDS):
-        conn = sqlite3.connect(db_path)
-        conn.execute("PRAGMA user_version = 1")
-        conn.commit()
-        conn.close()
+        write_header(db_path, "user_version", 1)
         start = threading.Barrier(RACERS)
 
         def opening(start: threading.Barrier = start) -> None:

@@ -11,7 +11,8 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -505,18 +506,10 @@ def _raise_layout(path: Path) -> None:
     """The file's header raised to ``LAYOUT`` under its write lock, read again there: of
     processes opening it at once, one raises it and says so, and none lowers a layout a
     newer one wrote meanwhile (found by acceptance testing, ADR-0137)."""
-    try:
-        conn = sqlite3.connect(path, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            before = conn.execute("PRAGMA user_version").fetchone()[0]
-            if before < LAYOUT:
-                conn.execute(f"PRAGMA user_version = {LAYOUT}")
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
-    except sqlite3.Error as error:
-        raise StoreUnavailable(f"cannot write the store at {path}: {error}") from None
+    with _header_written(path) as conn:
+        before = conn.execute("PRAGMA user_version").fetchone()[0]
+        if before < LAYOUT:
+            conn.execute(f"PRAGMA user_version = {LAYOUT}")
     if before > LAYOUT:
         raise _newer(path, before)
     if before < LAYOUT:
@@ -533,13 +526,22 @@ def _newer(path: Path, layout: int) -> StoreUnavailable:
 def _stamp(path: Path) -> None:
     """Mark the file as Workcenter's, of ``LAYOUT``: both or neither (a disk full between
     them left a marked file of layout 0; ADR-0138)."""
+    with _header_written(path) as conn:
+        conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        conn.execute(f"PRAGMA user_version = {LAYOUT}")
+
+
+@contextmanager
+def _header_written(path: Path) -> Iterator[sqlite3.Connection]:
+    """A transaction of the block's statements on the file's header, begun under its
+    write lock (``BEGIN IMMEDIATE``) and committed after the block; ``StoreUnavailable``
+    when the file cannot be written."""
     try:
         conn = sqlite3.connect(path)
         conn.isolation_level = None  # the transaction is the one begun here
         try:
             conn.execute("BEGIN IMMEDIATE")
-            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-            conn.execute(f"PRAGMA user_version = {LAYOUT}")
+            yield conn
             conn.execute("COMMIT")
         finally:
             conn.close()

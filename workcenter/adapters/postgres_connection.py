@@ -201,18 +201,12 @@ class Outage:
         raise _said("the database cannot be reached", refusal) from refusal
 
 
-# SQLSTATE lock_not_available: a statement waited out the session's lock_timeout.
-LOCK_NOT_AVAILABLE: Final = "55P03"
-# SQLSTATE query_canceled: a statement cancelled (pg_cancel_backend, statement_timeout).
-QUERY_CANCELED: Final = "57014"
-
-
 def held_up_state(error: BaseException) -> str | None:
     """The SQLSTATE of ``error`` (the library's wrapping of psycopg's) if it is a statement
     the server gave up, its transaction rolled back: a lock waited out, or a statement
     cancelled."""
     state = getattr(error.__cause__, "sqlstate", None)
-    if isinstance(error, OperationalError) and state in (LOCK_NOT_AVAILABLE, QUERY_CANCELED):
+    if isinstance(error, OperationalError) and state in sql.HELD_UP_STATES:
         return str(state)
     return None
 
@@ -224,7 +218,7 @@ def held_up(state: str) -> PoolBusy:
     waited out ended workers before ADR-0107, a cancelled statement every long-running
     process, untyped in the Python API (found by acceptance testing, ADR-0138). The
     server's own text, whose PL/pgSQL context spans lines, is left to the cause."""
-    if state == QUERY_CANCELED:
+    if state == sql.QUERY_CANCELED:
         return PoolBusy(
             "the database cancelled a statement (a pg_cancel_backend, or a"
             " statement_timeout); nothing was written: try again"

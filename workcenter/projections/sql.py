@@ -19,7 +19,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 from uuid import UUID
 
 from workcenter.projections import sqlite_turns
@@ -116,8 +116,11 @@ def connection_lost(error: BaseException) -> bool:
 
 
 # SQLSTATEs of a statement the server gave up, its transaction rolled back, that passes:
-# lock_not_available (a lock waited out), query_canceled (pg_cancel_backend, a timeout).
-HELD_UP_STATES = frozenset({"55P03", "57014"})
+# lock_not_available (a lock waited out: the session's lock_timeout), query_canceled
+# (pg_cancel_backend, a statement_timeout).
+LOCK_NOT_AVAILABLE: Final = "55P03"
+QUERY_CANCELED: Final = "57014"
+HELD_UP_STATES: Final = frozenset({LOCK_NOT_AVAILABLE, QUERY_CANCELED})
 
 
 def held_up(error: BaseException) -> bool:
