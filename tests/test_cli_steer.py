@@ -79,6 +79,22 @@ def test_create_started_as_json_and_a_bad_one_refused(tmp_path: Path) -> None:
     refused(db, "InvalidInput", "create", "--title", "t", "--goal", "g", "--stage", "x")
 
 
+def test_a_create_a_script_sends_again_with_its_request_id_makes_one_item(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "steer.db"
+    args = ("create", "--title", "Once", "--goal", "g", "--request-id", "job-42", "--json")
+    first = as_json(invoke(db, *args))["item"]
+    assert as_json(invoke(db, *args))["item"] == first
+    with WorkCenter.open(db) as wc:
+        assert [row["id"] for row in wc.list_work_items()] == [UUID(first["id"])]
+    refused(db, "RequestIdUsed", "create", "--title", "Twice", "--goal", "g", "--request-id",
+            "job-42")  # fmt: skip
+    assert "--request-id" in refused(
+        db, "InvalidInput", "create", "--title", "t", "--goal", "g", "--request-id", " "
+    )
+
+
 def test_cancel_under_the_version_seen(tmp_path: Path) -> None:
     db = tmp_path / "steer.db"
     with WorkCenter.open(db) as wc:

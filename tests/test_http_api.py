@@ -234,10 +234,24 @@ def test_create_answers_201_with_location_and_etag(api: TestClient, wc: WorkCent
     assert wc.work_item(dto["id"]).max_attempts_for("implement") == 3
 
 
+def test_a_create_sent_again_with_its_request_id_answers_the_first_item(
+    api: TestClient, wc: WorkCenter
+) -> None:
+    first = create(api, requestId="form-1")
+    before = wc.event_count()
+    again = create(api, requestId="form-1")
+    assert again["id"] == first["id"] and again["etag"] == first["etag"]
+    assert wc.event_count() == before
+    other = api.post("/api/work-items", json=LINEAR | {"requestId": "form-1", "title": "Other"})
+    assert refused(wc, other, 409, "RequestIdUsed", before)["type"].endswith("request_id_used")
+    assert create(api, requestId="form-2")["id"] != first["id"]
+
+
 @pytest.mark.parametrize(
     ("body", "title"),
     [
         ({"goal": "no title"}, "InvalidInput"),
+        (LINEAR | {"requestId": " "}, "InvalidInput"),
         (LINEAR | {"surprise": 1}, "InvalidInput"),
         (LINEAR | {"start": "yes"}, "InvalidInput"),
         (LINEAR | {"title": "   "}, "InvalidInput"),

@@ -304,6 +304,31 @@ def test_a_missing_or_refused_token_is_said_as_such(wc: WorkCenter, browser: Any
         assert page.is_hidden("#token-form")
 
 
+def test_a_create_submitted_again_after_its_answer_was_lost_makes_one_item(
+    wc: WorkCenter, browser: Any
+) -> None:
+    with served(create_app(wc)) as base:
+        page = browser.new_page()
+        page.goto(base + "/")
+        lost: list[str] = []
+
+        def lose_the_answer(route: Any) -> None:
+            # The server makes the item; the page never hears of it.
+            lost.append(route.fetch().json()["id"])
+            route.abort("connectionreset")
+
+        page.route("**/api/work-items", lose_the_answer, times=1)
+        page.click("#new-item")
+        page.fill("#create-title", "Made once")
+        page.fill("#create-goal", "One item, however often the form is sent")
+        page.click("#create-submit")
+        page.wait_for_selector("#create-error:visible", timeout=TIMEOUT_MS)
+        page.click("#create-submit")
+        wait_text(page, "#item-title", "Made once")
+        assert page.evaluate("state.selected") == lost[0]
+        assert [str(row["id"]) for row in wc.list_work_items()] == lost
+
+
 def test_a_token_stop_says_what_the_refused_request_needed(wc: WorkCenter, browser: Any) -> None:
     item = wc.create_work_item(
         title="Small budget",

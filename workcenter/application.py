@@ -200,11 +200,14 @@ class WorkCenter:
         start: bool = False,
         limits: Mapping[str, int] | None = None,
         actor: Actor | str | None = None,
+        request_id: str | None = None,
     ) -> wi.WorkItemState:
         """Create a WorkItem and its ResourceLedger (default limits, or ``limits``).
 
         A linear item's ``stages`` are names or ``{"type", "maxAttempts"}`` objects. Texts
-        and lists are bounded (docs/limits.md): input past a bound is refused."""
+        and lists are bounded (docs/limits.md): input past a bound is refused. With a
+        ``request_id`` the create may be sent again after a lost answer: the same input
+        answers the WorkItem it made, as it is now; other input is ``RequestIdUsed``."""
         return self._items.create_work_item(
             title=title,
             goal=goal,
@@ -215,6 +218,7 @@ class WorkCenter:
             start=start,
             limits=limits,
             actor=actor,
+            request_id=request_id,
         )
 
     def update_contract(

@@ -91,6 +91,7 @@ CREATE_OPTIONS = {f"limits.{name}": f"--{name.replace('_', '-')}" for name in LI
     "each of acceptance_criteria": "each --criterion",
     "acceptance_criteria": "--criterion",
     "delivery_target": "--delivery-target",
+    "request_id": "--request-id",
 }
 
 
@@ -131,6 +132,13 @@ CREATE_OPTIONS = {f"limits.{name}": f"--{name.replace('_', '-')}" for name in LI
 @click.option(
     "--max-coordinator-failures", type=int, default=None, help="Failed Coordinator turns."
 )
+@click.option(
+    "--request-id",
+    default=None,
+    help="Makes the create safe to send again (a script retrying after a lost answer):"
+    " the same create with the same id answers the WorkItem the first one made; other"
+    " input with it is refused.",
+)
 @actor_option
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
@@ -144,6 +152,7 @@ def create(
     mode: wi.Mode,
     stages: tuple[str, ...],
     start_now: bool,
+    request_id: str | None,
     actor: str | None,
     as_json: bool,
     **limits: int | None,
@@ -160,6 +169,7 @@ def create(
         "start": start_now,
         "limits": {name: value for name, value in limits.items() if value is not None},
         "actor": actor,
+        "request_id": request_id,
     }
     with options_named(CREATE_OPTIONS):
         # Checked before the store is opened: the first item may make the store, and a

@@ -42,6 +42,13 @@ class ClaimIdUsed(CommandRefused):
     code = "claim_id_used"
 
 
+class RequestIdUsed(CommandRefused):
+    """A create's request id names a WorkItem created with other input (ADR-0139): a
+    retry must send what the first attempt sent; a new WorkItem needs a new id."""
+
+    code = "request_id_used"
+
+
 class NotFound(WorkcenterError, LookupError):
     """No WorkItem or Action has this id (or had the version asked for)."""
 

@@ -387,8 +387,12 @@ class Repository:
         )
         return any(self.action(e.action_id).run(run_id) is not None for e in running_first)
 
-    def events(self, aggregate_id: UUID, after: int | None = None) -> list[DomainEvent]:
-        return cast(list[DomainEvent], list(self.store.events.get(aggregate_id, gt=after)))
+    def events(
+        self, aggregate_id: UUID, after: int | None = None, limit: int | None = None
+    ) -> list[DomainEvent]:
+        return cast(
+            list[DomainEvent], list(self.store.events.get(aggregate_id, gt=after, limit=limit))
+        )
 
     def event_count(self) -> int:
         return self.store.recorder.max_notification_id() or 0

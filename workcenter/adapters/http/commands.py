@@ -106,6 +106,14 @@ class CreateWorkItem(Body):
     )
     start: bool = False
     limits: Limits | None = None
+    request_id: Annotated[str, fields.text(bounds.REQUEST_ID, required=True)] | None = Field(
+        None,
+        alias="requestId",
+        description="An id you choose for this create (a UUID, say), to send it again"
+        " after a lost answer: the same create with the same id answers the item the"
+        " first one made, as it is now, and writes nothing; other input with it is 409"
+        " RequestIdUsed (ADR-0139).",
+    )
 
 
 class Cancel(Body):
@@ -173,6 +181,7 @@ def create_work_item(wc: Center, body: CreateWorkItem) -> JSONBytes:
         stages=[_stage(s) for s in body.stages] if body.stages is not None else None,
         start=body.start,
         limits=body.limits.given() if body.limits is not None else None,
+        request_id=body.request_id,
     )
     return _answer(wc, item.id, 201, Location=f"/api/work-items/{item.id}")
 

@@ -33,7 +33,7 @@ WHY: dict[int, str] = {
     403: "The token's scope does not allow this (or raw audit without the operator's)",
     404: "No such item, Action or route",
     409: "The command is refused in the item's or Run's current state (CommandRefused, "
-    "StaleRun, ClaimIdUsed, ResourceStopError)",
+    "StaleRun, ClaimIdUsed, RequestIdUsed, ResourceStopError)",
     412: "If-Match is not the item's current ETag (the answer carries the current one), or "
     "a VersionConflict",
     413: "The body is larger than the server's limit",

@@ -7,7 +7,9 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from types import EllipsisType
 from typing import Any
-from uuid import UUID, uuid4
+from uuid import UUID, uuid4, uuid5
+
+from eventsourcing.persistence import IntegrityError
 
 from workcenter.domain import action as act
 from workcenter.domain import action_input, bounds, inputs, lifecycle, modes, planning
@@ -15,11 +17,15 @@ from workcenter.domain import actor as actors
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
-from workcenter.domain.errors import InvalidInput
+from workcenter.domain.errors import InvalidInput, NotFound, RequestIdUsed
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.unit import Unit
 from workcenter.service_layer.ports import Clock
-from workcenter.service_layer.repository import Repository
+from workcenter.service_layer.repository import Repository, WriteContention
+
+# A create's request id names its WorkItem (ADR-0139): a retry addresses the streams the
+# first attempt wrote, and the store's version check finds them.
+CREATE_REQUESTS = UUID("8f0f4f2e-5b1c-4d3e-9a57-0c6a3e1d2b90")
 
 
 class WorkItemCommands:
@@ -58,11 +64,15 @@ class WorkItemCommands:
         start: bool = False,
         limits: Mapping[str, int] | None = None,
         actor: Actor | str | None = None,
+        request_id: str | None = None,
     ) -> wi.WorkItemState:
         """Create a WorkItem and its ResourceLedger (default limits, or ``limits``).
 
         A linear item's ``stages`` are names or ``{"type", "maxAttempts"}`` objects. Texts
-        and lists are bounded (docs/limits.md): input past a bound is refused."""
+        and lists are bounded (docs/limits.md): input past a bound is refused. With a
+        ``request_id`` (ADR-0139) the create is idempotent: sent again with the same
+        input, it answers the WorkItem the first one made, as it is now; with other
+        input, ``RequestIdUsed``."""
         unit = new_work_item(
             title=title,
             goal=goal,
@@ -74,9 +84,35 @@ class WorkItemCommands:
             limits=limits,
             actor=actor,
             at=self.clock.now(),
+            request_id=request_id,
         )
-        self.repo.save_created(unit)
+        if request_id is None:
+            self.repo.save_created(unit)
+            return unit.item
+        try:
+            self.repo.save(unit)
+        except IntegrityError:
+            return self._created_before(unit)
         return unit.item
+
+    def _created_before(self, unit: Unit) -> wi.WorkItemState:
+        """The WorkItem a create with the same request id made, if it was made with the
+        same input (its first events equal this unit's, but for their time)."""
+        item_id = unit.item.id
+        try:
+            stored = self.repo.work_item(item_id)
+        except NotFound:
+            raise WriteContention(
+                f"WorkItem {item_id} could not be written: nothing was written"
+            ) from None
+        made = [self.repo.events(i, limit=1)[0] for i in (item_id, rl.ledger_id_for(item_id))]
+        sent = [next(e for e in unit.events if e.originator_id == m.originator_id) for m in made]
+        if [_input_of(e) for e in made] != [_input_of(e) for e in sent]:
+            raise RequestIdUsed(
+                f"request_id was used to create WorkItem {item_id} with other input:"
+                " nothing was written; a new WorkItem needs a new request_id"
+            )
+        return stored
 
     def update_contract(
         self,
@@ -369,10 +405,15 @@ def new_work_item(
     limits: Mapping[str, int] | None,
     actor: Actor | str | None,
     at: datetime,
+    request_id: str | None = None,
 ) -> Unit:
     """The new WorkItem's unit, decided on nothing but its input: a store is needed only
     to save it, so a caller may learn of a refusal before it makes one."""
     by = actors.resolve(actor, actors.USER)
+    work_item_id = uuid4()
+    if request_id is not None:
+        request_id = inputs.text(request_id, "request_id", bounds.REQUEST_ID, required=True)
+        work_item_id = uuid5(CREATE_REQUESTS, request_id)
     if not isinstance(mode, str) or mode not in modes.POLICIES:
         raise InvalidInput(f"mode must be dynamic or linear, not {mode!r}")
     contract = wi.validate_contract(
@@ -382,7 +423,7 @@ def new_work_item(
         delivery_target=delivery_target,
     )
     return lifecycle.create(
-        work_item_id=uuid4(),
+        work_item_id=work_item_id,
         mode=mode,
         contract=contract,
         stages=stages,
@@ -391,6 +432,10 @@ def new_work_item(
         by=by,
         limits=_limits(limits),
     )
+
+
+def _input_of(event: DomainEvent) -> dict[str, Any]:
+    return event.model_dump(exclude={"timestamp"})
 
 
 def _limits(limits: Mapping[str, int] | None) -> rl.Limits | None:

@@ -4,6 +4,14 @@
 // It uses dashboard.js's state and helpers (both are classic scripts of one page).
 "use strict";
 
+// The form's create is sent with an id of its own until it succeeds: a submit again
+// after a lost answer then answers the item the first one made, not a second one.
+function newRequestId() {
+  const bytes = crypto.getRandomValues(new Uint8Array(16));
+  return Array.from(bytes, (byte) => byte.toString(16).padStart(2, "0")).join("");
+}
+let createRequestId = newRequestId();
+
 function createBody() {
   const body = {
     title: $("create-title").value,
@@ -14,6 +22,7 @@ function createBody() {
       .filter(Boolean),
     mode: $("create-mode").value,
     start: $("create-start").checked,
+    requestId: createRequestId,
   };
   const delivery = $("create-delivery").value;
   if (delivery) body.deliveryTarget = delivery;
@@ -49,6 +58,7 @@ async function createItem(event) {
       }),
     );
     const item = await response.json();
+    createRequestId = newRequestId();
     $("create-form").reset();
     $("create-dialog").close();
     select(item.id, true);
