@@ -397,7 +397,10 @@ def test_a_request_or_usage_past_2_53_is_refused_and_writes_nothing(
     admitted = wc.reserve_request(
         item.id, request={**request, "max_tokens": 64}, run_id=claimed.run_id
     )
-    for usage in ({"input_tokens": too_many}, {"output_tokens": 2**70}):
+    # Infinity, and an integer too large for a float (an OverflowError escaped, found by
+    # acceptance testing, ADR-0140), are refused as any count past the bound.
+    past = ({"input_tokens": too_many}, {"output_tokens": 2**70}, {"output_tokens": 10**400})
+    for usage in (*past, {"total_tokens": float("inf")}):
         with refused(wc, InvalidInput, "usage count must be at most"):
             wc.settle_request(item.id, admitted.request_id, usage=usage)
     assert wc.settle_request(item.id, admitted.request_id, usage={"input_tokens": 9})

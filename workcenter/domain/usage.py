@@ -55,14 +55,15 @@ def estimate_tokens(request: Mapping[str, Any]) -> int:
 
 
 def _count(value: Any) -> int:
-    """Only finite numbers above zero count; booleans and strings do not. A count past
-    2^53 - 1 is refused: no provider reports one, and no JSON reader could take it."""
+    """Only numbers above zero count; booleans, strings and NaN do not. A count past
+    2^53 - 1, infinity included, is refused: no provider reports one, and no JSON reader
+    could take it (an integer too large for a float is compared as it is)."""
+    if _past_bound(value):
+        raise InvalidInput(f"a usage count must be at most {bounds.INTEGER}")
     if isinstance(value, bool) or not isinstance(value, int | float):
         return 0
-    if not math.isfinite(value) or value <= 0:
+    if math.isnan(value) or value <= 0:
         return 0
-    if value > bounds.INTEGER:
-        raise InvalidInput(f"a usage count must be at most {bounds.INTEGER}")
     return int(value)
 
 
