@@ -15,10 +15,14 @@
 // The token is better read from WORKCENTER_WORKER_TOKEN: other users of the
 // machine can read --token in the process list. Each step is printed as
 // one JSON line on stdout. SIGTERM or Ctrl-C interrupts the Run in hand with
-// its progress so far, then exits 143 or 130. A request that fails on the
-// network (or times out) is sent again as it was: a claim carries an id of
-// its own (clientClaimId), and it, finish, reserve and settle are recognised
-// when repeated, so a retry never counts twice.
+// its progress so far, then exits 143 or 130. A request that fails on the way
+// (the network, a timeout, a proxy's 502 or 504 page, a 503, an answer cut
+// short) is sent again as it was, 0.1 s after, doubling to 5 s between tries:
+// a claim carries an id of its own (clientClaimId), and it, renew, finish,
+// reserve and settle are recognised when repeated, so a retry never counts
+// twice. A Run's verbs are tried until its lease ends (after that it is no
+// longer this worker's); a claim is tried for as long as the server is away.
+// An outage is said once as it begins ("unreachable") and once as it ends.
 
 import { randomUUID } from "node:crypto";
 
@@ -31,7 +35,8 @@ const leaseSeconds = Number(options.lease ?? 60);
 const waitSeconds = Number(options.wait ?? 20);
 const workMs = Number(options["work-ms"] ?? 50);
 const maxRuns = options["max-runs"] === undefined ? Infinity : Number(options["max-runs"]);
-const RETRIES = 5;
+const FIRST_DELAY_MS = 100;
+const MAX_DELAY_MS = 5_000;
 
 let inHand = null; // the fence of the Run being worked on, for a graceful stop
 
@@ -57,51 +62,112 @@ class Problem extends Error {
   }
 }
 
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+// Resolves after `ms`, or at once when `signal` aborts.
+const sleep = (ms, signal) =>
+  new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal?.addEventListener("abort", () => {
+      clearTimeout(timer);
+      resolve();
+    });
+  });
 
-// POST a verb; a network failure, a timeout or a 503 is sent again, the same body.
-async function post(verb, body, timeoutMs = 30_000) {
+// A failure on the way, not the server's answer: worth sending the same request again.
+class Transient extends Error {}
+
+// One try of a verb: the server's answer, a Problem it answered, or Transient.
+async function once(verb, body, timeoutMs) {
   const headers = { "content-type": "application/json" };
   if (token) headers.authorization = `Bearer ${token}`;
-  for (let attempt = 1; ; attempt++) {
-    let response;
+  let response;
+  let text;
+  try {
+    response = await fetch(`${base}/api/worker/${verb}`, {
+      method: "POST",
+      headers,
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(timeoutMs),
+    });
+    text = await response.text(); // read here: a body cut short is a failure on the way
+  } catch (error) {
+    throw new Transient(`${verb}: ${error.cause?.code ?? error.message}`);
+  }
+  if (response.status === 204) return null;
+  let answer;
+  try {
+    answer = JSON.parse(text);
+  } catch {}
+  if (response.ok && answer !== undefined) return answer;
+  // 502 and 504 come from a proxy, 503 from a server held up; a page that is not a
+  // problem document is not the server's answer either.
+  if ([502, 503, 504].includes(response.status) || typeof answer?.title !== "string") {
+    throw new Transient(`${verb}: ${response.status} ${answer?.title ?? "(not the server's answer)"}`);
+  }
+  throw new Problem(response.status, answer);
+}
+
+let awaySince = null; // when the server stopped answering, while it does not
+
+// POST a verb until it is answered, sending it again as it was after a failure on the
+// way, or until the time `within.until` (ms) has passed: then the last failure is
+// thrown. `within` may be a Run, whose `until` is its lease's end as renewals move it.
+async function post(verb, body, within = {}) {
+  for (let delay = FIRST_DELAY_MS; ; delay = Math.min(2 * delay, MAX_DELAY_MS)) {
     try {
-      response = await fetch(`${base}/api/worker/${verb}`, {
-        method: "POST",
-        headers,
-        body: JSON.stringify(body),
-        signal: AbortSignal.timeout(timeoutMs),
-      });
+      const answer = await once(verb, body, within.timeoutMs ?? 30_000);
+      reachable();
+      return answer;
     } catch (error) {
-      if (attempt >= RETRIES) throw error;
-      await sleep(200 * attempt);
-      continue;
+      if (!(error instanceof Transient)) {
+        reachable();
+        throw error;
+      }
+      if (awaySince === null) {
+        awaySince = Date.now();
+        say("unreachable", { verb, error: error.message, retrying: "0.1 s, doubling to 5 s" });
+      }
+      if (Date.now() + delay > (within.until ?? Infinity)) throw error;
+      await sleep(delay);
     }
-    if (response.status === 204) return null;
-    const answer = await response.json();
-    if (response.ok) return answer;
-    if (response.status === 503 && attempt < RETRIES) {
-      await sleep(200 * attempt);
-      continue;
-    }
-    throw new Problem(response.status, answer);
   }
 }
 
-// Renew the lease every third of it until stopped; a refused renewal means the
-// Run is no longer ours: stop working on it.
-function keepRenewing(fence, lost) {
-  const timer = setInterval(async () => {
-    try {
-      await post("renew", { fence, leaseSeconds });
-      say("renewed", { runId: fence.runId });
-    } catch (error) {
-      clearInterval(timer);
-      say("lost", { runId: fence.runId, error: String(error.message ?? error) });
-      lost.abort();
+function reachable() {
+  if (awaySince === null) return;
+  say("reachable", { afterSeconds: Math.round((Date.now() - awaySince) / 100) / 10 });
+  awaySince = null;
+}
+
+// Renew the lease every third of it until stopped, each renewal tried until the lease
+// ends; a refused or unreachable renewal means the Run is no longer ours: stop working
+// on it. `run.until` follows the lease (from when each renewal was sent).
+function keepRenewing(run) {
+  const stopped = new AbortController();
+  (async () => {
+    while (true) {
+      await sleep((leaseSeconds * 1000) / 3, stopped.signal);
+      if (stopped.signal.aborted) return;
+      const sent = Date.now();
+      try {
+        await post("renew", { fence: run.fence, leaseSeconds }, { until: run.until });
+      } catch (error) {
+        // A renewal refused because the finish in flight ended the Run is no loss.
+        if (stopped.signal.aborted || run.finishing) return;
+        say("lost", {
+          runId: run.fence.runId,
+          verb: "renew",
+          error: String(error.message ?? error),
+          then: "stopped working on it: its Action is claimed again once its lease ends",
+        });
+        run.lost.abort();
+        return;
+      }
+      if (stopped.signal.aborted) return;
+      run.until = sent + leaseSeconds * 1000;
+      say("renewed", { runId: run.fence.runId });
     }
-  }, (leaseSeconds * 1000) / 3);
-  return () => clearInterval(timer);
+  })();
+  return () => stopped.abort();
 }
 
 // A stand-in for a model call: waits, then reports usage from the request size.
@@ -115,9 +181,10 @@ async function callModel(request, signal) {
   return { text: "done", usage: { input_tokens: input, output_tokens: 16 } };
 }
 
-async function meteredCall(fence, n, request, signal) {
+async function meteredCall(run, n, request) {
+  const { fence } = run;
   const requestId = `${fence.runId}:${n}`;
-  const admission = await post("requests/reserve", { fence, requestId, request });
+  const admission = await post("requests/reserve", { fence, requestId, request }, run);
   if (!admission.allowed) {
     const error = new Error(`the budget refused the request: ${admission.code}`);
     error.code = admission.code;
@@ -126,21 +193,32 @@ async function meteredCall(fence, n, request, signal) {
   let usage = null;
   let complete = false;
   try {
-    const reply = await callModel(request, signal);
+    const reply = await callModel(request, run.lost.signal);
     usage = reply.usage;
     complete = true;
     return reply;
   } finally {
-    await post("requests/settle", { fence, requestId, usage, complete });
+    // A settlement that does not get through leaves the request charged at its
+    // estimate; the model's reply is kept either way.
+    try {
+      await post("requests/settle", { fence, requestId, usage, complete }, run);
+    } catch (error) {
+      say("unsettled", {
+        runId: fence.runId,
+        requestId,
+        error: String(error.message ?? error),
+        then: "the request stays charged at its estimate",
+      });
+    }
   }
 }
 
-async function execute(claim, signal) {
-  const { fence } = claim;
-  const queued = await post("input", { fence });
+async function execute(claim, run) {
+  const { fence } = run;
+  const queued = await post("input", { fence }, run);
   const notes = [...claim.inputs, ...queued.inputs].map((i) => i.text);
   if (queued.inputs.length) {
-    await post("input/consume", { fence, inputIds: queued.inputs.map((i) => i.id) });
+    await post("input/consume", { fence, inputIds: queued.inputs.map((i) => i.id) }, run);
   }
   const request = {
     messages: [
@@ -150,7 +228,7 @@ async function execute(claim, signal) {
     max_tokens: 256,
   };
   try {
-    await meteredCall(fence, 1, request, signal);
+    await meteredCall(run, 1, request);
   } catch (error) {
     if (error.code) {
       return { outcome: "failed", error: error.message, failureKind: "resource_stop", failureCode: error.code };
@@ -178,7 +256,7 @@ async function claimOne() {
   const clientClaimId = randomUUID();
   const body = { worker, bootId, leaseSeconds, waitSeconds, clientClaimId };
   try {
-    return await post("claim", body, (waitSeconds + 30) * 1000);
+    return await post("claim", body, { timeoutMs: (waitSeconds + 30) * 1000 });
   } catch (error) {
     // Its Run ended before a retry reached the server (a long outage): claim anew.
     if (error.title !== "ClaimIdUsed") throw error;
@@ -187,10 +265,15 @@ async function claimOne() {
   }
 }
 
+// What became of the Runs this worker claimed, said when it stops.
+const tally = { runs: 0, finished: 0, unfinished: 0 };
+
 async function runOne() {
   const claim = await claimOne();
   if (claim === null) return false;
   const { fence } = claim;
+  // The Run's lease as this worker knows it: its verbs are tried until it ends.
+  const run = { fence, until: Date.now() + leaseSeconds * 1000, lost: new AbortController() };
   inHand = fence;
   say("claimed", {
     fence,
@@ -198,18 +281,30 @@ async function runOne() {
     actionType: claim.actionType,
     replayed: claim.replayed,
   });
-  const lost = new AbortController();
-  const stop = keepRenewing(fence, lost);
+  const stop = keepRenewing(run);
   try {
-    const report = await execute(claim, lost.signal);
-    const finished = await post("finish", { fence, report });
+    const report = await execute(claim, run);
+    run.finishing = true;
+    const finished = await post("finish", { fence, report }, run);
+    tally.finished++;
     say("finished", { runId: fence.runId, outcome: finished.outcome, replayed: finished.replayed });
   } catch (error) {
-    if (lost.signal.aborted) return true; // the Run is someone else's now
-    say("error", { runId: fence.runId, error: String(error.message ?? error) });
-    try {
-      await post("interrupt", { fence, reason: `worker error: ${error.message ?? error}`.slice(0, 500) });
-    } catch {}
+    tally.unfinished++;
+    if (run.lost.signal.aborted) return true; // the Run is someone else's now: said by "lost"
+    const unreached = error instanceof Transient;
+    say("error", {
+      runId: fence.runId,
+      error: String(error.message ?? error),
+      then: unreached
+        ? "the server was not reached before the lease ended: the Action is claimed again"
+        : "giving the Run up (interrupt)",
+    });
+    if (!unreached) {
+      try {
+        const reason = `worker error: ${error.message ?? error}`.slice(0, 500);
+        await post("interrupt", { fence, reason }, { until: Date.now() + 10_000 });
+      } catch {}
+    }
   } finally {
     stop();
     inHand = null;
@@ -221,7 +316,9 @@ async function shutdown(code) {
   const fence = inHand;
   if (fence) {
     try {
-      await post("interrupt", { fence, reason: "worker stopped", progress: { summary: "stopped by a signal" } });
+      const progress = { summary: "stopped by a signal" };
+      const within = { until: Date.now() + 5_000 };
+      await post("interrupt", { fence, reason: "worker stopped", progress }, within);
       say("interrupted", { runId: fence.runId });
     } catch {}
   }
@@ -231,17 +328,16 @@ async function shutdown(code) {
 process.on("SIGTERM", () => shutdown(143));
 process.on("SIGINT", () => shutdown(130));
 
-let runs = 0;
 say("started", { url: base });
 try {
-  while (runs < maxRuns) {
+  while (tally.runs < maxRuns) {
     const ran = await runOne();
-    if (ran) runs++;
+    if (ran) tally.runs++;
     else if (options["exit-when-idle"]) break;
   }
 } catch (error) {
-  // A refused claim (a bad option, a wrong token) or a server out of reach.
+  // A refused claim: a bad option or a wrong token.
   say("failed", { error: String(error.message ?? error) });
   process.exit(1);
 }
-say("stopped", { runs });
+say("stopped", tally);

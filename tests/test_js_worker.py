@@ -12,7 +12,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -80,29 +80,48 @@ def test_the_javascript_worker_runs_an_item_to_done(server: str, db_path: Path) 
         assert {r.actor_id for r in claims} == {f"js@{events[0]['bootId']}"}
 
 
+# What a faulty network does to a request (``faulty``): "down" closes the connection
+# unanswered and forwards nothing (a server away); "page" answers a proxy's 502 page and
+# forwards nothing; "lost" forwards it and closes unanswered; "cut" forwards it and
+# sends half its answer.
+Fault = Callable[[str], str | None]
+PROXY_PAGE = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
+
+
 @contextmanager
-def losing_first_claim(upstream: str) -> Iterator[str]:
-    """A proxy to ``upstream`` that drops the connection of the first claim the server
-    answered with a Run, as a timeout or a broken proxy would: the Run is claimed, and
-    the worker never hears of it."""
-    dropped = threading.Event()
+def faulty(upstream: str, fault: Fault) -> Iterator[str]:
+    """A proxy to ``upstream`` that does to each request what ``fault(verb)`` names, or
+    forwards it (None); the verb is the path's last part (``claim``, ``finish``...)."""
 
     class Forward(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("content-length", 0)))
+            what = fault(self.path.rsplit("/", 1)[-1])
+            if what == "down":
+                return self._close()
+            if what == "page":
+                return self._answer(502, "text/html", PROXY_PAGE)
             headers = {"content-type": self.headers.get("content-type", "application/json")}
             answer = httpx.post(upstream + self.path, content=body, headers=headers, timeout=60)
-            if self.path.endswith("/claim") and answer.status_code == 200 and not dropped.is_set():
-                dropped.set()
-                self.close_connection = True
-                self.connection.shutdown(socket.SHUT_RDWR)
-                return
-            self.send_response(answer.status_code)
-            for name in ("content-type", "content-length"):
-                if name in answer.headers:
-                    self.send_header(name, answer.headers[name])
+            if what == "lost":
+                return self._close()
+            content_type = answer.headers.get("content-type", "application/json")
+            if what == "cut":
+                self._answer(answer.status_code, content_type, answer.content, cut=True)
+                return self._close()
+            self._answer(answer.status_code, content_type, answer.content)
+
+        def _answer(self, status: int, content_type: str, body: bytes, cut: bool = False) -> None:
+            self.send_response(status)
+            self.send_header("content-type", content_type)
+            self.send_header("content-length", str(len(body)))
             self.end_headers()
-            self.wfile.write(answer.content)
+            self.wfile.write(body[: len(body) // 2] if cut else body)
+            self.wfile.flush()
+
+        def _close(self) -> None:
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -112,10 +131,33 @@ def losing_first_claim(upstream: str) -> Iterator[str]:
     thread.start()
     try:
         yield f"http://127.0.0.1:{proxy.server_address[1]}"
-        assert dropped.is_set(), "no claim answer was dropped"
     finally:
         proxy.shutdown()
         proxy.server_close()
+
+
+def first_of(faults: Mapping[str, str]) -> Fault:
+    """Each verb's first request meets its fault; the rest go through."""
+    met: set[str] = set()
+
+    def fault(verb: str) -> str | None:
+        if verb in faults and verb not in met:
+            met.add(verb)
+            return faults[verb]
+        return None
+
+    return fault
+
+
+def run_to_done(server: str, proxy: str, *args: str) -> list[dict[str, Any]]:
+    """The worker's JSON lines, once it ran an item to done through ``proxy`` and left."""
+    item = httpx.post(server + "/api/work-items", json=LINEAR).json()
+    worker = node(proxy, "--exit-when-idle", "--wait", "1", *args)
+    out, err = worker.communicate(timeout=120)
+    assert worker.returncode == 0, err
+    detail = httpx.get(f"{server}/api/work-items/{item['id']}").json()
+    assert detail["status"] == "done"
+    return [json.loads(line) | {"item": item["id"]} for line in out.splitlines()]
 
 
 def test_a_claim_whose_answer_is_lost_is_sent_again_and_answers_the_same_run(
@@ -123,20 +165,67 @@ def test_a_claim_whose_answer_is_lost_is_sent_again_and_answers_the_same_run(
 ) -> None:
     """Before ADR-0114 the retry got a second Run, and the first held its Action until
     its lease lapsed: the item waited, and that Run spent one of its Action's attempts."""
-    item = httpx.post(server + "/api/work-items", json=LINEAR).json()
-    with losing_first_claim(server) as proxy:
-        worker = node(proxy, "--exit-when-idle", "--wait", "1", "--lease", "30")
-        out, err = worker.communicate(timeout=120)
-    assert worker.returncode == 0, err
-    events = [json.loads(line) for line in out.splitlines()]
+    with faulty(server, first_of({"claim": "lost"})) as proxy:
+        events = run_to_done(server, proxy, "--lease", "30")
     claimed = [e for e in events if e["event"] == "claimed"]
     assert [e["replayed"] for e in claimed] == [True, False, False]
     assert [e["outcome"] for e in events if e["event"] == "finished"] == ["completed"] * 3
     with WorkCenter.open(db_path, create=False) as wc:
-        claims = wc.audit(UUID(item["id"]), type="RunClaimed")
+        claims = wc.audit(UUID(events[0]["item"]), type="RunClaimed")
         assert len(claims) == 3, "the retried claim made a second Run"
-    detail = httpx.get(f"{server}/api/work-items/{item['id']}").json()
-    assert detail["status"] == "done"
+
+
+def ran_cleanly(db_path: Path, events: list[dict[str, Any]]) -> None:
+    """Three Runs, each finished completed once, none given up, every request settled."""
+    assert [e["outcome"] for e in events if e["event"] == "finished"] == ["completed"] * 3
+    assert not [e for e in events if e["event"] in ("error", "lost", "unsettled")], events
+    assert events[-1] == events[-1] | {"event": "stopped", "runs": 3, "finished": 3, "unfinished": 0}
+    with WorkCenter.open(db_path, create=False) as wc:
+        item_id = UUID(events[0]["item"])
+        assert len(wc.audit(item_id, type="RunClaimed")) == 3
+        assert not wc.audit(item_id, type="RunInterrupted")
+        ledger = wc.ledger(item_id)
+        assert [r.status for r in ledger.reservations.values()] == ["reported"] * 3
+
+
+def test_answers_cut_short_or_replaced_by_a_proxys_page_are_sent_again(
+    server: str, db_path: Path
+) -> None:
+    """Before ADR-0140 an answer that was not JSON was not retried: a proxy's 502 page on
+    a finish threw the report away and interrupted the Run, a claim's answer cut short
+    ended the worker with the Run held for its lease, a renewal's cut short gave up a
+    Run whose lease had been extended (found by acceptance testing)."""
+    faults = {
+        "claim": "cut",
+        "renew": "cut",
+        "reserve": "page",
+        "settle": "lost",
+        "finish": "page",
+        "input": "down",
+    }
+    with faulty(server, first_of(faults)) as proxy:
+        events = run_to_done(server, proxy, "--lease", "3", "--work-ms", "1500")
+    ran_cleanly(db_path, events)
+    assert any(e["event"] == "renewed" for e in events)
+
+
+def test_a_server_away_for_seconds_is_waited_for_with_the_run_in_hand(
+    server: str, db_path: Path
+) -> None:
+    """The server restarted as the first finish was sent: before ADR-0140 the worker
+    tried for about 2 s, threw the report away and, idle, exited 1."""
+    away_until: list[float] = []
+
+    def restart(verb: str) -> str | None:
+        if verb == "finish" and not away_until:
+            away_until.append(time.monotonic() + 4)
+        return "down" if away_until and time.monotonic() < away_until[0] else None
+
+    with faulty(server, restart) as proxy:
+        events = run_to_done(server, proxy, "--lease", "30")
+    ran_cleanly(db_path, events)
+    said = [e["event"] for e in events if e["event"] in ("unreachable", "reachable")]
+    assert said == ["unreachable", "reachable"]
 
 
 def test_the_javascript_worker_decides_the_reviews_it_runs(server: str) -> None:
