@@ -102,3 +102,17 @@ def test_an_item_at_work_or_done_gets_no_line(db_path: Path) -> None:
         output = invoke(db_path, "show", str(item_id)).stdout
         assert "`workcenter" not in output, output
     assert claimed.work_item_id == running.id
+
+
+def test_a_running_action_says_who_holds_its_run_and_until_when(db_path: Path) -> None:
+    """Only the audit said it: an Action whose remote worker went away looked like any
+    running one until its lease ended (found by acceptance testing, ADR-0140)."""
+    with WorkCenter.open(db_path) as wc:
+        item = create_linear(wc, stages=("implement",))
+        held = wc.claim_next("remote-7", lease_seconds=90)
+        assert held is not None
+        run = wc.action(held.action_id).run(held.run_id)
+        assert run is not None
+    output = invoke(db_path, "show", str(item.id)).stdout
+    until = run.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert f"held by remote-7@{run.owner_boot_id}, lease until {until} (epoch 1)" in output

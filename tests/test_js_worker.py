@@ -179,7 +179,12 @@ def ran_cleanly(db_path: Path, events: list[dict[str, Any]]) -> None:
     """Three Runs, each finished completed once, none given up, every request settled."""
     assert [e["outcome"] for e in events if e["event"] == "finished"] == ["completed"] * 3
     assert not [e for e in events if e["event"] in ("error", "lost", "unsettled")], events
-    assert events[-1] == events[-1] | {"event": "stopped", "runs": 3, "finished": 3, "unfinished": 0}
+    assert events[-1] == events[-1] | {
+        "event": "stopped",
+        "runs": 3,
+        "finished": 3,
+        "unfinished": 0,
+    }
     with WorkCenter.open(db_path, create=False) as wc:
         item_id = UUID(events[0]["item"])
         assert len(wc.audit(item_id, type="RunClaimed")) == 3

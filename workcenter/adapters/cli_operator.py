@@ -192,7 +192,7 @@ def audit_trail(
         console.print(
             Text.assemble(
                 text(f"{e['position']:>5}", "bold"),
-                text(f" {_utc(e['time'])}  {e['aggregate']} v{e['version']}  "),
+                text(f" {cli_tables.utc(e['time'])}  {e['aggregate']} v{e['version']}  "),
                 text(e["type"], "cyan"),
                 text(f"  by {by}  {ids}"),
             ),
@@ -462,9 +462,3 @@ def _print_progress(title: str, data: dict[str, Any]) -> None:
             text(roles),
         )
     console.print(run_table)
-
-
-def _utc(moment: str) -> str:
-    """An event's time to the second in UTC, saying so: the time without its zone was read
-    as local time under another TZ (found by acceptance testing, ADR-0138)."""
-    return datetime.fromisoformat(moment).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from rich.table import Table
@@ -18,6 +19,12 @@ def delivery_status(target: str | None, status: str) -> str:
     """With no target nothing is to be delivered: "none asked", as the dashboard says,
     not "unmet" on an item done without one (found by acceptance testing)."""
     return status if target else "none asked"
+
+
+def utc(moment: str) -> str:
+    """A time to the second in UTC, saying so: the time without its zone was read as
+    local time under another TZ (found by acceptance testing, ADR-0138)."""
+    return datetime.fromisoformat(moment).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def item_table(detail: dict[str, Any]) -> Table:
@@ -49,6 +56,17 @@ def item_table(detail: dict[str, Any]) -> Table:
                 f"{len(action['runs'])} runs)"
             ),
         )
+        for run in action["runs"]:
+            # Who holds it and until when: an Action whose worker went away runs again
+            # only once this lease ends (found by acceptance testing, ADR-0140).
+            if run["status"] == "running":
+                table.add_row(
+                    "  its Run",
+                    text(
+                        f"held by {run['worker']}@{run['owner_boot_id']}, lease until"
+                        f" {utc(run['expires_at'])} (epoch {run['lease_epoch']})"
+                    ),
+                )
     return table
 
 
