@@ -25,7 +25,7 @@ from workcenter.domain import conversation as conv
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
-from workcenter.domain.errors import InvalidInput
+from workcenter.domain.errors import InvalidInput, StaleRun, WorkcenterError
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.outcome import RunReport
@@ -420,8 +420,20 @@ class WorkCenter:
     ) -> act.ActionState:
         """Record the Run's outcome: completed, waiting, retryable or failed.
 
-        By the claim's worker unless ``actor`` says otherwise."""
-        return self._runs.finish_run(claim, report, actor)
+        By the claim's worker unless ``actor`` says otherwise. The same finish sent again
+        (its answer lost) answers the Action as it is now and writes nothing; any other
+        finish of an ended Run is ``StaleRun``."""
+        try:
+            return self._runs.finish_run(claim, report, actor)
+        except StaleRun:
+            ref = claim.ref if isinstance(claim, Claim) else claim
+            try:
+                first = self.worker_protocol.first_finish(ref, report)
+            except WorkcenterError:
+                first = None  # another report's finish, or a fence never issued
+            if first is None:
+                raise
+            return self.action(ref.action_id)
 
     def interrupt(
         self,

@@ -464,13 +464,7 @@ def run_one(
             on_event("lost", claim, "the lease ran out before the outcome could be recorded")
         return claim
     except StaleRun as stale:
-        first = _recorded_before(wc, claim, checked)
-        if first is not None:
-            # Its own finish, committed while its answer was lost, then refused when sent
-            # again: it was said "lost" of an outcome recorded (found by acceptance
-            # testing, ADR-0136).
-            _finished(stats, claim, first, on_event)
-            return claim
+        # Not its own finish sent again (that answers what the first recorded).
         stats.lost += 1
         if on_event:
             on_event("lost", claim, f"the outcome was not recorded: {stale}")
@@ -515,17 +509,6 @@ def _finished(
     stats.outcomes[outcome] = stats.outcomes.get(outcome, 0) + 1
     if on_event:
         on_event("finished", claim, outcome)
-
-
-def _recorded_before(
-    wc: WorkCenter, claim: Claim, report: RunReport | Mapping[str, Any]
-) -> str | None:
-    """The outcome the Run was finished with, if with this very report; else None."""
-    try:
-        first = wc.worker_protocol.first_finish(claim.ref, report)
-    except WorkcenterError:
-        return None  # another report's, or the fence's: not this worker's outcome
-    return first.outcome if first is not None else None
 
 
 def _checked(report: object) -> RunReport | Mapping[str, Any]:

@@ -1,5 +1,6 @@
-"""A create sent again after a lost answer (ADR-0139): with a request id it answers the
-WorkItem the first attempt made; without one it makes another."""
+"""Commands sent again after a lost answer: a create with a request id answers the
+WorkItem the first attempt made, without one it makes another (ADR-0139); the same
+finish answers the Action the first recorded (ADR-0140)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 import pytest
 from conftest import BACKENDS, CRITERIA, refused
 
-from workcenter import InvalidInput, RequestIdUsed, WorkCenter
+from workcenter import InvalidInput, RequestIdUsed, StaleRun, WorkCenter
 from workcenter.application import WriteContention
 
 ARGS: dict[str, Any] = {
@@ -103,3 +104,31 @@ def test_two_stores_sending_one_create_at_once_make_one_item(
         thread.join()
     assert len(answers) == 2 and answers[0] == answers[1], answers
     assert len(wc.list_work_items()) == 1
+
+
+def test_a_finish_sent_again_answers_the_action_and_another_is_stale(wc: WorkCenter) -> None:
+    """Before ADR-0140 the same finish sent again (its answer lost) was StaleRun, as a
+    finish of a Run that had ended otherwise is."""
+    wc.create_work_item(**ARGS)
+    claimed = wc.claim_next("worker-1")
+    assert claimed is not None
+    completed = report_of("completed")
+    finished = wc.finish_run(claimed, completed)
+    written = wc.event_count()
+    assert wc.finish_run(claimed, completed) == finished
+    assert wc.event_count() == written
+    with refused(wc, StaleRun):
+        wc.finish_run(claimed, report_of("failed"))
+    with refused(wc, StaleRun):
+        wc.interrupt(claimed, reason="too late")
+
+
+def report_of(outcome: str) -> dict[str, Any]:
+    return {
+        "outcome": outcome,
+        "summary": outcome,
+        "evidence": ["log"],
+        "acceptanceChecks": [
+            {"criterion": c, "status": "passed", "evidence": "log"} for c in CRITERIA
+        ],
+    }
