@@ -30,7 +30,8 @@ from conftest import (
     report,
 )
 
-from workcenter.adapters.cli import _refusal_line, cli
+from workcenter.adapters.cli import cli
+from workcenter.adapters.cli_outcome import refusal_line
 from workcenter.application import Claim, WorkCenter
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.evidence import normalize_outputs
@@ -349,7 +350,7 @@ def test_json_output_escapes_every_control_character_and_decodes_to_the_same_tex
 
 
 def test_a_refusal_line_shows_the_control_characters_it_quotes() -> None:
-    line = _refusal_line(InvalidInput("title 'a\x1b]0;pwned\x07b' is not allowed"))
+    line = refusal_line(InvalidInput("title 'a\x1b]0;pwned\x07b' is not allowed"))
     assert line == "InvalidInput: title 'a\\x1b]0;pwned\\x07b' is not allowed"
 
 

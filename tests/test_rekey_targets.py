@@ -20,7 +20,7 @@ from conftest import BACKENDS, create_dynamic
 from workcenter.adapters import cli_stop, store_copy
 from workcenter.adapters.cipher import KEY_ENV
 from workcenter.adapters.cli import cli
-from workcenter.adapters.persistence import public_url
+from workcenter.adapters.persistence import StoreUnavailable, public_url
 from workcenter.adapters.store_copy import NEW_KEY_ENV
 from workcenter.application import WorkCenter
 from workcenter.service_layer.maintenance import Maintenance
@@ -163,10 +163,16 @@ def test_a_stopped_rekey_says_its_copy_is_not_one(
     assert line.startswith(f"interrupted by {signal.Signals(signum).name}: rekey stopped at")
     assert f"the new store at {target} holds only the events copied so far" in line
     monkeypatch.undo()
-    with WorkCenter.open(target, create=False) as copy:
-        assert 0 < copy.event_count() < events
-    again = refused(rekey(source, target, {NEW_KEY_ENV: ""}))
-    assert "a copy cut short? remove it" in again
+    # The part copied verified, showed no lag and took commands (found by acceptance
+    # testing, ADR-0140): every open refuses it now, saying what it is.
+    cut_short = f"is a copy of {public_url(source)} up to position {events:,} that was cut"
+    with pytest.raises(StoreUnavailable, match="that was cut short: it holds only the beginning"):
+        WorkCenter.open(target, create=False)
+    for verb in (["audit", "verify"], ["list"], ["projections", "status"]):
+        opened = CliRunner().invoke(cli, ["--db", target, *verb])
+        assert opened.exit_code == 2 and cut_short in opened.stderr, opened.output
+    again = rekey(source, target, {NEW_KEY_ENV: ""})
+    assert again.exit_code == 2 and cut_short in again.stderr, again.output
 
 
 def test_a_stop_after_the_last_page_stops_the_views_build_and_says_the_copy_is_whole(

@@ -157,9 +157,10 @@ def test_usage_aliases_camel_then_snake_then_cache_input(
 
 
 @pytest.mark.parametrize(
-    "bad", [True, False, "5", "", -3, 0, -0.5, math.nan, math.inf, -math.inf, [1], {"n": 1}]
+    "bad", [True, False, "5", "", -3, 0, -0.5, math.nan, -math.inf, [1], {"n": 1}]
 )
-def test_only_finite_numbers_above_zero_count(bad: Any) -> None:
+def test_only_numbers_above_zero_count(bad: Any) -> None:
+    """Infinity is past every bound: refused (test_hardening_inputs), not counted as none."""
     normalised = rl.normalize_usage(
         {"input_tokens": bad, "output_tokens": bad, "cache_read_tokens": bad, "total_tokens": bad}
     )

@@ -24,7 +24,7 @@ from uuid import UUID
 from eventsourcing.application import Application
 from eventsourcing.persistence import PersistenceError
 
-from workcenter.adapters import cipher, event_log
+from workcenter.adapters import cipher, copy_mark, event_log
 from workcenter.adapters.one_commit import OneCommitArguments
 from workcenter.adapters.persistence import (
     SNAPSHOT_CLASSES,
@@ -331,7 +331,8 @@ def _open(env: dict[str, str], where: str, build: Callable[[EventStore], T]) -> 
             store = EventStore(env=env)
             try:
                 cipher.check_key(store, where)
-            except cipher.StoreKeyRefused:
+                copy_mark.refuse_unfinished(store.factory.datastore, where)  # type: ignore[attr-defined]
+            except StoreUnavailable:
                 store.close()
                 raise
             return build(store)

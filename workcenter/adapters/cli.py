@@ -1,7 +1,8 @@
 """The ``workcenter`` command line: the demo, reads for operators, resume and the worker loop.
 
 A typed refusal (any ``WorkcenterError``) ends every verb the same way: one
-line ``ErrorName: message`` on stderr and exit status 2; nothing was written.
+line ``ErrorName: message`` on stderr and exit status 2 (3 when the store failed
+under it, ``cli_outcome``); nothing was written.
 """
 
 from __future__ import annotations
@@ -18,7 +19,14 @@ import click
 from eventsourcing.persistence import PersistenceError
 from rich.table import Table
 
-from workcenter.adapters import cli_coordinator, cli_next, cli_tables, event_log, presenters
+from workcenter.adapters import (
+    cli_coordinator,
+    cli_next,
+    cli_outcome,
+    cli_tables,
+    event_log,
+    presenters,
+)
 from workcenter.adapters.cli_common import (
     MAX_POLL,
     Count,
@@ -28,6 +36,7 @@ from workcenter.adapters.cli_common import (
     command_hint,
     console,
     db_option,
+    json_option,
     work_item_id,
 )
 from workcenter.adapters.cli_common import emit_json as _emit_json
@@ -37,7 +46,6 @@ from workcenter.adapters.demo import ScriptedLlm, run_demo
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
 from workcenter.adapters.terminal import safe, text
-from workcenter.adapters.wording import plain
 from workcenter.adapters.worker import default_name, load_executor, run_worker
 from workcenter.adapters.worker_run import StopSignals, WorkerStats
 from workcenter.application import Claim
@@ -54,19 +62,17 @@ from workcenter.projections.sanitize import (
 from workcenter.service_layer.handlers.coordinator_step import StepResult
 
 
-def _refusal_line(error: WorkcenterError) -> str:
-    # A message may quote the refused input: its control characters print visibly.
-    return safe(f"{type(error).__name__}: {plain(str(error), links=True)}")
-
-
 class WorkcenterGroup(click.Group):
-    """Turns a typed refusal raised by any verb into one line on stderr and exit 2, and
-    a Ctrl-C that no verb took itself into one line and exit 130 (click would say
+    """Turns a typed refusal raised by any verb into one line on stderr and its exit
+    status (``cli_outcome``), an output that cannot be written into one line too, and a
+    Ctrl-C that no verb took itself into one line and exit 130 (click would say
     "Aborted!" and exit 1, its status for "declined", ADR-0106)."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a full disk is said here, not by Python's flush at exit
+            return result
         except KeyboardInterrupt:
             verb = (
                 f"workcenter {ctx.invoked_subcommand}" if ctx.invoked_subcommand else "workcenter"
@@ -78,11 +84,11 @@ class WorkcenterGroup(click.Group):
             )
             ctx.exit(130)  # 128 + SIGINT, as the long verbs exit (ADR-0100)
         except WorkcenterError as error:
-            click.echo(_refusal_line(error), err=True)
-            ctx.exit(2)
+            ctx.exit(cli_outcome.failed(error))
         except (PersistenceError, sqlite3.Error) as error:  # the store failed under a verb
-            click.echo(_refusal_line(StoreUnavailable(str(error))), err=True)
-            ctx.exit(2)
+            ctx.exit(cli_outcome.store_failed(error))
+        except OSError as error:
+            ctx.exit(cli_outcome.output_failed(error))
 
 
 @click.group(cls=WorkcenterGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -214,7 +220,7 @@ LIST_LIMIT = 1000  # items `list` shows unless told
 @click.option(
     "--newest", is_flag=True, help="Newest first: the items made last, on a store of many."
 )
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def list_items(
     ctx: click.Context, status: str | None, limit: int, newest: bool, as_json: bool
@@ -229,7 +235,18 @@ def list_items(
     if as_json:
         # Titles masked as on the table, `show --json` and the HTTP list (ADR-0136).
         _emit_json(
-            [{**r, "id": str(r["id"]), "title": sanitize_personal(r["title"])} for r in rows]
+            [
+                {
+                    **r,
+                    "id": str(r["id"]),
+                    "title": sanitize_personal(r["title"]),
+                    # As every other verb's JSON gives a time (found by acceptance
+                    # testing, ADR-0140: seconds since the epoch, here only).
+                    "created_at": presenters.utc_json(r["created_at"]),
+                    "updated_at": presenters.utc_json(r["updated_at"]),
+                }
+                for r in rows
+            ]
         )
         return
     table = Table()
@@ -277,7 +294,7 @@ def show(ctx: click.Context, item_id: str, as_json: bool, state: bool) -> None:
 @click.argument("item_id")
 @click.option("--at", "at_version", type=int, default=None, help="Also show the state at VERSION.")
 @click.option("--raw", is_flag=True, help="Payloads as stored, not sanitised.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def history(
     ctx: click.Context, item_id: str, at_version: int | None, raw: bool, as_json: bool
@@ -337,7 +354,7 @@ def history(
     help="The ledger (or control) version you saw; refused if a stop, extend or resume came after.",
 )
 @actor_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def resume(
     ctx: click.Context,
@@ -551,11 +568,17 @@ def main() -> None:
     verb = _verb(sys.argv[1:])
     if verb is not None:
         os.environ.setdefault("PGAPPNAME", f"workcenter {verb}")
+    if cli_outcome.stdout_closed():
+        click.echo(
+            "workcenter: its standard output is closed, so what it did could not be said:"
+            " nothing was done (send the output to /dev/null to discard it)",
+            err=True,
+        )
+        sys.exit(cli_outcome.OUTPUT_FAILED)
     try:
         cli(standalone_mode=True)
     except WorkcenterError as error:  # raised outside a verb; verbs report their own
-        click.echo(_refusal_line(error), err=True)
-        sys.exit(2)
+        sys.exit(cli_outcome.failed(error))
 
 
 def _verb(args: list[str]) -> str | None:

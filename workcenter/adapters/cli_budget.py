@@ -12,6 +12,7 @@ from workcenter.adapters.cli_common import (
     console,
     db_option,
     emit_json,
+    json_option,
     open_center,
     options_named,
     work_item_id,
@@ -26,7 +27,7 @@ def budget() -> None:
 @budget.command(name="show")
 @db_option
 @click.argument("item_id")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def budget_show(ctx: click.Context, item_id: str, as_json: bool) -> None:
     """Limits, usage, attempts per Action, the stop reason and the versions to expect."""
@@ -55,7 +56,7 @@ def budget_show(ctx: click.Context, item_id: str, as_json: bool) -> None:
     "--coordinator-failures", type=int, default=None, help="Add to max_coordinator_failures."
 )
 @actor_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def budget_extend(
     ctx: click.Context,

@@ -20,6 +20,7 @@ from workcenter.adapters.cli_common import (
     console,
     db_option,
     emit_json,
+    json_option,
     open_center,
     work_item_id,
 )
@@ -155,7 +156,7 @@ def coordinate(
 @click.option("--client-id", default=None, help="Idempotency key: a repeat writes nothing.")
 @click.option("--expected-version", type=int, default=None, help="The WorkItem version you saw.")
 @actor_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def message(
     ctx: click.Context,
@@ -242,7 +243,7 @@ def _message_json(m: conv.Message) -> dict[str, Any]:
 @click.command()
 @db_option
 @click.argument("item_id")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def conversation(ctx: click.Context, item_id: str, as_json: bool) -> None:
     """A WorkItem's messages and Coordinator turns (secrets and home paths masked)."""

@@ -16,6 +16,7 @@ from workcenter.adapters.cli_common import (
     console,
     db_option,
     emit_json,
+    json_option,
     open_center,
     work_item_id,
 )
@@ -29,7 +30,7 @@ DIFFERS = 1  # exit status of a replay with a turn that differs (2 is a refusal)
 @click.command(name="decisions")
 @db_option
 @click.argument("item_id", required=False)
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.option(
     "--replay",
     is_flag=True,
@@ -144,7 +145,7 @@ def _print_replay(report: ReplayReport) -> None:
 @click.argument("item_id")
 @click.option("--to", "to", required=True, type=click.Path(dir_okay=False))
 @click.option("--force", is_flag=True, help="Replace a file already at --to.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def export(ctx: click.Context, item_id: str, to: str, force: bool, as_json: bool) -> None:
     """Write one WorkItem's audit bundle: its events as stored, their links in the hash

@@ -21,6 +21,7 @@ from workcenter.adapters.cli_common import (
     console,
     db_option,
     emit_json,
+    json_option,
     open_center,
     resolve_id,
     work_item_id,
@@ -107,7 +108,7 @@ def _run_id(wc: WorkCenter, item: WorkItemState, value: str) -> UUID:
 @audit.command(name=TRAIL)
 @db_option
 @click.argument("item_id")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.option("--at", "at_version", type=int, default=None, help="State at this WorkItem version.")
 @click.option("--at-time", default=None, help="State at this ISO time (UTC if no offset).")
 @click.option("--action", "action_id", default=None, help="Only this Action's rows.")
@@ -211,7 +212,7 @@ HISTORY_BROKEN = 1  # exit status of a verify that found a broken link (2 is a r
 @audit.command(name="verify")
 @db_option
 @click.argument("item_id", required=False)
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.option(
     "--anchor",
     "anchor",
@@ -376,7 +377,7 @@ def _print_chain(data: dict[str, Any]) -> None:
 
 @audit.command(name="anchor")
 @db_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def audit_anchor(ctx: click.Context, as_json: bool) -> None:
     """Print the head of the hash chain as DIGEST@POSITION, to keep outside the store
@@ -399,7 +400,7 @@ def audit_anchor(ctx: click.Context, as_json: bool) -> None:
 @click.command()
 @db_option
 @click.argument("item_id")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def progress(ctx: click.Context, item_id: str, as_json: bool) -> None:
     """Goal progress, and which Runs were proof, stale or conflicting.

@@ -4,12 +4,10 @@
 from __future__ import annotations
 
 import signal
-import sys
 import time
 from typing import Any
 
 import click
-import orjson
 from rich.table import Table
 
 from workcenter.adapters.cli_common import (
@@ -19,6 +17,7 @@ from workcenter.adapters.cli_common import (
     console,
     db_option,
     emit_json,
+    json_option,
     open_center,
 )
 from workcenter.adapters.cli_stop import (
@@ -29,7 +28,6 @@ from workcenter.adapters.cli_stop import (
     stop_signals,
 )
 from workcenter.adapters.persistence import StoreUnavailable
-from workcenter.adapters.terminal import escape_json
 from workcenter.projections.lifecycle import RebuildReport
 
 
@@ -40,7 +38,7 @@ def projections() -> None:
 
 @projections.command(name="status")
 @db_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def projections_status(ctx: click.Context, as_json: bool) -> None:
     """Each read model's position, the head of the event sequence, and the lag (as they
@@ -63,7 +61,7 @@ def projections_status(ctx: click.Context, as_json: bool) -> None:
 @projections.command(name="rebuild")
 @db_option
 @click.argument("name", required=False)
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def projections_rebuild(ctx: click.Context, name: str | None, as_json: bool) -> None:
     """Replay NAME (default: every read model) from zero and swap it in atomically.
@@ -188,7 +186,7 @@ def projections_run(
         if stopped_by is not None:
             summary["stopped"] = signal.Signals(stopped_by).name
         if as_json:
-            _json_line(summary)
+            emit_json(summary, line=True)
         else:
             said = f"stopped by {summary['stopped']}: " if stopped_by is not None else ""
             console.print(
@@ -212,23 +210,17 @@ def _follow(runner: Any, stop: Stop, report_seconds: float | None, as_json: bool
         raise runner.error
 
 
-def _json_line(data: Any) -> None:
-    """One JSON object on one line: the stream of a running verb is JSON Lines."""
-    sys.stdout.write(escape_json(orjson.dumps(data).decode()) + "\n")
-    sys.stdout.flush()
-
-
 def _report(runner: Any, as_json: bool) -> None:
     try:
         rows = [row.json() for row in runner.status()]
     except StoreUnavailable as error:  # the database away: the runner waits it out
         if as_json:
-            _json_line({"status": None, "unavailable": str(error)})
+            emit_json({"status": None, "unavailable": str(error)}, line=True)
         else:
             console.print(f"status unknown: {error}", highlight=False)
         return
     if as_json:
-        _json_line({"status": rows})
+        emit_json({"status": rows}, line=True)
         return
     console.print(
         ", ".join(f"{r['name']} at {r['position']}/{r['head']} (lag {r['lag']})" for r in rows),

@@ -21,6 +21,7 @@ from workcenter.adapters.cli_common import (
     console,
     db_option,
     emit_json,
+    json_option,
     open_center,
     options_named,
     resolve_id,
@@ -140,7 +141,7 @@ CREATE_OPTIONS = {f"limits.{name}": f"--{name.replace('_', '-')}" for name in LI
     " input with it is refused.",
 )
 @actor_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def create(
     ctx: click.Context,
@@ -193,7 +194,7 @@ def create(
 @click.argument("item_id")
 @expected_version_option
 @actor_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def start(
     ctx: click.Context, item_id: str, expected_version: int, actor: str | None, as_json: bool
@@ -227,7 +228,7 @@ def start(
 @expected_version_option
 @click.option("--reason", default="", help="Why, kept with the cancellation.")
 @actor_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def cancel(
     ctx: click.Context,
@@ -260,7 +261,7 @@ def cancel(
 @expected_generation_option
 @click.option("--answer", default="", help="The answer a waiting Action asked for.")
 @actor_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def retry(
     ctx: click.Context,
@@ -296,7 +297,7 @@ def retry(
 @expected_version_option
 @expected_generation_option
 @actor_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def guide(
     ctx: click.Context,
@@ -338,7 +339,7 @@ def guide(
 )
 @click.option("--run", "run", default=None, help="A running Action's Run (its id or a prefix).")
 @actor_option
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def add_input(
     ctx: click.Context,

@@ -11,7 +11,13 @@ from typing import Final
 import click
 from rich.progress import Progress, TaskID
 
-from workcenter.adapters.cli_common import bar_on_terminal, console, db_option, emit_json
+from workcenter.adapters.cli_common import (
+    bar_on_terminal,
+    console,
+    db_option,
+    emit_json,
+    json_option,
+)
 from workcenter.adapters.cli_stop import Interrupted, Steps, Stop, interrupted, stop_signals
 from workcenter.adapters.persistence import is_postgres_url, public_url, resolve_db_path
 from workcenter.adapters.store_copy import NEW_KEY_ENV, Copied, ViewsNotBuilt, opened_with
@@ -27,7 +33,7 @@ TO_HELP: Final = "The new store (path or URL): none there yet, or an empty one t
 @click.command("copy")
 @db_option
 @click.option("--to", "target", required=True, help=f"{TO_HELP} in this store's key's mode.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def copy_verb(ctx: click.Context, target: str, as_json: bool) -> None:
     """Copy the store's events, in order and under its own key ($WORKCENTER_CIPHER_KEY,
@@ -42,7 +48,7 @@ def copy_verb(ctx: click.Context, target: str, as_json: bool) -> None:
 @click.command()
 @db_option
 @click.option("--to", "target", required=True, help=f"{TO_HELP} in the new key's mode.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @click.pass_context
 def rekey(ctx: click.Context, target: str, as_json: bool) -> None:
     """Copy the store's events into a new store under a new cipher key: read with

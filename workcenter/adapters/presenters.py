@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -17,6 +18,11 @@ from workcenter.domain.work_item import WorkItemState
 
 def item_json(item: WorkItemState) -> dict[str, Any]:
     return item.model_dump(mode="json", exclude={"plan"})
+
+
+def utc_json(seconds: float) -> str:
+    """A time kept as seconds since the epoch, as pydantic writes the states' times."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat().replace("+00:00", "Z")
 
 
 def action_json(action: ActionState) -> dict[str, Any]:

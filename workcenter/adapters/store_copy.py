@@ -31,7 +31,7 @@ from typing import Any, Final, Protocol, cast
 
 from eventsourcing.persistence import StoredEvent
 
-from workcenter.adapters import cipher, event_log
+from workcenter.adapters import cipher, copy_mark, event_log
 from workcenter.adapters.cipher import KEY_ENV, StoreKeyRefused
 from workcenter.adapters.persistence import (
     StoreUnavailable,
@@ -188,11 +188,14 @@ def _copied(
                     " (a copy cut short? remove it and copy again into a new, empty store)"
                 )
             head = old.store.recorder.max_notification_id() or 0
+            datastore = new.store.factory.datastore  # type: ignore[attr-defined]
+            copy_mark.mark(datastore, public_url(source), head)
             copied = _copy(old, new, head, progress, as_stored)
             # What the source's opens chained stays said of the copy (ADR-0137).
             linked = [late for late in _late_record(old).linked_late() if late.first <= head]
             if linked:
                 _late_record(new).keep_late(linked)
+            copy_mark.unmark(datastore)
             try:
                 new.maintenance.rebuild_projection(progress=building)
             except WorkcenterError as error:
