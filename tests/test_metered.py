@@ -4,6 +4,7 @@ provider (invariant 2)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 from uuid import UUID
@@ -238,23 +239,23 @@ def test_a_failed_settlement_does_not_hide_the_response(
     assert metered.settle_pending() is False
 
 
-def test_a_usage_past_what_the_ledger_counts_is_charged_as_the_most_it_counts(
+def test_a_usage_past_what_the_ledger_counts_leaves_the_request_at_its_estimate(
     wc: WorkCenter,
 ) -> None:
     """A server's usage past 2^53 - 1 was refused at the settlement, which the wrapper
-    swallowed: the request stayed in flight, charged its estimate. It is the server's
-    word on what was spent: charged as the most the ledger counts, settled."""
+    swallowed (the request stayed in flight); then it was charged as 2^53 - 1, which
+    stopped the item past any extension (ADR-0140). It is no figure: settled unknown, at
+    the request's estimate."""
     run = claimed_run(wc)
     # Past 2^53 - 1, past a float's range (Python's JSON reads it as an int), infinite.
-    huge = {"prompt_tokens": 10**400, "completion_tokens": float("inf")}
-    provider = CountingProvider(wc, run.work_item_id, usage=huge)
-    metered = MeteredProvider.for_claim(wc, run, provider=provider)
-    metered(REQUEST)
-    [row] = rows(wc, run.work_item_id)
-    assert row.status == "reported"
-    assert row.usage is not None
-    assert row.usage.input_tokens == row.usage.output_tokens == 2**53 - 1
-    assert metered.settle_pending() is False  # nothing left in flight
+    for huge in ({"prompt_tokens": 10**400, "completion_tokens": 3}, {"total_tokens": math.inf}):
+        provider = CountingProvider(wc, run.work_item_id, usage=huge)
+        metered = MeteredProvider.for_claim(wc, run, provider=provider)
+        metered(REQUEST)
+        assert metered.settle_pending() is False  # nothing left in flight
+    for row in rows(wc, run.work_item_id):
+        assert (row.status, row.charged_tokens, row.usage) == ("unknown", ESTIMATE, None)
+    assert wc.ledger(run.work_item_id).stop_reason is None
 
 
 def test_usage_is_read_from_keys_attributes_and_sdk_objects() -> None:

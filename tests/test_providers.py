@@ -118,6 +118,7 @@ class Stub:
     answers: deque[tuple[int, Any, dict[str, str]]] = field(default_factory=deque)
     received: list[dict[str, Any]] = field(default_factory=list)
     delay: float = 0.0
+    trickle: float = 0.0  # seconds between pieces of 16 bytes of a body, when above 0
 
     def answer(
         self, status: int = 200, body: Any = None, headers: dict[str, str] | None = None
@@ -161,7 +162,16 @@ def stub() -> Iterator[Stub]:
             for name, value in headers.items():
                 self.send_header(name, value)
             self.end_headers()
-            self.wfile.write(data)
+            if not state.trickle:
+                self.wfile.write(data)
+                return
+            for start in range(0, len(data), 16):
+                try:
+                    self.wfile.write(data[start : start + 16])
+                    self.wfile.flush()
+                except OSError:
+                    return  # the client gave up on it
+                time.sleep(state.trickle)
 
         def log_message(self, *args: Any) -> None:
             pass
@@ -306,6 +316,18 @@ def test_a_timeout_is_transient(stub: Stub) -> None:
         provider(stub, timeout=0.1, max_retries=0).answer(request(), before)
     assert failed.value.transient is True
     assert before.calls == 1
+
+
+def test_a_reply_sent_a_few_bytes_at_a_time_times_out_as_a_whole(stub: Stub) -> None:
+    """Each read within the timeout, the reply not: it held the turn for as long as the
+    server went on (59 s on a 2 s timeout, found by acceptance testing, ADR-0140)."""
+    stub.trickle = 0.15
+    stub.reply(json.dumps(DECISION))  # some 30 pieces: over 4 s
+    started = time.monotonic()
+    with pytest.raises(ProviderFailed, match="timed out") as failed:
+        provider(stub, timeout=0.5, max_retries=0).answer(request(), Counter())
+    assert failed.value.transient is True
+    assert time.monotonic() - started < 2.5
 
 
 def test_an_unreachable_server_is_transient() -> None:

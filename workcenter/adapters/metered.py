@@ -22,6 +22,9 @@ result: the reservation stays counted at its estimate and is settled before the
 next request, or by ``settle_pending``.
 
 One wrapper serves one Run's requests one at a time; it is not for concurrent use.
+Each call is one request admitted: a provider that retries inside itself (the
+``openai`` client does, twice, unless made with ``max_retries=0``) sends requests
+the ledger never admits.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ StreamProvider = Callable[[Request], Iterable[Any]]
 
 def usage_of(payload: Any) -> Mapping[str, Any] | None:
     """The ``usage`` a response or chunk carries, as a mapping (its counts as reported,
-    ``as_reported``); None when it has none."""
+    ``reported_usage``); None when it has none."""
     if isinstance(payload, Mapping):
         return reported_usage(payload.get("usage"))
     return reported_usage(getattr(payload, "usage", None))

@@ -67,22 +67,20 @@ def _count(value: Any) -> int:
     return int(value)
 
 
-def as_reported(payload: Mapping[str, Any]) -> dict[str, Any]:
-    """A usage payload that a provider's server reported, each count past 2^53 - 1 taken
-    as 2^53 - 1. A caller's count past it is refused (``normalize_usage``); a server's
-    is its word on what was spent, after the fact: it is charged as the most the ledger
-    counts, which stops the budget, rather than refused and left uncharged."""
-    return {key: bounds.INTEGER if _past_bound(value) else value for key, value in payload.items()}
-
-
 def reported_usage(usage: object) -> dict[str, Any] | None:
     """A provider's usage as reported, whatever it came as: a mapping, or a provider
-    SDK's object (a pydantic model, dumped); None when it is neither. Each count is taken
-    as ``as_reported`` takes it."""
+    SDK's object (a pydantic model, dumped); None when it is neither, or when it holds a
+    count past 2^53 - 1. No server spends that many: such a figure is a fault (an
+    unsigned -1, say), so none of the reply's figures are taken and the request stays
+    charged at its estimate, its usage unknown. A caller's count past the bound is refused
+    (``normalize_usage``). Charged as 2^53 - 1, as it was, it stopped the item past any
+    extension of its budget (found by acceptance testing, ADR-0140)."""
     if usage is not None and not isinstance(usage, Mapping):
         dump = getattr(usage, "model_dump", None)
         usage = dump() if callable(dump) else None
-    return as_reported(usage) if isinstance(usage, Mapping) else None
+    if not isinstance(usage, Mapping) or any(_past_bound(v) for v in usage.values()):
+        return None
+    return dict(usage)
 
 
 def _past_bound(value: Any) -> bool:

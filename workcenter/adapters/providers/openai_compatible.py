@@ -21,6 +21,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
+from workcenter.adapters.providers import reply_deadline
 from workcenter.domain.errors import InvalidInput, ProviderFailed, WorkcenterError
 from workcenter.projections.sanitize import MASK
 from workcenter.service_layer.ports import ProviderRequest, ProviderTurnReply
@@ -91,7 +92,12 @@ class OpenAICompatibleProvider:
             api_key=self._api_key,
             timeout=self.timeout,
             max_retries=self.max_retries,
-            http_client=module.DefaultHttpxClient(event_hooks={"request": [self._on_request]}),
+            http_client=module.DefaultHttpxClient(
+                event_hooks={
+                    "request": [self._on_request],
+                    "response": [reply_deadline.within(self.timeout)],
+                }
+            ),
         )
 
     @classmethod
