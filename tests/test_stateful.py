@@ -78,6 +78,7 @@ class Held:
     item_id: UUID
     expires_at: datetime
     live: bool = True  # the Run is still `running` (it may have expired)
+    finished_with: dict[str, Any] | None = None  # the report its finish recorded
 
 
 def run_identity(run: act.Run) -> tuple[Any, ...]:
@@ -599,6 +600,7 @@ class Ledger(RuleBasedStateMachine):
             STATS["finish_expired_refused"] += 1
             return
         held.live = False
+        held.finished_with = report
         after = wc.action(held.claim.action_id)
         assert result == after
         run = after.run(held.claim.run_id)
@@ -771,10 +773,17 @@ class Ledger(RuleBasedStateMachine):
             assert wc.renew_lease(held.claim) is False
             assert wc.event_count() == before
         elif op == "finish":
-            error = self.attempt(
-                wc, False, lambda: wc.finish_run(held.claim, completed_report(held.claim))
-            )
-            assert isinstance(error, errors.StaleRun)
+            report = completed_report(held.claim)
+            # Its own finish sent again answers the Action, writing nothing (ADR-0140).
+            again = held.finished_with == report
+            result = self.attempt(wc, again, lambda: wc.finish_run(held.claim, report))
+            if again:
+                assert isinstance(result, act.ActionState) and wc.event_count() == before
+                assert result == wc.action(held.claim.action_id)
+                STATS["stale_finish_answered"] += 1
+                event("stale finish sent again, answered")
+                return
+            assert isinstance(result, errors.StaleRun)
         elif op == "defer":
             error = self.attempt(wc, False, lambda: wc.defer(held.claim))
             assert isinstance(error, errors.StaleRun)
@@ -1406,6 +1415,7 @@ def test_two_workers_keep_the_ledger_consistent(monkeypatch: pytest.MonkeyPatch)
         "restart",
         "recover_plain",
         "stale_finish_refused",
+        "stale_finish_answered",
         "stale_renew_refused",
         "stale_interrupt_refused",
         "cancel",
