@@ -113,8 +113,12 @@ let awaySince = null; // when the server stopped answering, while it does not
 // thrown. `within` may be a Run, whose `until` is its lease's end as renewals move it.
 async function post(verb, body, within = {}) {
   for (let delay = FIRST_DELAY_MS; ; delay = Math.min(2 * delay, MAX_DELAY_MS)) {
+    // No try outlives `until` (a server that stopped answering held a stop's interrupt
+    // for the whole 30 s, past a 5 s deadline).
+    const left = (within.until ?? Infinity) - Date.now();
+    const timeoutMs = Math.max(1, Math.min(within.timeoutMs ?? 30_000, left));
     try {
-      const answer = await once(verb, body, within.timeoutMs ?? 30_000);
+      const answer = await once(verb, body, timeoutMs);
       reachable();
       return answer;
     } catch (error) {
@@ -321,7 +325,9 @@ async function shutdown(code) {
       await post("interrupt", { fence, reason: "worker stopped", progress }, within);
       say("interrupted", { runId: fence.runId });
     } catch {}
+    tally.unfinished++;
   }
+  say("stopped", { ...tally, signal: code === 143 ? "SIGTERM" : "SIGINT" });
   process.exit(code);
 }
 

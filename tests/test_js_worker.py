@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import socket
 import subprocess
 import threading
@@ -83,7 +84,7 @@ def test_the_javascript_worker_runs_an_item_to_done(server: str, db_path: Path) 
 # What a faulty network does to a request (``faulty``): "down" closes the connection
 # unanswered and forwards nothing (a server away); "page" answers a proxy's 502 page and
 # forwards nothing; "lost" forwards it and closes unanswered; "cut" forwards it and
-# sends half its answer.
+# sends half its answer; "hang" forwards nothing and answers nothing (a server stopped).
 Fault = Callable[[str], str | None]
 PROXY_PAGE = b"<html><body><h1>502 Bad Gateway</h1></body></html>"
 
@@ -93,10 +94,15 @@ def faulty(upstream: str, fault: Fault) -> Iterator[str]:
     """A proxy to ``upstream`` that does to each request what ``fault(verb)`` names, or
     forwards it (None); the verb is the path's last part (``claim``, ``finish``...)."""
 
+    released = threading.Event()
+
     class Forward(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("content-length", 0)))
             what = fault(self.path.rsplit("/", 1)[-1])
+            if what == "hang":
+                released.wait(60)
+                return self._close()
             if what == "down":
                 return self._close()
             if what == "page":
@@ -132,6 +138,7 @@ def faulty(upstream: str, fault: Fault) -> Iterator[str]:
     try:
         yield f"http://127.0.0.1:{proxy.server_address[1]}"
     finally:
+        released.set()
         proxy.shutdown()
         proxy.server_close()
 
@@ -287,3 +294,23 @@ def test_a_killed_javascript_worker_is_fenced_off_and_its_run_recovered(
         assert wc.event_count() == before, "the late finish wrote events"
         live = wc.action(UUID(fence["actionId"]))
         assert live.status == "running" and isinstance(live.current_run_id, UUID)
+
+
+def test_a_stop_while_the_server_hangs_ends_within_its_deadline(server: str) -> None:
+    """SIGTERM with a Run in hand and a server that answers nothing: the interrupt was
+    tried for the 30 s of its first try, past the stop's 5 s (found by acceptance
+    testing, ADR-0140), and no last line counted the Runs."""
+    httpx.post(server + "/api/work-items", json=LINEAR)
+    hanging = threading.Event()
+    with faulty(server, lambda verb: "hang" if hanging.is_set() else None) as proxy:
+        worker = node(proxy, "--lease", "30", "--work-ms", "60000")
+        assert worker.stdout is not None
+        lines_until(worker.stdout, "claimed", 30)
+        hanging.set()
+        started = time.monotonic()
+        worker.send_signal(signal.SIGTERM)
+        out, _ = worker.communicate(timeout=30)
+        took = time.monotonic() - started
+    assert worker.returncode == 143 and took < 10, took
+    last = json.loads(out.splitlines()[-1])
+    assert (last["event"], last["unfinished"], last["signal"]) == ("stopped", 1, "SIGTERM")

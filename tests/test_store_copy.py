@@ -6,10 +6,12 @@ equal the source's, and the work goes on from it; refusals write nothing."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import os
 import signal
 import sqlite3
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +31,7 @@ from workcenter.adapters.cli_stop import stop_signals
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.application import WorkCenter
+from workcenter.domain.errors import InvalidInput, WorkcenterError
 from workcenter.service_layer.maintenance import Maintenance
 
 
@@ -422,3 +425,45 @@ def test_a_store_whose_history_is_broken_is_not_copied(db_path: Path) -> None:
         "InvalidInput: the store's history is broken at position 1 (digest)"
     ), refused_copy.stderr
     assert not target.exists()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
+def test_copies_into_one_new_store_at_once_make_one_copy(db_path: Path, backend: str) -> None:
+    """Two copies that each found the store empty: one marked it again once the other
+    had finished, leaving a whole copy refused as cut short, and raw database errors
+    escaped (found by acceptance testing, ADR-0140)."""
+    source = str(db_path)
+    with WorkCenter.open(source) as wc:
+        for n in range(3):
+            create_dynamic(wc, title=f"Item {n}")
+        events = wc.event_count()
+    for round_ in range(4):
+        with contextlib.ExitStack() as stack:
+            if backend == "postgresql":
+                target = stack.enter_context(postgres.fresh_schema())
+            else:
+                target = str(db_path.parent / f"copy-{round_}.db")
+            outcomes = copies_at_once(source, target, 6)
+            assert outcomes.count(events) == 1, outcomes
+            assert all(isinstance(o, InvalidInput | StoreUnavailable) for o in outcomes[1:])
+            with WorkCenter.open(target, create=False) as copied:
+                assert copied.event_count() == events
+
+
+def copies_at_once(source: str, target: str, copies: int) -> list[object]:
+    """What each of ``copies`` copies begun at once ended with: its events' count first
+    where it copied them, then each refusal."""
+    outcomes: list[object] = []
+
+    def one_copy() -> None:
+        try:
+            outcomes.append(store_copy.copy(source, target).events)
+        except WorkcenterError as refused:
+            outcomes.append(refused)
+
+    threads = [threading.Thread(target=one_copy) for _ in range(copies)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sorted(outcomes, key=lambda o: not isinstance(o, int))

@@ -89,6 +89,8 @@ class WorkcenterGroup(click.Group):
             ctx.exit(cli_outcome.store_failed(error))
         except OSError as error:
             ctx.exit(cli_outcome.output_failed(error))
+        except UnicodeEncodeError as error:
+            ctx.exit(cli_outcome.unencodable(error))
 
 
 @click.group(cls=WorkcenterGroup, context_settings={"help_option_names": ["-h", "--help"]})

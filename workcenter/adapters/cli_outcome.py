@@ -73,6 +73,20 @@ def output_failed(error: OSError) -> int:
     return OUTPUT_FAILED
 
 
+def unencodable(error: UnicodeEncodeError) -> int:
+    """Text the output's encoding cannot write (``PYTHONIOENCODING=ascii``, a title in
+    another script): it was a traceback and 1, a broken history's status for ``audit
+    verify`` (found by acceptance testing, ADR-0140)."""
+    _discard_stdout()
+    click.echo(
+        f"OutputFailed: the output's encoding ({error.encoding}) cannot write what the"
+        " command has to say: set PYTHONIOENCODING=utf-8, or use --json (always UTF-8);"
+        " a change the command made to the store is recorded",
+        err=True,
+    )
+    return OUTPUT_FAILED
+
+
 def _discard_stdout() -> None:
     """What is still buffered for stdout goes nowhere: else Python's flush at exit fails
     again, saying so on stderr with a traceback."""

@@ -10,19 +10,43 @@ store that holds the mark is refused, naming it, until the store is removed.
 
 from __future__ import annotations
 
+import sqlite3
 from typing import Any, Final
 
+from eventsourcing.persistence import PersistenceError
+
 from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.domain.errors import InvalidInput
 from workcenter.projections import sql
 
 TABLE: Final = "workcenter_copy_unfinished"
 
 
-def mark(datastore: Any, source: str, head: int) -> None:
-    """Mark the new store as a copy of ``source`` (as shown to users) up to ``head``."""
-    with sql.transaction(datastore, commit=True) as c:
-        c.execute(f"CREATE TABLE {TABLE} (source TEXT NOT NULL, head BIGINT NOT NULL)")
-        c.execute(f"INSERT INTO {TABLE} VALUES (?, ?)", (source, head))
+def mark(datastore: Any, events_table: str, source: str, head: int, where: str) -> None:
+    """Mark the new store as a copy of ``source`` (as shown to users) up to ``head``, in
+    one transaction with the check that it holds no events: of copies into one store
+    begun at once, one marks it and the others are refused here, writing nothing (each
+    had found it empty, and one marked it again once the first had finished, found by
+    acceptance testing)."""
+    try:
+        with sql.transaction(datastore, commit=True) as c:
+            c.execute(f"CREATE TABLE {TABLE} (source TEXT NOT NULL, head BIGINT NOT NULL)")
+            c.execute(f"SELECT 1 FROM {events_table} LIMIT 1")
+            if c.fetchone() is not None:
+                raise _Taken
+            c.execute(f"INSERT INTO {TABLE} VALUES (?, ?)", (source, head))
+    except _Taken:
+        raise InvalidInput(
+            f"the new store at {where} was written by another copy meanwhile: name a new,"
+            " empty store"
+        ) from None
+    except (PersistenceError, sqlite3.Error):
+        refuse_unfinished(datastore, where)  # another copy's mark: said as such
+        raise
+
+
+class _Taken(Exception):
+    """Another copy wrote the store between its check and the mark."""
 
 
 def unmark(datastore: Any) -> None:
@@ -44,6 +68,7 @@ def refuse_unfinished(datastore: Any, where: str) -> None:
         row = c.fetchone()
     copied = f"of {row[0]} up to position {row[1]:,} " if row is not None else ""
     raise StoreUnavailable(
-        f"{where} is a copy {copied}that was cut short: it holds only the beginning of the"
-        " history; remove it and copy again"
+        f"{where} is a copy {copied}still under way or cut short: it holds only the"
+        " beginning of the history until its copy ends; if no copy is running, remove it"
+        " and copy again"
     )

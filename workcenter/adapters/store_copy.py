@@ -189,7 +189,8 @@ def _copied(
                 )
             head = old.store.recorder.max_notification_id() or 0
             datastore = new.store.factory.datastore  # type: ignore[attr-defined]
-            copy_mark.mark(datastore, public_url(source), head)
+            events_table = new.store.recorder.events_table_name  # type: ignore[attr-defined]
+            copy_mark.mark(datastore, events_table, public_url(source), head, shown)
             copied = _copy(old, new, head, progress, as_stored)
             # What the source's opens chained stays said of the copy (ADR-0137).
             linked = [late for late in _late_record(old).linked_late() if late.first <= head]
