@@ -1,8 +1,8 @@
 """The ``workcenter`` command line: the demo, reads for operators, resume and the worker loop.
 
 A typed refusal (any ``WorkcenterError``) ends every verb the same way: one
-line ``ErrorName: message`` on stderr and exit status 2 (3 when the store failed
-under it, ``cli_outcome``); nothing was written.
+line ``ErrorName: message`` on stderr and exit status 2 (75 when the store was held
+up or out of reach, worth trying again: ``cli_outcome``); nothing was written.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ def unmark(datastore: Any) -> None:
 
 
 def refuse_unfinished(datastore: Any, where: str) -> None:
-    """``StoreUnavailable`` if ``where`` is a copy cut short."""
+    """``StoreUnavailable`` if ``where`` is a copy under way or cut short."""
     with sql.transaction(datastore, commit=False) as c:
         if sql.is_postgres(datastore):  # the schema is the connection's search path
             c.execute("SELECT 1 WHERE to_regclass(?) IS NOT NULL", (TABLE,))
