@@ -202,6 +202,12 @@ def test_an_interrupted_rebuild_says_which_views_it_rebuilt_and_removes_its_copy
     assert list((tmp_path / "tmp").iterdir()) == []  # its temporary copy went with it
     with WorkCenter.open(store) as wc:
         assert {row.name: row.position for row in wc.maintenance.projection_status()} == before
+    # With --json the views rebuilt are on stdout too (it printed nothing, ADR-0140).
+    args = ["--db", store, "projections", "rebuild", "--json"]
+    (tmp_path / "json").mkdir()
+    done = stopped(tmp_path / "json", "detail", args, signum)
+    one_line(done, signum, status)
+    assert [r["name"] for r in json.loads(done.stdout)] == ["work_queue", "mailbox"]
 
 
 @pytest.mark.parametrize(("signum", "status"), SIGNALS)

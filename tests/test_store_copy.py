@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
+import json
 import os
 import signal
 import sqlite3
@@ -178,6 +179,17 @@ def test_a_stopped_copy_says_its_new_store_is_not_one(
         assert line.endswith(
             "remove it (DROP SCHEMA ... CASCADE) and run copy again into a new, empty store"
         )
+    # With --json, what the stop left is on stdout too (it printed nothing, ADR-0140).
+    with postgres.fresh_schema() as target:
+        stopped = CliRunner().invoke(cli, ["--db", source, "copy", "--to", target, "--json"])
+        assert stopped.exit_code == 128 + signal.SIGTERM, stopped.output
+        said = json.loads(stopped.stdout)
+        assert said | {"source_head": 0} == {
+            "stopped": "SIGTERM",
+            "position": 2,
+            "source_head": 0,
+            "complete": False,
+        }
 
 
 def test_a_password_in_the_target_is_never_shown(db_path: Path) -> None:

@@ -92,6 +92,8 @@ def projections_rebuild(ctx: click.Context, name: str | None, as_json: bool) -> 
                             _print_rebuilt(report)
             stop.check()
         except Interrupted as stopped:
+            if as_json:  # what was rebuilt, as a whole run says it; the status says the stop
+                emit_json([r.json() for r in rebuilt])
             done = [r.name for r in rebuilt]
             left = [n for n in names if n not in done]
             interrupted(

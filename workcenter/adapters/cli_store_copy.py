@@ -104,6 +104,15 @@ def _copied(
                     building=_views_on(bar, stop, building),
                 )
         except Interrupted as stopped:
+            if as_json:  # a script reads what the stop left as it reads a copy's answer
+                emit_json(
+                    {
+                        "stopped": stopped.name,
+                        "position": steps.total if building else steps.done,
+                        "source_head": steps.total or None,
+                        "complete": bool(building),
+                    }
+                )
             interrupted(ctx, stopped, partial("stopped"))
         except ViewsNotBuilt:
             raise  # every event is in the new store: its words say what finishes it
