@@ -25,7 +25,7 @@ from workcenter.domain import conversation as conv
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.actor import Actor
-from workcenter.domain.errors import InvalidInput, StaleRun, WorkcenterError
+from workcenter.domain.errors import InvalidInput, StaleRun
 from workcenter.domain.goal_progress import GoalProgress
 from workcenter.domain.model import DomainEvent
 from workcenter.domain.outcome import RunReport
@@ -425,15 +425,9 @@ class WorkCenter:
         finish of an ended Run is ``StaleRun``."""
         try:
             return self._runs.finish_run(claim, report, actor)
-        except StaleRun:
+        except StaleRun as stale:
             ref = claim.ref if isinstance(claim, Claim) else claim
-            try:
-                first = self.worker_protocol.first_finish(ref, report)
-            except WorkcenterError:
-                first = None  # another report's finish, or a fence never issued
-            if first is None:
-                raise
-            return self.action(ref.action_id)
+            return self.worker_protocol.finished_before(stale, ref, report)
 
     def interrupt(
         self,

@@ -261,6 +261,20 @@ class WorkerProtocol:
             action.work_item_id, action.id, run.id, run.status, action.status, replayed=False
         )
 
+    def finished_before(
+        self, stale: StaleRun, ref: act.RunRef, report: RunReport | Mapping[str, Any]
+    ) -> act.ActionState:
+        """The Action as it is now, if the Run was finished with this very report (its
+        finish sent again, its answer lost: ``finish_run`` answers it, ADR-0140); else
+        ``stale``, the refusal of the finish, raised again."""
+        try:
+            first = self.first_finish(ref, report)
+        except WorkcenterError:
+            first = None  # another report's finish, or a fence never issued
+        if first is None:
+            raise stale
+        return self.repo.action(ref.action_id)
+
     def first_finish(
         self, ref: act.RunRef, report: RunReport | Mapping[str, Any]
     ) -> Finished | None:
