@@ -243,7 +243,9 @@ def test_a_create_sent_again_with_its_request_id_answers_the_first_item(
     assert again["id"] == first["id"] and again["etag"] == first["etag"]
     assert wc.event_count() == before
     other = api.post("/api/work-items", json=LINEAR | {"requestId": "form-1", "title": "Other"})
-    assert refused(wc, other, 409, "RequestIdUsed", before)["type"].endswith("request_id_used")
+    said = refused(wc, other, 409, "RequestIdUsed", before)
+    assert said["type"].endswith("request_id_used")
+    assert "a new WorkItem needs a new requestId" in said["detail"]  # the API's name
     assert create(api, requestId="form-2")["id"] != first["id"]
 
 

@@ -147,3 +147,20 @@ def test_a_linear_item_given_no_stage_is_422_and_the_document_says_at_least_one(
     assert api.post("/api/work-items", json=defaults).status_code == 201
     dynamic = LINEAR | {"mode": "dynamic", "stages": []}
     assert api.post("/api/work-items", json=dynamic).status_code == 201
+
+
+def test_every_412_declares_the_etag_it_carries(api: TestClient, wc: WorkCenter) -> None:
+    """A 412 carries the item's current versions (http-api.md); the document did not say
+    so, and a generated client gave no hint to read them (found by acceptance testing,
+    ADR-0140)."""
+    document = api.get("/openapi.json").json()
+    answers = [
+        op["responses"]["412"]
+        for path in document["paths"].values()
+        for op in path.values()
+        if "412" in op.get("responses", {})
+    ]
+    assert answers and all("ETag" in answer.get("headers", {}) for answer in answers)
+    item = wc.create_work_item(title="t", goal="g")
+    stale = api.post(f"/api/work-items/{item.id}/cancel", json={}, headers={"If-Match": '"9.9"'})
+    assert stale.status_code == 412 and stale.headers["ETag"] == f'"{item.version}.1"'

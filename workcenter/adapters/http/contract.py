@@ -53,14 +53,26 @@ ETAG_HEADER = {
 }
 
 
+# A 412's ETag: the item's current versions, to send again in If-Match (none when the
+# If-Match sent was not an item ETag at all).
+CURRENT_ETAG = {
+    "description": 'The item\'s current versions, "<item version>.<control version>": send'
+    " them in If-Match once you have read what changed (absent when If-Match was malformed)",
+    "schema": {"type": "string"},
+}
+
+
 def problems(*statuses: int) -> Responses:
-    """The problem documents a route may answer, each with its reason."""
+    """The problem documents a route may answer, each with its reason (a 412 with the
+    item's current versions, found missing from the document by acceptance testing,
+    ADR-0140)."""
     schema = {"$ref": "#/components/schemas/ProblemDocument"}
     return {
         status: {
             "description": WHY[status],
             "content": {PROBLEM_JSON: {"schema": schema}},
         }
+        | ({"headers": {"ETag": CURRENT_ETAG}} if status == 412 else {})
         for status in sorted({*GUARDED, *statuses})
     }
 

@@ -120,6 +120,7 @@ API_NAMES = LIMIT_KEYS | {
     "delivery_target": "deliveryTarget",
     "expected_generation": "expectedGeneration",
     "client_message_id": "clientMessageId",
+    "request_id": "requestId",
 }
 _PYTHON_NAME = re.compile(r"\b(" + "|".join(API_NAMES) + r")\b")
 _TYPE_TAGS = frozenset({"str", "int", "float", "bool", "list", "dict", "none"})
