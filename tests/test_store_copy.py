@@ -479,3 +479,19 @@ def copies_at_once(source: str, target: str, copies: int) -> list[object]:
     for thread in threads:
         thread.join()
     return sorted(outcomes, key=lambda o: not isinstance(o, int))
+
+
+def test_a_copy_says_when_runs_are_held_in_the_store_under_live_leases(db_path: Path) -> None:
+    """A worker left running on the store after its copy finished its Runs there, their
+    results only there, while the copy ran them again (found by acceptance testing,
+    ADR-0140): the copy says how many Runs were held when it ended."""
+    source = str(db_path)
+    with WorkCenter.open(source) as wc:
+        create_linear(wc)
+        assert wc.claim_next("still-running", lease_seconds=600) is not None
+    target = str(db_path.parent / "copy.db")
+    done = CliRunner().invoke(cli, ["--db", source, "copy", "--to", target, "--json"])
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["runs_in_hand"] == 1
+    [warning] = done.stderr.splitlines()
+    assert warning.startswith(f"warning: 1 Runs were held in {source} under live leases")

@@ -175,6 +175,15 @@ def _said_copied(
             f"copied {done.events} events to {target}, {sealed}, up to position {done.position}",
             highlight=False,
         )
+    if done.runs_in_hand:
+        source = public_url(ctx.ensure_object(dict).get("db") or resolve_db_path(None))
+        click.echo(
+            f"warning: {done.runs_in_hand} Runs were held in {source} under live leases"
+            " when the copy ended: a worker may still be at work on it. Stop every worker"
+            " before moving to the copy: one left running finishes its Runs there, their"
+            " results only there, while the copy runs them again once their leases lapse.",
+            err=True,
+        )
     if done.source_head is None:
         click.echo(
             f"unchecked: every event up to position {done.position} was copied, but the"

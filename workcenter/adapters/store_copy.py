@@ -79,6 +79,9 @@ class Copied:
     position: int  # the source's head when the copy began: the copy holds all up to it
     # The source's head when the copy ended; None when the source could not be read then.
     source_head: int | None
+    # Runs held in the source under live leases when the copy ended: a worker still at
+    # work on it, which writes there, not to the copy (found by acceptance testing).
+    runs_in_hand: int = 0
 
     @property
     def complete(self) -> bool:
@@ -184,8 +187,9 @@ def _copied(
         try:
             if count := event_log.events_held(new.store):
                 raise InvalidInput(
-                    f"the new store at {shown} is not empty: it holds {count} events"
-                    " (a copy cut short? remove it and copy again into a new, empty store)"
+                    f"the new store at {shown} is not empty: it holds {count} events; name a"
+                    " new, empty store (a copy stopped while its read models were built is"
+                    " whole: `projections rebuild` on it finishes it)"
                 )
             head = old.store.recorder.max_notification_id() or 0
             datastore = new.store.factory.datastore  # type: ignore[attr-defined]
@@ -211,10 +215,23 @@ def _copied(
             new.close()
         try:
             after: int | None = old.store.recorder.max_notification_id() or 0
+            in_hand = _runs_in_hand(old)
         except StoreUnavailable:
             # Every event up to the head is copied; only the check for later ones failed.
-            after = None
-    return Copied(events=copied, encrypted=new_key is not None, position=head, source_head=after)
+            after, in_hand = None, 0
+    return Copied(
+        events=copied,
+        encrypted=new_key is not None,
+        position=head,
+        source_head=after,
+        runs_in_hand=in_hand,
+    )
+
+
+def _runs_in_hand(center: WorkCenter) -> int:
+    now = center.clock.now().timestamp()
+    live = center.worker_protocol.runs.work_queue().live_runs()
+    return sum(1 for *_, expires_at in live if expires_at > now)
 
 
 def opened_with(new_key: str | None, *, as_stored: bool) -> str:
