@@ -50,6 +50,20 @@ function parse(args) {
   return out;
 }
 
+function urlRefusal(url) {
+  let parsed;
+  try {
+    parsed = new URL(url);
+  } catch {
+    return "--url is not a URL (http://host:port)";
+  }
+  if (!["http:", "https:"].includes(parsed.protocol)) return "--url must be http:// or https://";
+  if (parsed.username || parsed.password) {
+    return "--url carries credentials, which are not sent: give the token with WORKCENTER_WORKER_TOKEN (or --token)";
+  }
+  return null;
+}
+
 function say(event, fields = {}) {
   process.stdout.write(JSON.stringify({ event, worker, bootId, ...fields }) + "\n");
 }
@@ -334,6 +348,13 @@ async function shutdown(code) {
 process.on("SIGTERM", () => shutdown(143));
 process.on("SIGINT", () => shutdown(130));
 
+// A URL fetch cannot send is refused here, not retried as a failure on the way; its
+// credentials are never printed (found by acceptance testing, ADR-0140).
+const refusal = urlRefusal(base);
+if (refusal) {
+  say("failed", { error: refusal });
+  process.exit(1);
+}
 say("started", { url: base });
 try {
   while (tally.runs < maxRuns) {

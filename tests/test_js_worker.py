@@ -314,3 +314,14 @@ def test_a_stop_while_the_server_hangs_ends_within_its_deadline(server: str) -> 
     assert worker.returncode == 143 and took < 10, took
     last = json.loads(out.splitlines()[-1])
     assert (last["event"], last["unfinished"], last["signal"]) == ("stopped", 1, "SIGTERM")
+
+
+@pytest.mark.parametrize("url", ["http://admin:Sup3rSecretPW@127.0.0.1:9", "ftp://127.0.0.1", "x"])
+def test_a_url_fetch_cannot_send_is_refused_at_once_and_its_password_unsaid(url: str) -> None:
+    """A URL with credentials was retried for ever as a failure on the way, its password
+    in every line (found by acceptance testing, ADR-0140)."""
+    worker = node(url)
+    out, _ = worker.communicate(timeout=30)
+    assert worker.returncode == 1
+    [line] = [json.loads(text) for text in out.splitlines()]
+    assert line["event"] == "failed" and "Sup3rSecretPW" not in out

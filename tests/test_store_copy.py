@@ -440,7 +440,9 @@ def test_a_store_whose_history_is_broken_is_not_copied(db_path: Path) -> None:
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
-def test_copies_into_one_new_store_at_once_make_one_copy(db_path: Path, backend: str) -> None:
+def test_copies_into_one_new_store_at_once_make_one_copy(
+    db_path: Path, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two copies that each found the store empty: one marked it again once the other
     had finished, leaving a whole copy refused as cut short, and raw database errors
     escaped (found by acceptance testing, ADR-0140)."""
@@ -449,13 +451,16 @@ def test_copies_into_one_new_store_at_once_make_one_copy(db_path: Path, backend:
         for n in range(3):
             create_dynamic(wc, title=f"Item {n}")
         events = wc.event_count()
+    # Few connections a store: the copies share the test server with other tests.
+    monkeypatch.setenv("POSTGRES_POOL_SIZE", "2")
+    monkeypatch.setenv("POSTGRES_MAX_OVERFLOW", "2")
     for round_ in range(4):
         with contextlib.ExitStack() as stack:
             if backend == "postgresql":
                 target = stack.enter_context(postgres.fresh_schema())
             else:
                 target = str(db_path.parent / f"copy-{round_}.db")
-            outcomes = copies_at_once(source, target, 6)
+            outcomes = copies_at_once(source, target, 6 if backend == "sqlite" else 4)
             assert outcomes.count(events) == 1, outcomes
             assert all(isinstance(o, InvalidInput | StoreUnavailable) for o in outcomes[1:])
             with WorkCenter.open(target, create=False) as copied:
@@ -495,3 +500,17 @@ def test_a_copy_says_when_runs_are_held_in_the_store_under_live_leases(db_path: 
     assert json.loads(done.stdout)["runs_in_hand"] == 1
     [warning] = done.stderr.splitlines()
     assert warning.startswith(f"warning: 1 Runs were held in {source} under live leases")
+
+
+def test_the_copys_lines_print_its_paths_as_they_are(db_path: Path) -> None:
+    """A target named with rich's markup printed another path, and a control character
+    went to the terminal raw (found by acceptance testing, ADR-0140)."""
+    with WorkCenter.open(str(db_path)) as wc:
+        create_linear(wc)
+        assert wc.claim_next("still-running", lease_seconds=600) is not None
+    folder = db_path.parent / "t[bold]x\x1b[31m"
+    folder.mkdir()
+    target = str(folder / "copy.db")
+    done = CliRunner().invoke(cli, ["--db", str(db_path), "copy", "--to", target])
+    assert done.exit_code == 0, done.output
+    assert "t[bold]x" in done.stdout and "\x1b" not in done.output

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, TypeVar
 import click
 
 from workcenter.adapters.persistence import ServerNotAnswering
+from workcenter.adapters.terminal import safe
 from workcenter.adapters.worker_run import StopSignals
 
 if TYPE_CHECKING:
@@ -132,5 +133,5 @@ def open_when_reachable(open_store: Callable[[], T], stop: Stop) -> T:
 
 def interrupted(ctx: click.Context, stopped: Interrupted, what: str) -> None:
     """Say what the stop left undone, on stderr, and exit 130 or 143."""
-    click.echo(f"interrupted by {stopped.name}: {what}", err=True)
+    click.echo(safe(f"interrupted by {stopped.name}: {what}"), err=True)
     ctx.exit(status(stopped.signum))

@@ -21,6 +21,7 @@ from workcenter.adapters.cli_common import (
 from workcenter.adapters.cli_stop import Interrupted, Steps, Stop, interrupted, stop_signals
 from workcenter.adapters.persistence import is_postgres_url, public_url, resolve_db_path
 from workcenter.adapters.store_copy import NEW_KEY_ENV, Copied, ViewsNotBuilt, opened_with
+from workcenter.adapters.terminal import safe, text
 from workcenter.domain.errors import WorkcenterError
 from workcenter.projections.lifecycle import Progress as ViewProgress
 from workcenter.service_layer.history.proof import VerifyProgress
@@ -118,7 +119,7 @@ def _copied(
             raise  # every event is in the new store: its words say what finishes it
         except WorkcenterError:
             if steps.done:  # the database went away mid-copy, say: said before its words
-                click.echo(partial("failed"), err=True)
+                click.echo(safe(partial("failed")), err=True)
             raise
         if stop.signum is not None:
             # It came after the read models' last page: the copy is whole, so the verb
@@ -171,17 +172,24 @@ def _said_copied(
         emit_json(done.json())
     else:
         sealed = f"encrypted with {key_named}" if done.encrypted else "without encryption"
+        # The paths are the operator's, printed as they are: never as markup, their
+        # control characters visible (found by acceptance testing, ADR-0140).
         console.print(
-            f"copied {done.events} events to {target}, {sealed}, up to position {done.position}",
+            text(
+                f"copied {done.events} events to {target}, {sealed}, up to position {done.position}"
+            ),
             highlight=False,
         )
     if done.runs_in_hand:
         source = public_url(ctx.ensure_object(dict).get("db") or resolve_db_path(None))
         click.echo(
-            f"warning: {done.runs_in_hand} Runs were held in {source} under live leases"
-            " when the copy ended: a worker may still be at work on it. Stop every worker"
-            " before moving to the copy: one left running finishes its Runs there, their"
-            " results only there, while the copy runs them again once their leases lapse.",
+            safe(
+                f"warning: {done.runs_in_hand} Runs were held in {source} under live leases"
+                " when the copy ended: a worker may still be at work on it. Stop every"
+                " worker before moving to the copy: one left running finishes its Runs"
+                " there, their results only there, while the copy runs them again once"
+                " their leases lapse."
+            ),
             err=True,
         )
     if done.source_head is None:

@@ -36,6 +36,7 @@ WHY: dict[int, str] = {
     "StaleRun, ClaimIdUsed, RequestIdUsed, ResourceStopError)",
     412: "If-Match is not the item's current ETag (the answer carries the current one), or "
     "a VersionConflict",
+    408: "The body did not arrive within the server's time for it (30 s)",
     413: "The body is larger than the server's limit",
     415: "The body is not application/json",
     421: "A loopback server was addressed by a name that is not a loopback host",
@@ -73,7 +74,9 @@ def problems(*statuses: int) -> Responses:
             "content": {PROBLEM_JSON: {"schema": schema}},
         }
         | ({"headers": {"ETag": CURRENT_ETAG}} if status == 412 else {})
-        for status in sorted({*GUARDED, *statuses})
+        # A route that takes a body may be timed out reading it, as it may be refused for
+        # its size (the guard's, ADR-0140).
+        for status in sorted({*GUARDED, *statuses, *((408,) if 413 in statuses else ())})
     }
 
 
