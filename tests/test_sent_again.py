@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from conftest import BACKENDS, CRITERIA, refused
 
-from workcenter import InvalidInput, RequestIdUsed, StaleRun, WorkCenter
+from workcenter import InvalidInput, RequestIdUsed, StaleRun, StoreDisconnected, WorkCenter
 from workcenter.application import WriteContention
 
 ARGS: dict[str, Any] = {
@@ -132,3 +132,25 @@ def report_of(outcome: str) -> dict[str, Any]:
             {"criterion": c, "status": "passed", "evidence": "log"} for c in CRITERIA
         ],
     }
+
+
+def test_a_finish_sent_again_while_the_store_is_away_is_the_stores_error(
+    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its own first finish looked up as the database went away: it was told StaleRun,
+    the Run's end, and took its recorded report for lost (found by acceptance testing,
+    ADR-0140)."""
+    wc.create_work_item(**ARGS)
+    claimed = wc.claim_next("worker-1")
+    assert claimed is not None
+    completed = report_of("completed")
+    finished = wc.finish_run(claimed, completed)
+
+    def away(*_: object) -> None:
+        raise StoreDisconnected("the database went away")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(wc.worker_protocol, "first_finish", away)
+        with refused(wc, StoreDisconnected):
+            wc.finish_run(claimed, completed)
+    assert wc.finish_run(claimed, completed) == finished

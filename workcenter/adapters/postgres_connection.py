@@ -60,7 +60,9 @@ KEEPALIVES: Final = {
 class StoreDisconnected(StoreUnavailable, StoreUnreachable, OperationalError):
     """The database connection failed under a command or a read, or no connection of
     the pool came free in time. A write in flight may or may not have been committed:
-    read before retrying. The next command reconnects."""
+    send again the commands that may be (a create with its request id, a finish with its
+    report, a message with its client id), read before sending others again. The next
+    command reconnects."""
 
     code = "store_disconnected"
 

@@ -269,8 +269,10 @@ class WorkerProtocol:
         ``stale``, the refusal of the finish, raised again."""
         try:
             first = self.first_finish(ref, report)
-        except WorkcenterError:
+        except CommandRefused:
             first = None  # another report's finish, or a fence never issued
+        # Any other error (the store away) is the caller's to retry: said as the Run's end,
+        # a retry took its own recorded finish for lost (found by acceptance testing).
         if first is None:
             raise stale
         return self.repo.action(ref.action_id)
