@@ -6,8 +6,9 @@ requests that name a loopback host (so a web page that rebinds its own name to
 address it refuses to start without ``WORKCENTER_API_TOKEN`` (at least 16
 characters), and then every request but the dashboard's static files needs
 ``Authorization: Bearer <token>``, compared in constant time. A request body is
-read whole, up to ``max_body_bytes``, before the application sees it: a longer one
-is answered 413 without being read further.
+read whole, up to ``max_body_bytes`` and within ``BODY_SECONDS``, before the
+application sees it: a longer one is answered 413 once the rest is read and dropped
+(within bounds), a slower one 408; a request no token vouches for carries none.
 
 Scoped tokens (ADR-0064) narrow what a token may do: a worker's only runs Actions
 (``/api/worker/``), a user's steers and reads items, an operator's does what a
