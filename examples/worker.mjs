@@ -76,14 +76,17 @@ class Problem extends Error {
   }
 }
 
-// Resolves after `ms`, or at once when `signal` aborts.
+// Resolves after `ms`, or at once when `signal` aborts; its listener goes with it (one
+// left behind per renewal would add up over a long Run).
 const sleep = (ms, signal) =>
   new Promise((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    signal?.addEventListener("abort", () => {
+    const done = () => {
       clearTimeout(timer);
+      signal?.removeEventListener("abort", done);
       resolve();
-    });
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener("abort", done, { once: true });
   });
 
 // A failure on the way, not the server's answer: worth sending the same request again.

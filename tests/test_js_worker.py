@@ -325,3 +325,14 @@ def test_a_url_fetch_cannot_send_is_refused_at_once_and_its_password_unsaid(url:
     assert worker.returncode == 1
     [line] = [json.loads(text) for text in out.splitlines()]
     assert line["event"] == "failed" and "Sup3rSecretPW" not in out
+
+
+def test_a_long_run_renewed_often_leaves_no_listeners_behind(server: str) -> None:
+    """Each renewal's wait left a listener on the Run's stop signal: past ten, Node
+    warned of a leak on stderr (found in review, ADR-0140)."""
+    httpx.post(server + "/api/work-items", json=LINEAR | {"stages": ["implement"]})
+    worker = node(server, "--exit-when-idle", "--wait", "1", "--lease", "1", "--work-ms", "5000")
+    out, err = worker.communicate(timeout=60)
+    assert worker.returncode == 0, err
+    renewals = [line for line in out.splitlines() if '"renewed"' in line]
+    assert len(renewals) > 11 and "MaxListenersExceededWarning" not in err, err
