@@ -153,10 +153,17 @@ def emit_json(data: Any, *, line: bool = False) -> None:
         serialised = orjson.dumps(_utf8(data), option=option).decode()
     # JSON is UTF-8 (RFC 8259) whatever the locale's encoding says: an ASCII one made a
     # traceback of every non-ASCII title (found by acceptance testing, ADR-0140).
-    sys.stdout.flush()
-    sys.stdout.buffer.write((escape_json(serialised) + "\n").encode())
+    text = escape_json(serialised) + "\n"
+    binary = getattr(sys.stdout, "buffer", None)  # none where a caller put a text stream
+    if binary is None:
+        sys.stdout.write(text)
+        out: Any = sys.stdout
+    else:
+        sys.stdout.flush()
+        binary.write(text.encode())
+        out = binary
     if line:
-        sys.stdout.buffer.flush()
+        out.flush()
 
 
 def _utf8(data: Any) -> Any:

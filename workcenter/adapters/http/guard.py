@@ -21,6 +21,7 @@ keeps every scope. A token is never logged nor shown in a policy's repr.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import ipaddress
@@ -283,31 +284,31 @@ class Guard:
             return
         body = b""
         more = scope.get("method") not in ("GET", "HEAD", "OPTIONS")
-        deadline = asyncio.get_running_loop().time() + BODY_SECONDS
-        while more:
-            try:
-                message = await asyncio.wait_for(
-                    receive(), deadline - asyncio.get_running_loop().time()
-                )
-            except TimeoutError:
-                await _refuse(
-                    send,
-                    408,
-                    "RequestTimeout",
-                    "request_timeout",
-                    f"the request's body did not arrive within {BODY_SECONDS:g} s",
-                    Connection="close",
-                )
-                return
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > limit:
-                if more and trusted:
-                    await _drained(receive)
-                await self._too_large(send, limit)
-                return
+        try:
+            async with asyncio.timeout(BODY_SECONDS):
+                while more:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    body += message.get("body", b"")
+                    more = message.get("more_body", False)
+                    if len(body) > limit:
+                        break
+        except TimeoutError:
+            await _refuse(
+                send,
+                408,
+                "RequestTimeout",
+                "request_timeout",
+                f"the request's body did not arrive within {BODY_SECONDS:g} s",
+                Connection="close",
+            )
+            return
+        if len(body) > limit:
+            if more and trusted:
+                await _drained(receive)
+            await self._too_large(send, limit)
+            return
         await self.app(scope, _replay(body, receive), _unframed(send))
 
     @property
@@ -340,19 +341,14 @@ BODY_SECONDS = 30.0
 
 async def _drained(receive: Receive) -> None:
     """Read what is left of the request's body, keeping none of it, within the bounds."""
-    deadline = asyncio.get_running_loop().time() + DRAIN_SECONDS
     read = 0
-    while read <= DRAIN_BYTES:
-        left = deadline - asyncio.get_running_loop().time()
-        if left <= 0:
-            return
-        try:
-            message = await asyncio.wait_for(receive(), left)
-        except TimeoutError:
-            return
-        if message["type"] == "http.disconnect" or not message.get("more_body", False):
-            return
-        read += len(message.get("body", b""))
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(DRAIN_SECONDS):
+            while read <= DRAIN_BYTES:
+                message = await receive()
+                if message["type"] == "http.disconnect" or not message.get("more_body"):
+                    return
+                read += len(message.get("body", b""))
 
 
 _FORBIDDEN = {
