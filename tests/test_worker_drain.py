@@ -45,7 +45,14 @@ class Worker:
     """A ``workcenter worker`` process running ``drain_executor:slow``, its stdout and
     stderr in files (read while it runs)."""
 
-    def __init__(self, db: str, marks: Path, *options: str, deliver_seconds: float) -> None:
+    def __init__(
+        self,
+        db: str,
+        marks: Path,
+        *options: str,
+        deliver_seconds: float,
+        other_seconds: float = 60,
+    ) -> None:
         marks.mkdir()
         self.marks = marks
         self.out, self.err = marks.parent / "worker.out", marks.parent / "worker.err"
@@ -54,7 +61,7 @@ class Worker:
             "PYTHONPATH": os.pathsep.join([str(ROOT), str(TESTS)]),
             "DRAIN_MARKS": str(marks),
             "DRAIN_DELIVER_SECONDS": str(deliver_seconds),
-            "DRAIN_OTHER_SECONDS": "60",
+            "DRAIN_OTHER_SECONDS": str(other_seconds),
         }
         with open(self.out, "wb") as out, open(self.err, "wb") as err:
             self.process = subprocess.Popen(
@@ -126,11 +133,18 @@ def started(
     stages: tuple[str, ...],
     *args: str,
     deliver_seconds: float,
+    other_seconds: float = 60,
 ) -> tuple[Worker, list[UUID]]:
     """A worker (given ``args``) with a Run of each of ``stages`` under way, and the
     items seeded for them."""
     items = seed(db, *stages)
-    worker = Worker(db, tmp_path / "marks", *args, deliver_seconds=deliver_seconds)
+    worker = Worker(
+        db,
+        tmp_path / "marks",
+        *args,
+        deliver_seconds=deliver_seconds,
+        other_seconds=other_seconds,
+    )
     stopped.append(worker)
     worker.wait_for("*.started", count=len(stages))
     return worker, items
@@ -245,6 +259,62 @@ def test_with_two_runs_at_once_a_second_signal_interrupts_the_delivery(
     action, status = only_action(db, other)
     assert (action.runs[0].status, action.status) == ("interrupted", "ready")
     assert "claimed 2, finished 0, interrupted 2" in worker.stdout()
+
+
+@pytest.mark.parametrize("runs_at_once", ["1", "2"])
+def test_a_draining_worker_finishes_every_run_in_hand_spending_no_attempt(
+    db_path: Path, tmp_path: Path, stopped: list[Worker], runs_at_once: str
+) -> None:
+    """``--drain`` (ADR-0141): before a store is copied the operator stops its workers
+    without giving Runs back, which spends an attempt each and runs them again."""
+    db = str(db_path)
+    stages = ("implement", "research")[: int(runs_at_once)]
+    worker, items = started(
+        db,
+        tmp_path,
+        stopped,
+        stages,
+        "--drain",
+        "--json",
+        "--runs-at-once",
+        runs_at_once,
+        deliver_seconds=1,
+        other_seconds=2.5,
+    )
+    worker.signal(signal.SIGTERM)
+    assert worker.end() == 143, worker.stderr()
+    assert len(list(worker.marks.glob("*.returned"))) == len(stages)
+    for item_id in items:
+        action, item_status = only_action(db, item_id)
+        (run,) = action.runs
+        assert (run.status, action.status, item_status) == ("completed", "completed", "done")
+    stats = json.loads(worker.stdout())
+    finished = len(stages)
+    assert (stats["claimed"], stats["finished"], stats["interrupted"]) == (finished, finished, 0)
+    err = worker.stderr()
+    lines = [line for line in err.splitlines() if line.startswith("draining")]
+    assert len(lines) == len(stages), err
+    assert all("SIGTERM" in line and "second stop signal" in line for line in lines)
+    assert "Traceback" not in err
+
+
+def test_a_second_signal_gives_back_the_runs_a_draining_worker_let_finish(
+    db_path: Path, tmp_path: Path, stopped: list[Worker]
+) -> None:
+    db = str(db_path)
+    worker, (item_id,) = started(
+        db, tmp_path, stopped, ("implement",), "--drain", deliver_seconds=1, other_seconds=60
+    )
+    worker.signal(signal.SIGTERM)
+    worker.wait_for_line("draining implement")
+    worker.signal(signal.SIGINT)
+    assert worker.end() == 143, worker.stderr()
+    assert not list(worker.marks.glob("*.returned"))
+    action, item_status = only_action(db, item_id)
+    (run,) = action.runs
+    assert (run.status, action.status, item_status) == ("interrupted", "ready", "ready")
+    assert "SIGINT" in (run.end_reason or "")
+    assert "claimed 1, finished 0, interrupted 1" in worker.stdout()
 
 
 def test_run_worker_with_stop_signals_finishes_the_delivery_and_says_so(

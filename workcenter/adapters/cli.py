@@ -418,6 +418,12 @@ def _say_what_next(ctx: click.Context, step: cli_next.NextStep) -> None:
     " called from that many threads at once.",
 )
 @click.option("--exit-when-idle", is_flag=True)
+@click.option(
+    "--drain",
+    is_flag=True,
+    help="On the first Ctrl-C or SIGTERM let every Run in hand finish, not only a"
+    " delivery (no attempt spent); a second interrupts them.",
+)
 @click.option("--no-coordinator", is_flag=True, help="Do not run Coordinator steps.")
 @click.option("--no-runs", is_flag=True, help="Run only Coordinator steps, no Runs.")
 @cli_coordinator.provider_option
@@ -432,6 +438,7 @@ def worker(
     max_runs: int | None,
     runs_at_once: int,
     exit_when_idle: bool,
+    drain: bool,
     no_coordinator: bool,
     no_runs: bool,
     provider_name: str | None,
@@ -445,7 +452,10 @@ def worker(
     with the process, its report unrecorded), prints the summary and exits 130 or 143.
     A delivery in hand (a deliver Action, never run again by itself) is let finish and
     recorded first, claiming nothing new; a second Ctrl-C or SIGTERM interrupts it, and
-    the deliver Action fails: its item needs attention until `workcenter retry`. A
+    the deliver Action fails: its item needs attention until `workcenter retry`. With
+    --drain the first stop lets every Run in hand finish and be recorded, no attempt
+    spent, as before a store is copied (set the service manager's stop timeout above
+    the longest Run); a second interrupts them. A
     malformed executor report is an error: the Run is interrupted with the reason and
     the worker goes on.
     """
@@ -477,7 +487,7 @@ def worker(
     # signals after the loop only confirms the stop (it killed the process before
     # its summary, or ended it as "Aborted!" with status 1; ADR-0097). A signal
     # while the store opens stops the worker before its first claim.
-    with StopSignals() as signals:
+    with StopSignals(drain=drain) as signals:
         try:
             opened = open_when_reachable(lambda: _open(ctx), Stop(signals))
         except Interrupted as stopped:

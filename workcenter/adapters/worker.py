@@ -94,7 +94,8 @@ def run_worker(
     interrupted (or, in a thread of its own, abandoned), but a delivery (a deliver
     Action, never run twice by itself) is let finish and its report recorded: its
     drain is said once to ``on_event`` as ``("draining", claim, line)``, and a second
-    signal interrupts it, failing the deliver Action (ADR-0112). A Ctrl-C raised as
+    signal interrupts it, failing the deliver Action (ADR-0112); ``StopSignals(drain=True)``
+    lets every Run in hand finish so (ADR-0141). A Ctrl-C raised as
     ``KeyboardInterrupt`` without ``signals`` drains nothing."""
     # Refused here, not at each claim: there a refusal counts as contention, silently.
     worker = inputs.text(worker, "worker", bounds.WORKER, required=True)

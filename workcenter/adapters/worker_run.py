@@ -143,10 +143,16 @@ class WorkerStopped(BaseException):
 Draining = Callable[[int], None]
 
 
-def draining_line(signum: int) -> str:
+def draining_line(signum: int, claim: Claim) -> str:
+    stopped_by = signal.Signals(signum).name
+    if runs_once(claim.action_type):
+        return (
+            f"worker stopped by {stopped_by}: finishing the delivery in hand;"
+            " a second stop signal interrupts it, and its deliver Action fails"
+        )
     return (
-        f"worker stopped by {signal.Signals(signum).name}: finishing the delivery in hand;"
-        " a second stop signal interrupts it, and its deliver Action fails"
+        f"worker stopped by {stopped_by}: draining, finishing the Run in hand;"
+        " a second stop signal interrupts it, and it is given back"
     )
 
 
@@ -162,11 +168,12 @@ class Executing(Protocol):
     def executing(self, claim: Claim, draining: Draining) -> AbstractContextManager[None]: ...
 
 
-def drains(claim: Claim, signals_received: int) -> bool:
+def drains(claim: Claim, signals_received: int, every_run: bool = False) -> bool:
     """Whether a stop lets this Run's executor finish: a delivery, on the first signal.
     Interrupted, a deliver Action fails and its item waits for a person's ``retry``, so
-    a rolling restart would stop every item whose delivery was in hand (ADR-0112)."""
-    return signals_received == 1 and runs_once(claim.action_type)
+    a rolling restart would stop every item whose delivery was in hand (ADR-0112).
+    ``every_run`` (a worker that drains, ADR-0141): any Run, on the first signal."""
+    return signals_received == 1 and (every_run or runs_once(claim.action_type))
 
 
 class StopSignals:
@@ -177,11 +184,16 @@ class StopSignals:
 
     Outside the executor a signal only sets ``event``: a claim or a finish being
     written is completed first, never cut in half.
+
+    ``drain``: the first signal lets every Run in hand finish, not only a delivery, and
+    a second interrupts them (ADR-0141): for a stop that must not spend attempts, as
+    before a store is copied, at the cost of waiting for the longest Run in hand.
     """
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self) -> None:
+    def __init__(self, *, drain: bool = False) -> None:
+        self.drain = drain
         self.event = threading.Event()
         self.again = threading.Event()
         self.signum: int | None = None  # the first
@@ -206,7 +218,9 @@ class StopSignals:
         first = self.signum is None
         self.signum = self.signum or signum
         claim = self._executing
-        draining = self._draining if claim is not None and drains(claim, self.count) else None
+        draining = (
+            self._draining if claim is not None and drains(claim, self.count, self.drain) else None
+        )
         if first:
             # Set (and the drain said) from another thread: the handler runs in the main
             # thread between two of its bytecodes, perhaps while it holds the event's own
@@ -233,7 +247,7 @@ class StopSignals:
     @contextmanager
     def executing(self, claim: Claim, draining: Draining) -> Iterator[None]:
         if self.signum is not None:  # the event may be set a moment later
-            if not drains(claim, self.count):
+            if not drains(claim, self.count, self.drain):
                 raise WorkerStopped(self.signum)
             # Claimed as the stop came: given back, the delivery would fail unrun.
             draining(self.signum)
@@ -401,7 +415,7 @@ def run_one(
 
     def draining(signum: int) -> None:
         if on_event:
-            on_event("draining", claim, draining_line(signum))
+            on_event("draining", claim, draining_line(signum, claim))
 
     try:
         with signals.executing(claim, draining) if signals else nullcontext():

@@ -57,8 +57,10 @@ class _Hand:
         self._claim: Claim | None = None
         self._draining: Draining | None = None
         self._stopped_by: int | None = None
-        # Signals received when the stop last looked: one lets a delivery finish.
+        # Signals received when the stop last looked: one lets a delivery finish (any
+        # Run, when the worker drains).
         self._signals = 0
+        self._drain = False
         self.given_back = False
         self.again = threading.Event()  # a second signal: a drained finish stops waiting
 
@@ -66,7 +68,7 @@ class _Hand:
     def executing(self, claim: Claim, draining: Draining) -> Iterator[None]:
         with self._lock:
             stopped_by = self._stopped_by
-            if stopped_by is not None and not drains(claim, self._signals):
+            if stopped_by is not None and not drains(claim, self._signals, self._drain):
                 raise WorkerStopped(stopped_by)  # claimed as the stop came: run_one gives it back
             self._claim, self._draining = claim, draining
         try:
@@ -80,18 +82,18 @@ class _Hand:
             if stopped_by is not None:
                 raise WorkerStopped(stopped_by, given_back=True)
 
-    def take_back(self, signum: int, signals: int) -> Claim | None:
+    def take_back(self, signum: int, signals: int, drain: bool) -> Claim | None:
         """The Run whose executor is at work, now the stop's to give back; None when
         none is (the slot's own write, if any, completes, and it executes no more) or
-        when it is a delivery the stop lets finish (``signals``: those received, 1
-        for the first; its drain is said once)."""
+        when the stop lets it finish (a delivery, or any Run when ``drain``; ``signals``:
+        those received, 1 for the first; its drain is said once)."""
         with self._lock:
             first_look = self._stopped_by is None
-            self._stopped_by, self._signals = signum, signals
+            self._stopped_by, self._signals, self._drain = signum, signals, drain
             claim, draining = self._claim, self._draining
             if claim is None:
                 return None
-            if not drains(claim, signals):
+            if not drains(claim, signals, drain):
                 self.given_back = True
                 return claim
         if first_look and draining is not None:
@@ -231,13 +233,15 @@ class Slots:
     def _give_back_runs_in_hand(
         self, slots: list[_Slot], signum: int, stats: WorkerStats, signals: StopSignals | None
     ) -> None:
-        """Every Run in hand but the deliveries, which are let finish until a second
-        signal (ADR-0112). Without ``StopSignals`` (Ctrl-C raised through the loop) a
-        second Ctrl-C would end the wait with an exception: nothing drains."""
+        """Every Run in hand but those the stop lets finish until a second signal: the
+        deliveries (ADR-0112), or every Run when the worker drains (ADR-0141). Without
+        ``StopSignals`` (Ctrl-C raised through the loop) a second Ctrl-C would end the
+        wait with an exception: nothing drains."""
         received = signals.count if signals else 2
+        drain = signals.drain if signals else False
         reason = f"worker stopped by {signal.Signals(signum).name}"
         for slot in slots:
-            claim = slot.hand.take_back(signum, received)
+            claim = slot.hand.take_back(signum, received, drain)
             if claim is not None:
                 give_back(self.wc, claim, reason, stats, self.on_event)
         if signals is None or received > 1:
@@ -254,7 +258,7 @@ class Slots:
             reason = f"worker stopped by {signal.Signals(second).name}"
             for slot in slots:
                 slot.hand.again.set()
-                claim = slot.hand.take_back(second, signals.count)
+                claim = slot.hand.take_back(second, signals.count, drain)
                 if claim is not None:
                     give_back(self.wc, claim, reason, stats, self.on_event)
 
