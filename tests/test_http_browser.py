@@ -222,6 +222,51 @@ def test_a_message_posted_on_the_page_gets_the_coordinators_reply_without_a_relo
     assert errors == []
 
 
+def test_a_reply_and_a_change_of_status_are_said_to_a_screen_reader_once(
+    browser: tuple[Any, str], db_path: Path
+) -> None:
+    """Changes that come over the change stream were on the page but in no live region:
+    a screen reader said nothing of the Coordinator's reply or of a cancel (found by
+    acceptance testing, ADR-0142). The item's first read says nothing."""
+    base = browser[1]
+    page, errors, item_id = dynamic_item_on_a_page(browser)
+    page.wait_for_selector("#message-send:enabled", timeout=TIMEOUT_MS)
+    assert page.title() == "Fix the failing import \u2013 Workcenter"
+    said: list[str] = []
+    page.expose_function("heard", lambda words: said.append(words))
+    page.evaluate(
+        "() => new MutationObserver(() => { const t = announcer.textContent;"
+        " if (t) heard(t); }).observe(announcer, {childList: true, characterData: true,"
+        " subtree: true})"
+    )
+    assert page.get_attribute("#announcer", "aria-live") == "polite"
+    page.fill("#message-text", "Please plan the fix")
+    page.click("#message-send")
+    page.wait_for_selector(
+        "#conversation li.msg.assistant[data-status='thinking']", timeout=TIMEOUT_MS
+    )
+    with WorkCenter.open(db_path) as coordinator_wc:
+        coordinator_wc.coordinate_once(scripted_coordinator())
+    page.wait_for_function("() => announcer.textContent.includes('planned')", timeout=TIMEOUT_MS)
+    # The reply, then what it did to the item (in one announcement or two, as the reads
+    # of the conversation and of the item fell).
+    page.wait_for_function("() => state.detail.status === 'ready'", timeout=TIMEOUT_MS)
+    version = httpx.get(f"{base}/api/work-items/{item_id}", timeout=30).headers["ETag"]
+    cancelled = httpx.post(
+        f"{base}/api/work-items/{item_id}/cancel", headers={"If-Match": version}, json={}
+    )
+    assert cancelled.status_code == 200, cancelled.text
+    page.wait_for_function(
+        "() => announcer.textContent === 'Status cancelled.'", timeout=TIMEOUT_MS
+    )
+    page.wait_for_timeout(500)  # reads after it say nothing again
+    heard = " ".join(said)
+    assert heard.startswith("Coordinator: I planned") and heard.endswith("Status cancelled.")
+    for words in ("Coordinator:", "Status ready.", "Status cancelled."):
+        assert heard.count(words) == 1, said
+    assert errors == []
+
+
 def test_the_page_says_when_only_a_message_can_plan_the_item(
     browser: tuple[Any, str], db_path: Path
 ) -> None:

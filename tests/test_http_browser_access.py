@@ -28,7 +28,9 @@ def browser() -> Iterator[Any]:
 
 
 def focused_id(page: Any) -> str | None:
-    found: str | None = page.evaluate("() => document.activeElement.dataset.id || null")
+    found: str | None = page.evaluate(
+        "() => (document.activeElement.closest('li') || {dataset: {}}).dataset.id || null"
+    )
     return found
 
 
@@ -67,13 +69,16 @@ def test_a_live_update_keeps_the_keyboards_place_in_the_list(wc: WorkCenter, bro
         page = browser.new_page()
         page.goto(base)
         page.wait_for_selector(f"#item-list li[data-id='{first.id}']", timeout=TIMEOUT_MS)
-        page.focus(f"#item-list li[data-id='{first.id}']")
+        page.focus(f"#item-list li[data-id='{first.id}'] button")
         page.keyboard.press("Enter")
         page.wait_for_selector(
-            f"#item-list li[data-id='{first.id}'][aria-current='true']", timeout=TIMEOUT_MS
+            f"#item-list li[data-id='{first.id}'] button[aria-current='true']",
+            timeout=TIMEOUT_MS,
         )
         assert (
-            page.locator(f"#item-list li[data-id='{second.id}']").get_attribute("aria-current")
+            page.locator(f"#item-list li[data-id='{second.id}'] button").get_attribute(
+                "aria-current"
+            )
             is None
         )
         assert focused_id(page) == str(first.id)
@@ -138,3 +143,90 @@ def test_times_are_local_with_their_date(wc: WorkCenter, browser: Any) -> None:
         expected = page.evaluate("(t) => new Date(t).toLocaleString()", stored["time"])
         assert shown == expected and "/" in shown, shown
         context.close()
+
+
+def test_a_refused_message_is_said_and_the_keyboard_stays_on_it(
+    wc: WorkCenter, browser: Any
+) -> None:
+    """Send is disabled while a message is sent: its focus went to the page's top, and a
+    refusal was shown in no live region, tied to no field (found by acceptance testing,
+    ADR-0142)."""
+    item = wc.create_work_item(title="Talk", goal="g", start=True)
+    with served(create_app(wc)) as base:
+        page = browser.new_page()
+        page.goto(f"{base}/#{item.id}")
+        page.wait_for_selector("#message-send:enabled", timeout=TIMEOUT_MS)
+        page.route("**/messages", lambda route: route.abort())
+        page.fill("#message-text", "Are you there?")
+        page.focus("#message-send")
+        page.keyboard.press("Enter")
+        page.wait_for_selector("#message-error:visible", timeout=TIMEOUT_MS)
+        assert page.get_attribute("#message-error", "role") == "alert"
+        assert page.get_attribute("#message-text", "aria-invalid") == "true"
+        assert page.get_attribute("#message-text", "aria-describedby") == "message-error"
+        assert page.evaluate("() => document.activeElement.id") == "message-text"
+        page.unroute("**/messages")
+        page.wait_for_selector("#message-send:enabled", timeout=TIMEOUT_MS)
+        page.focus("#message-send")
+        page.keyboard.press("Enter")
+        page.wait_for_selector("#message-error", state="hidden", timeout=TIMEOUT_MS)
+        assert page.get_attribute("#message-text", "aria-invalid") is None
+        assert page.evaluate("() => document.activeElement.id") == "message-text"
+
+
+def test_a_refused_create_marks_its_field_and_keeps_the_keyboard_in_the_dialog(
+    wc: WorkCenter, browser: Any
+) -> None:
+    with served(create_app(wc)) as base:
+        page = browser.new_page()
+        page.goto(base)
+        page.click("#new-item")
+        page.fill("#create-title", "   ")  # passes the browser's check, not the server's
+        page.fill("#create-goal", "g")
+        page.focus("#create-submit")
+        page.keyboard.press("Enter")
+        page.wait_for_selector("#create-error:visible", timeout=TIMEOUT_MS)
+        assert page.get_attribute("#create-title", "aria-invalid") == "true"
+        assert page.get_attribute("#create-title", "aria-describedby") == "create-error"
+        assert page.evaluate("() => document.activeElement.id") == "create-title"
+        page.fill("#create-title", "A title")
+        page.click("#create-submit")
+        page.wait_for_selector("#create-dialog", state="hidden", timeout=TIMEOUT_MS)
+        assert page.get_attribute("#create-title", "aria-invalid") is None
+
+
+def test_the_list_is_a_list_and_muted_text_and_fields_are_legible(
+    wc: WorkCenter, browser: Any
+) -> None:
+    """Rows that were buttons made no list for a screen reader; muted text was 4.26:1 on a
+    selected row and a message box's border 1.25:1 (found by acceptance testing,
+    ADR-0142). WCAG 2.1: 4.5:1 for text, 3:1 for a field's border."""
+    item = wc.create_work_item(title="Listed", goal="g", acceptance_criteria=["c"])
+    wc.create_work_item(title="Another", goal="g")
+    with served(create_app(wc)) as base:
+        page = browser.new_page()
+        page.goto(f"{base}/#{item.id}")
+        page.wait_for_selector("#item-list li.selected button", timeout=TIMEOUT_MS)
+        roles = page.evaluate(
+            "() => [...document.querySelectorAll('#item-list > *')].map((n) =>"
+            " [n.tagName, n.getAttribute('role'), n.children.length,"
+            " n.firstElementChild.tagName])"
+        )
+        assert roles == [["LI", None, 1, "BUTTON"]] * 2, roles
+        contrast = page.evaluate(
+            """() => {
+              const rgb = (el, prop) => getComputedStyle(el)[prop].match(/\\d+/g).slice(0, 3)
+                .map(Number);
+              const lum = (c) => { const [r, g, b] = c.map((v) => { v /= 255;
+                return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
+                return 0.2126 * r + 0.7152 * g + 0.0722 * b; };
+              const ratio = (a, b) => { const [x, y] = [lum(a), lum(b)].sort((p, q) => q - p);
+                return (x + 0.05) / (y + 0.05); };
+              const row = document.querySelector('#item-list li.selected button');
+              const meta = row.querySelector('.item-meta span:nth-child(2)');
+              const box = document.getElementById('message-text');
+              return [ratio(rgb(meta, 'color'), rgb(row, 'backgroundColor')),
+                ratio(rgb(box, 'borderTopColor'), [255, 255, 255])];
+            }"""
+        )
+        assert contrast[0] >= 4.5 and contrast[1] >= 3, contrast

@@ -599,7 +599,7 @@ def test_the_list_is_worked_from_the_keyboard_and_hidden_criteria_are_counted(
     open_item(page, base, DYNAMIC | {"title": "Many", "acceptanceCriteria": many})
     page.wait_for_selector("tr.omitted", timeout=TIMEOUT_MS)
     assert page.text_content("tr.omitted") == "20 more criteria not shown"
-    page.focus(f"#item-list li[data-id='{first}']")
+    page.focus(f"#item-list li[data-id='{first}'] button")
     page.keyboard.press("Enter")
     page.wait_for_selector(f"#item-list li.selected[data-id='{first}']", timeout=TIMEOUT_MS)
     page.wait_for_selector("tr.omitted", state="detached", timeout=TIMEOUT_MS)

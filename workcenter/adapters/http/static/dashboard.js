@@ -128,6 +128,7 @@ class Problem extends Error {
   constructor(status, problem, fallback) {
     super(problem.title ? problem.title + ": " + problem.detail : fallback);
     this.status = status;
+    this.fields = Array.isArray(problem.errors) ? problem.errors : [];
   }
 }
 
@@ -188,6 +189,7 @@ async function refreshDetail() {
     const note = $("not-found");
     note.textContent = "No work item has the id " + visible(id.slice(0, 80)) + ".";
     note.hidden = false;
+    document.title = "No such work item – Workcenter";
     return;
   }
   const [timeline, audit, talk, decided] = await Promise.all([
@@ -215,6 +217,8 @@ async function refreshDetail() {
   renderConversation(talk.body, decided, base);
   $("detail").hidden = false;
   $("item-title").textContent = visible(detail.title);
+  document.title = visible(detail.title) + " – Workcenter";
+  sayChanges(id, detail.status, talk.body.messages);
   const status = $("item-status");
   status.textContent = detail.status;
   status.className = "status " + detail.status;
@@ -400,6 +404,41 @@ function renderAudit(audit) {
   }
 }
 
+// --- what a screen reader is told ------------------------------------------------
+
+// Changes that arrive over the change stream are said once, politely: a new reply of the
+// Coordinator and a change of the item's status (found by acceptance testing: a screen
+// reader heard neither, ADR-0142). An item's first read says nothing: it is on the page.
+const said = { item: null, status: null, replies: new Set() };
+
+function announce(words) {
+  const region = $("announcer");
+  region.textContent = "";
+  // Set a moment later: text replaced at once in a live region may not be read again.
+  setTimeout(() => {
+    region.textContent = words;
+  }, 50);
+}
+
+function sayChanges(id, status, messages) {
+  const replies = messages.filter((m) => m.role === "assistant" && m.status !== "thinking");
+  const words = [];
+  if (said.item === id) {
+    for (const m of replies) {
+      if (said.replies.has(m.id)) continue;
+      const text = m.status === "failed" ? "the turn failed." : visible(m.text || "");
+      words.push(speaker(m) + ": " + text.slice(0, 300));
+    }
+    if (said.status !== status) words.push("Status " + status.replace(/_/g, " ") + ".");
+  } else {
+    said.replies = new Set();
+  }
+  for (const m of replies) said.replies.add(m.id);
+  said.item = id;
+  said.status = status;
+  if (words.length) announce(words.join(" "));
+}
+
 // --- the conversation with the Coordinator -----------------------------------------
 
 function speaker(message) {
@@ -513,6 +552,14 @@ function renderConversation(talk, decided, base) {
     // Refused as a turn was thinking, which has ended, perhaps before the read after.
     if (state.messageRefusedThinking && !talk.thinking) error.hidden = true;
   }
+  markInvalid($("message-text"), !error.hidden);
+}
+
+// A field a refusal is about, said to be invalid (its message names it by
+// aria-describedby), until the refusal goes.
+function markInvalid(field, invalid) {
+  if (invalid) field.setAttribute("aria-invalid", "true");
+  else field.removeAttribute("aria-invalid");
 }
 
 function clientMessageId() {
@@ -530,6 +577,10 @@ async function sendMessage(event) {
     state.pendingMessage = { text, clientMessageId: clientMessageId() };
   }
   error.hidden = true;
+  markInvalid($("message-text"), false);
+  // The keyboard stays on the message: Send is disabled while it is sent, and the focus
+  // on a disabled button went to the page's top (found by acceptance testing, ADR-0142).
+  if (document.activeElement === $("message-send")) $("message-text").focus();
   $("message-send").disabled = true;
   try {
     const extra = { "Content-Type": "application/json", "If-Match": state.conversationEtag || "" };
@@ -542,6 +593,7 @@ async function sendMessage(event) {
     $("message-send").disabled = false;
     if (failure instanceof Unauthorized) return;
     error.hidden = false;
+    markInvalid($("message-text"), true);
     state.messageErrorAt = null;
     state.messageRefusedThinking = failure instanceof Problem && failure.status === 409 &&
       /turn is in progress/.test(failure.message);

@@ -25,17 +25,23 @@ function listPath() {
   return "/api/work-items?" + query.toString();
 }
 
+// A row is a list item holding one button: a screen reader says "list, N items", and
+// the keyboard reaches and selects each row as a click does (found by acceptance testing:
+// Tab went past every row, and later, rows that were buttons made no list, ADR-0142).
 function itemRow(item) {
   const row = el("li");
-  row.dataset.id = row.dataset.key = item.id;
+  row.dataset.id = item.id;
   row.dataset.status = item.status;
+  const button = el("button");
+  button.type = "button";
+  button.dataset.key = item.id;
   if (item.id === state.selected) {
     row.className = "selected";
-    row.setAttribute("aria-current", "true"); // said, not only shown in blue
+    button.setAttribute("aria-current", "true"); // said, not only shown in blue
   }
   const title = el("span", item.title, "item-title");
   title.dir = "auto";
-  row.append(title);
+  button.append(title);
   const meta = el("span", null, "item-meta");
   const progress = item.goalProgress || {};
   const total = progress.totalCriteriaCount || 0;
@@ -43,22 +49,13 @@ function itemRow(item) {
   meta.append(el("span", item.status, "status " + item.status));
   meta.append(el("span", done + "/" + total + " criteria"));
   const mini = el("span", null, "mini");
-  const fill = el("div");
+  const fill = el("span");
   fill.style.width = (total ? (100 * done) / total : 0) + "%";
   mini.append(fill);
   meta.append(mini);
-  row.append(meta);
-  row.onclick = () => select(item.id, true);
-  // Reachable and selected from the keyboard as by a click (found by acceptance testing:
-  // Tab went past every row).
-  row.tabIndex = 0;
-  row.setAttribute("role", "button");
-  row.onkeydown = (event) => {
-    if (event.key === "Enter" || event.key === " ") {
-      event.preventDefault();
-      select(item.id, true);
-    }
-  };
+  button.append(meta);
+  button.onclick = () => select(item.id, true);
+  row.append(button);
   return row;
 }
 
@@ -105,8 +102,8 @@ function select(id, chosen) {
   if (chosen) history.replaceState(null, "", "#" + encodeURIComponent(id));
   for (const row of $("item-list").children) {
     row.classList.toggle("selected", row.dataset.id === id);
-    if (row.dataset.id === id) row.setAttribute("aria-current", "true");
-    else row.removeAttribute("aria-current");
+    if (row.dataset.id === id) row.firstChild.setAttribute("aria-current", "true");
+    else row.firstChild.removeAttribute("aria-current");
   }
   state.detailDirty = true;
   schedule();
