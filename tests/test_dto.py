@@ -63,6 +63,7 @@ from workcenter.projections.sanitize import (
     sanitize_diagnostic,
     sanitize_diagnostic_paths,
     sanitize_failure,
+    sanitize_personal,
     sanitize_waiting_reason,
     truncate_utf8,
 )
@@ -425,6 +426,25 @@ def test_keys_of_more_providers_are_masked(key: str) -> None:
     said = "the provider answered 401: Incorrect API key provided: "
     assert sanitize_diagnostic(f"{said}{key}.") == f"{said}***."
     assert sanitize_failure(f"Error: {key} happened") == FAILED_SENTENCE
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\nqwer\n-----END RSA PRIVATE KEY-----",
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNz\n-----END OPENSSH PRIVATE KEY-----",
+        "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQ",  # cut before its end: masked to the end
+    ],
+)
+def test_a_pem_private_key_is_masked_whole(key: str) -> None:
+    """A PEM private key was shown whole in every view (found by acceptance testing,
+    ADR-0142); a public key or certificate is not a secret."""
+    shown = sanitize_personal(f"use {key}\nthen deploy" if "END" in key else f"use {key}")
+    assert "MI" not in shown and "b3Bl" not in shown and "PRIVATE KEY-----" not in shown
+    assert shown.startswith("use [redacted private key]")
+    assert sanitize_failure(f"Error: {key}") == FAILED_SENTENCE
+    public = "-----BEGIN PUBLIC KEY-----\nMCowBQ\n-----END PUBLIC KEY-----"
+    assert sanitize_personal(public) == public
 
 
 def test_strict_failure_otherwise_applies_diagnostic() -> None:

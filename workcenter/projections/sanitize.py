@@ -9,7 +9,7 @@ The four sanitisers:
 - (a) ``sanitize_diagnostic``: truncate, drop URL user info and mask sensitive
   query values (also one hiding a sensitive parameter in its encoded value),
   mask ``name: value`` / ``name=value`` for sensitive names, ``Bearer x`` and
-  bare provider tokens (``sk-...``, ``AKIA...``), truncate again;
+  bare provider tokens (``sk-...``, ``AKIA...``) and PEM private keys, truncate again;
 - (b) ``sanitize_diagnostic_paths``: (a), then local paths become ``[path redacted]``;
 - (c) ``sanitize_failure``: the fixed sentence when the text looks unsafe, else (a);
 - (d) ``failure_reason``: the short, single-line reason shown on rows;
@@ -202,6 +202,13 @@ _PROVIDER_TOKEN = re.compile(
     r"|AIza[A-Za-z0-9_\-]{20,}|gsk_[A-Za-z0-9]{16,}|hf_[A-Za-z0-9]{16,}"
     r"|glpat-[A-Za-z0-9_\-]{16,}|eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]*)"
 )
+# A PEM private key, its armour included, to its end or the text's (found by acceptance
+# testing: it was shown whole, ADR-0142).
+_PRIVATE_KEY = re.compile(
+    r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|\Z)",
+    re.DOTALL,
+)
+REDACTED_PRIVATE_KEY = "[redacted private key]"
 _ALNUM_RUN = re.compile(r"[A-Za-z0-9]{32,}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -343,6 +350,7 @@ def _may_hold_token(text: str) -> bool:
         or "AIza" in text
         or "eyJ" in text
         or "glpat-" in text
+        or "PRIVATE KEY" in text
     )
 
 
@@ -357,7 +365,9 @@ def _has_mixed_run(text: str) -> bool:
 def has_secret_token(text: str) -> bool:
     """A provider-style token or a run of >= 32 mixed letters and digits."""
     head = text[:UNSAFE_SCAN_CHARS]
-    return (_may_hold_token(head) and bool(_PROVIDER_TOKEN.search(head))) or _has_mixed_run(head)
+    return (
+        _may_hold_token(head) and bool(_PROVIDER_TOKEN.search(head) or _PRIVATE_KEY.search(head))
+    ) or _has_mixed_run(head)
 
 
 def is_unsafe(text: str) -> bool:
@@ -439,6 +449,7 @@ def sanitize_diagnostic(value: object, limit: int = DIAGNOSTIC_LIMIT) -> str:
     if _may_hold_bearer(text):
         text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
     if _may_hold_token(text):
+        text = _PRIVATE_KEY.sub(REDACTED_PRIVATE_KEY, text)
         text = _PROVIDER_TOKEN.sub(MASK, text)
     return truncate_utf8(text, limit)
 
