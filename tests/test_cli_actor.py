@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner, Result
+from conftest import plan
 from demo_stops import stopped_demo
 
 from workcenter.adapters.cli import cli
@@ -107,3 +108,24 @@ def test_a_message_is_recorded_as_the_named_user(tmp_path: Path) -> None:
 
     new = _audit(db, str(item.id))[before:]
     assert new and {(row["actor"], row["actor_id"]) for row in new} == {("user", "bob")}
+
+
+def test_an_actor_the_store_records_by_itself_cannot_be_given(tmp_path: Path) -> None:
+    """``--actor coordinator:<a turn's id>`` made a cancel look like that turn's decision
+    in the audit, and ``system:budget`` like a budget's stop (found by acceptance
+    testing, ADR-0142): both are refused, nothing written. A plan made outside a turn
+    stays the plain ``coordinator``."""
+    db = str(tmp_path / "w.db")
+    with WorkCenter.open(db) as wc:
+        item = wc.create_work_item(title="t", goal="g", acceptance_criteria=["c"], start=True)
+    before = _events(db)
+    turn = "ed6befbf-577e-4420-bbce-6b232e6cc45e"
+    for actor in (f"coordinator:{turn}", "system:budget", "system"):
+        result = _invoke(
+            db, "cancel", str(item.id), "--expected-version", str(item.version), "--actor", actor
+        )
+        assert result.exit_code == 2, result.output
+        assert "recorded by" in result.output and "Traceback" not in result.output
+    assert _events(db) == before
+    with WorkCenter.open(db) as wc:
+        assert plan(wc, item.id, actor="coordinator").version > item.version

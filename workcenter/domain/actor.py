@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Literal, get_args
+from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -80,13 +81,40 @@ def parse(value: Actor | str) -> Actor:
             raise InvalidInput(
                 f"actor {_shown(value)!r}: kind must be one of {', '.join(ACTOR_KINDS)}"
             )
-        value = Actor.model_construct(kind=kind, id=ident if colon else kind)  # checked below
+        given = Actor.model_construct(kind=kind, id=ident if colon else kind)  # checked below
+        problem = _recorded_by_the_store_only(given)
+        if problem:
+            raise InvalidInput(f"actor {_shown(value)!r}: {problem}")
+        value = given
     if not isinstance(value, Actor) or not isinstance(value.id, str):
         raise InvalidInput(f"actor must be an Actor or 'kind:id' text, not {value!r}")
     problem = actor_problem(value)
     if problem:
         raise InvalidInput(f"actor {_shown(f'{value.kind}:{value.id}')!r}: {problem}")
     return value
+
+
+def _recorded_by_the_store_only(actor: Actor) -> str | None:
+    """Why an actor given as text (a CLI's ``--actor``, a caller's string) cannot name
+    one the store records by itself: the system (a budget's stop), or a Coordinator turn
+    (its decisions are recorded under its id by the turn). Given, either made a command
+    look like that turn's decision in the audit (found by acceptance testing, ADR-0142)."""
+    if actor.kind == "system":
+        return "the system's actions are recorded by the store itself, not given"
+    if actor.kind == "coordinator" and _is_uuid(actor.id):
+        return (
+            "a Coordinator turn's decisions are recorded by the turn itself; a plan made"
+            " outside a turn is the plain 'coordinator'"
+        )
+    return None
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        UUID(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _shown(text: str) -> str:
