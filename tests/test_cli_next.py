@@ -10,7 +10,7 @@ from pathlib import Path
 from uuid import UUID
 
 from click.testing import CliRunner, Result
-from conftest import claim, create_dynamic, create_linear, plan, report
+from conftest import FakeClock, claim, create_dynamic, create_linear, plan, report
 
 from workcenter.adapters.cli import cli
 from workcenter.application import WorkCenter
@@ -116,3 +116,16 @@ def test_a_running_action_says_who_holds_its_run_and_until_when(db_path: Path) -
     output = invoke(db_path, "show", str(item.id)).stdout
     until = run.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")
     assert f"held by remote-7@{run.owner_boot_id}, lease until {until} (epoch 1)" in output
+
+
+def test_a_lapsed_lease_is_said_as_such(db_path: Path) -> None:
+    """``show`` printed a lease "until" a time already past, as if live (found by
+    acceptance testing, ADR-0142)."""
+    with WorkCenter.open(db_path, clock=FakeClock()) as wc:  # T0: long ago
+        item = create_linear(wc, stages=("implement",))
+        held = wc.claim_next("gone-3", lease_seconds=60)
+        assert held is not None
+    output = invoke(db_path, "show", str(item.id)).stdout
+    until = held.expires_at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert f"held by gone-3@{held.boot_id}, lease lapsed at {until} (epoch 1)" in output
+    assert "it ends at the next recovery" in " ".join(output.split())

@@ -72,6 +72,26 @@ def test_a_lapsed_lease_is_ended_with_no_claim_and_a_live_one_is_not(
     assert item.status == "ready" and wc.action(lost.action_id).status == "ready"
 
 
+def test_a_run_ended_for_its_lapsed_lease_is_the_systems_doing_and_is_said(
+    wc: WorkCenter, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The audit said "by operator" of a Run the server's watch ended, and no process
+    said a word (found by acceptance testing, ADR-0142)."""
+    create_linear(wc)
+    lost = claim(wc, lease_seconds=30)
+    clock.advance(31)
+    with caplog.at_level(logging.WARNING, logger="workcenter.leases"):
+        assert wc.worker_protocol.recover_expired() == [lost.run_id]
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "workcenter.leases"]
+    assert f"Run {lost.run_id} of Action {lost.action_id} ended" in line
+    assert f"its worker {lost.worker}@{lost.boot_id} let its lease lapse" in line
+    assert line.endswith("(recovered by system leases)")
+    ended = wc.action(lost.action_id).run(lost.run_id)
+    assert ended is not None and ended.status == "interrupted"
+    (row,) = [e for e in wc.audit(lost.work_item_id) if e.type == "RunInterrupted"]
+    assert (row.actor, row.actor_id) == ("system", "leases")
+
+
 def test_an_app_made_without_it_ends_no_run(wc: WorkCenter, clock: FakeClock) -> None:
     """An embedding's own app recovers only on claims, as before."""
     create_linear(wc)

@@ -249,6 +249,7 @@ def compose(
                 rules,
                 sealed=store.mapper.cipher is not None,
             ),
+            run_commands,
         ),
         worker_protocol=WorkerProtocol(run_commands, budget),
     )

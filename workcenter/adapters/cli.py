@@ -167,6 +167,7 @@ def demo(ctx: click.Context, as_json: bool, max_tokens: int | None) -> None:
         detail = presenters.detail_json(wc, wc.work_item(item_id))
         budget = presenters.budget_json(wc, item_id)
         talk = cli_coordinator.conversation_json(wc.conversation(item_id))
+        now = wc.clock.now()
     if as_json:
         _emit_json(
             detail
@@ -178,7 +179,7 @@ def demo(ctx: click.Context, as_json: bool, max_tokens: int | None) -> None:
             }
         )
         return
-    console.print(cli_tables.item_table(detail))
+    console.print(cli_tables.item_table(detail, now))
     console.print(f"budget: {_budget_line(budget)}", soft_wrap=True)
 
 
@@ -283,10 +284,11 @@ def show(ctx: click.Context, item_id: str, as_json: bool, state: bool) -> None:
             item = wc.work_item(work_item_id(wc, item_id))
             detail = presenters.detail_json(wc, item)
             step = None if as_json else cli_next.read(wc, item)
+            now = wc.clock.now()
     if as_json:
         _emit_json(detail if state else dto)
     else:
-        console.print(cli_tables.item_table(detail))
+        console.print(cli_tables.item_table(detail, now))
         assert step is not None
         _say_what_next(ctx, step)
 
@@ -563,6 +565,7 @@ for _command in (
     cli_operator.audit,
     cli_operator.progress,
     cli_projections.projections,
+    cli_projections.leases,
     cli_coordinator.coordinate,
     cli_coordinator.message,
     cli_coordinator.conversation,

@@ -1,5 +1,5 @@
-"""The read models' verbs of the ``workcenter`` command line: `projections status`,
-`rebuild` and `run` (issue 4, ADR-0011; their stops, ADR-0100)."""
+"""The verbs that watch and keep the store's derived state: `projections status`,
+`rebuild` and `run` (issue 4, ADR-0011; their stops, ADR-0100), and `leases`."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from workcenter.adapters.cli_stop import (
     open_when_reachable,
     stop_signals,
 )
+from workcenter.adapters.cli_tables import utc
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.projections.lifecycle import RebuildReport
 
@@ -56,6 +57,25 @@ def projections_status(ctx: click.Context, as_json: bool) -> None:
         lag = str(row["lag"]) if not row["lag"] else f"[yellow]{row['lag']}[/]"
         table.add_row(row["name"], str(row["position"]), str(row["head"]), lag)
     console.print(table)
+
+
+@click.command()
+@db_option
+@json_option
+@click.pass_context
+def leases(ctx: click.Context, as_json: bool) -> None:
+    """The Runs held under live and lapsed leases, store-wide (ADR-0142). A lapsed one
+    that stays means no worker, claim or server's watch recovers it: its worker is gone
+    and nothing ends its Run."""
+    with open_center(ctx, inline_projections=False) as wc:
+        held = wc.maintenance.leases().json()
+    if as_json:
+        emit_json(held)
+        return
+    line = f"{held['live']} Runs under live leases, {held['lapsed']} lapsed"
+    if held["oldest_lapse"]:
+        line += f" (the oldest at {utc(held['oldest_lapse'])}, not yet recovered)"
+    console.print(line, markup=False, soft_wrap=True)
 
 
 @projections.command(name="rebuild")

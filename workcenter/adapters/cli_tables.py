@@ -27,7 +27,7 @@ def utc(moment: str) -> str:
     return datetime.fromisoformat(moment).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def item_table(detail: dict[str, Any]) -> Table:
+def item_table(detail: dict[str, Any], now: datetime) -> Table:
     item, progress = detail["item"], detail["goal_progress"]
     table = Table(title=text(sanitize_personal(item["title"])), show_lines=False)
     table.add_column("field", style="bold")
@@ -59,14 +59,20 @@ def item_table(detail: dict[str, Any]) -> Table:
         for run in action["runs"]:
             # Who holds it and until when: an Action whose worker went away runs again
             # only once this lease ends (found by acceptance testing, ADR-0140).
-            if run["status"] == "running":
-                table.add_row(
-                    "  its Run",
-                    text(
-                        f"held by {run['worker']}@{run['owner_boot_id']}, lease until"
-                        f" {utc(run['expires_at'])} (epoch {run['lease_epoch']})"
-                    ),
-                )
+            if run["status"] != "running":
+                continue
+            # A lapsed lease is said as such: its worker is gone or stalled, and the Run
+            # ends at the next recovery (found by acceptance testing, ADR-0142).
+            lapsed = datetime.fromisoformat(run["expires_at"]) <= now
+            lease = "lease lapsed at" if lapsed else "lease until"
+            table.add_row(
+                "  its Run",
+                text(
+                    f"held by {run['worker']}@{run['owner_boot_id']}, {lease}"
+                    f" {utc(run['expires_at'])} (epoch {run['lease_epoch']})"
+                    + ("; it ends at the next recovery" if lapsed else "")
+                ),
+            )
     return table
 
 

@@ -215,7 +215,7 @@ def _copied(
             new.close()
         try:
             after: int | None = old.store.recorder.max_notification_id() or 0
-            in_hand = _runs_in_hand(old)
+            in_hand = old.maintenance.leases().live
         except StoreUnavailable:
             # Every event up to the head is copied; only the check for later ones failed.
             after, in_hand = None, 0
@@ -226,12 +226,6 @@ def _copied(
         source_head=after,
         runs_in_hand=in_hand,
     )
-
-
-def _runs_in_hand(center: WorkCenter) -> int:
-    now = center.clock.now().timestamp()
-    live = center.worker_protocol.runs.work_queue().live_runs()
-    return sum(1 for *_, expires_at in live if expires_at > now)
 
 
 def opened_with(new_key: str | None, *, as_stored: bool) -> str:

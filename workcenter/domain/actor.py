@@ -133,7 +133,10 @@ def worker(name: str, boot_id: str) -> Actor:
 COORDINATOR = Actor(kind="coordinator", id="coordinator")
 OPERATOR = Actor(kind="operator", id="operator")
 USER = user()
-# The budget is the system's only actor today; its stops name who ran into them.
+# The system's actors: the budget, whose stops name who ran into them, and the leases.
 BUDGET = Actor(kind="system", id="budget")
+# Runs whose lease lapsed, ended by the store's own watch (a server's, a remote claim's):
+# no person did it (found by acceptance testing: the audit said "by operator", ADR-0142).
+LEASES = Actor(kind="system", id="leases")
 # Events stored before actors were recorded (ADR-0017): unknown, never guessed.
 LEGACY = Actor(kind="unknown", id="legacy")

@@ -9,6 +9,8 @@ exposes them as one part, ``WorkCenter.maintenance`` (ADR-0039).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
 
@@ -16,6 +18,7 @@ from workcenter.domain import inputs
 from workcenter.domain.errors import InvalidInput
 from workcenter.projections.lifecycle import Progress, ProjectionStatus, RebuildReport
 from workcenter.service_layer.handlers.coordinator_rules import DecisionRules, check_rules
+from workcenter.service_layer.handlers.run import RunCommands
 from workcenter.service_layer.history.hash_chain import Anchor, Verdict
 from workcenter.service_layer.history.proof import HistoryProof, VerifyProgress
 from workcenter.service_layer.queries.decision_audit import (
@@ -26,13 +29,39 @@ from workcenter.service_layer.queries.decision_audit import (
 from workcenter.service_layer.read_models import ReadModels
 
 
+@dataclass(frozen=True)
+class Leases:
+    """The Runs held under a lease now: ``live`` ones, and ``lapsed`` ones, whose worker is
+    gone or stalled (each ends at the next recovery: a worker's, a claim's or a server's
+    watch), the oldest lapsed at ``oldest_lapse``."""
+
+    live: int
+    lapsed: int
+    oldest_lapse: datetime | None
+
+    def json(self) -> dict[str, Any]:
+        lapse = self.oldest_lapse
+        return {
+            "live": self.live,
+            "lapsed": self.lapsed,
+            "oldest_lapse": lapse.astimezone(UTC).isoformat().replace("+00:00", "Z")
+            if lapse
+            else None,
+        }
+
+
 class Maintenance:
     def __init__(
-        self, proof: HistoryProof, read_models: ReadModels, decisions: DecisionAudit
+        self,
+        proof: HistoryProof,
+        read_models: ReadModels,
+        decisions: DecisionAudit,
+        runs: RunCommands,
     ) -> None:
         self._proof = proof
         self._read_models = read_models
         self._decisions = decisions
+        self._runs = runs
 
     def verify_history(
         self,
@@ -87,6 +116,18 @@ class Maintenance:
     def projection_status(self) -> list[ProjectionStatus]:
         """Each registered read model's position, the head of the event sequence, the lag."""
         return self._read_models.status()
+
+    def leases(self) -> Leases:
+        """The Runs held under live and lapsed leases, store-wide, by the store's clock:
+        lapsed ones that stay mean no worker, claim or server watch recovers them."""
+        now = self._runs.clock.now()
+        expiries = [expires_at for *_, expires_at in self._runs.work_queue().live_runs()]
+        lapsed = [at for at in expiries if at <= now.timestamp()]
+        return Leases(
+            live=len(expiries) - len(lapsed),
+            lapsed=len(lapsed),
+            oldest_lapse=datetime.fromtimestamp(min(lapsed), UTC) if lapsed else None,
+        )
 
     def rebuild_projection(
         self, name: str | None = None, *, progress: Progress | None = None

@@ -18,6 +18,7 @@ from workcenter.adapters.http import (
     contract,
     conversation,
     dashboard,
+    health,
     lease_watch,
     problems,
     reads,
@@ -70,7 +71,7 @@ def create_app(
     app.state.message_posted = on_message or (lambda: None)
     app.openapi = contract.document(app)  # type: ignore[method-assign]
     problems.install(app)
-    routers = (reads, commands, conversation, stream, worker_protocol)
+    routers = (reads, commands, conversation, stream, worker_protocol, health)
     for router in (module.router for module in routers):
         app.include_router(router)
     dashboard.mount(app)

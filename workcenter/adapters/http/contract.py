@@ -21,6 +21,7 @@ from typing import Annotated, Any
 from fastapi import FastAPI, Header
 from fastapi.openapi.utils import get_openapi
 
+from workcenter.adapters.http.guard import PUBLIC_PATHS
 from workcenter.adapters.http.preconditions import ITEM_TAG
 from workcenter.adapters.http.problems import PROBLEM_JSON, ProblemDocument
 from workcenter.adapters.http.schemas import ChangeRecord
@@ -207,9 +208,10 @@ def document(app: FastAPI) -> Callable[[], dict[str, Any]]:
         schemas["ProblemDocument"] = problem
         schemas["ChangeRecord"] = ChangeRecord.model_json_schema(by_alias=True)
         spec["components"]["securitySchemes"] = {"bearer": BEARER}
-        for path in spec.get("paths", {}).values():
+        for where, path in spec.get("paths", {}).items():
             for operation in path.values():
-                operation["security"] = [{"bearer": []}]
+                # A probe's path needs no token (the guard's public paths).
+                operation["security"] = [] if where in PUBLIC_PATHS else [{"bearer": []}]
                 for parameter in operation.get("parameters", ()):
                     _absent_not_null(parameter["schema"])
                     if parameter["in"] == "header" and parameter["name"].lower() == "if-match":

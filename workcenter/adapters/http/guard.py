@@ -53,7 +53,8 @@ DOCUMENT_PATHS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "
 MIN_TOKEN_CHARS = 16
 MAX_BODY_BYTES = 1024 * 1024
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
-PUBLIC_PATHS = frozenset({"/", "/favicon.ico"})
+# The dashboard's page, and the readiness probe a load balancer sends without a token.
+PUBLIC_PATHS = frozenset({"/", "/favicon.ico", "/api/health"})
 PUBLIC_PREFIX = "/static/"
 AUTHENTICATED = "workcenter.authenticated"
 PROBLEM_TYPE = "urn:workcenter:problem:"

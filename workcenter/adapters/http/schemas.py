@@ -174,3 +174,34 @@ class ChangeRecord(Answer):
     actor: str
     action_id: str = omitted()
     run_id: str = omitted()
+
+
+class Health(Answer):
+    """The store answered a read: this server can serve."""
+
+    status: Annotated[str, Field(description='"ok"')]
+
+
+class ViewPosition(Answer):
+    name: str
+    position: Annotated[int, Field(description="The last event the read model applied")]
+    lag: Annotated[int, Field(description="Events written after it, not yet applied")]
+
+
+class LeaseCounts(Answer):
+    live: Annotated[int, Field(description="Runs held under a lease that has not lapsed")]
+    lapsed: Annotated[
+        int,
+        Field(description="Runs whose lease lapsed, not yet recovered: their worker is gone"),
+    ]
+    oldest_lapse: Annotated[
+        str | None, Field(description="When the first of them lapsed (UTC), or null")
+    ]
+
+
+class StoreStatus(Answer):
+    """The store as an operator's monitor sees it."""
+
+    head: Annotated[int, Field(description="The position of the newest event")]
+    views: list[ViewPosition]
+    leases: LeaseCounts

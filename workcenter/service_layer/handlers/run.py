@@ -4,9 +4,10 @@ deferring a Run, the input a running Action receives, and recovery of dead Runs.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
@@ -26,6 +27,8 @@ from workcenter.service_layer.handlers.claim import Claim
 from workcenter.service_layer.ports import Clock
 from workcenter.service_layer.read_models import ReadModels
 from workcenter.service_layer.repository import Repository, WriteContention
+
+log = logging.getLogger("workcenter.leases")
 
 RunDecision = Callable[[wi.WorkItemState, act.ActionState, act.RunRef, datetime, Actor], Unit]
 
@@ -245,12 +248,14 @@ class RunCommands:
         return after
 
     def recover(self, actor: Actor | str | None) -> list[UUID]:
-        """End every dead Run (see ``WorkCenter.recover``); the operator's by default."""
+        """End every dead Run (see ``WorkCenter.recover``); the operator's by default.
+        Each is said in one warning line naming its worker: a dead worker's Runs were
+        taken back without a word (found by acceptance testing, ADR-0142)."""
         repo = self.repo
         by = actors.resolve(actor, actors.OPERATOR)
         recovered: list[UUID] = []
         now = self.clock.now().timestamp()
-        for action_id, run_id, _worker, _boot, expires_at in self.work_queue().live_runs():
+        for action_id, run_id, worker, boot, expires_at in self.work_queue().live_runs():
             if expires_at > now:
                 # The queue is at the head, renewals included, and sorted by expiry:
                 # no Run from here on has run out its lease.
@@ -268,4 +273,14 @@ class RunCommands:
 
             if repo.execute(attempt).events:
                 recovered.append(run_id)
+                log.warning(
+                    "Run %s of Action %s ended: its worker %s@%s let its lease lapse at %s"
+                    " (recovered by %s)",
+                    run_id,
+                    action_id,
+                    worker,
+                    boot,
+                    datetime.fromtimestamp(expires_at, UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                    by,
+                )
         return recovered

@@ -25,7 +25,7 @@ from uuid import UUID
 
 from workcenter.domain import action as act
 from workcenter.domain import actor as actors
-from workcenter.domain import bounds, inputs, runs
+from workcenter.domain import bounds, inputs
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain.errors import (
     ClaimIdUsed,
@@ -36,7 +36,6 @@ from workcenter.domain.errors import (
     WorkcenterError,
 )
 from workcenter.domain.outcome import RunReport, report_digest
-from workcenter.domain.unit import Unit
 from workcenter.projections.work_queue import Candidate
 from workcenter.service_layer.cadence import Cadence
 from workcenter.service_layer.handlers import claim as claiming
@@ -214,26 +213,9 @@ class WorkerProtocol:
 
     def recover_expired(self) -> list[UUID]:
         """End the Runs whose lease has expired, whoever owns them: a remote worker that
-        stopped renewing is gone. A live lease is never judged by its boot id here."""
-        repo = self.repo
-        now = self.clock.now().timestamp()
-        recovered: list[UUID] = []
-        for action_id, run_id, _, _, expires_at in self.runs.work_queue().live_runs():
-            if expires_at > now:
-                break  # ordered by expiry
-
-            def attempt(action_id: UUID = action_id, run_id: UUID = run_id) -> Unit:
-                action = repo.action(action_id)
-                run = action.run(run_id)
-                at = self.clock.now()
-                item = repo.work_item(action.work_item_id)
-                if run is None or run.status != "running" or run.expires_at > at:
-                    return Unit(item, {}, at, by=actors.OPERATOR)
-                return runs.recover(item, action, run_id=run_id, at=at, by=actors.OPERATOR)
-
-            if repo.execute(attempt).events:
-                recovered.append(run_id)
-        return recovered
+        stopped renewing is gone. A live lease is never judged by its boot id here. The
+        system's doing, not a person's (ADR-0142)."""
+        return self.runs.recover(actors.LEASES)
 
     # --- Run commands -------------------------------------------------------------
 
