@@ -155,6 +155,26 @@ def test_filters_and_limit(wc: WorkCenter) -> None:
     assert {r.work_item_id for r in wc.audit(other.id)} == {other.id}
 
 
+def test_a_runs_audit_holds_what_its_requests_were_charged(wc: WorkCenter) -> None:
+    """``audit --run`` showed a Run's reservation (its estimate) but not its settlement
+    (what it was charged): settlements named no Run (found by acceptance testing,
+    ADR-0142)."""
+    item = plan(wc, create_dynamic(wc).id)
+    held = claim(wc)
+    admission = wc.reserve_request(item.id, request={"max_tokens": 99}, run=held)
+    assert admission.allowed and admission.request_id is not None
+    wc.settle_request(item.id, admission.request_id, usage={"total_tokens": 350})
+    rows = wc.audit(item.id, run_id=held.run_id)
+    assert {"RequestReserved", "RequestSettled"} <= {r.type for r in rows}
+    (settled,) = [r for r in rows if r.type == "RequestSettled"]
+    assert (settled.run_id, settled.action_id) == (held.run_id, held.action_id)
+    unfenced = wc.reserve_request(item.id, request={"max_tokens": 9}, kind="coordinator")
+    assert unfenced.request_id is not None
+    wc.settle_request(item.id, unfenced.request_id, usage={"total_tokens": 5})
+    last = wc.audit(item.id, type="RequestSettled")[-1]
+    assert (last.run_id, last.action_id) == (None, None)  # no Run's: a Coordinator request
+
+
 def test_a_cut_audit_says_older_events_were_left(db_path: Path, wc: WorkCenter) -> None:
     """The newest --limit events alone read as the whole history (found by acceptance
     testing, ADR-0136): a line on stderr says older ones were left; none when not."""

@@ -92,6 +92,9 @@ def audit_rows(work_item_id: UUID, events: Iterable[tuple[int, DomainEvent]]) ->
     """The rows of the item's events, given in position order from its first event."""
     generations: dict[UUID, int] = {}  # Action -> its generation so far
     runs: dict[UUID, tuple[UUID, int]] = {}  # Run -> (its Action, the generation it ran under)
+    # A settlement is of the Run its reservation named: `audit --run` left out what the
+    # Run was charged (found by acceptance testing, ADR-0142).
+    reserved_by: dict[str, UUID] = {}  # request id -> the Run that reserved it
     rows: list[AuditRow] = []
     for position, event in events:
         action_id: UUID | None = None
@@ -124,8 +127,10 @@ def audit_rows(work_item_id: UUID, events: Iterable[tuple[int, DomainEvent]]) ->
         elif isinstance(event, rl.LedgerEvent):
             aggregate = "ledger"
             if isinstance(event, rl.RequestReserved) and event.run_id is not None:
-                run_id = event.run_id
-                action_id = runs[run_id][0] if run_id in runs else None
+                run_id = reserved_by[event.request_id] = event.run_id
+            elif isinstance(event, rl.RequestSettled):
+                run_id = reserved_by.get(event.request_id)
+            action_id = runs[run_id][0] if run_id in runs else None
         elif isinstance(event, conv.ConversationEvent):
             aggregate = "conversation"
         else:
