@@ -85,6 +85,19 @@ def test_refusals_are_one_line_and_write_nothing(db_path: Path, item_id: str) ->
     assert nothing.exit_code == 2 and "nothing to do" in nothing.output
 
 
+def test_a_failed_turn_is_said_on_stderr_and_once_exits_1(db_path: Path, item_id: str) -> None:
+    """A model server that cannot be reached failed every turn, said on stdout with
+    status 0: a script or a monitor saw nothing wrong (found by acceptance testing,
+    ADR-0142)."""
+    run(db_path, "message", item_id, "Hello")
+    away = {"WORKCENTER_LLM_BASE_URL": "http://127.0.0.1:9/v1", "WORKCENTER_LLM_MODEL": "m"}
+    failed = run(db_path, "coordinate", "--once", "--provider", "openai", env=away)
+    assert failed.exit_code == 1, failed.output
+    assert failed.stdout == ""
+    assert failed.stderr.startswith(f"failed {item_id} turn "), failed.stderr
+    assert "Traceback" not in failed.stderr
+
+
 def test_the_worker_runs_coordinator_steps_beside_runs(db_path: Path, item_id: str) -> None:
     run(db_path, "message", item_id, "Hello")
     stats = as_json(

@@ -29,7 +29,7 @@ from workcenter.adapters.providers.openai_compatible import (
     OpenAICompatibleProvider,
 )
 from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
-from workcenter.adapters.terminal import text
+from workcenter.adapters.terminal import safe, text
 from workcenter.domain import conversation as conv
 from workcenter.domain.errors import InvalidInput
 from workcenter.projections.sanitize import sanitize_personal
@@ -133,7 +133,12 @@ def coordinate(
                 results += done
                 if not as_json:
                     for result in done:
-                        console.print(text(step_line(result)), highlight=False)
+                        # A failed turn on stderr, as a worker's failed Run is, where a
+                        # monitor reads errors (found by acceptance testing, ADR-0142).
+                        if result.status == "failed":
+                            click.echo(safe(" ".join(step_line(result).split())), err=True)
+                        else:
+                            console.print(text(step_line(result)), highlight=False)
                 if once or stop.wait(poll_seconds):
                     break
         except KeyboardInterrupt:
@@ -147,6 +152,8 @@ def coordinate(
         console.print("no Coordinator step was due")
     if stopped_by:
         ctx.exit(128 + stopped_by[0])
+    if once and any(result.status == "failed" for result in results):
+        ctx.exit(1)  # the verb's own "no": a script that runs it sees the failure
 
 
 @click.command()
