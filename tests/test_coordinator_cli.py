@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import create_dynamic, create_linear
+from conftest import CRITERIA, claim, create_dynamic, create_linear, plan, report
 
 from workcenter.adapters.cli import cli
 from workcenter.application import WorkCenter
@@ -96,6 +96,32 @@ def test_a_failed_turn_is_said_on_stderr_and_once_exits_1(db_path: Path, item_id
     assert failed.stdout == ""
     assert failed.stderr.startswith(f"failed {item_id} turn "), failed.stderr
     assert "Traceback" not in failed.stderr
+
+
+def test_a_done_items_left_wake_is_not_said_to_be_waiting(db_path: Path) -> None:
+    """A wake left when the item was completed outside a turn was said "waiting for the
+    Coordinator" for ever: it wakes for open items only (found by acceptance testing,
+    ADR-0142)."""
+    with WorkCenter.open(db_path) as wc:
+        item = create_dynamic(wc)
+        plan(wc, item.id)
+        claimed = claim(wc)
+        wc.finish_run(claimed, report())  # nothing left to run: the Coordinator is woken
+        completion = {
+            "summary": "Done",
+            "acceptanceResults": [
+                {"criterion": c, "status": "passed", "evidenceRunIds": [str(claimed.run_id)]}
+                for c in CRITERIA
+            ],
+            "evidenceRunIds": [str(claimed.run_id)],
+        }
+        shown = run(db_path, "conversation", str(item.id))
+        assert "wake(s) waiting" in shown.stdout  # open: the wake is due
+        wc.complete(item.id, expected_version=wc.work_item(item.id).version, completion=completion)
+        talk = wc.conversation(item.id)
+        assert talk is not None and talk.open_entries(), "the wake is left as it was"
+    shown = run(db_path, "conversation", str(item.id))
+    assert shown.exit_code == 0 and "wake(s) waiting" not in shown.stdout, shown.stdout
 
 
 def test_the_worker_runs_coordinator_steps_beside_runs(db_path: Path, item_id: str) -> None:

@@ -255,7 +255,9 @@ def _message_json(m: conv.Message) -> dict[str, Any]:
 def conversation(ctx: click.Context, item_id: str, as_json: bool) -> None:
     """A WorkItem's messages and Coordinator turns (secrets and home paths masked)."""
     with open_center(ctx) as wc:
-        state = wc.conversation(work_item_id(wc, item_id))
+        target = work_item_id(wc, item_id)
+        state = wc.conversation(target)
+        closed = wc.work_item(target).status in ("done", "cancelled")
     data = conversation_json(state)
     if as_json:
         emit_json(data)
@@ -269,5 +271,7 @@ def conversation(ctx: click.Context, item_id: str, as_json: bool) -> None:
         decided = f" ({m['decision']})" if m["decision"] else ""
         console.print(text(f"{m['at']} {who}{status}{decided}: {body or ''}"), highlight=False)
     pending = [e for e in data["mailbox"] if e["status"] in ("pending", "claimed")]
-    if pending:
+    # The Coordinator wakes for open items only: on a done or cancelled one a wake left
+    # waits for nothing (found by acceptance testing: "waiting" for ever, ADR-0142).
+    if pending and not closed:
         console.print(text(f"{len(pending)} wake(s) waiting for the Coordinator"))

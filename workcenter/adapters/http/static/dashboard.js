@@ -524,10 +524,12 @@ function renderConversation(talk, decided, base) {
   );
   if (atBottom) list.scrollTop = list.scrollHeight;
   $("no-messages").hidden = talk.messages.length > 0;
+  const closed = talk.status === "done" || talk.status === "cancelled";
   const notes = [];
   if (talk.omittedMessages) notes.push(talk.omittedMessages + " older not shown");
   if (talk.thinking) notes.push("the Coordinator is thinking");
-  else if (talk.pendingWakes) notes.push(talk.pendingWakes + " wake(s) waiting");
+  // Only an open item's Coordinator wakes (found by acceptance testing, ADR-0142).
+  else if (talk.pendingWakes && !closed) notes.push(talk.pendingWakes + " wake(s) waiting");
   $("conversation-state").textContent = notes.length ? "(" + notes.join("; ") + ")" : "";
   const newest = talk.turns.length ? talk.turns[talk.turns.length - 1] : null;
   const retrying = talk.planWait === "due" && !talk.thinking && newest &&
@@ -535,7 +537,6 @@ function renderConversation(talk, decided, base) {
   const waits = PLAN_WAIT[retrying ? "retrying" : talk.planWait];
   $("plan-wait").hidden = !waits;
   $("plan-wait").textContent = waits || "";
-  const closed = talk.status === "done" || talk.status === "cancelled";
   const control = state.detail && state.detail.executionControl;
   const stopped = Boolean(control && control.stopReason);
   const send = $("message-send");
