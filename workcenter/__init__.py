@@ -9,6 +9,7 @@ from workcenter.adapters.cipher import StoreKeyRefused
 from workcenter.adapters.metered import MeteredProvider
 from workcenter.adapters.persistence import ServerNotAnswering, StoreClosed
 from workcenter.adapters.postgres_connection import PoolBusy, StoreDisconnected
+from workcenter.adapters.sqlite_locks import StoreFull
 from workcenter.adapters.worker import run_worker
 from workcenter.adapters.worker_run import Executor, WorkerStats
 from workcenter.application import Claim, SystemClock, WorkCenter, WriteContention
@@ -63,6 +64,7 @@ __all__ = [
     "StepResult",
     "StoreClosed",
     "StoreDisconnected",
+    "StoreFull",
     "StoreKeyRefused",
     "StoreUnavailable",
     "SystemClock",

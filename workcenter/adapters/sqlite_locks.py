@@ -63,11 +63,28 @@ def watch_locks(datastore: Any) -> None:
     datastore.get_connection = get_connection
 
 
+class StoreFull(PoolBusy):
+    """The store's disk is full (SQLite's SQLITE_FULL): the command was rolled back,
+    nothing written. It passes once space is freed, so it is waited out as a store held
+    up is: a worker waits (a Run's outcome in hand is recorded once it fits, while its
+    lease lasts), the CLI exits 75, the HTTP API answers 503 (found by acceptance
+    testing: a worker exited with status 2, as for a store that cannot be used at all,
+    ADR-0142)."""
+
+
+SQLITE_FULL = 13
+
+
 def _file_failed(error: Exception) -> StoreUnavailable:
     """The file could not be written or read (its disk full, a file-size limit, a
     read-only journal, a damaged page): typed, as the CLI said it, where the library's
     error escaped the Python API (found by acceptance testing, ADR-0138). The
     transaction was rolled back: nothing of the command was written."""
+    if sqlite_result(error) == SQLITE_FULL:
+        return StoreFull(
+            f"the store's disk is full ({error}): nothing was written; free space and try"
+            " again"
+        )
     return StoreUnavailable(
         f"the store's file could not be written or read ({error}): nothing was written;"
         " free space or mend the file's permissions and try again (a damaged file: restore"
