@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 from conftest import create_linear
 from private_postgres import free_port, private_server
 
@@ -71,6 +72,37 @@ def test_a_runner_waiting_for_the_database_stops_on_sigterm() -> None:
     assert runner.returncode == 128 + signal.SIGTERM
     assert "interrupted by SIGTERM: stopped while waiting for the database; nothing was done" in err
     assert "Traceback" not in err
+
+
+def test_serve_started_during_an_outage_waits_then_serves() -> None:
+    """`serve` exited 75 at once, to be restarted in a loop during a failover (found by
+    acceptance testing, ADR-0142)."""
+    with private_server() as server:
+        with WorkCenter.open(server.url) as wc:
+            create_linear(wc)
+        server.stop()
+        port = free_port()
+        serving = started("serve", "--db", server.url, "--port", str(port))
+        try:
+            assert WAITING in first_line_of_stderr(serving)
+            time.sleep(1.0)
+            assert serving.poll() is None
+            server.start()
+            deadline = time.monotonic() + 60
+            answer = None
+            while answer is None and time.monotonic() < deadline:
+                try:
+                    answer = httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=5)
+                except httpx.TransportError:
+                    time.sleep(0.2)
+            assert answer is not None and answer.status_code == 200, answer
+            serving.send_signal(signal.SIGTERM)
+            _, err = serving.communicate(timeout=30)
+        finally:
+            if serving.poll() is None:
+                serving.kill()
+        assert serving.returncode in (0, 143, -signal.SIGTERM), err  # uvicorn re-raises it
+        assert "Traceback" not in err
 
 
 def test_a_servers_refusal_fails_at_once(tmp_path: Path) -> None:

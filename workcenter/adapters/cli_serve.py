@@ -21,6 +21,12 @@ from workcenter.adapters.cli_coordinator import (
     provider_option,
     step_line,
 )
+from workcenter.adapters.cli_stop import (
+    Interrupted,
+    interrupted,
+    open_when_reachable,
+    stop_signals,
+)
 from workcenter.adapters.terminal import text
 from workcenter.domain.errors import WorkcenterError
 from workcenter.service_layer.handlers.coordinator_step import StepResult
@@ -136,7 +142,16 @@ def serve(
     policy = Policy.for_host(host)  # UnsafeServer: one line and exit 2, like any refusal
     enough_open_files()
     provider = make_provider(provider_name) if coordinate else None
-    with open_center(ctx, create=create) as wc:
+    # Started while its database server does not answer (a failover, a host whose
+    # services start before the database), it waits as the worker does: it exited 75 at
+    # once, to be restarted in a loop (found by acceptance testing, ADR-0142).
+    with stop_signals() as stop:
+        try:
+            opened = open_when_reachable(lambda: open_center(ctx, create=create), stop)
+        except Interrupted as stopped:
+            interrupted(ctx, stopped, "stopped while waiting for the database; nothing served")
+            return
+    with opened as wc:
         loop = None
         if provider is not None:
             loop = CoordinatorLoop(

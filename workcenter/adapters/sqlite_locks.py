@@ -82,8 +82,7 @@ def _file_failed(error: Exception) -> StoreUnavailable:
     transaction was rolled back: nothing of the command was written."""
     if sqlite_result(error) == SQLITE_FULL:
         return StoreFull(
-            f"the store's disk is full ({error}): nothing was written; free space and try"
-            " again"
+            f"the store's disk is full ({error}): nothing was written; free space and try again"
         )
     return StoreUnavailable(
         f"the store's file could not be written or read ({error}): nothing was written;"
