@@ -57,8 +57,11 @@ def test_a_message_is_answered_by_coordinate_and_shown_by_conversation(
     talk = as_json(run(db_path, "conversation", item_id, "--json"))
     assert [m["role"] for m in talk["messages"]] == ["user", "assistant"]
     assert talk["messages"][1]["decision"] == "create_actions"  # the scripted Coordinator
+    reply = talk["messages"][1]
+    assert reply["finished_at"] > reply["at"]  # the reply's own time, after its turn began
     shown = run(db_path, "conversation", item_id)
     assert shown.exit_code == 0 and "What now?" in shown.stdout
+    assert f"{reply['finished_at']} coordinator" in shown.stdout
     with WorkCenter.open(db_path, create=False) as wc:
         (planned,) = wc.work_item(item_id).plan  # type: ignore[arg-type]
         assert wc.action(planned.action_id).type == "diagnose"  # one stage at a time

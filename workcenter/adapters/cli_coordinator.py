@@ -244,6 +244,9 @@ def _message_json(m: conv.Message) -> dict[str, Any]:
         else None,
         "error": sanitize_personal(m.error, conv.ERROR_LIMIT) if m.error else None,
         "at": m.created_at.isoformat(),
+        # A reply's own time: ``at`` is when its turn began (found by acceptance testing:
+        # a reply seemed to come with the message it answered, ADR-0142).
+        "finished_at": m.finished_at.isoformat() if m.finished_at else None,
     }
 
 
@@ -269,7 +272,8 @@ def conversation(ctx: click.Context, item_id: str, as_json: bool) -> None:
         status = "" if m["status"] == "completed" else f" [{m['status']}]"
         body = m["error"] if m["status"] == "failed" else m["text"]
         decided = f" ({m['decision']})" if m["decision"] else ""
-        console.print(text(f"{m['at']} {who}{status}{decided}: {body or ''}"), highlight=False)
+        at = m["finished_at"] if m["role"] == "assistant" and m["finished_at"] else m["at"]
+        console.print(text(f"{at} {who}{status}{decided}: {body or ''}"), highlight=False)
     pending = [e for e in data["mailbox"] if e["status"] in ("pending", "claimed")]
     # The Coordinator wakes for open items only: on a done or cancelled one a wake left
     # waits for nothing (found by acceptance testing: "waiting" for ever, ADR-0142).
