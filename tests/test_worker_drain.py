@@ -183,21 +183,37 @@ def test_a_stopped_worker_finishes_its_delivery_and_exits_with_its_stop_status(
     assert signal.Signals(signum).name in line and "second stop signal" in line
 
 
-def test_a_second_signal_interrupts_the_delivery_and_fails_it(
-    db_path: Path, tmp_path: Path, stopped: list[Worker]
+@pytest.mark.parametrize(
+    ("stage", "options", "second", "ended"),
+    [
+        # A delivery interrupted fails, and its item waits for a person's retry.
+        ("deliver", (), signal.SIGTERM, ("failed", "needs_attention")),
+        # A draining worker's other Run is given back (ADR-0141).
+        ("implement", ("--drain",), signal.SIGINT, ("ready", "ready")),
+    ],
+)
+def test_a_second_signal_interrupts_the_run_the_first_let_finish(
+    db_path: Path,
+    tmp_path: Path,
+    stopped: list[Worker],
+    stage: str,
+    options: tuple[str, ...],
+    second: int,
+    ended: tuple[str, str],
 ) -> None:
     db = str(db_path)
-    worker, (item_id,) = started(db, tmp_path, stopped, ("deliver",), deliver_seconds=60)
+    worker, (item_id,) = started(
+        db, tmp_path, stopped, (stage,), *options, deliver_seconds=60, other_seconds=60
+    )
     worker.signal(signal.SIGTERM)
-    worker.wait_for_line("draining deliver")
-    worker.signal(signal.SIGTERM)
+    worker.wait_for_line(f"draining {stage}")
+    worker.signal(second)
     assert worker.end() == 143, worker.stderr()
     assert not list(worker.marks.glob("*.returned"))
     action, item_status = only_action(db, item_id)
     (run,) = action.runs
-    assert (run.status, action.status) == ("interrupted", "failed")
-    assert "SIGTERM" in (run.end_reason or "")
-    assert item_status == "needs_attention"
+    assert (run.status, action.status, item_status) == ("interrupted", *ended)
+    assert signal.Signals(second).name in (run.end_reason or "")
     assert "claimed 1, finished 0, interrupted 1" in worker.stdout()
     assert "Traceback" not in worker.stderr()
 
@@ -296,25 +312,6 @@ def test_a_draining_worker_finishes_every_run_in_hand_spending_no_attempt(
     assert len(lines) == len(stages), err
     assert all("SIGTERM" in line and "second stop signal" in line for line in lines)
     assert "Traceback" not in err
-
-
-def test_a_second_signal_gives_back_the_runs_a_draining_worker_let_finish(
-    db_path: Path, tmp_path: Path, stopped: list[Worker]
-) -> None:
-    db = str(db_path)
-    worker, (item_id,) = started(
-        db, tmp_path, stopped, ("implement",), "--drain", deliver_seconds=1, other_seconds=60
-    )
-    worker.signal(signal.SIGTERM)
-    worker.wait_for_line("draining implement")
-    worker.signal(signal.SIGINT)
-    assert worker.end() == 143, worker.stderr()
-    assert not list(worker.marks.glob("*.returned"))
-    action, item_status = only_action(db, item_id)
-    (run,) = action.runs
-    assert (run.status, action.status, item_status) == ("interrupted", "ready", "ready")
-    assert "SIGINT" in (run.end_reason or "")
-    assert "claimed 1, finished 0, interrupted 1" in worker.stdout()
 
 
 def test_run_worker_with_stop_signals_finishes_the_delivery_and_says_so(

@@ -41,7 +41,7 @@ from workcenter.adapters.cli_common import (
 )
 from workcenter.adapters.cli_common import emit_json as _emit_json
 from workcenter.adapters.cli_common import open_center as _open
-from workcenter.adapters.cli_stop import Interrupted, Stop, interrupted, open_when_reachable
+from workcenter.adapters.cli_stop import Stop, open_when_reachable
 from workcenter.adapters.demo import ScriptedLlm, run_demo
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.providers.scripted_coordinator import scripted_coordinator
@@ -490,12 +490,7 @@ def worker(
     # its summary, or ended it as "Aborted!" with status 1; ADR-0097). A signal
     # while the store opens stops the worker before its first claim.
     with StopSignals(drain=drain) as signals:
-        try:
-            opened = open_when_reachable(lambda: _open(ctx), Stop(signals))
-        except Interrupted as stopped:
-            interrupted(ctx, stopped, "stopped while waiting for the database; nothing was done")
-            return
-        with opened as wc:
+        with open_when_reachable(ctx, lambda: _open(ctx), Stop(signals)) as wc:
             # What the process holds now (its modules, models, store and pools) lives as
             # long as the worker: out of every collection's walk, the garbage collector
             # costs a run cycle about half as much (ADR-0110).

@@ -179,12 +179,8 @@ def projections_run(
 
     with stop_signals() as stop:
         # Opened without inline projections, or opening would catch the eager views up.
-        try:
-            opened = open_when_reachable(lambda: open_center(ctx, inline_projections=False), stop)
-        except Interrupted as stopped:
-            interrupted(ctx, stopped, "stopped while waiting for the database; nothing was done")
-            return
-        with opened as wc:
+        opening = lambda: open_center(ctx, inline_projections=False)  # noqa: E731
+        with open_when_reachable(ctx, opening, stop) as wc:
             runner = ProjectionRunner(wc, poll=poll_seconds)
             if once:
                 applied = runner.run_once()

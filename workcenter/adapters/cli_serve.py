@@ -22,8 +22,6 @@ from workcenter.adapters.cli_coordinator import (
     step_line,
 )
 from workcenter.adapters.cli_stop import (
-    Interrupted,
-    interrupted,
     open_when_reachable,
     stop_signals,
 )
@@ -146,11 +144,7 @@ def serve(
     # services start before the database), it waits as the worker does: it exited 75 at
     # once, to be restarted in a loop (found by acceptance testing, ADR-0142).
     with stop_signals() as stop:
-        try:
-            opened = open_when_reachable(lambda: open_center(ctx, create=create), stop)
-        except Interrupted as stopped:
-            interrupted(ctx, stopped, "stopped while waiting for the database; nothing served")
-            return
+        opened = open_when_reachable(ctx, lambda: open_center(ctx, create=create), stop)
     with opened as wc:
         loop = None
         if provider is not None:

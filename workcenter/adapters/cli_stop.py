@@ -16,7 +16,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import click
 
@@ -110,16 +110,20 @@ def stop_signals() -> Iterator[Stop]:
         yield Stop(signals)
 
 
-def open_when_reachable(open_store: Callable[[], T], stop: Stop) -> T:
-    """The daemons' open (`worker`, `projections run`): while the store's database server
-    does not answer (a failover; a host where the workers start before the database),
-    wait for it as a running one does, trying again after 0.1 s doubling to 5 s, saying
-    so once on stderr (found by acceptance testing: they exited at once, status 2;
-    ADR-0136). ``Interrupted`` on a stop signal meanwhile. Any other failure to open (no
-    store there, a refused login) fails at once."""
+def open_when_reachable(ctx: click.Context, open_store: Callable[[], T], stop: Stop) -> T:
+    """The daemons' open (`worker`, `projections run`, `serve`): while the store's
+    database server does not answer (a failover; a host where the workers start before
+    the database), wait for it as a running one does, trying again after 0.1 s doubling
+    to 5 s, saying so once on stderr (found by acceptance testing: they exited at once,
+    status 2, ADR-0136; `serve` 75, ADR-0142). A stop signal meanwhile ends the command
+    as a stop, saying nothing was done. Any other failure to open (no store there, a
+    refused login) fails at once."""
     delay, said = 0.1, False
     while True:
-        stop.check()
+        try:
+            stop.check()
+        except Interrupted as stopped:
+            interrupted(ctx, stopped, "stopped while waiting for the database; nothing was done")
         try:
             return open_store()
         except ServerNotAnswering as error:
@@ -131,7 +135,7 @@ def open_when_reachable(open_store: Callable[[], T], stop: Stop) -> T:
         delay = min(delay * 2, 5.0)
 
 
-def interrupted(ctx: click.Context, stopped: Interrupted, what: str) -> None:
+def interrupted(ctx: click.Context, stopped: Interrupted, what: str) -> NoReturn:
     """Say what the stop left undone, on stderr, and exit 130 or 143."""
     click.echo(safe(f"interrupted by {stopped.name}: {what}"), err=True)
     ctx.exit(status(stopped.signum))
