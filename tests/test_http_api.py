@@ -147,8 +147,9 @@ def test_progress_budget_and_timeline_after_a_worker_finished(
     for action in timeline["actions"]:
         (run,) = action["runs"]
         assert run["status"] == "completed" and run["endedAt"] >= run["startedAt"]
-        assert set(run) <= {"id", "ordinal", "generation", "attempt", "status", "startedAt",
-                            "endedAt", "deferred", "leaseExpired"}  # fmt: skip
+        assert set(run) <= {"id", "ordinal", "generation", "attempt", "status", "worker",
+                            "startedAt", "endedAt", "deferred", "leaseExpired"}  # fmt: skip
+        assert run["worker"] == "w1"
 
 
 SECRET = "token=hunter2hunter2hunter2"

@@ -315,7 +315,9 @@ def test_a_run_whose_lease_lapsed_is_marked_on_the_timeline(
     wc.extend_budget(item, expected_version=ledger.version, additions={"max_tokens": 1})
     bar = ".tl-row[data-status='running'] .tl-run.running.lapsed"
     page.wait_for_selector(bar, timeout=TIMEOUT_MS)
-    assert "its lease lapsed: no worker renews it" in (page.get_attribute(bar, "title") or "")
+    title = page.get_attribute(bar, "title") or ""
+    assert "its lease lapsed: no worker renews it" in title
+    assert ") by gone: running" in title  # who held it (found by acceptance testing, ADR-0142)
     assert errors == []
 
 

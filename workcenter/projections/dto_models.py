@@ -485,6 +485,7 @@ class TimelineRun(Dto):
     generation: Revision
     attempt: int
     status: str
+    worker: Annotated[str, Field(description="The name of the worker that claimed the Run")]
     startedAt: EpochMs
     endedAt: NotRequired[EpochMs]
     leaseExpired: NotRequired[

@@ -30,6 +30,8 @@ def _run(run: Run, now: datetime) -> dtos.TimelineRun:
         "generation": rev(run.generation),
         "attempt": run.attempt,
         "status": run.status,
+        # Who holds a running Run, as `show` says it (found by acceptance testing, ADR-0142).
+        "worker": run.worker,
         "startedAt": epoch_ms(run.started_at),
     }
     if run.ended_at is not None:
