@@ -3,6 +3,7 @@ against a stub chat-completions server on 127.0.0.1 that the tests start."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import sys
 import threading
@@ -15,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from workcenter.adapters.providers import openai_compatible
 from workcenter.adapters.providers.openai_compatible import OpenAICompatibleProvider
 from workcenter.adapters.providers.scripted import (
     Failure,
@@ -601,3 +603,27 @@ def test_an_exhausted_script_is_a_permanent_failure_and_sends_nothing() -> None:
 def test_a_malformed_step_is_invalid_input(step: Any) -> None:
     with pytest.raises(InvalidInput):
         ScriptedProvider([step])
+
+
+def test_a_reply_past_its_size_fails_and_is_not_read_on(
+    stub: Stub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing bounded a reply's size: a body of gigabytes was read into memory whole
+    (ADR-0142). Requests ask for replies uncompressed, so the body's size is its size."""
+    monkeypatch.setattr(openai_compatible, "MAX_REPLY_BYTES", 4096)
+    stub.reply(json.dumps(DECISION) + " " * 8000)  # JSON with trailing space: 8 KB
+    with pytest.raises(ProviderFailed, match="larger than 4096 bytes") as failed:
+        provider(stub, max_retries=0).answer(request(), Counter())
+    assert failed.value.transient is True
+    assert stub.received[0]["headers"]["accept-encoding"] == "identity"
+    stub.reply(json.dumps(DECISION))  # a reply within the bound is read as before
+    reply = provider(stub, max_retries=0).answer(request(), Counter())
+    assert json.loads(reply.text) == DECISION
+
+
+def test_a_compressed_reply_is_refused_unread(stub: Stub) -> None:
+    """Its size is unknown until it is unpacked (a small body may unpack to gigabytes)."""
+    packed = gzip.compress(json.dumps(completion(json.dumps(DECISION))).encode())
+    stub.answer(200, packed, {"content-encoding": "gzip"})
+    with pytest.raises(ProviderFailed, match="came compressed"):
+        provider(stub, max_retries=0).answer(request(), Counter())

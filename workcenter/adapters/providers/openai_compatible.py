@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
-from workcenter.adapters.providers import reply_deadline
+from workcenter.adapters.providers import reply_bounds
 from workcenter.domain.errors import InvalidInput, ProviderFailed, WorkcenterError
 from workcenter.projections.sanitize import MASK
 from workcenter.service_layer.ports import ProviderRequest, ProviderTurnReply
@@ -33,6 +33,9 @@ INSTALL_HINT = "pip install 'workcenter[llm]'"
 SCHEMA_NAME = "coordinator_reply"
 MAX_RETRIES = 10
 ERROR_EXCERPT = 300  # characters of a server's error message kept in ProviderFailed
+# A reply's body, read whole: a Coordinator's reply is a few KiB (its output tokens are
+# bounded); past this, something other than a reply is being sent (ADR-0142).
+MAX_REPLY_BYTES = 8 * 1024 * 1024
 
 # Status codes a later identical request may get past (coordinator.md 3.4:
 # rate limits and server errors; a 408 is the server's own timeout).
@@ -94,8 +97,8 @@ class OpenAICompatibleProvider:
             max_retries=self.max_retries,
             http_client=module.DefaultHttpxClient(
                 event_hooks={
-                    "request": [self._on_request],
-                    "response": [reply_deadline.within(self.timeout)],
+                    "request": [self._on_request, reply_bounds.as_they_are],
+                    "response": [reply_bounds.within(self.timeout, MAX_REPLY_BYTES)],
                 }
             ),
         )
@@ -203,7 +206,10 @@ def _failure(module: Any, error: Exception) -> ProviderFailed:
     if isinstance(error, module.APITimeoutError):
         return ProviderFailed("the provider timed out", transient=True)
     if isinstance(error, module.APIConnectionError):
-        return ProviderFailed(f"cannot reach the provider: {_excerpt(str(error))}", transient=True)
+        # The client's own words are "Connection error."; what broke is its cause (a reply
+        # past its size, a compressed one, a refused connection).
+        said = str(error.__cause__ or error)
+        return ProviderFailed(f"cannot reach the provider: {_excerpt(said)}", transient=True)
     # a body that is not a completion (a proxy's HTML page, say): asking again won't help
     return ProviderFailed(f"the provider call failed: {_excerpt(str(error))}", transient=False)
 
