@@ -119,11 +119,18 @@ def test_the_coordinator_stand_ins_are_the_coordinators(
             "coordinator",
             "coordinator",
         ), name
-    # A named turn can say which one it was.
-    turn = Actor(kind="coordinator", id="turn-7")
+    # Only the store names a turn (its turns' decisions are recorded under their ids):
+    # given, a named Coordinator, or the system, made a command look like a turn's
+    # decision or a budget's stop in the audit (found by acceptance testing, ADR-0142).
     second = create_dynamic(wc, title="Second")
-    plan(wc, second.id, actor=turn)
-    assert _only(wc.audit(second.id), "ActionPlanned").actor_id == "turn-7"
+    for given in (
+        Actor(kind="coordinator", id="turn-7"),
+        Actor(kind="system", id="budget"),
+        Actor(kind="user", id="u").because_of(Actor(kind="system", id="budget")),
+        "coordinator:3f2a6b1c\u20101111-4222-8333-444455556666",  # a turn's look-alike
+    ):
+        with refused(wc, InvalidInput, match="recorded by"):
+            plan(wc, second.id, actor=given)
 
     (as_json,) = _json_rows(db_path, item.id, "--type", "WorkItemCompleted")
     assert as_json["actor"] == "coordinator"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from typing import Literal, get_args
-from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -81,40 +80,30 @@ def parse(value: Actor | str) -> Actor:
             raise InvalidInput(
                 f"actor {_shown(value)!r}: kind must be one of {', '.join(ACTOR_KINDS)}"
             )
-        given = Actor.model_construct(kind=kind, id=ident if colon else kind)  # checked below
-        problem = _recorded_by_the_store_only(given)
-        if problem:
-            raise InvalidInput(f"actor {_shown(value)!r}: {problem}")
-        value = given
+        value = Actor.model_construct(kind=kind, id=ident if colon else kind)  # checked below
     if not isinstance(value, Actor) or not isinstance(value.id, str):
         raise InvalidInput(f"actor must be an Actor or 'kind:id' text, not {value!r}")
-    problem = actor_problem(value)
+    problem = actor_problem(value) or _recorded_by_the_store_only(value)
     if problem:
         raise InvalidInput(f"actor {_shown(f'{value.kind}:{value.id}')!r}: {problem}")
     return value
 
 
 def _recorded_by_the_store_only(actor: Actor) -> str | None:
-    """Why an actor given as text (a CLI's ``--actor``, a caller's string) cannot name
-    one the store records by itself: the system (a budget's stop), or a Coordinator turn
-    (its decisions are recorded under its id by the turn). Given, either made a command
-    look like that turn's decision in the audit (found by acceptance testing, ADR-0142)."""
+    """Why an actor given to a command (a CLI's ``--actor``, a caller's text or Actor)
+    cannot be one the store records by itself, or be caused by one: the system (a
+    budget's stop, a lapsed lease) and any Coordinator but the plain ``coordinator`` (a
+    turn's decisions are recorded under its id by the turn). Given, either made a
+    command look like a budget's stop or a turn's decision in the audit, a turn's id
+    or a look-alike of it alike (found by acceptance testing, ADR-0142)."""
     if actor.kind == "system":
         return "the system's actions are recorded by the store itself, not given"
-    if actor.kind == "coordinator" and _is_uuid(actor.id):
+    if actor.kind == "coordinator" and actor.id != COORDINATOR_ID:
         return (
-            "a Coordinator turn's decisions are recorded by the turn itself; a plan made"
-            " outside a turn is the plain 'coordinator'"
+            "a Coordinator turn's decisions are recorded by the turn itself; a plan or"
+            " completion made outside a turn is the plain 'coordinator'"
         )
-    return None
-
-
-def _is_uuid(text: str) -> bool:
-    try:
-        UUID(text)
-    except ValueError:
-        return False
-    return True
+    return _recorded_by_the_store_only(actor.caused_by) if actor.caused_by else None
 
 
 def _shown(text: str) -> str:
@@ -130,7 +119,8 @@ def worker(name: str, boot_id: str) -> Actor:
     return Actor(kind="worker", id=f"{name}@{boot_id}")
 
 
-COORDINATOR = Actor(kind="coordinator", id="coordinator")
+COORDINATOR_ID = "coordinator"
+COORDINATOR = Actor(kind="coordinator", id=COORDINATOR_ID)
 OPERATOR = Actor(kind="operator", id="operator")
 USER = user()
 # The system's actors: the budget, whose stops name who ran into them, and the leases.

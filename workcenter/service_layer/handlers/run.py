@@ -248,11 +248,14 @@ class RunCommands:
         return after
 
     def recover(self, actor: Actor | str | None) -> list[UUID]:
-        """End every dead Run (see ``WorkCenter.recover``); the operator's by default.
+        """End every dead Run (see ``WorkCenter.recover``); the operator's by default."""
+        return self.recover_by(actors.resolve(actor, actors.OPERATOR))
+
+    def recover_by(self, by: Actor) -> list[UUID]:
+        """End every dead Run as ``by`` (checked, or the store's own: the system's).
         Each is said in one warning line naming its worker: a dead worker's Runs were
         taken back without a word (found by acceptance testing, ADR-0142)."""
         repo = self.repo
-        by = actors.resolve(actor, actors.OPERATOR)
         recovered: list[UUID] = []
         now = self.clock.now().timestamp()
         for action_id, run_id, worker, boot, expires_at in self.work_queue().live_runs():

@@ -215,7 +215,7 @@ class WorkerProtocol:
         """End the Runs whose lease has expired, whoever owns them: a remote worker that
         stopped renewing is gone. A live lease is never judged by its boot id here. The
         system's doing, not a person's (ADR-0142)."""
-        return self.runs.recover(actors.LEASES)
+        return self.runs.recover_by(actors.LEASES)
 
     # --- Run commands -------------------------------------------------------------
 
