@@ -434,6 +434,7 @@ def test_keys_of_more_providers_are_masked(key: str) -> None:
         "-----BEGIN RSA PRIVATE KEY-----\nMIIEowIBAAKCAQEA\nqwer\n-----END RSA PRIVATE KEY-----",
         "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNz\n-----END OPENSSH PRIVATE KEY-----",
         "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQ",  # cut before its end: masked to the end
+        "-----BEGIN PGP PRIVATE KEY BLOCK-----\nlQdGBF\n-----END PGP PRIVATE KEY BLOCK-----",
     ],
 )
 def test_a_pem_private_key_is_masked_whole(key: str) -> None:
@@ -441,10 +442,14 @@ def test_a_pem_private_key_is_masked_whole(key: str) -> None:
     ADR-0142); a public key or certificate is not a secret."""
     shown = sanitize_personal(f"use {key}\nthen deploy" if "END" in key else f"use {key}")
     assert "MI" not in shown and "b3Bl" not in shown and "PRIVATE KEY-----" not in shown
-    assert shown.startswith("use [redacted private key]")
+    assert shown.startswith("use ***")
     assert sanitize_failure(f"Error: {key}") == FAILED_SENTENCE
     public = "-----BEGIN PUBLIC KEY-----\nMCowBQ\n-----END PUBLIC KEY-----"
     assert sanitize_personal(public) == public
+    # Named, its armour was masked as the name's value and its body shown whole.
+    named = f"private_key: {key}\nthen"
+    masked = "private_key: ***\nthen" if "END" in key else "private_key: ***"
+    assert sanitize_personal(named) == masked
 
 
 def test_strict_failure_otherwise_applies_diagnostic() -> None:

@@ -205,10 +205,10 @@ _PROVIDER_TOKEN = re.compile(
 # A PEM private key, its armour included, to its end or the text's (found by acceptance
 # testing: it was shown whole, ADR-0142).
 _PRIVATE_KEY = re.compile(
-    r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY-----.*?(?:-----END[A-Z0-9 ]*PRIVATE KEY-----|\Z)",
+    r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?"
+    r"(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)",
     re.DOTALL,
 )
-REDACTED_PRIVATE_KEY = "[redacted private key]"
 _ALNUM_RUN = re.compile(r"[A-Za-z0-9]{32,}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -443,13 +443,16 @@ def sanitize_diagnostic(value: object, limit: int = DIAGNOSTIC_LIMIT) -> str:
     text = truncate_utf8(value, limit)
     if not text:
         return ""
+    # A key first: named (``private_key: -----BEGIN...``), its armour was masked as the
+    # name's value and its body left whole (found by acceptance testing, ADR-0142).
+    if "PRIVATE KEY" in text:
+        text = _PRIVATE_KEY.sub(MASK, text)
     if _may_hold_url(text):
         text = _URL.sub(_scrub_url, text)
     text = _mask_assignments(text)
     if _may_hold_bearer(text):
         text = _BEARER.sub(lambda m: f"{m.group(1)} {MASK}", text)
     if _may_hold_token(text):
-        text = _PRIVATE_KEY.sub(REDACTED_PRIVATE_KEY, text)
         text = _PROVIDER_TOKEN.sub(MASK, text)
     return truncate_utf8(text, limit)
 
