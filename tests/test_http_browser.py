@@ -264,6 +264,18 @@ def test_a_reply_and_a_change_of_status_are_said_to_a_screen_reader_once(
     assert heard.startswith("Coordinator: I planned") and heard.endswith("Status cancelled.")
     for words in ("Coordinator:", "Status ready.", "Status cancelled."):
         assert heard.count(words) == 1, said
+    # Back from an id that names no item, the item's read is a first read: nothing said.
+    page.evaluate("() => { location.hash = '#00000000-0000-0000-0000-000000000000'; }")
+    page.wait_for_selector("#not-found:visible", timeout=TIMEOUT_MS)
+    version = httpx.get(f"{base}/api/work-items/{item_id}", timeout=30).headers["ETag"]
+    resumed = httpx.post(
+        f"{base}/api/work-items/{item_id}/resume", headers={"If-Match": version}, json={}
+    )
+    assert resumed.status_code == 200, resumed.text  # changed while the page was away
+    page.evaluate("(id) => { location.hash = '#' + id; }", item_id)
+    page.wait_for_selector("#detail:not([hidden])", timeout=TIMEOUT_MS)
+    page.wait_for_timeout(500)
+    assert " ".join(said) == heard, said
     assert errors == []
 
 

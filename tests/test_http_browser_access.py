@@ -171,6 +171,8 @@ def test_a_refused_message_is_said_and_the_keyboard_stays_on_it(
         page.keyboard.press("Enter")
         page.wait_for_selector("#message-error", state="hidden", timeout=TIMEOUT_MS)
         assert page.get_attribute("#message-text", "aria-invalid") is None
+        # A hidden refusal's text is no longer the box's description.
+        assert page.get_attribute("#message-text", "aria-describedby") is None
         assert page.evaluate("() => document.activeElement.id") == "message-text"
 
 

@@ -190,6 +190,7 @@ async function refreshDetail() {
     note.textContent = "No work item has the id " + visible(id.slice(0, 80)) + ".";
     note.hidden = false;
     document.title = "No such work item – Workcenter";
+    said.item = null; // the next item read is a first read: nothing to say of it
     return;
   }
   const [timeline, audit, talk, decided] = await Promise.all([
@@ -553,14 +554,21 @@ function renderConversation(talk, decided, base) {
     // Refused as a turn was thinking, which has ended, perhaps before the read after.
     if (state.messageRefusedThinking && !talk.thinking) error.hidden = true;
   }
-  markInvalid($("message-text"), !error.hidden);
+  markMessageRefused(!error.hidden);
 }
 
-// A field a refusal is about, said to be invalid (its message names it by
-// aria-describedby), until the refusal goes.
-function markInvalid(field, invalid) {
-  if (invalid) field.setAttribute("aria-invalid", "true");
-  else field.removeAttribute("aria-invalid");
+// The message box, said to be invalid and described by its refusal until the refusal
+// goes: a hidden refusal's text stayed the box's description (found by acceptance
+// testing, ADR-0142).
+function markMessageRefused(refused) {
+  const box = $("message-text");
+  if (refused) {
+    box.setAttribute("aria-invalid", "true");
+    box.setAttribute("aria-describedby", "message-error");
+  } else {
+    box.removeAttribute("aria-invalid");
+    box.removeAttribute("aria-describedby");
+  }
 }
 
 function clientMessageId() {
@@ -578,7 +586,7 @@ async function sendMessage(event) {
     state.pendingMessage = { text, clientMessageId: clientMessageId() };
   }
   error.hidden = true;
-  markInvalid($("message-text"), false);
+  markMessageRefused(false);
   // The keyboard stays on the message: Send is disabled while it is sent, and the focus
   // on a disabled button went to the page's top (found by acceptance testing, ADR-0142).
   if (document.activeElement === $("message-send")) $("message-text").focus();
@@ -594,7 +602,7 @@ async function sendMessage(event) {
     $("message-send").disabled = false;
     if (failure instanceof Unauthorized) return;
     error.hidden = false;
-    markInvalid($("message-text"), true);
+    markMessageRefused(true);
     state.messageErrorAt = null;
     state.messageRefusedThinking = failure instanceof Problem && failure.status === 409 &&
       /turn is in progress/.test(failure.message);
