@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,8 @@ def disk(tmp_path: Path) -> Iterator[Path]:
 
 
 GOAL = "g" * 4000
+WORKCENTER = [sys.executable, "-c", "from workcenter.adapters.cli import main; main()"]
+ECHO = "workcenter.adapters.executors:echo"
 
 
 def fill(disk: Path) -> Path:
@@ -121,3 +124,35 @@ def test_a_worker_waits_out_a_full_disk_and_records_its_run(
         assert action.status == "completed"
         waits = [r.getMessage() for r in caplog.records if "disk is full" in r.getMessage()]
         assert waits == ["the store's disk is full; waiting"], waits
+
+
+def test_a_store_on_a_full_disk_opens_as_store_full_and_a_worker_waits_for_room(
+    disk: Path, tmp_path: Path
+) -> None:
+    """Opening makes the store's side files, which a full disk refuses as "disk I/O
+    error": said as a store that cannot be used (2), and a worker started by its service
+    manager then exited (found by acceptance testing, ADR-0142)."""
+    db = str(disk / "s.db")
+    with WorkCenter.open(db) as wc:
+        create_linear(wc, stages=("implement",))
+    filler = fill(disk)
+    said = CliRunner().invoke(cli, ["--db", db, "list"])
+    assert said.exit_code == 75, said.output
+    assert said.stderr.startswith(f"StoreFull: cannot open the store at {db}: its disk is full")
+    worker = subprocess.Popen(
+        [*WORKCENTER, "--db", db, "worker", "--executor", ECHO, "--exit-when-idle"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stderr is not None
+        assert "waiting for the database" in worker.stderr.readline()
+        assert worker.poll() is None
+        filler.unlink()
+        out, err = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == 0, err
+    assert "finished 1" in out, out

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, NoReturn, TypeVar
 import click
 
 from workcenter.adapters.persistence import ServerNotAnswering
+from workcenter.adapters.sqlite_locks import StoreFull
 from workcenter.adapters.terminal import safe
 from workcenter.adapters.worker_run import StopSignals
 
@@ -113,11 +114,11 @@ def stop_signals() -> Iterator[Stop]:
 def open_when_reachable(ctx: click.Context, open_store: Callable[[], T], stop: Stop) -> T:
     """The daemons' open (`worker`, `projections run`, `serve`): while the store's
     database server does not answer (a failover; a host where the workers start before
-    the database), wait for it as a running one does, trying again after 0.1 s doubling
-    to 5 s, saying so once on stderr (found by acceptance testing: they exited at once,
-    status 2, ADR-0136; `serve` 75, ADR-0142). A stop signal meanwhile ends the command
-    as a stop, saying nothing was done. Any other failure to open (no store there, a
-    refused login) fails at once."""
+    the database), or a SQLite store's disk is full, wait as a running one does, trying
+    again after 0.1 s doubling to 5 s, saying so once on stderr (found by acceptance
+    testing: they exited at once, status 2, ADR-0136; `serve` 75 and a full disk 2,
+    ADR-0142). A stop signal meanwhile ends the command as a stop, saying nothing was
+    done. Any other failure to open (no store there, a refused login) fails at once."""
     delay, said = 0.1, False
     while True:
         try:
@@ -126,7 +127,7 @@ def open_when_reachable(ctx: click.Context, open_store: Callable[[], T], stop: S
             interrupted(ctx, stopped, "stopped while waiting for the database; nothing was done")
         try:
             return open_store()
-        except ServerNotAnswering as error:
+        except (ServerNotAnswering, StoreFull) as error:
             if not said:
                 said_once = " ".join(str(error).split())  # the driver's words span lines
                 click.echo(f"waiting for the database (Ctrl-C stops): {said_once}", err=True)
