@@ -151,7 +151,7 @@ def draining_line(signum: int, claim: Claim) -> str:
             " a second stop signal interrupts it, and its deliver Action fails"
         )
     return (
-        f"worker stopped by {stopped_by}: draining, finishing the Run in hand;"
+        f"worker stopped by {stopped_by}: finishing the Run in hand (--drain);"
         " a second stop signal interrupts it, and it is given back"
     )
 
