@@ -138,7 +138,8 @@ def test_a_store_on_a_full_disk_opens_as_store_full_and_a_worker_waits_for_room(
     filler = fill(disk)
     said = CliRunner().invoke(cli, ["--db", db, "list"])
     assert said.exit_code == 75, said.output
-    assert said.stderr.startswith(f"StoreFull: cannot open the store at {db}: its disk is full")
+    assert said.stderr.startswith(f"StoreFull: cannot read the store at {db} ("), said.stderr
+    assert "its disk is full; free space and try again" in said.stderr
     worker = subprocess.Popen(
         [*WORKCENTER, "--db", db, "worker", "--executor", ECHO, "--exit-when-idle"],
         stdout=subprocess.PIPE,

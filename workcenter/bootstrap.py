@@ -40,7 +40,7 @@ from workcenter.adapters.persistence import (
 )
 from workcenter.adapters.postgres_connection import watch_connections
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
-from workcenter.adapters.sqlite_locks import watch_locks
+from workcenter.adapters.sqlite_locks import full_disk_said, watch_locks
 from workcenter.adapters.sqlite_settings import (
     SYNCHRONOUS_ENV,
     WAL_AUTOCHECKPOINT_ENV,
@@ -302,7 +302,8 @@ def open_store(
         validate_wal_autocheckpoint(os.environ[WAL_AUTOCHECKPOINT_ENV])
     hash_chain.enabled(os.environ.get(hash_chain.HASH_CHAIN_ENV))
     env = sqlite_env(db_path, sqlite_synchronous)
-    prepare_store_file(db_path, create=create)
+    with full_disk_said(db_path):
+        prepare_store_file(db_path, create=create)
     return _open(env, db_path, build)
 
 

@@ -423,15 +423,6 @@ def _read_header(path: Path) -> tuple[int, int, set[str]]:
     except sqlite3.DatabaseError as error:
         if sqlite_result(error) == SQLITE_NOTADB:
             raise StoreUnavailable(f"{path} is not a Workcenter store ({error})") from None
-        if _no_space_left(path):
-            # Its side files could not be made: a full disk, which passes (ADR-0142). Here,
-            # not at the top: the type is the SQLite adapter's, which imports this module.
-            from workcenter.adapters.sqlite_locks import StoreFull
-
-            raise StoreFull(
-                f"cannot open the store at {path}: its disk is full ({error}); free space"
-                " and try again"
-            ) from None
         # A store whose file cannot be read now (a file-size limit, a journal it may not
         # write, a damaged page) is no other application's (found by acceptance testing:
         # a sound store under a file-size limit was said not to be one, ADR-0138).
@@ -439,14 +430,6 @@ def _read_header(path: Path) -> tuple[int, int, set[str]]:
     finally:
         conn.close()
     return application_id, user_version, tables
-
-
-def _no_space_left(path: Path) -> bool:
-    """Whether the file system that holds ``path`` has no block left to give."""
-    try:
-        return os.statvfs(path.parent).f_bavail == 0
-    except OSError:
-        return False
 
 
 def prepare_store_file(db_path: str, *, create: bool) -> None:

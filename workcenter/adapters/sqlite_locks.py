@@ -6,9 +6,11 @@ datastore, beside ``persistence.refuse_when_closed``."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from eventsourcing.persistence import ConnectionUnavailableError, DatabaseError, OperationalError
@@ -73,6 +75,27 @@ class StoreFull(PoolBusy):
 
 
 SQLITE_FULL = 13
+
+
+@contextmanager
+def full_disk_said(db_path: str) -> Iterator[None]:
+    """An open refused while the file system that holds ``db_path`` has no block left is
+    ``StoreFull``: the store's side files could not be made (SQLite says "disk I/O
+    error"), and that passes once space is freed (found by acceptance testing: said as a
+    store that cannot be used, ADR-0142)."""
+    try:
+        yield
+    except StoreUnavailable as refused:
+        if isinstance(refused, StoreFull) or not _no_space_left(Path(db_path)):
+            raise
+        raise StoreFull(f"{refused}: its disk is full; free space and try again") from None
+
+
+def _no_space_left(path: Path) -> bool:
+    try:
+        return os.statvfs(path.resolve().parent).f_bavail == 0
+    except OSError:
+        return False
 
 
 def _file_failed(error: Exception) -> StoreUnavailable:
