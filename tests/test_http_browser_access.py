@@ -191,7 +191,19 @@ def test_a_refused_create_marks_its_field_and_keeps_the_keyboard_in_the_dialog(
         assert page.get_attribute("#create-title", "aria-invalid") == "true"
         assert page.get_attribute("#create-title", "aria-describedby") == "create-error"
         assert page.evaluate("() => document.activeElement.id") == "create-title"
+        # A refusal that names no field (a stage twice): the keyboard goes back to Create.
         page.fill("#create-title", "A title")
+        page.select_option("#create-mode", "linear")
+        page.fill("#create-stages", "implement, implement")
+        page.focus("#create-submit")
+        page.keyboard.press("Enter")
+        page.wait_for_function(
+            "() => !document.getElementById('create-error').hidden"
+            " && document.activeElement.id === 'create-submit'",
+            timeout=TIMEOUT_MS,
+        )
+        assert page.get_attribute("#create-title", "aria-invalid") is None
+        page.fill("#create-stages", "")
         page.click("#create-submit")
         page.wait_for_selector("#create-dialog", state="hidden", timeout=TIMEOUT_MS)
         assert page.get_attribute("#create-title", "aria-invalid") is None

@@ -66,7 +66,8 @@ function clearRefusal() {
 
 // The refusal is said (the note is an alert) and tied to the fields it names, and the
 // keyboard goes to the first of them, not to the page behind the dialog (found by
-// acceptance testing: the focus was lost while Create was disabled, ADR-0142).
+// acceptance testing: the focus was lost while Create was disabled, ADR-0142). Returns
+// how many fields it named.
 function createRefused(text, fields) {
   const error = $("create-error");
   error.textContent = visible(text);
@@ -77,13 +78,17 @@ function createRefused(text, fields) {
     field.setAttribute("aria-describedby", "create-error");
   }
   if (named.length) named[0].focus();
+  return named.length;
 }
 
 async function createItem(event) {
   event.preventDefault();
   clearRefusal();
-  if (document.activeElement === $("create-submit")) $("create-title").focus();
+  // Create is disabled while the item is sent: the focus waits in the form meanwhile.
+  const fromCreate = document.activeElement === $("create-submit");
+  if (fromCreate) $("create-title").focus();
   $("create-submit").disabled = true;
+  let backToCreate = false;
   try {
     const response = await checked(
       await fetch("/api/work-items", {
@@ -99,12 +104,15 @@ async function createItem(event) {
     select(item.id, true);
     showNote("Created " + item.title + " (" + item.status + ").", "ok");
   } catch (failure) {
-    createRefused(
+    const named = createRefused(
       failure instanceof Unauthorized ? tokenRefusal() : "Refused: " + (failure.message || failure),
       failure instanceof Problem ? failure.fields : [],
     );
+    // A refusal that names no field (a stage given twice): back where it was sent from.
+    backToCreate = fromCreate && !named;
   } finally {
     $("create-submit").disabled = false;
+    if (backToCreate) $("create-submit").focus();
     state.listDirty = true;
     schedule();
   }
