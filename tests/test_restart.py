@@ -136,9 +136,10 @@ def test_four_workers_survive_a_postgresql_restart(server: PrivateServer, tmp_pa
     errs = [(tmp_path / f"w{k}.err").read_text() for k in range(WORKERS)]
     # Each worker said once that it lost the database and once that it answers again
     # (found by acceptance testing: nothing said it was back, ADR-0137), and nothing else
-    # (no traceback).
+    # (no traceback) but the Runs it recovered, one line each (a lease that lapsed while
+    # its worker waited for the database, ADR-0142).
     for err in errs:
-        lines = err.splitlines()
+        lines = [line for line in err.splitlines() if "workcenter.leases" not in line]
         assert len(lines) == 2 and LOST_LINE in lines[0] and BACK_LINE in lines[1], errs
     assert sum(s["claimed"] for s in stats) >= ITEMS
 

@@ -94,7 +94,7 @@ def full_disk_said(db_path: str) -> Iterator[None]:
 def _no_space_left(path: Path) -> bool:
     try:
         return os.statvfs(path.resolve().parent).f_bavail == 0
-    except OSError:
+    except (OSError, ValueError):  # a path the file system cannot take (its own refusal)
         return False
 
 
