@@ -369,7 +369,8 @@ function drawTimeline(timeline) {
       bar.style.width = Math.max(0.5, right - left) + "%";
       bar.title =
         "Run " + short(run.id) + " (attempt " + run.attempt + ", generation " + run.generation +
-        ") by " + visible(run.worker) + ": " + run.status + (run.leaseExpired ? " (its lease lapsed: no worker renews it)" : "") +
+        ") by " + visible(run.worker) + ": " + run.status +
+        (run.leaseExpired ? " (its lease lapsed: no worker renews it)" : "") +
         ", " + localTime(run.startedAt) + (run.endedAt ? " to " + localTime(run.endedAt) : "");
       // In the accessibility tree, not only as a colour and a mouse's tooltip.
       bar.setAttribute("role", "img");
