@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -35,26 +36,32 @@ def first_line_of_stderr(process: subprocess.Popen[str]) -> str:
     return process.stderr.readline()
 
 
+def waits_then_works(db: str, unblock: Callable[[], None]) -> None:
+    """A worker started while its store cannot be opened says once that it waits, waits,
+    and once ``unblock`` has run does the work (one Run) and exits."""
+    worker = started(
+        "worker", "--db", db, "--executor", "workcenter.adapters.executors:echo",
+        "--exit-when-idle", "--poll", "0.1",
+    )  # fmt: skip
+    try:
+        assert WAITING in first_line_of_stderr(worker)
+        time.sleep(1.0)  # it tries again meanwhile, and waits on
+        assert worker.poll() is None
+        unblock()
+        out, err = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert worker.returncode == 0, err
+    assert "finished 1" in out, out
+
+
 def test_a_worker_started_during_an_outage_waits_then_runs_the_work(tmp_path: Path) -> None:
     with private_server() as server:
         with WorkCenter.open(server.url) as wc:
             item = create_linear(wc, stages=("implement",))
         server.stop()
-        worker = started(
-            "worker", "--db", server.url, "--executor", "workcenter.adapters.executors:echo",
-            "--exit-when-idle", "--poll", "0.1",
-        )  # fmt: skip
-        try:
-            assert WAITING in first_line_of_stderr(worker)
-            time.sleep(1.0)  # it tries again meanwhile, and waits on
-            assert worker.poll() is None
-            server.start()
-            out, err = worker.communicate(timeout=60)
-        finally:
-            if worker.poll() is None:
-                worker.kill()
-        assert worker.returncode == 0, err
-        assert "finished 1" in out, out
+        waits_then_works(server.url, server.start)
         with WorkCenter.open(server.url) as wc:
             assert wc.work_item(item.id).status == "done"
 

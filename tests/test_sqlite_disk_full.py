@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 from conftest import create_linear
+from test_daemons_start_during_outage import waits_then_works
 
 from workcenter import StoreFull, WorkCenter, run_worker
 from workcenter.adapters.cli import cli
@@ -44,8 +44,6 @@ def disk(tmp_path: Path) -> Iterator[Path]:
 
 
 GOAL = "g" * 4000
-WORKCENTER = [sys.executable, "-c", "from workcenter.adapters.cli import main; main()"]
-ECHO = "workcenter.adapters.executors:echo"
 
 
 def fill(disk: Path) -> Path:
@@ -127,7 +125,7 @@ def test_a_worker_waits_out_a_full_disk_and_records_its_run(
 
 
 def test_a_store_on_a_full_disk_opens_as_store_full_and_a_worker_waits_for_room(
-    disk: Path, tmp_path: Path
+    disk: Path,
 ) -> None:
     """Opening makes the store's side files, which a full disk refuses as "disk I/O
     error": said as a store that cannot be used (2), and a worker started by its service
@@ -140,20 +138,4 @@ def test_a_store_on_a_full_disk_opens_as_store_full_and_a_worker_waits_for_room(
     assert said.exit_code == 75, said.output
     assert said.stderr.startswith(f"StoreFull: cannot read the store at {db} ("), said.stderr
     assert "its disk is full; free space and try again" in said.stderr
-    worker = subprocess.Popen(
-        [*WORKCENTER, "--db", db, "worker", "--executor", ECHO, "--exit-when-idle"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert worker.stderr is not None
-        assert "waiting for the database" in worker.stderr.readline()
-        assert worker.poll() is None
-        filler.unlink()
-        out, err = worker.communicate(timeout=60)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-    assert worker.returncode == 0, err
-    assert "finished 1" in out, out
+    waits_then_works(db, filler.unlink)
