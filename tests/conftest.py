@@ -252,6 +252,19 @@ def checks(
     ]
 
 
+def completion(
+    run_id: Any, criteria: Sequence[str] = CRITERIA, summary: str = "Done"
+) -> dict[str, Any]:
+    """A completion whose every criterion is proven by Run ``run_id``."""
+    return {
+        "summary": summary,
+        "acceptanceResults": [
+            {"criterion": c, "status": "passed", "evidenceRunIds": [str(run_id)]} for c in criteria
+        ],
+        "evidenceRunIds": [str(run_id)],
+    }
+
+
 def report(
     outcome: str = "completed",
     *,

@@ -21,6 +21,7 @@ from conftest import (
     action_spec,
     budget_commands,
     claim,
+    completion,
     create_dynamic,
     create_linear,
     plan,
@@ -104,14 +105,7 @@ def test_the_coordinator_stand_ins_are_the_coordinators(
     wc.complete(
         item.id,
         expected_version=wc.work_item(item.id).version,
-        completion={
-            "summary": "Done",
-            "acceptanceResults": [
-                {"criterion": c, "status": "passed", "evidenceRunIds": [str(claimed.run_id)]}
-                for c in CRITERIA
-            ],
-            "evidenceRunIds": [str(claimed.run_id)],
-        },
+        completion=completion(claimed.run_id),
     )
     rows = wc.audit(item.id)
     for name in ("ActionPlanned", "ActionAdded", "WorkItemCompleted"):

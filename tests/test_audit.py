@@ -8,7 +8,6 @@ import sqlite3
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
-from uuid import UUID
 
 from click.testing import CliRunner
 from conftest import (
@@ -18,6 +17,7 @@ from conftest import (
     FakeClock,
     action_spec,
     claim,
+    completion,
     create_dynamic,
     plan,
     report,
@@ -32,16 +32,6 @@ def _cli(db: Path, *args: str) -> Any:
     result = CliRunner().invoke(cli, ["--db", str(db), *args])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
-
-
-def _completion(run_id: UUID) -> dict[str, Any]:
-    return {
-        "summary": "Done",
-        "acceptanceResults": [
-            {"criterion": c, "status": "passed", "evidenceRunIds": [str(run_id)]} for c in CRITERIA
-        ],
-        "evidenceRunIds": [str(run_id)],
-    }
 
 
 def test_audit_merges_the_item_action_ledger_and_conversation_streams(wc: WorkCenter) -> None:
@@ -83,7 +73,7 @@ def test_causes_worker_coordinator_operator_and_user(wc: WorkCenter, clock: Fake
     wc.complete(
         item.id,
         expected_version=wc.work_item(item.id).version,
-        completion=_completion(claimed.run_id),
+        completion=completion(claimed.run_id),
     )
     rows = wc.audit(item.id)
     by_type: dict[str, list[Any]] = {}
@@ -263,7 +253,7 @@ def test_audit_at_version_reproduces_show(db_path: Path, wc: WorkCenter, clock: 
     wc.complete(
         item.id,
         expected_version=wc.work_item(item.id).version,
-        completion=_completion(third.run_id),
+        completion=completion(third.run_id),
     )
     record()
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
-from conftest import CRITERIA, claim, create_dynamic, create_linear, plan, report
+from conftest import claim, completion, create_dynamic, create_linear, plan, report
 
 from workcenter.adapters.cli import cli
 from workcenter.application import WorkCenter
@@ -110,17 +110,10 @@ def test_a_done_items_left_wake_is_not_said_to_be_waiting(db_path: Path) -> None
         plan(wc, item.id)
         claimed = claim(wc)
         wc.finish_run(claimed, report())  # nothing left to run: the Coordinator is woken
-        completion = {
-            "summary": "Done",
-            "acceptanceResults": [
-                {"criterion": c, "status": "passed", "evidenceRunIds": [str(claimed.run_id)]}
-                for c in CRITERIA
-            ],
-            "evidenceRunIds": [str(claimed.run_id)],
-        }
         shown = run(db_path, "conversation", str(item.id))
         assert "wake(s) waiting" in shown.stdout  # open: the wake is due
-        wc.complete(item.id, expected_version=wc.work_item(item.id).version, completion=completion)
+        done = completion(claimed.run_id)
+        wc.complete(item.id, expected_version=wc.work_item(item.id).version, completion=done)
         talk = wc.conversation(item.id)
         assert talk is not None and talk.open_entries(), "the wake is left as it was"
     shown = run(db_path, "conversation", str(item.id))

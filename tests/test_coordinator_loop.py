@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
-from conftest import CRITERIA, claim, create_dynamic, report
+from conftest import CRITERIA, claim, completion, create_dynamic, report
 from domain_states import brief, decision
 from pydantic import BaseModel
 
@@ -30,17 +30,6 @@ def last_reply(wc: WorkCenter, item_id: Any) -> conv.Message:
     state = wc.conversation(item_id)
     assert state is not None
     return [m for m in state.messages if m.role == "assistant"][-1]
-
-
-def completion(run_id: Any, criteria: tuple[str, ...] = CRITERIA) -> dict[str, Any]:
-    return {
-        "summary": "All criteria are met",
-        "acceptanceResults": [
-            {"criterion": c, "status": "passed", "evidenceRunIds": [str(run_id)]} for c in criteria
-        ],
-        "evidenceRunIds": [str(run_id)],
-        "residualRisks": None,
-    }
 
 
 def test_plan_run_and_complete_through_the_coordinator(wc: WorkCenter) -> None:

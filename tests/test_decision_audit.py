@@ -19,7 +19,16 @@ import orjson
 import postgres
 import pytest
 from click.testing import CliRunner
-from conftest import BOOT_ID, CRITERIA, FakeClock, action_spec, claim, create_dynamic, report
+from conftest import (
+    BOOT_ID,
+    CRITERIA,
+    FakeClock,
+    action_spec,
+    claim,
+    completion,
+    create_dynamic,
+    report,
+)
 from coordinator_fakes import answer_text, create_actions, decision
 
 from workcenter.adapters import audit_bundle
@@ -52,16 +61,6 @@ def drain(wc: WorkCenter, *script: Step, **kwargs: Any) -> None:
 def message(wc: WorkCenter, item_id: UUID, *script: Step, **kwargs: Any) -> None:
     wc.post_user_message(item_id, "What now?")
     drain(wc, *script, **kwargs)
-
-
-def completion(run_id: Any) -> dict[str, Any]:
-    return {
-        "summary": "Done",
-        "acceptanceResults": [
-            {"criterion": c, "status": "passed", "evidenceRunIds": [str(run_id)]} for c in CRITERIA
-        ],
-        "evidenceRunIds": [str(run_id)],
-    }
 
 
 def every_kind(wc: WorkCenter, clock: FakeClock) -> UUID:
