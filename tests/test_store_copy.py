@@ -25,14 +25,14 @@ from rich.console import Console
 from rich.progress import Progress
 from test_rekey_targets import on_each_page
 
-from workcenter.adapters import cli_store_copy, store_copy
+from workcenter.adapters import cli_store_copy, copy_mark, store_copy
 from workcenter.adapters.cipher import KEY_ENV, StoreKeyRefused
 from workcenter.adapters.cli import cli
 from workcenter.adapters.cli_stop import stop_signals
 from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.adapters.recorders import OneCommitSQLiteRecorder
 from workcenter.application import WorkCenter
-from workcenter.domain.errors import InvalidInput, WorkcenterError
+from workcenter.domain.errors import InvalidInput
 from workcenter.service_layer.maintenance import Maintenance
 
 
@@ -460,11 +460,40 @@ def test_copies_into_one_new_store_at_once_make_one_copy(
                 target = stack.enter_context(postgres.fresh_schema())
             else:
                 target = str(db_path.parent / f"copy-{round_}.db")
-            outcomes = copies_at_once(source, target, 6 if backend == "sqlite" else 4)
-            assert outcomes.count(events) == 1, outcomes
+            copies = 6 if backend == "sqlite" else 4
+            outcomes = copies_at_once(source, target, copies)
+            assert len(outcomes) == copies and outcomes.count(events) == 1, outcomes
             assert all(isinstance(o, InvalidInput | StoreUnavailable) for o in outcomes[1:])
             with WorkCenter.open(target, create=False) as copied:
                 assert copied.event_count() == events
+
+
+def test_a_copy_beaten_by_one_that_ended_meanwhile_is_refused_typed(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its mark refused (another copy's was there) and that copy's mark gone by the time
+    it looked (the other had ended): the library's "table already exists" escaped (found
+    in CI, ADR-0142); the store holds the other's copy, so it is refused as written
+    meanwhile."""
+    source = str(db_path)
+    with WorkCenter.open(source) as wc:
+        create_linear(wc)
+    target = str(db_path.parent / "copy.db")
+    store_copy.copy(source, target)
+    with WorkCenter.open(target, create=False) as copied:
+        datastore = copied.store.factory.datastore  # type: ignore[attr-defined]
+        events_table = copied.store.recorder.events_table_name  # type: ignore[attr-defined]
+        with datastore.transaction(commit=True) as c:  # another copy under way: its mark
+            c.execute(f"CREATE TABLE {copy_mark.TABLE} (source TEXT, head BIGINT)")
+        looked = copy_mark.refuse_unfinished
+
+        def ended_meanwhile(datastore: Any, where: str) -> None:
+            copy_mark.unmark(datastore)  # the other copy ends before this one looks
+            looked(datastore, where)
+
+        monkeypatch.setattr(copy_mark, "refuse_unfinished", ended_meanwhile)
+        with pytest.raises(InvalidInput, match="written by another copy meanwhile"):
+            copy_mark.mark(datastore, events_table, source, 1, target)
 
 
 def copies_at_once(source: str, target: str, copies: int) -> list[object]:
@@ -475,7 +504,7 @@ def copies_at_once(source: str, target: str, copies: int) -> list[object]:
     def one_copy() -> None:
         try:
             outcomes.append(store_copy.copy(source, target).events)
-        except WorkcenterError as refused:
+        except Exception as refused:  # any: an untyped one fails the test, not the thread
             outcomes.append(refused)
 
     threads = [threading.Thread(target=one_copy) for _ in range(copies)]
