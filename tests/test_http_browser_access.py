@@ -145,6 +145,20 @@ def test_times_are_local_with_their_date(wc: WorkCenter, browser: Any) -> None:
         context.close()
 
 
+def pressed(page: Any, button: str) -> None:
+    """``button`` pressed from the keyboard: the focus on it, then Enter."""
+    page.focus(button)
+    page.keyboard.press("Enter")
+
+
+def marks(page: Any, field: str) -> tuple[str | None, str | None]:
+    """The refusal's marks on ``field``: aria-invalid and aria-describedby."""
+    return (
+        page.get_attribute(field, "aria-invalid"),
+        page.get_attribute(field, "aria-describedby"),
+    )
+
+
 def test_a_refused_message_is_said_and_the_keyboard_stays_on_it(
     wc: WorkCenter, browser: Any
 ) -> None:
@@ -158,21 +172,17 @@ def test_a_refused_message_is_said_and_the_keyboard_stays_on_it(
         page.wait_for_selector("#message-send:enabled", timeout=TIMEOUT_MS)
         page.route("**/messages", lambda route: route.abort())
         page.fill("#message-text", "Are you there?")
-        page.focus("#message-send")
-        page.keyboard.press("Enter")
+        pressed(page, "#message-send")
         page.wait_for_selector("#message-error:visible", timeout=TIMEOUT_MS)
         assert page.get_attribute("#message-error", "role") == "alert"
-        assert page.get_attribute("#message-text", "aria-invalid") == "true"
-        assert page.get_attribute("#message-text", "aria-describedby") == "message-error"
+        assert marks(page, "#message-text") == ("true", "message-error")
         assert page.evaluate("() => document.activeElement.id") == "message-text"
         page.unroute("**/messages")
         page.wait_for_selector("#message-send:enabled", timeout=TIMEOUT_MS)
-        page.focus("#message-send")
-        page.keyboard.press("Enter")
+        pressed(page, "#message-send")
         page.wait_for_selector("#message-error", state="hidden", timeout=TIMEOUT_MS)
-        assert page.get_attribute("#message-text", "aria-invalid") is None
         # A hidden refusal's text is no longer the box's description.
-        assert page.get_attribute("#message-text", "aria-describedby") is None
+        assert marks(page, "#message-text") == (None, None)
         assert page.evaluate("() => document.activeElement.id") == "message-text"
 
 
@@ -185,18 +195,15 @@ def test_a_refused_create_marks_its_field_and_keeps_the_keyboard_in_the_dialog(
         page.click("#new-item")
         page.fill("#create-title", "   ")  # passes the browser's check, not the server's
         page.fill("#create-goal", "g")
-        page.focus("#create-submit")
-        page.keyboard.press("Enter")
+        pressed(page, "#create-submit")
         page.wait_for_selector("#create-error:visible", timeout=TIMEOUT_MS)
-        assert page.get_attribute("#create-title", "aria-invalid") == "true"
-        assert page.get_attribute("#create-title", "aria-describedby") == "create-error"
+        assert marks(page, "#create-title") == ("true", "create-error")
         assert page.evaluate("() => document.activeElement.id") == "create-title"
         # A refusal that names no field (a stage twice): the keyboard goes back to Create.
         page.fill("#create-title", "A title")
         page.select_option("#create-mode", "linear")
         page.fill("#create-stages", "implement, implement")
-        page.focus("#create-submit")
-        page.keyboard.press("Enter")
+        pressed(page, "#create-submit")
         page.wait_for_function(
             "() => !document.getElementById('create-error').hidden"
             " && document.activeElement.id === 'create-submit'",
