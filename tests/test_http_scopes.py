@@ -142,10 +142,10 @@ def test_tokens_come_from_the_environment_and_a_file(tmp_path: Path) -> None:
         "WORKCENTER_TOKEN_FILE": str(tokens),
     }
     assert scoped_tokens(environ) == [
-        ("worker", WORKER),
-        ("operator", OPERATOR),
-        ("worker", WORKER + "2"),
-        ("user", USER + "2"),
+        ("worker", WORKER, None),
+        ("operator", OPERATOR, None),
+        ("worker", WORKER + "2", None),
+        ("user", USER + "2", None),
     ]
     policy = Policy.for_host("0.0.0.0", token=None, scoped=scoped_tokens(environ))
     assert policy.scoped and not policy.loopback
@@ -159,7 +159,12 @@ def test_tokens_come_from_the_environment_and_a_file(tmp_path: Path) -> None:
         # Columns swapped: the token was printed as the scope (ADR-0137).
         (f"{WORKER} worker\n", "line 1: unknown token scope"),
         ("worker short\n", "at least 16 characters"),
-        (f"worker {WORKER} extra\n", "line 1: expected SCOPE TOKEN"),
+        (f"worker {WORKER} w-1 extra\n", r"line 1: expected SCOPE TOKEN \[HOLDER\]"),
+        # A holder is a worker name's over HTTP, whatever the scope (ADR-0143).
+        (f"user {WORKER} zoë\n", "line 1: the holder must be printable ASCII"),
+        (f"user {WORKER} {'a' * 136}\n", "line 1: the holder must be 1 to 135 characters"),
+        # Which of the two would its commands be recorded as?
+        (f"user {WORKER} alice\nuser {WORKER} bob\n", "given two holders"),
         # Pasted under two scopes, it held both (found by acceptance testing).
         (f"worker {WORKER}\nuser {WORKER}\n", "given both the worker and the user scope"),
     ],
@@ -210,7 +215,7 @@ def test_a_token_file_other_users_may_read_refuses_to_serve(tmp_path: Path, mode
         scoped_tokens({"WORKCENTER_TOKEN_FILE": str(tokens)})
     assert WORKER not in str(refusal.value)
     tokens.chmod(0o640)
-    assert scoped_tokens({"WORKCENTER_TOKEN_FILE": str(tokens)}) == [("worker", WORKER)]
+    assert scoped_tokens({"WORKCENTER_TOKEN_FILE": str(tokens)}) == [("worker", WORKER, None)]
 
 
 def test_an_unreadable_token_file_refuses_to_serve(tmp_path: Path) -> None:
@@ -224,7 +229,7 @@ def test_another_host_needs_some_token(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(UnsafeServer, match="not a loopback address"):
         Policy.for_host("0.0.0.0")
     monkeypatch.setenv("WORKCENTER_USER_TOKEN", USER)
-    assert Policy.for_host("0.0.0.0").scoped == (("user", USER),)
+    assert Policy.for_host("0.0.0.0").scoped == (("user", USER, None),)
 
 
 def test_no_token_reaches_a_log(

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workcenter.adapters.http import contract, fields
 from workcenter.adapters.http.conventions import refuse_what_json_has_not
-from workcenter.adapters.http.deps import Center
+from workcenter.adapters.http.deps import Center, Requester
 from workcenter.adapters.http.preconditions import Seen, detail_versions, item_read, seen
 from workcenter.adapters.http.problems import UnsupportedMediaType
 from workcenter.adapters.http.responses import JSONBytes
@@ -170,7 +170,7 @@ CREATED = {
 
 
 @router.post("/work-items", status_code=201, response_model=DetailDto, responses=CREATED)
-def create_work_item(wc: Center, body: CreateWorkItem) -> JSONBytes:
+def create_work_item(wc: Center, by: Requester, body: CreateWorkItem) -> JSONBytes:
     """Create a WorkItem and its budget; ``start`` starts it at once."""
     item = wc.create_work_item(
         title=body.title,
@@ -182,6 +182,7 @@ def create_work_item(wc: Center, body: CreateWorkItem) -> JSONBytes:
         start=body.start,
         limits=body.limits.given() if body.limits is not None else None,
         request_id=body.request_id,
+        actor=by,
     )
     return _answer(wc, item.id, 201, Location=f"/api/work-items/{item.id}")
 
@@ -191,26 +192,28 @@ class Start(Body):
 
 
 @router.post(ITEM + "/start", response_model=DetailDto, responses=contract.command())
-def start(wc: Center, item_id: str, expected: Expected, body: Start) -> JSONBytes:
+def start(wc: Center, by: Requester, item_id: str, expected: Expected, body: Start) -> JSONBytes:
     """Start a draft: a linear item's first stage becomes ready, a dynamic item waits
     for its Coordinator to plan."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
     with expected.held(wc, work_item_id):
-        wc.start(work_item_id, expected_version=expected.item_version)
+        wc.start(work_item_id, expected_version=expected.item_version, actor=by)
     return _answer(wc, work_item_id)
 
 
 @router.post(ITEM + "/cancel", response_model=DetailDto, responses=contract.command())
-def cancel(wc: Center, item_id: str, expected: Expected, body: Cancel) -> JSONBytes:
+def cancel(wc: Center, by: Requester, item_id: str, expected: Expected, body: Cancel) -> JSONBytes:
     """Cancel the item."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
     with expected.held(wc, work_item_id):
-        wc.cancel(work_item_id, reason=body.reason, expected_version=expected.item_version)
+        wc.cancel(
+            work_item_id, reason=body.reason, expected_version=expected.item_version, actor=by
+        )
     return _answer(wc, work_item_id)
 
 
 @router.post(ITEM + "/resume", response_model=DetailDto, responses=contract.command())
-def resume(wc: Center, item_id: str, expected: Expected, body: Resume) -> JSONBytes:
+def resume(wc: Center, by: Requester, item_id: str, expected: Expected, body: Resume) -> JSONBytes:
     """Resume a cancelled item, or one its budget stopped once the budget allows."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
     with expected.held(wc, work_item_id):
@@ -218,17 +221,23 @@ def resume(wc: Center, item_id: str, expected: Expected, body: Resume) -> JSONBy
             work_item_id,
             expected_version=expected.item_version,
             expected_ledger_version=expected.control_version,
+            actor=by,
         )
     return _answer(wc, work_item_id)
 
 
 @router.post(ITEM + "/budget/extend", response_model=DetailDto, responses=contract.command())
-def extend_budget(wc: Center, item_id: str, expected: Expected, body: Limits) -> JSONBytes:
+def extend_budget(
+    wc: Center, by: Requester, item_id: str, expected: Expected, body: Limits
+) -> JSONBytes:
     """Raise limits by the amounts given (clears no stop: resume does)."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
     with expected.held(wc, work_item_id):
         wc.extend_budget(
-            work_item_id, expected_version=expected.control_version, additions=body.given()
+            work_item_id,
+            expected_version=expected.control_version,
+            additions=body.given(),
+            actor=by,
         )
     return _answer(wc, work_item_id)
 
@@ -238,6 +247,7 @@ def extend_budget(wc: Center, item_id: str, expected: Expected, body: Limits) ->
 )
 def retry(
     wc: Center,
+    by: Requester,
     item_id: str,
     action_id: str,
     expected: Expected,
@@ -252,6 +262,7 @@ def retry(
             expected_version=expected.item_version,
             expected_generation=body.expected_generation,
             answer=body.answer,
+            actor=by,
         )
     return _answer(wc, work_item_id)
 
@@ -261,6 +272,7 @@ def retry(
 )
 def guide(
     wc: Center,
+    by: Requester,
     item_id: str,
     action_id: str,
     expected: Expected,
@@ -275,6 +287,7 @@ def guide(
             expected_version=expected.item_version,
             expected_generation=body.expected_generation,
             guidance=body.guidance,
+            actor=by,
         )
     return _answer(wc, work_item_id)
 
@@ -284,6 +297,7 @@ def guide(
 )
 def add_input(
     wc: Center,
+    by: Requester,
     item_id: str,
     action_id: str,
     expected: Expected,
@@ -300,5 +314,6 @@ def add_input(
             expected_generation=body.expected_generation,
             text=body.text,
             expected_run_id=body.expected_run_id,
+            actor=by,
         )
     return _answer(wc, work_item_id)

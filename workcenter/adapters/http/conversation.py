@@ -22,7 +22,7 @@ from pydantic import Field
 
 from workcenter.adapters.http import contract, fields
 from workcenter.adapters.http.commands import Body, Expected, json_body
-from workcenter.adapters.http.deps import Center
+from workcenter.adapters.http.deps import Center, Requester
 from workcenter.adapters.http.preconditions import item_etag, item_read, list_etag
 from workcenter.adapters.http.responses import JSONBytes
 from workcenter.adapters.http.schemas import ConversationRead, DecisionsRead, MessagePosted
@@ -90,7 +90,12 @@ def _posted_before(wc: WorkCenter, work_item_id: UUID, client_message_id: str | 
     responses=contract.command(202),
 )
 def post_message(
-    wc: Center, request: Request, item_id: str, expected: Expected, body: PostMessage
+    wc: Center,
+    by: Requester,
+    request: Request,
+    item_id: str,
+    expected: Expected,
+    body: PostMessage,
 ) -> JSONBytes:
     """Post a user message: a user-originated turn the Coordinator answers next. Refused
     (writing nothing) when the item is done or cancelled, stopped by its budget, a turn
@@ -104,6 +109,7 @@ def post_message(
         body.text,
         client_message_id=body.client_message_id,
         expected_version=item_version,
+        actor=by,
     )
     if not posted.duplicate:
         request.app.state.message_posted()

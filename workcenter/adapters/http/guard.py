@@ -14,8 +14,10 @@ Scoped tokens (ADR-0064) narrow what a token may do: a worker's only runs Action
 (``/api/worker/``), a user's steers and reads items, an operator's does what a
 user's does and reads raw audit. They come from ``WORKCENTER_WORKER_TOKEN``,
 ``WORKCENTER_USER_TOKEN``, ``WORKCENTER_OPERATOR_TOKEN`` and the file named by
-``WORKCENTER_TOKEN_FILE`` (one ``SCOPE TOKEN`` per line); ``WORKCENTER_API_TOKEN``
-keeps every scope. A token is never logged nor shown in a policy's repr.
+``WORKCENTER_TOKEN_FILE`` (one ``SCOPE TOKEN [HOLDER]`` per line); ``WORKCENTER_API_TOKEN``
+keeps every scope. A file's token may name its holder (ADR-0143): the person a user's or
+operator's commands are recorded as, the only worker name a worker's may claim under. A
+token is never logged nor shown in a policy's repr.
 """
 
 from __future__ import annotations
@@ -28,10 +30,12 @@ import ipaddress
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from workcenter.adapters.http.fields import WORKER_NAME
 from workcenter.domain.errors import WorkcenterError
 
 TOKEN_ENV = "WORKCENTER_API_TOKEN"
@@ -57,6 +61,8 @@ LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 PUBLIC_PATHS = frozenset({"/", "/favicon.ico", "/api/health"})
 PUBLIC_PREFIX = "/static/"
 AUTHENTICATED = "workcenter.authenticated"
+# The named holder of the token a request presented, as a ``Holder``, or None.
+HOLDER = "workcenter.holder"
 PROBLEM_TYPE = "urn:workcenter:problem:"
 
 
@@ -75,13 +81,28 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class ScopedToken(NamedTuple):
+    scope: str
+    token: str
+    # Who holds it, when the token file names them (ADR-0143).
+    holder: str | None = None
+
+
+class Holder(NamedTuple):
+    """The named holder of a request's token: ``scope`` is ``user``, ``operator`` or
+    ``worker``, ``name`` a user's or operator's actor id, or a worker's name."""
+
+    scope: str
+    name: str
+
+
 @dataclass(frozen=True)
 class Policy:
     host: str
     token: str | None = field(repr=False)
     max_body_bytes: int = MAX_BODY_BYTES
-    # (scope, token) pairs besides the API token.
-    scoped: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    # The tokens besides the API token: (scope, token) or (scope, token, holder).
+    scoped: tuple[ScopedToken, ...] = field(default=(), repr=False)
 
     @classmethod
     def for_host(
@@ -89,27 +110,37 @@ class Policy:
         host: str,
         token: str | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
-        scoped: Iterable[tuple[str, str]] | None = None,
+        scoped: Iterable[tuple[str, str] | tuple[str, str, str | None]] | None = None,
     ) -> Policy:
         """The policy of a server bound to ``host``; the tokens default to the
         environment's. ``UnsafeServer`` when another host has no usable token."""
         token = token if token is not None else os.environ.get(TOKEN_ENV) or None
         if token is not None:
             _check_token(token, TOKEN_ENV)
-        pairs = tuple(scoped if scoped is not None else scoped_tokens(os.environ))
+        pairs = tuple(
+            ScopedToken(*given)
+            for given in (scoped if scoped is not None else scoped_tokens(os.environ))
+        )
         # One token, one scope: a token given two would silently hold both (a worker's
         # able to steer, say), the API token's every scope. Named by its scopes, never
         # by its value (found by acceptance testing).
         scopes_of: dict[str, str] = {} if token is None else {token: "API"}
-        for scope, value in pairs:
+        holders_of: dict[str, str | None] = {}
+        for scope, value, holder in pairs:
             if scope not in SCOPE_ENVS:
                 # Not named: a line with its columns swapped has its token there (ADR-0137).
                 raise UnsafeServer("unknown token scope: worker, user or operator")
             _check_token(value, f"a {scope} token")
+            if holder is not None and (problem := holder_problem(holder)) is not None:
+                raise UnsafeServer(f"a {scope} token's holder {problem}")
             if scopes_of.setdefault(value, scope) != scope:
                 raise UnsafeServer(
                     f"one token is given both the {scopes_of[value]} and the {scope} scope:"
                     " give each scope its own token"
+                )
+            if holders_of.setdefault(value, holder) != holder:
+                raise UnsafeServer(
+                    f"one {scope} token is given two holders: give each holder its own token"
                 )
         if not is_loopback(host) and token is None and not pairs:
             raise UnsafeServer(
@@ -133,12 +164,26 @@ def _check_token(value: str, named: str) -> None:
         raise UnsafeServer(f"{named} must have at least {MIN_TOKEN_CHARS} characters")
 
 
-def scoped_tokens(environ: Mapping[str, str]) -> list[tuple[str, str]]:
+def holder_problem(holder: str) -> str | None:
+    """Why ``holder`` cannot name a token's holder, or None. One rule for every scope,
+    a worker name's over HTTP (printable ASCII), so that a name a worker token is bound
+    to can be claimed under; never says the name (a line's columns swapped put the
+    token there)."""
+    if not holder.isascii() or not holder.isprintable() or holder != holder.strip():
+        return "must be printable ASCII"
+    if not holder or len(holder) > WORKER_NAME:
+        return f"must be 1 to {WORKER_NAME} characters"
+    return None
+
+
+def scoped_tokens(environ: Mapping[str, str]) -> list[ScopedToken]:
     """The scoped tokens the operator configured: one per scope from the environment,
-    any number from the token file (``SCOPE TOKEN`` lines; blank and ``#`` lines are
-    skipped). A file that cannot be read or parsed is ``UnsafeServer``, naming the
-    line but never its token."""
-    pairs = [(scope, environ[name]) for scope, name in SCOPE_ENVS.items() if environ.get(name)]
+    any number from the token file (``SCOPE TOKEN [HOLDER]`` lines; blank and ``#``
+    lines are skipped). A file that cannot be read or parsed is ``UnsafeServer``,
+    naming the line but never its token."""
+    pairs = [
+        ScopedToken(scope, environ[name]) for scope, name in SCOPE_ENVS.items() if environ.get(name)
+    ]
     path = environ.get(TOKEN_FILE_ENV)
     if not path:
         return pairs
@@ -161,14 +206,16 @@ def scoped_tokens(environ: Mapping[str, str]) -> list[tuple[str, str]]:
         words = line.split()
         if not words or words[0].startswith("#"):
             continue
-        if len(words) != 2:
-            raise UnsafeServer(f"{path} line {number}: expected SCOPE TOKEN")
+        if len(words) not in (2, 3):
+            raise UnsafeServer(f"{path} line {number}: expected SCOPE TOKEN [HOLDER]")
         if words[0] not in SCOPE_ENVS:
             raise UnsafeServer(
-                f"{path} line {number}: unknown token scope (expected SCOPE TOKEN, the scope"
-                " worker, user or operator)"
+                f"{path} line {number}: unknown token scope (expected SCOPE TOKEN [HOLDER],"
+                " the scope worker, user or operator)"
             )
-        pairs.append((words[0], words[1]))
+        if len(words) == 3 and (problem := holder_problem(words[2])) is not None:
+            raise UnsafeServer(f"{path} line {number}: the holder {problem}")
+        pairs.append(ScopedToken(*words))
     return pairs
 
 
@@ -213,25 +260,31 @@ class Guard:
     def __init__(self, app: ASGIApp, policy: Policy) -> None:
         self.app = app
         self.policy = policy
-        grants = [(_digest(value), GRANTS[scope]) for scope, value in policy.scoped]
+        grants = [
+            (_digest(value), GRANTS[kind], Holder(kind, holder) if holder else None)
+            for kind, value, holder in policy.scoped
+        ]
         if policy.token is not None:
-            grants.append((_digest(policy.token), GRANTS["api"]))
+            grants.append((_digest(policy.token), GRANTS["api"], None))
         self._grants = tuple(grants)
 
-    def _scopes(self, scope: Scope) -> frozenset[str]:
-        """The scopes of the presented token (none for none or an unknown one)."""
+    def _scopes(self, scope: Scope) -> tuple[frozenset[str], Holder | None]:
+        """The scopes of the presented token (none for none or an unknown one), and its
+        named holder."""
         given = _header(scope, b"authorization") or b""
         scheme, _, credential = given.partition(b" ")
         if scheme.lower() != b"bearer":
             credential = b""
         presented = _digest(credential.strip())
         granted: frozenset[str] = frozenset()
+        holder: Holder | None = None
         # Digests have one length, so the comparison time says nothing of a token's; every
-        # token is compared, so neither does which one matched.
-        for digest, scopes in self._grants:
+        # token is compared, so neither does which one matched. One token, one scope, so
+        # at most one matches.
+        for digest, scopes, named in self._grants:
             if hmac.compare_digest(presented, digest):
-                granted |= scopes
-        return granted
+                granted, holder = scopes, named
+        return granted, holder
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -250,10 +303,12 @@ class Guard:
                 return
         path: str = scope.get("path", "")
         public = path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIX)
-        granted = self._scopes(scope) if self._grants else frozenset()
+        granted, holder = self._scopes(scope) if self._grants else (frozenset(), None)
         # Raw audit is the operator's (a token presented); a loopback server without
         # tokens serves one user with every other scope.
-        scope.setdefault("state", {})[AUTHENTICATED] = "operator" in granted
+        state = scope.setdefault("state", {})
+        state[AUTHENTICATED] = "operator" in granted
+        state[HOLDER] = holder
         if self._grants and not public:
             if not granted:
                 presented = bool((_header(scope, b"authorization") or b"").strip())

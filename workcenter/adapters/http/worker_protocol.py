@@ -27,7 +27,8 @@ from starlette.concurrency import run_in_threadpool
 
 from workcenter.adapters.http import contract, fields
 from workcenter.adapters.http.commands import json_body
-from workcenter.adapters.http.deps import Center
+from workcenter.adapters.http.deps import Center, holder
+from workcenter.adapters.http.problems import Forbidden
 from workcenter.adapters.http.stream import HeadWatcher, watcher
 from workcenter.application import Claim
 from workcenter.domain import action as act
@@ -167,7 +168,11 @@ def _claimed(claim: Claim) -> Claimed:
     responses={204: {"description": "Nothing to claim within waitSeconds"}},
 )
 async def claim(wc: Center, heads: Heads, request: Request, body: ClaimBody) -> Any:
-    """Claim the oldest claimable Action, waiting up to ``waitSeconds`` for one."""
+    """Claim the oldest claimable Action, waiting up to ``waitSeconds`` for one. A
+    worker token that names its holder claims under that name only (403 otherwise)."""
+    named = holder(request)
+    if named is not None and named.scope == "worker" and body.worker != named.name:
+        raise Forbidden("this worker token claims only under the worker name it was given")
     protocol = wc.worker_protocol
     boot = body.boot_id if body.boot_id is not None else wc.boot_id
     loop = asyncio.get_running_loop()
