@@ -13,8 +13,8 @@ from domain_states import CRITERIA, T0, TURN, History, brief, decision, passing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from workcenter.domain import bounds, planning
 from workcenter.domain import coordinator_request as cr
-from workcenter.domain import planning
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain.decisions import reply_schema
 from workcenter.domain.errors import SnapshotTooLarge
@@ -319,3 +319,10 @@ def test_the_snapshot_stays_within_64_kib_for_large_items(
     assert len(cr.canonical_json(snap)) <= cr.SNAPSHOT_LIMIT
     unfinished = {str(a.id) for a in h.actions.values() if a.status == "ready"}
     assert unfinished <= {a["id"] for a in snap["actions"]}
+
+
+def test_the_snapshot_holds_the_goal_the_contract_took_whole() -> None:
+    """It held the first 4,000 of the 8,000 characters a goal may have (found by
+    acceptance testing, ADR-0144)."""
+    goal = "目" * (bounds.GOAL - 2) + "終了"
+    assert snapshot_of(request(History(goal=goal)))["workItem"]["goal"] == goal

@@ -340,7 +340,7 @@ def history(
             text(e["at"]),
             text(e["type"]),
             text(str(by or "")),
-            text(clip(json.dumps(data), 120)),
+            text(clip(json.dumps(data, ensure_ascii=False), 120)),
         )
     console.print(table)
     if state:

@@ -42,8 +42,26 @@ def status_of(error: WorkcenterError) -> int:
 
 def failed(error: WorkcenterError) -> int:
     """Say ``error`` on stderr; its exit status."""
-    click.echo(refusal_line(error), err=True)
+    click.echo(refusal_line(error) + _locale_hint(error), err=True)
     return status_of(error)
+
+
+def _locale_hint(error: WorkcenterError) -> str:
+    """Why an argument typed as text holds a lone surrogate: Python read bytes that are
+    not text in the terminal's locale (``LANG=C`` without Python's UTF-8 mode), so a
+    title typed in Japanese was said to hold one (found by acceptance testing, ADR-0144)."""
+    if not isinstance(error, InvalidInput) or "lone surrogate" not in str(error):
+        return ""
+    held = any("\udc80" <= c <= "\udcff" for argument in sys.argv[1:] for c in argument)
+    if not held:
+        return ""
+    encoding = sys.getfilesystemencoding()
+    if encoding.lower().replace("-", "") == "utf8":
+        return " (the command line held bytes that are not UTF-8)"
+    return (
+        f" (the command line held bytes that are not text in this locale's encoding,"
+        f" {encoding}: use a UTF-8 locale, or PYTHONUTF8=1)"
+    )
 
 
 def store_failed(error: PersistenceError | sqlite3.Error) -> int:
@@ -65,7 +83,7 @@ def output_failed(error: OSError) -> int:
     where = error.filename if error.filename is not None else "its output"
     click.echo(
         safe(
-            f"OutputFailed: could not write {where} ({error.strerror or error}); a change"
+            f"OutputFailed: could not write {where} ({error.strerror or error}); any change"
             " the command made to the store is recorded"
         ),
         err=True,
@@ -81,7 +99,7 @@ def unencodable(error: UnicodeEncodeError) -> int:
     click.echo(
         f"OutputFailed: the output's encoding ({error.encoding}) cannot write what the"
         " command has to say: set PYTHONIOENCODING=utf-8, or use --json (always UTF-8);"
-        " a change the command made to the store is recorded",
+        " any change the command made to the store is recorded",
         err=True,
     )
     return OUTPUT_FAILED

@@ -22,7 +22,7 @@ from uuid import UUID
 import orjson
 
 from workcenter.domain import action as act
-from workcenter.domain import lifecycle
+from workcenter.domain import bounds, lifecycle
 from workcenter.domain import resource_ledger as rl
 from workcenter.domain import work_item as wi
 from workcenter.domain.decision_models import DECISION_KINDS, reply_schema
@@ -40,8 +40,10 @@ CORRECTION_HEADING = "Correction of your previous reply:"
 KINDS_HEADING = "Decision kinds possible in this turn:"
 PROMPT_LIMIT = 8_000
 CORRECTION_LIMIT = 2_000
-# Per-field bounds inside the snapshot (characters).
-GOAL_LIMIT = 4_000
+# Per-field bounds inside the snapshot (characters). The goal is the model's whole, as
+# the user wrote it: 4,000 of the 8,000 the contract takes were sent (found by acceptance
+# testing, ADR-0144).
+GOAL_LIMIT = bounds.GOAL
 LINE_LIMIT = 1_000
 BRIEF_LIMIT = 1_000
 SUMMARY_LIMIT = 1_000

@@ -20,6 +20,7 @@ from uuid import UUID
 from workcenter.domain import conversation as conv
 from workcenter.projections import dto_models as dtos
 from workcenter.projections.sanitize import (
+    UTF8_MAX,
     epoch_ms,
     ids,
     sanitize_failure,
@@ -79,7 +80,8 @@ def _message(message: conv.Message) -> dtos.ConversationMessage:
         "turnId": str(message.turn_id),
         "role": message.role,
         "status": message.status,
-        "text": sanitize_personal(message.text, conv.TEXT_LIMIT),
+        # Bytes, as sanitisers cut: every text the Conversation takes whole (ADR-0144).
+        "text": sanitize_personal(message.text, UTF8_MAX * conv.TEXT_LIMIT),
         "automatic": message.automatic,
         "createdAt": epoch_ms(message.created_at),
     }
@@ -101,7 +103,7 @@ def _decision(decision: conv.DecisionSummary) -> dtos.ConversationDecision:
         "affectedActionIds": ids(decision.affected_action_ids),
     }
     if decision.question:
-        summary["question"] = sanitize_personal(decision.question, conv.TEXT_LIMIT)
+        summary["question"] = sanitize_personal(decision.question, UTF8_MAX * conv.TEXT_LIMIT)
     return summary
 
 

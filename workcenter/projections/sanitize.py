@@ -80,6 +80,11 @@ def clean_text(value: object) -> str:
     return text
 
 
+# The most UTF-8 bytes a character takes: a byte limit of this many times a bound in
+# characters cuts no text the bound takes.
+UTF8_MAX = 4
+
+
 def truncate_utf8(value: object, n: int) -> str:
     """The longest prefix of ``value`` of at most ``n`` UTF-8 bytes that splits no
     character. A falsy value gives ``''``; no marker is added."""

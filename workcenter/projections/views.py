@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, get_args
 from uuid import UUID
 
+from workcenter.domain import bounds
 from workcenter.domain import conversation as conv
 from workcenter.domain.action import ActionState, Brief, Run
 from workcenter.domain.evidence import EvidenceItem
@@ -23,6 +24,7 @@ from workcenter.projections import dto_models as dtos
 from workcenter.projections.budget import cut_brief
 from workcenter.projections.execution import RunStats, execution_stats
 from workcenter.projections.sanitize import (
+    UTF8_MAX,
     bounded_id,
     cnt,
     epoch_ms,
@@ -49,8 +51,11 @@ _MESSAGE_STATUSES: frozenset[str] = frozenset({"thinking", "completed", "failed"
 FAILED_REPLY = "The Action failed."
 
 MAX_CRITERIA = 100
-CRITERION_LIMIT = 1024
-CONTRACT_CRITERION_LIMIT = 4000
+# In UTF-8 bytes, as the read models cut; a character takes at most 4, so these hold
+# every goal and criterion the bounds take whole (read-models.md's criterion of 1,024
+# bytes cut a criterion of 342 CJK characters; found by acceptance testing, ADR-0144).
+CRITERION_LIMIT = UTF8_MAX * bounds.CRITERION
+CONTRACT_CRITERION_LIMIT = UTF8_MAX * bounds.CRITERION
 MAX_BLOCKERS = 64
 MAX_OUTPUTS = 50
 MAX_RESPONSES = 24
@@ -60,7 +65,7 @@ MAX_TURNS = 20
 MAX_ATTACHMENTS = 100
 MAX_RESULT_ITEMS = 20
 MESSAGE_CHARS = 16_000
-GOAL_LIMIT = 16_000
+GOAL_LIMIT = UTF8_MAX * bounds.GOAL
 TITLE_LIMIT = 4 * 1024
 RESPONSE_LIMIT = 16_000
 OBJECTIVE_LIMIT = 1000
@@ -320,7 +325,7 @@ def message_view(message: Message) -> dtos.MessageView:
     # The user's own words as elsewhere (no credential, no home directory; ADR-0013),
     # the Coordinator's through (b).
     sanitise = sanitize_personal if role == "user" else sanitize_diagnostic_paths
-    text = truncate_chars(sanitise(text, 4 * MESSAGE_CHARS), MESSAGE_CHARS)
+    text = truncate_chars(sanitise(text, UTF8_MAX * MESSAGE_CHARS), MESSAGE_CHARS)
     status = message.get("status")
     entry: dtos.MessageView = {
         "id": bounded_id(message.get("id")),

@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterable
 from typing import Any
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from workcenter.domain.errors import InvalidInput
@@ -106,7 +107,11 @@ def _no_such_number(token: str) -> None:
 def refuse_what_json_has_not(body: bytes) -> None:
     """``InvalidInput`` if a JSON object in ``body`` names a key twice, or the body holds
     ``NaN`` or ``Infinity`` (which Python's parser takes; a body that is not JSON is left
-    to the request's own validation, which says so)."""
+    to the request's own validation, which says so). A body in UTF-16 or UTF-32, which
+    Python's parser reads too, is refused as any other that is not UTF-8 (400; found by
+    acceptance testing, ADR-0144)."""
+    if json.detect_encoding(body) not in ("utf-8", "utf-8-sig"):
+        raise HTTPException(400, "the body is not UTF-8 text")
     try:
         json.loads(body, object_pairs_hook=_no_repeated_keys, parse_constant=_no_such_number)
     except InvalidInput:

@@ -15,6 +15,22 @@ const RETRY_FIRST_MS = 1000;
 const RETRY_MAX_MS = 15000;
 const READS_FAILING = "reads failing; trying again";
 
+// Text cut to at most `units` UTF-16 units between two characters as a reader sees them
+// (an emoji, a letter and its accents, a joined family): slice() cut inside an emoji
+// and left half of it (found by acceptance testing, ADR-0144).
+const GRAPHEMES = Intl.Segmenter ? new Intl.Segmenter(undefined, { granularity: "grapheme" }) : null;
+
+function clip(text, units) {
+  if (text.length <= units) return text;
+  if (!GRAPHEMES) return text.slice(0, /[\uDC00-\uDFFF]/.test(text[units]) ? units - 1 : units);
+  let end = 0;
+  for (const { index, segment } of GRAPHEMES.segment(text)) {
+    if (index + segment.length > units) break;
+    end = index + segment.length;
+  }
+  return text.slice(0, end);
+}
+
 // The item an address names (#id): decoded where it can be (a malformed escape is kept as
 // written, and said to name no item) and in lower case, as the server and its change
 // stream write ids (found by acceptance testing: the page broke, or never updated).
@@ -284,7 +300,9 @@ function renderProgress(progress) {
     const word = CRITERION_WORDS[row.status] || row.status;
     const tr = el("tr", null, "criterion");
     tr.dataset.status = word;
-    tr.append(el("td", row.criterion));
+    const criterion = el("td", row.criterion);
+    criterion.dir = "auto"; // a Hebrew or Arabic criterion reads right to left
+    tr.append(criterion);
     const status = el("td");
     status.append(el("span", word, "status " + word));
     tr.append(status);
@@ -401,7 +419,7 @@ function renderAudit(audit) {
     tr.append(el("td", short(event.actionId), "mono"));
     tr.append(el("td", short(event.runId), "mono"));
     const payload = JSON.stringify(event.payload);
-    tr.append(el("td", payload.length > 160 ? payload.slice(0, 160) + "…" : payload, "mono"));
+    tr.append(el("td", payload.length > 160 ? clip(payload, 160) + "…" : payload, "mono"));
     body.append(tr);
   }
 }
@@ -429,7 +447,7 @@ function sayChanges(id, status, messages) {
     for (const m of replies) {
       if (said.replies.has(m.id)) continue;
       const text = m.status === "failed" ? "the turn failed." : visible(m.text || "");
-      words.push(speaker(m) + ": " + text.slice(0, 300));
+      words.push(speaker(m) + ": " + clip(text, 300));
     }
     if (said.status !== status) words.push("Status " + status.replace(/_/g, " ") + ".");
   } else {

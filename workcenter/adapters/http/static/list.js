@@ -7,6 +7,7 @@
 
 const PAGE_SIZE = 50;
 const SEARCH_DELAY_MS = 250;
+const SEARCH_CHARS = 200;
 
 const listing = {
   after: null, // the cursor this page starts after (null: the newest page)
@@ -137,7 +138,8 @@ $("newer").addEventListener("click", () => {
 });
 
 function filterChanged() {
-  listing.search = $("search").value.trim();
+  // The server's bound (200 characters), cut between characters (ADR-0144).
+  listing.search = clip($("search").value.trim(), SEARCH_CHARS);
   listing.status = $("status-filter").value;
   showPage(null, []);
 }

@@ -1,0 +1,82 @@
+"""The dashboard with text in many scripts, in headless Chromium (found by acceptance
+testing, ADR-0144): the create form cut a title of emoji at half the bound and inside a
+joined family, the audit's cut payload ended in half an emoji, and a right-to-left
+criterion read left to right. Skips as ``test_http_browser`` does without Chromium."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from http_client import served
+from test_http_browser import TIMEOUT_MS, launched_chromium
+
+from workcenter.adapters.http.app import create_app
+from workcenter.application import WorkCenter
+
+FAMILY = "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466"  # seven characters
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    with launched_chromium() as launched:
+        yield launched
+
+
+def test_the_create_form_takes_a_title_of_emoji_whole(wc: WorkCenter, browser: Any) -> None:
+    """150 emoji are 150 characters (of 200) but 300 UTF-16 units, where the form's
+    ``maxlength`` cut them to 100; 28 families and a letter are 197 characters."""
+    titles = ["\U0001f600" * 150, FAMILY * 28 + "x"]
+    with served(create_app(wc)) as base:
+        page = browser.new_page()
+        page.goto(base)
+        for title in titles:
+            page.click("#new-item")
+            page.fill("#create-title", "")
+            page.locator("#create-title").press_sequentially(title[:2])
+            page.keyboard.insert_text(title[2:])  # typed, then pasted
+            page.fill("#create-goal", "g")
+            page.click("#create-submit")
+            page.wait_for_selector("#create-dialog", state="hidden", timeout=TIMEOUT_MS)
+        stored = sorted(row["title"] for row in wc.list_work_items())
+        assert stored == sorted(titles)
+        # Past the bound the server refuses, naming it, and nothing is written.
+        before = wc.event_count()
+        page.click("#new-item")
+        page.fill("#create-title", "\U0001f600" * 201)
+        page.fill("#create-goal", "g")
+        page.click("#create-submit")
+        page.wait_for_selector("#create-error:visible", timeout=TIMEOUT_MS)
+        assert "200 characters" in page.inner_text("#create-error")
+        assert wc.event_count() == before
+
+
+def test_cut_texts_end_between_characters_and_criteria_read_in_their_direction(
+    wc: WorkCenter, browser: Any
+) -> None:
+    item = wc.create_work_item(
+        title="x" + "\U0001f600" * 100,
+        goal="g",
+        acceptance_criteria=["הקובץ docs/api.md עודכן"],
+        mode="linear",
+        start=True,
+    )
+    with served(create_app(wc)) as base:
+        page = browser.new_page()
+        page.goto(f"{base}/#{item.id}")
+        page.wait_for_selector("#audit tbody tr", timeout=TIMEOUT_MS)
+        page.wait_for_selector("#criteria tbody tr.criterion", timeout=TIMEOUT_MS)
+        cells = page.evaluate(
+            "() => [...document.querySelectorAll('#audit tbody td.mono')]"
+            ".map((td) => td.textContent).filter((t) => t.endsWith('…'))"
+        )
+        assert cells, "no audit payload was cut: the test would prove nothing"
+        for cell in cells:
+            before_mark = cell[:-1]
+            assert not ("\ud800" <= before_mark[-1] <= "\udbff"), "cut inside an emoji"
+            assert len(before_mark) <= 160
+        direction = page.evaluate(
+            "() => getComputedStyle(document.querySelector('#criteria tr.criterion td')).direction"
+        )
+        assert direction == "rtl"
