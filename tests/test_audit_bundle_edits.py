@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,36 @@ def test_an_export_never_replaces_the_store_or_a_file_unasked(
     unnamed = export(db_path, item_id, "")
     assert unnamed.exit_code == 2 and "Traceback" not in unnamed.output, unnamed.output
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".jsonl") == ["item.jsonl"]
+
+
+@pytest.mark.parametrize("kind", ["a device", "a pipe", "a link", "a loop of links"])
+def test_an_export_never_replaces_what_is_not_a_file(
+    db_path: Path, exported: tuple[UUID, Path], tmp_path: Path, kind: str
+) -> None:
+    """``--force`` renamed the bundle over a device (``/dev/null`` as root), a pipe or a
+    link, and said it was written; a loop of links was a traceback (found by acceptance
+    testing, ADR-0145)."""
+    item_id, bundle = exported
+    target = tmp_path / "target"
+    if kind == "a device":
+        # A null device of the test's own: a regression must not take the machine's.
+        try:
+            os.mknod(target, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("making a device node needs root (CI runs as root)")
+    elif kind == "a pipe":
+        os.mkfifo(target)
+    elif kind == "a link":
+        target.symlink_to(bundle)
+    else:
+        target.symlink_to(tmp_path / "other")
+        (tmp_path / "other").symlink_to(target)
+    was = target.lstat()
+    refused = export(db_path, item_id, target, "--force")
+    assert refused.exit_code == 2, refused.output
+    assert "not a file" in refused.output and "Traceback" not in refused.output
+    now = target.lstat()
+    assert (now.st_mode, now.st_ino) == (was.st_mode, was.st_ino)
 
 
 def lines_of(bundle: Path) -> list[dict[str, Any]]:

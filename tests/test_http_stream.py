@@ -166,6 +166,10 @@ def test_the_change_feed_learns_owners_when_it_starts_half_way(
             fresh.changes.after(-1)
         with pytest.raises(InvalidInput):
             fresh.changes.after(0, limit=0)
+        # Past the head: handed back, it would skip what comes up to it (ADR-0145).
+        assert fresh.changes.after(fresh.event_count()).position == fresh.event_count()
+        with pytest.raises(InvalidInput, match="past the head"):
+            fresh.changes.after(fresh.event_count() + 1)
         with pytest.raises(NotFound):
             fresh.changes.after(0, work_item_id="not an id")  # type: ignore[arg-type]
 

@@ -81,6 +81,20 @@ def test_stores_in_memory_still_open() -> None:
             assert wc.event_count() == 0
 
 
+@pytest.mark.parametrize("name", [":memory:", "file::memory:?cache=shared"])
+@pytest.mark.parametrize("given", ["--db", "WORKCENTER_DB"])
+def test_the_cli_refuses_a_store_in_memory_but_for_the_demo(name: str, given: str) -> None:
+    """``create --db :memory:`` said "created" and named a next command that found
+    nothing; ``init`` said the store existed (found by acceptance testing, ADR-0145)."""
+    args, env = (["--db", name], {}) if given == "--db" else ([], {"WORKCENTER_DB": name})
+    for verb in (["create", "--title", "t", "--goal", "g"], ["init", "--json"], ["list"]):
+        refused = CliRunner().invoke(cli, [*args, *verb], env=env)
+        assert refused.exit_code == 2, refused.output
+        assert refused.output.startswith("InvalidInput: a store in memory ends with this")
+    demo = CliRunner().invoke(cli, [*args, "demo", "--json"], env=env)
+    assert demo.exit_code == 0, demo.output
+
+
 # --- a report that is not JSON is refused, and the worker gives its Run back ----------
 
 NOT_JSON: dict[str, Any] = {
@@ -374,3 +388,13 @@ def test_a_required_text_given_blank_says_how_it_is_blank(
 ) -> None:
     with refused(wc, InvalidInput, rf"title is required \({why}\)"):
         wc.create_work_item(title=title, goal="g", acceptance_criteria=["c"])
+
+
+def test_audit_takes_a_limit_within_the_bound_list_takes(db_path: Path) -> None:
+    """``audit --limit`` took any number, ``list --limit`` at most 2^53 - 1 as
+    docs/limits.md says (found by acceptance testing, ADR-0145)."""
+    with WorkCenter.open(db_path) as wc:
+        item = wc.create_work_item(title="t", goal="g")
+    for verb in (["audit", str(item.id)], ["list"]):
+        said = CliRunner().invoke(cli, ["--db", str(db_path), *verb, "--limit", str(2**53)])
+        assert said.exit_code == 2 and "9007199254740991" in said.output, said.output

@@ -139,3 +139,25 @@ def test_a_store_on_a_full_disk_opens_as_store_full_and_a_worker_waits_for_room(
     assert said.stderr.startswith(f"StoreFull: cannot read the store at {db} ("), said.stderr
     assert "its disk is full; free space and try again" in said.stderr
     waits_then_works(db, filler.unlink)
+
+
+@pytest.mark.parametrize("where", ["/proc/version", "a loop of links"])
+def test_a_path_that_is_no_store_and_no_full_disk_is_said_as_such(
+    tmp_path: Path, where: str
+) -> None:
+    """``/proc`` has no blocks at all: its store was said to wait for a full disk (exit 75,
+    "free space and try again"); a loop of symbolic links was a traceback (found by
+    acceptance testing, ADR-0145)."""
+    path = where
+    if where == "a loop of links":
+        (tmp_path / "one").symlink_to(tmp_path / "two")
+        (tmp_path / "two").symlink_to(tmp_path / "one")
+        path = str(tmp_path / "one")
+    for verb in (["list"], ["init"], ["copy", "--to", path]):
+        db = str(tmp_path / "real.db") if verb[0] == "copy" else path
+        if verb[0] == "copy":
+            WorkCenter.open(db).close()
+        said = CliRunner().invoke(cli, ["--db", db, *verb])
+        assert said.exit_code == 2, said.output
+        assert said.output.startswith("StoreUnavailable: "), said.output
+        assert "disk is full" not in said.output

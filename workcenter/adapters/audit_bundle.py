@@ -4,6 +4,7 @@ store (ADR-0060): every link, the anchor, and the replay of its decisions."""
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,9 +35,14 @@ def export(
     if not str(to).strip():
         raise InvalidInput("the bundle needs a file name")
     target = Path(to)
+    there = _what_is_at(target)
+    # Replaced means renamed over: a device, a pipe or a link there was replaced by a
+    # plain file (/dev/null as root; found by acceptance testing, ADR-0145).
+    if there not in (None, "file"):
+        raise InvalidInput(f"{target} is {there}, not a file: write the bundle to a file")
     if target.resolve() in _store_files(wc):
         raise InvalidInput(f"{target} is a file of the store itself: write the bundle elsewhere")
-    if target.exists() and not replace:
+    if there is not None and not replace:
         raise InvalidInput(f"{target} exists: give --force to replace it")
     partial = target.with_name(target.name + ".partial")
     count = -1
@@ -51,6 +57,23 @@ def export(
     finally:
         partial.unlink(missing_ok=True)  # gone once renamed; a failed export leaves nothing
     return count
+
+
+def _what_is_at(target: Path) -> str | None:
+    """What the name ``target`` holds itself, its links not followed: None for nothing."""
+    try:
+        mode = target.lstat().st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise InvalidInput(f"cannot write the bundle to {target}: {error.strerror}") from None
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "a device, a pipe or a socket"
 
 
 def _store_files(wc: WorkCenter) -> set[Path]:

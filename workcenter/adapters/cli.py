@@ -151,7 +151,7 @@ def demo(ctx: click.Context, as_json: bool, max_tokens: int | None) -> None:
     the item and answers the Coordinator, which plans again.
     """
     llm, coordinator = ScriptedLlm(), scripted_coordinator()
-    with _open(ctx, create=True) as wc:
+    with _open(ctx, create=True, in_memory=True) as wc:
         limits = {"max_tokens": max_tokens} if max_tokens is not None else None
 
         def say(line: str) -> None:
@@ -539,6 +539,7 @@ def _no_executor(claim: Claim) -> dict[str, Any]:
 from workcenter.adapters import (  # noqa: E402
     cli_budget,
     cli_decisions,
+    cli_events,
     cli_operator,
     cli_projections,
     cli_serve,
@@ -548,6 +549,7 @@ from workcenter.adapters import (  # noqa: E402
 
 cli_operator.audit.add_command(cli_decisions.decisions)
 cli_operator.audit.add_command(cli_decisions.export)
+cli_operator.audit.add_command(cli_events.events)
 
 for _command in (
     cli_steer.create,

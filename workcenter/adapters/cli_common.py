@@ -17,6 +17,7 @@ import click
 import orjson
 from rich.console import Console, ConsoleDimensions
 
+from workcenter.adapters.persistence import is_in_memory
 from workcenter.adapters.terminal import escape_json
 from workcenter.application import WorkCenter
 from workcenter.domain import bounds
@@ -208,12 +209,24 @@ def actor_option(command: F) -> F:
 
 
 def open_center(
-    ctx: click.Context, *, create: bool = False, inline_projections: bool | None = None
+    ctx: click.Context,
+    *,
+    create: bool = False,
+    inline_projections: bool | None = None,
+    in_memory: bool = False,
 ) -> WorkCenter:
-    """The store the user named; only a verb that writes new work may create one."""
-    return WorkCenter.open(
-        ctx.ensure_object(dict).get("db"), create=create, inline_projections=inline_projections
-    )
+    """The store the user named; only a verb that writes new work may create one. Not a
+    store in memory, unless ``in_memory`` (a verb whose work ends with it, the demo): it
+    ends with the verb's process, which said "created" and named a next command that
+    found nothing (found by acceptance testing, ADR-0145)."""
+    db = ctx.ensure_object(dict).get("db")
+    named = db if db is not None else os.environ.get("WORKCENTER_DB")
+    if not in_memory and named is not None and is_in_memory(named):
+        raise InvalidInput(
+            "a store in memory ends with this command: name a file or a URL (the Python API"
+            " keeps one for as long as its WorkCenter is open)"
+        )
+    return WorkCenter.open(db, create=create, inline_projections=inline_projections)
 
 
 def command_hint(ctx: click.Context, *words: str) -> str:

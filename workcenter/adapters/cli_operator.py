@@ -26,6 +26,7 @@ from workcenter.adapters.cli_common import (
     resolve_id,
     work_item_id,
 )
+from workcenter.adapters.cli_steer import action_id as action_named
 from workcenter.adapters.cli_stop import Interrupted, Steps, interrupted, stop_signals
 from workcenter.adapters.terminal import text
 from workcenter.application import WorkCenter
@@ -93,10 +94,6 @@ def _at_time(value: str | None) -> datetime | None:
     return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def _action_id(item: WorkItemState, value: str) -> UUID:
-    return resolve_id(value, "Action", lambda: (e.action_id for e in item.plan))
-
-
 def _run_id(wc: WorkCenter, item: WorkItemState, value: str) -> UUID:
     return resolve_id(
         value,
@@ -111,10 +108,15 @@ def _run_id(wc: WorkCenter, item: WorkItemState, value: str) -> UUID:
 @json_option
 @click.option("--at", "at_version", type=int, default=None, help="State at this WorkItem version.")
 @click.option("--at-time", default=None, help="State at this ISO time (UTC if no offset).")
-@click.option("--action", "action_id", default=None, help="Only this Action's rows.")
+@click.option(
+    "--action",
+    "action_id",
+    default=None,
+    help="Only this Action's rows: its number as `show` prints it, or its id or a prefix.",
+)
 @click.option("--run", "run_id", default=None, help="Only this Run's rows.")
 @click.option("--type", "event_type", default=None, help="Only events of this type.")
-@click.option("--limit", type=Count(min=1), default=500, show_default=True)
+@click.option("--limit", type=Count(min=1, max=bounds.INTEGER), default=500, show_default=True)
 @click.option("--raw", is_flag=True, help="Payloads as stored, not sanitised.")
 @click.pass_context
 def audit_trail(
@@ -151,7 +153,7 @@ def audit_trail(
         rows = wc.audit(
             item.id,
             limit=min(limit + 1, bounds.INTEGER),  # one more: whether older ones were left
-            action_id=_action_id(item, action_id) if action_id is not None else None,
+            action_id=action_named(item, action_id) if action_id is not None else None,
             run_id=_run_id(wc, item, run_id) if run_id is not None else None,
             type=event_type,
             until=until,

@@ -92,10 +92,16 @@ def full_disk_said(db_path: str) -> Iterator[None]:
 
 
 def _no_space_left(path: Path) -> bool:
+    """Whether the file system of ``path`` has blocks and none free. One of no blocks at
+    all (``/proc``'s) is not full: a store there was said to wait for space (found by
+    acceptance testing, ADR-0145)."""
     try:
-        return os.statvfs(path.resolve().parent).f_bavail == 0
-    except (OSError, ValueError):  # a path the file system cannot take (its own refusal)
+        found = os.statvfs(path.resolve().parent)
+    except (OSError, ValueError, RuntimeError):
+        # A path the file system cannot take, or a loop of symbolic links (its own
+        # refusal, said as such; the loop was a traceback, ADR-0145).
         return False
+    return found.f_blocks > 0 and found.f_bavail == 0
 
 
 def _file_failed(error: Exception) -> StoreUnavailable:

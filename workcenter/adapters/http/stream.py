@@ -197,6 +197,11 @@ async def _events(
                 yield STORE_AWAY
             await asyncio.sleep(UNAVAILABLE_SECONDS)
             continue
+        except InvalidInput:
+            # The sequence went back under the stream (the store was restored from an
+            # older backup): the stream ends; its client's reconnection from its last id
+            # is refused, saying why (ADR-0145).
+            return
         if away:
             away = False
             yield STORE_BACK

@@ -282,7 +282,7 @@ def _checked_timeout(value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise InvalidInput(f"timeout must be a number of seconds, not {value!r}")
     if not math.isfinite(value) or value <= 0:
-        raise InvalidInput(f"timeout must be above zero seconds, not {value!r}")
+        raise InvalidInput(f"timeout must be a finite number of seconds above zero, not {value!r}")
     return float(value)
 
 

@@ -1,0 +1,86 @@
+"""`audit events`: the whole event sequence as JSON Lines, resumed from a position
+(found by acceptance testing, ADR-0145: an export to a warehouse had no way to page
+through every event with its data; it read every item's trail again each time)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from conftest import BACKENDS, create_linear
+
+from workcenter import run_worker
+from workcenter.adapters.cli import cli
+from workcenter.adapters.executors import echo
+from workcenter.application import WorkCenter
+
+SECRET = "api_key=sk-live-0123456789abcdefghijklmnop"
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def export(location: str, *args: str) -> tuple[list[dict[str, Any]], int | None, Any]:
+    """The lines printed, the position stderr says to go on from, and the result."""
+    result = CliRunner().invoke(cli, ["--db", location, "audit", "events", *args])
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    found = re.search(r"--after (\d+)$", result.stderr.strip())
+    return lines, int(found.group(1)) if found else None, result
+
+
+def test_pages_resumed_from_their_last_position_hold_every_event_once(
+    location: str, wc: WorkCenter
+) -> None:
+    for _ in range(3):
+        create_linear(wc)
+    wc.create_work_item(title="t", goal=f"deploy with {SECRET}")
+    run_worker(wc, echo, worker="w1", exit_when_idle=True, poll_seconds=0.01)
+    seen: list[dict[str, Any]] = []
+    after = 0
+    while True:
+        lines, after_next, result = export(location, "--after", str(after), "--limit", "7")
+        assert result.exit_code == 0, result.output
+        assert after_next is not None, result.stderr
+        seen += lines
+        if not lines:
+            assert "(the head)" in result.stderr
+            break
+        assert after_next == lines[-1]["position"]
+        after = after_next
+    positions = [line["position"] for line in seen]
+    assert positions == sorted(set(positions)) and positions[-1] == wc.event_count()
+    trails = [row.position for item in wc.list_work_items() for row in wc.audit(item["id"])]
+    assert sorted(trails) == positions  # every event, each once, each of an item
+    assert {line["work_item_id"] for line in seen} == {str(i["id"]) for i in wc.list_work_items()}
+    kinds = {line["aggregate"] for line in seen}
+    assert kinds >= {"work_item", "action", "ledger"}, kinds
+    text = json.dumps(seen)
+    assert "sk-live-0123456789" not in text and all(line["masked"] for line in seen)
+    raw, _, _ = export(location, "--raw")
+    assert SECRET in json.dumps(raw) and not any(line["masked"] for line in raw)
+    assert [line["position"] for line in raw] == positions
+
+
+def test_a_position_past_the_head_is_refused(location: str, wc: WorkCenter) -> None:
+    create_linear(wc)
+    lines, _, result = export(location, "--after", str(wc.event_count() + 1))
+    assert result.exit_code == 2 and not lines
+    assert "past the head of the event sequence" in result.stderr
+
+
+def test_the_trail_takes_an_actions_number_as_show_prints_it(location: str, wc: WorkCenter) -> None:
+    """``audit --action 1`` was refused where `retry`, `guide` and `input` take the
+    number (found by acceptance testing, ADR-0145)."""
+    item = create_linear(wc)
+    first = wc.work_item(item.id).plan[0].action_id
+    result = CliRunner().invoke(
+        cli, ["--db", location, "audit", str(item.id), "--action", "1", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)["events"]
+    assert rows and {row["action_id"] for row in rows} == {str(first)}

@@ -1,0 +1,102 @@
+"""`audit events`: every event of the store after a position, in order, as JSON Lines,
+for an export to another system that resumes where it stopped (ADR-0145).
+
+`audit ID` is one item's trail and the change stream carries no payloads; an export
+needs the whole sequence with its data, and a position to go on from. Each line is
+written whole: a stop (Ctrl-C, SIGTERM, a closed pipe) comes between two lines, and
+the last line on stderr names the position to give ``--after`` next.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+import orjson
+
+from workcenter.adapters.cli_common import Count, db_option, open_center
+from workcenter.adapters.cli_stop import Interrupted, interrupted, stop_signals
+from workcenter.adapters.terminal import safe
+from workcenter.domain import bounds
+from workcenter.domain.model import DomainEvent
+from workcenter.projections.audit import ENVELOPE
+from workcenter.projections.sanitize import sanitize_event_payload
+from workcenter.service_layer.queries.changes import MAX_BATCH, Change
+
+DEFAULT_LIMIT = 10_000
+
+
+def event_line(position: int, change: Change | None, event: DomainEvent, raw: bool) -> bytes:
+    """One event as its export line: where it is, whose it is, who caused it, and its
+    payload (masked as `audit` masks it unless ``raw``)."""
+    kind = type(event).__name__
+    payload = event.model_dump(mode="json", exclude=ENVELOPE)
+    actor = event.actor
+    row: dict[str, Any] = {
+        "position": position,
+        "time": event.timestamp.isoformat(),
+        "work_item_id": str(change.work_item_id) if change is not None else None,
+        "aggregate": change.aggregate if change is not None else None,
+        "aggregate_id": str(event.originator_id),
+        "version": event.originator_version,
+        "type": kind,
+        "action_id": str(change.action_id) if change and change.action_id else None,
+        "run_id": str(change.run_id) if change and change.run_id else None,
+        "actor": actor.kind,
+        "actor_id": actor.id,
+        "caused_by": str(actor.caused_by) if actor.caused_by else None,
+        "masked": not raw,
+        "payload": payload if raw else sanitize_event_payload(kind, payload),
+    }
+    return orjson.dumps(row) + b"\n"
+
+
+@click.command(name="events")
+@db_option
+@click.option(
+    "--after",
+    type=Count(min=0, max=bounds.INTEGER),
+    default=0,
+    show_default=True,
+    help="Start after this position: the one the last export said to go on from.",
+)
+@click.option(
+    "--limit",
+    type=Count(min=1, max=bounds.INTEGER),
+    default=DEFAULT_LIMIT,
+    show_default=True,
+    help="Print at most this many events.",
+)
+@click.option("--raw", is_flag=True, help="Payloads as stored, not masked.")
+@click.pass_context
+def events(ctx: click.Context, after: int, limit: int, raw: bool) -> None:
+    """Every event of the store after --after, oldest first, as JSON Lines on stdout
+    (position, time, work_item_id, aggregate, aggregate_id, version, type, action_id,
+    run_id, actor, actor_id, caused_by, masked, payload); stderr's last line names the
+    position to go on from with --after."""
+    printed, position = 0, after
+    out = sys.stdout.buffer
+    with stop_signals() as stop, open_center(ctx, inline_projections=False) as wc:
+        try:
+            while printed < limit:
+                stop.check()
+                page = wc.changes.events_after(position, limit=min(MAX_BATCH, limit - printed))
+                for at, change, event in page.events:
+                    out.write(event_line(at, change, event, raw))
+                    printed, position = printed + 1, at
+                out.flush()
+                if not page.events:
+                    break
+            head = wc.changes.head()
+        except Interrupted as stopped:
+            out.flush()
+            interrupted(ctx, stopped, _said(printed, after, position, None))
+    click.echo(safe(_said(printed, after, position, head)), err=True)
+
+
+def _said(printed: int, after: int, position: int, head: int | None) -> str:
+    done = f"{printed} events after position {after}, up to position {position}"
+    if head is not None and position >= head:
+        return f"{done} (the head): go on later with --after {position}"
+    return f"{done}: go on with --after {position}"
