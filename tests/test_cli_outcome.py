@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -119,3 +120,38 @@ def test_force_color_does_not_wrap_or_cut_a_pipe(db_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert TITLE in done.stdout.decode() or TITLE.encode() in done.stdout.replace(b"\x1b", b"")
     assert "…" not in done.stdout.decode()
+
+
+def on_a_terminal(db: Path, columns: int, *args: str) -> str:
+    """What the verb shows on a terminal of ``columns`` (a pseudo-terminal)."""
+    leader, follower = pty.openpty()
+    env = {**os.environ, "COLUMNS": str(columns), "LINES": "40"}
+    env.pop("FORCE_COLOR", None)
+    subprocess.run([WORKCENTER, "--db", str(db), *args], stdout=follower, stderr=follower, env=env)
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal closed: all was read
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(leader)
+    return shown.decode()
+
+
+def test_a_narrow_terminal_shows_ids_by_a_prefix_the_verbs_take(db_path: Path) -> None:
+    """On 40 columns the full id squeezed status, mode and title to nothing (found by
+    acceptance testing, ADR-0145); a wide terminal and a pipe keep whole ids."""
+    store(db_path)
+    with WorkCenter.open(db_path) as wc:
+        full = str(wc.list_work_items()[0]["id"])
+    narrow = on_a_terminal(db_path, 40, "list")
+    assert full[:8] in narrow and full not in narrow
+    assert "draft" in narrow and "Spalt" in narrow  # the other columns have room
+    assert full in on_a_terminal(db_path, 120, "list")
+    assert full in run(db_path, "list").stdout.decode()
+    shown = run(db_path, "show", full[:8])
+    assert shown.returncode == 0, shown.stderr

@@ -206,6 +206,8 @@ def init(ctx: click.Context, as_json: bool) -> None:
 
 
 LIST_LIMIT = 1000  # items `list` shows unless told
+NARROW = 80  # columns under which `list` shows ids by their first SHORT_ID characters
+SHORT_ID = 8
 
 
 @cli.command(name="list")
@@ -252,13 +254,18 @@ def list_items(
             ]
         )
         return
+    # On a narrow terminal a full id left the other columns no room at all: its first
+    # characters, which every verb takes as a prefix (found by acceptance testing,
+    # ADR-0145; a pipe still gets the whole id).
+    short = console.on_a_terminal and console.width < NARROW
     table = Table()
-    table.add_column("id", no_wrap=True, min_width=36)
+    table.add_column("id", no_wrap=True, min_width=SHORT_ID if short else 36)
     for column in ("status", "mode", "title"):
         table.add_column(column)
     for r in rows:
+        shown = str(r["id"])[:SHORT_ID] if short else str(r["id"])
         table.add_row(
-            str(r["id"]), text(r["status"]), text(r["mode"]), text(sanitize_personal(r["title"]))
+            shown, text(r["status"]), text(r["mode"]), text(sanitize_personal(r["title"]))
         )
     console.print(table)
 
