@@ -80,3 +80,29 @@ def test_cut_texts_end_between_characters_and_criteria_read_in_their_direction(
             "() => getComputedStyle(document.querySelector('#criteria tr.criterion td')).direction"
         )
         assert direction == "rtl"
+
+
+def test_a_path_in_right_to_left_text_is_laid_out_whole(wc: WorkCenter, browser: Any) -> None:
+    """In an Arabic title "/usr/local/bin/wc-123.py" was laid out in pieces (found by
+    acceptance testing, ADR-0144): a path is isolated, left to right, in the list, the
+    heading, the goal and a criterion, and the text reads the same."""
+    path = "/usr/local/bin/wc-123.py"
+    title = f"إصلاح الخطأ في {path} عند السطر 42"
+    item = wc.create_work_item(
+        title=title, goal=f"شغّل {path}", acceptance_criteria=[f"يعمل {path}"]
+    )
+    with served(create_app(wc)) as base:
+        page = browser.new_page()
+        page.goto(f"{base}/#{item.id}")
+        page.wait_for_selector("#criteria tbody tr.criterion", timeout=TIMEOUT_MS)
+        for where in ("#item-list .item-title", "#item-title", "#item-goal", "#criteria td"):
+            found = page.evaluate(
+                "(where) => { const n = document.querySelector(where); return [n.textContent,"
+                " getComputedStyle(n).direction, [...n.querySelectorAll('bdi')]"
+                ".map((b) => [b.textContent, b.dir])]; }",
+                where,
+            )
+            text, direction, isolated = found
+            assert path in text and direction == "rtl", (where, found)
+            assert isolated == [[path, "ltr"]], (where, found)
+        assert page.inner_text("#item-title") == title

@@ -102,6 +102,32 @@ function el(tag, text, className) {
   return node;
 }
 
+// A person's words in their own direction (dir="auto"), each path or address among them
+// kept whole and left to right: in an Arabic title "/usr/local/bin/wc-123.py" was laid
+// out in pieces (found by acceptance testing, ADR-0144).
+const PATH_LIKE = /\S*[\/\\]\S*/g;
+
+function setWords(node, text) {
+  const shown = visible(text);
+  node.textContent = "";
+  node.dir = "auto";
+  let last = 0;
+  for (const found of shown.matchAll(PATH_LIKE)) {
+    if (found.index > last) node.append(shown.slice(last, found.index));
+    const path = document.createElement("bdi");
+    path.dir = "ltr";
+    path.textContent = found[0];
+    node.append(path);
+    last = found.index + found[0].length;
+  }
+  if (last < shown.length) node.append(shown.slice(last));
+  return node;
+}
+
+function ownWords(tag, text, className) {
+  return setWords(el(tag, null, className), text);
+}
+
 function short(id) {
   return id ? String(id).slice(0, 8) : "";
 }
@@ -233,13 +259,13 @@ async function refreshDetail() {
   state.conversationEtag = talk.etag;
   renderConversation(talk.body, decided, base);
   $("detail").hidden = false;
-  $("item-title").textContent = visible(detail.title);
+  setWords($("item-title"), detail.title);
   document.title = visible(detail.title) + " – Workcenter";
   sayChanges(id, detail.status, talk.body.messages);
   const status = $("item-status");
   status.textContent = detail.status;
   status.className = "status " + detail.status;
-  $("item-goal").textContent = visible(detail.goal);
+  setWords($("item-goal"), detail.goal);
   $("item-summary").textContent = visible(detail.actionSummary || "");
   // "Execution stopped: CODE" is the contract's summary; the stop banner says it in
   // words, so the code is not shown twice (found by acceptance testing).
@@ -300,9 +326,7 @@ function renderProgress(progress) {
     const word = CRITERION_WORDS[row.status] || row.status;
     const tr = el("tr", null, "criterion");
     tr.dataset.status = word;
-    const criterion = el("td", row.criterion);
-    criterion.dir = "auto"; // a Hebrew or Arabic criterion reads right to left
-    tr.append(criterion);
+    tr.append(ownWords("td", row.criterion)); // a Hebrew or Arabic one reads right to left
     const status = el("td");
     status.append(el("span", word, "status " + word));
     tr.append(status);
@@ -503,14 +527,13 @@ function renderMessage(message, turns, base) {
   }
   if (shown) head.append(...verdict(turn, base));
   item.append(head);
-  const words = message.status === "thinking" ? "thinking…" : message.text;
-  if (words) item.append(el("div", words, "msg-text"));
+  const body = message.status === "thinking" ? "thinking…" : message.text;
+  if (body) item.append(ownWords("div", body, "msg-text"));
   const question = message.decision && message.decision.question;
   // Once: a reply's text often ends with its question (found by acceptance testing).
-  if (question && !(words || "").includes(question)) {
-    item.append(el("div", question, "question"));
+  if (question && !(body || "").includes(question)) {
+    item.append(ownWords("div", question, "question"));
   }
-  for (const text of item.querySelectorAll(".msg-text, .question")) text.dir = "auto";
   if (message.error) item.append(el("div", message.error, "failure"));
   return item;
 }

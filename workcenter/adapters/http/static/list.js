@@ -40,9 +40,7 @@ function itemRow(item) {
     row.className = "selected";
     button.setAttribute("aria-current", "true"); // said, not only shown in blue
   }
-  const title = el("span", item.title, "item-title");
-  title.dir = "auto";
-  button.append(title);
+  button.append(ownWords("span", item.title, "item-title"));
   const meta = el("span", null, "item-meta");
   const progress = item.goalProgress || {};
   const total = progress.totalCriteriaCount || 0;
