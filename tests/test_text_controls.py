@@ -20,7 +20,7 @@ from workcenter.application import WorkCenter
 
 TITLE = "\u202egnp.exe \x1b[31mred\x07 \u2066isolated\u2069 \u200fmark"
 SHOWN = "\\u202egnp.exe \\x1b[31mred\\x07 \\u2066isolated\\u2069 \\u200fmark"
-DASHBOARD = Path(__file__).parent.parent / "workcenter/adapters/http/static/dashboard.js"
+TEXT_JS = Path(__file__).parent.parent / "workcenter/adapters/http/static/text.js"
 
 
 @pytest.fixture
@@ -46,13 +46,13 @@ def test_the_api_keeps_the_title_as_written(wc: WorkCenter) -> None:
 
 
 def test_the_page_escapes_what_the_terminal_escapes() -> None:
-    """dashboard.js's ``visible`` against ``terminal.safe`` over the first 12,288 code
+    """The page's ``visible`` (text.js) against ``terminal.safe`` over the first 12,288 code
     points: the same escapes, but the page keeps newlines and tabs (it shows
     multi-line goals as written)."""
     node = shutil.which("node")
     if node is None:
         pytest.skip("no node to run the page's script")
-    script = DASHBOARD.read_text()
+    script = TEXT_JS.read_text()
     start = script.index("const UNSAFE")
     end = script.index("function el(")
     program = (

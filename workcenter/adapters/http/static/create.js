@@ -1,7 +1,7 @@
 // The dashboard's create form: title, goal, criteria, delivery target, mode, stages,
 // limits, and whether to start at once. The server judges every field; a refusal is
 // shown in its words and the form keeps what the user typed.
-// It uses dashboard.js's state and helpers (both are classic scripts of one page).
+// It uses dashboard.js's state and text.js's helpers (classic scripts of one page).
 "use strict";
 
 // The form's create is sent with an id of its own until it succeeds: a submit again

@@ -1,7 +1,7 @@
 // The Workcenter dashboard: reads the API, follows the change stream, shows the
-// selected item's goal progress, budget, conversation with the Coordinator, Actions
-// and Runs, and audit, and posts the user's messages; the item list is list.js's, the
-// steering controls steering.js's and the create form create.js's.
+// selected item's goal progress, budget, Actions and Runs, and audit; how text is shown
+// is text.js's, the conversation with the Coordinator conversation.js's, the item list
+// list.js's, the steering controls steering.js's and the create form create.js's.
 // Every value is set as text (never as markup); no build step, no dependency.
 "use strict";
 
@@ -14,22 +14,6 @@ const RECONNECT_MS = 1000;
 const RETRY_FIRST_MS = 1000;
 const RETRY_MAX_MS = 15000;
 const READS_FAILING = "reads failing; trying again";
-
-// Text cut to at most `units` UTF-16 units between two characters as a reader sees them
-// (an emoji, a letter and its accents, a joined family): slice() cut inside an emoji
-// and left half of it (found by acceptance testing, ADR-0144).
-const GRAPHEMES = Intl.Segmenter ? new Intl.Segmenter(undefined, { granularity: "grapheme" }) : null;
-
-function clip(text, units) {
-  if (text.length <= units) return text;
-  if (!GRAPHEMES) return text.slice(0, /[\uDC00-\uDFFF]/.test(text[units]) ? units - 1 : units);
-  let end = 0;
-  for (const { index, segment } of GRAPHEMES.segment(text)) {
-    if (index + segment.length > units) break;
-    end = index + segment.length;
-  }
-  return text.slice(0, end);
-}
 
 // The item an address names (#id): decoded where it can be (a malformed escape is kept as
 // written, and said to name no item) and in lower case, as the server and its change
@@ -78,65 +62,6 @@ const state = {
   prefilledStop: null,
   actionForm: null,
 };
-
-const $ = (id) => document.getElementById(id);
-
-// Control characters and the invisible marks that reorder text (bidi embeddings,
-// overrides and isolates, LRM and RLM) are shown as escapes, as the terminal shows
-// them: a title "\u202egnp.exe" must not read "exe.png". Newlines and tabs stay.
-const UNSAFE = /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
-
-function visible(value) {
-  return String(value).replace(UNSAFE, (c) => {
-    const code = c.charCodeAt(0);
-    return code <= 0xff
-      ? "\\x" + code.toString(16).padStart(2, "0")
-      : "\\u" + code.toString(16).padStart(4, "0");
-  });
-}
-
-function el(tag, text, className) {
-  const node = document.createElement(tag);
-  if (text !== undefined && text !== null) node.textContent = visible(text);
-  if (className) node.className = className;
-  return node;
-}
-
-// A person's words in their own direction (dir="auto"), each path or address among them
-// kept whole and left to right: in an Arabic title "/usr/local/bin/wc-123.py" was laid
-// out in pieces (found by acceptance testing, ADR-0144).
-const PATH_LIKE = /\S*[\/\\]\S*/g;
-
-function setWords(node, text) {
-  const shown = visible(text);
-  node.textContent = "";
-  node.dir = "auto";
-  let last = 0;
-  for (const found of shown.matchAll(PATH_LIKE)) {
-    if (found.index > last) node.append(shown.slice(last, found.index));
-    const path = document.createElement("bdi");
-    path.dir = "ltr";
-    path.textContent = found[0];
-    node.append(path);
-    last = found.index + found[0].length;
-  }
-  if (last < shown.length) node.append(shown.slice(last));
-  return node;
-}
-
-function ownWords(tag, text, className) {
-  return setWords(el(tag, null, className), text);
-}
-
-function short(id) {
-  return id ? String(id).slice(0, 8) : "";
-}
-
-// A time as the reader's clock shows it, with its date: the audit said UTC and the
-// conversation local time, neither with a date (found by acceptance testing, ADR-0137).
-function localTime(time) {
-  return new Date(time).toLocaleString();
-}
 
 // ``build()`` rebuilds what ``root`` holds: the element the keyboard was on (named by its
 // data-key) has the focus again, where a live update threw it out to the page (found by
@@ -483,187 +408,6 @@ function sayChanges(id, status, messages) {
   if (words.length) announce(words.join(" "));
 }
 
-// --- the conversation with the Coordinator -----------------------------------------
-
-function speaker(message) {
-  if (message.role === "user") return "You";
-  return (message.speaker || "Coordinator") + (message.automatic ? " (on its own)" : "");
-}
-
-// A Coordinator reply's verdict, and a link to its decision's provenance (ADR-0061).
-function verdict(turn, base) {
-  const request = turn.request || {};
-  const charged = turn.attempts.reduce((sum, a) => sum + a.charged, 0);
-  const span = el("span", turn.verdict.kind.replace(/_/g, " "), "verdict " + turn.verdict.kind);
-  span.title = "saw item v" + request.item_version + ", ledger v" + request.ledger_version +
-    "; " + turn.attempts.length + " attempt(s), " + charged + " tokens charged" +
-    (turn.verdict.reason ? "; " + turn.verdict.reason : "");
-  const link = el("a", "provenance", "provenance");
-  link.href = base + "/decisions?turn=" + encodeURIComponent(turn.turn_id);
-  link.target = "_blank";
-  link.dataset.key = "provenance:" + turn.turn_id;
-  link.setAttribute("aria-label", "provenance of this decision (opens a new tab)");
-  return [span, link];
-}
-
-function renderMessage(message, turns, base) {
-  const item = el("li", null, "msg " + message.role + " " + message.status);
-  item.dataset.role = message.role;
-  item.dataset.status = message.status;
-  const head = el("div", null, "msg-head");
-  head.append(el("span", speaker(message)));
-  head.append(el("span", localTime(message.createdAt)));
-  const turn = message.role === "assistant" && turns ? turns.get(message.turnId) : null;
-  const shown = turn && turn.verdict.kind !== "thinking";
-  // A failed turn's verdict says "failed" already.
-  if (message.status !== "completed" && !(shown && turn.verdict.kind === message.status)) {
-    head.append(el("span", message.status, "status " + message.status));
-  }
-  if (message.decision) {
-    const kind = el("span", message.decision.kind.replace(/_/g, " "), "decision");
-    kind.dataset.kind = message.decision.kind;
-    kind.title = visible(message.decision.reason || "");
-    head.append(kind);
-  }
-  if (shown) head.append(...verdict(turn, base));
-  item.append(head);
-  const body = message.status === "thinking" ? "thinking…" : message.text;
-  if (body) item.append(ownWords("div", body, "msg-text"));
-  const question = message.decision && message.decision.question;
-  // Once: a reply's text often ends with its question (found by acceptance testing).
-  if (question && !(body || "").includes(question)) {
-    item.append(ownWords("div", question, "question"));
-  }
-  if (message.error) item.append(el("div", message.error, "failure"));
-  return item;
-}
-
-// A dynamic item running with nothing planned waits for its Coordinator: the page says
-// when only a person's message can move it on (ADR-0129).
-const PLAN_WAIT = {
-  due: "Nothing is planned yet: the Coordinator's next step is due.",
-  retrying: "Nothing is planned yet: the Coordinator's last turn failed, and it tries" +
-    " again after a pause (the Coordinator failures count toward the budget's limit).",
-  failed: "Nothing is planned: the Coordinator's last turn failed and is not retried." +
-    " Send a message to say what to do next.",
-  idle: "Nothing is planned and no Coordinator step is due." +
-    " Send a message to say what to do next.",
-};
-
-// Why Send is greyed out, "" when it is not.
-function sendTitle(talk, closed, stopped) {
-  if (closed) return "The item is " + talk.status + ": it takes no message";
-  if (stopped) return "Stopped by its budget: the stop above says what lifts it";
-  if (talk.thinking) return "The Coordinator is answering: a moment";
-  return "";
-}
-
-function renderConversation(talk, decided, base) {
-  const list = $("conversation");
-  const atBottom = list.scrollTop + list.clientHeight >= list.scrollHeight - 4;
-  const turns = new Map((decided ? decided.turns : []).map((t) => [t.turn_id, t]));
-  keepingFocus(list, () =>
-    list.replaceChildren(...talk.messages.map((m) => renderMessage(m, turns, base))),
-  );
-  if (atBottom) list.scrollTop = list.scrollHeight;
-  $("no-messages").hidden = talk.messages.length > 0;
-  const closed = talk.status === "done" || talk.status === "cancelled";
-  const notes = [];
-  if (talk.omittedMessages) notes.push(talk.omittedMessages + " older not shown");
-  if (talk.thinking) notes.push("the Coordinator is thinking");
-  // Only an open item's Coordinator wakes (found by acceptance testing, ADR-0142).
-  else if (talk.pendingWakes && !closed) notes.push(talk.pendingWakes + " wake(s) waiting");
-  $("conversation-state").textContent = notes.length ? "(" + notes.join("; ") + ")" : "";
-  const newest = talk.turns.length ? talk.turns[talk.turns.length - 1] : null;
-  const retrying = talk.planWait === "due" && !talk.thinking && newest &&
-    newest.status === "failed";
-  const waits = PLAN_WAIT[retrying ? "retrying" : talk.planWait];
-  $("plan-wait").hidden = !waits;
-  $("plan-wait").textContent = waits || "";
-  const control = state.detail && state.detail.executionControl;
-  const stopped = Boolean(control && control.stopReason);
-  const send = $("message-send");
-  send.disabled = closed || talk.thinking || stopped;
-  send.title = sendTitle(talk, closed, stopped);
-  $("message-text").disabled = closed;
-  // A refusal stays until the conversation changes after the read that followed it: its
-  // cause (a turn thinking, a stop) may be gone by then (found by acceptance testing).
-  const error = $("message-error");
-  const seen = talk.conversationVersion + "|" + state.conversationEtag;
-  if (!error.hidden) {
-    if (state.messageErrorAt === null) state.messageErrorAt = seen;
-    else if (state.messageErrorAt !== seen) error.hidden = true;
-    // Refused as a turn was thinking, which has ended, perhaps before the read after.
-    if (state.messageRefusedThinking && !talk.thinking) error.hidden = true;
-  }
-  markMessageRefused(!error.hidden);
-}
-
-// The message box, said to be invalid and described by its refusal until the refusal
-// goes: a hidden refusal's text stayed the box's description (found by acceptance
-// testing, ADR-0142).
-function markMessageRefused(refused) {
-  const box = $("message-text");
-  if (refused) {
-    box.setAttribute("aria-invalid", "true");
-    box.setAttribute("aria-describedby", "message-error");
-  } else {
-    box.removeAttribute("aria-invalid");
-    box.removeAttribute("aria-describedby");
-  }
-}
-
-function clientMessageId() {
-  if (window.crypto && crypto.randomUUID) return crypto.randomUUID();
-  return Date.now().toString(36) + "-" + Math.random().toString(36).slice(2);
-}
-
-async function sendMessage(event) {
-  event.preventDefault();
-  const id = state.selected;
-  const text = $("message-text").value.trim();
-  const error = $("message-error");
-  if (!id || !text) return;
-  if (!state.pendingMessage || state.pendingMessage.text !== text) {
-    state.pendingMessage = { text, clientMessageId: clientMessageId() };
-  }
-  error.hidden = true;
-  markMessageRefused(false);
-  // The keyboard stays on the message: Send is disabled while it is sent, and the focus
-  // on a disabled button went to the page's top (found by acceptance testing, ADR-0142).
-  if (document.activeElement === $("message-send")) $("message-text").focus();
-  $("message-send").disabled = true;
-  try {
-    const extra = { "Content-Type": "application/json", "If-Match": state.conversationEtag || "" };
-    const body = JSON.stringify(state.pendingMessage);
-    const path = "/api/work-items/" + encodeURIComponent(id) + "/messages";
-    await checked(await fetch(path, { method: "POST", headers: headers(extra), body }));
-    state.pendingMessage = null;
-    $("message-text").value = "";
-  } catch (failure) {
-    $("message-send").disabled = false;
-    if (failure instanceof Unauthorized) return;
-    error.hidden = false;
-    markMessageRefused(true);
-    state.messageErrorAt = null;
-    state.messageRefusedThinking = failure instanceof Problem && failure.status === 409 &&
-      /turn is in progress/.test(failure.message);
-    error.textContent = visible(
-      failure instanceof Problem && failure.status === 412
-        ? "The item changed since you read it: check what changed, then send again."
-        : failure instanceof TypeError
-          ? "The server could not be reached, so it is not known whether the message was" +
-            " sent: send it again once the server answers (it is taken once)."
-          : String(failure.message || failure),
-    );
-  } finally {
-    // The next read shows the new turn (or what changed) and sets the button again.
-    state.detailDirty = true;
-    schedule();
-  }
-}
-
-$("message-form").addEventListener("submit", sendMessage);
 
 // --- live updates ----------------------------------------------------------------
 

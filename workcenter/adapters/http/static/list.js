@@ -2,7 +2,7 @@
 // title and goal. Pages are cut by the server's cursor (the item a page starts after),
 // so items created while the user reads page 3 do not shift it: only the first page
 // grows, and it is the one that follows new items live.
-// It uses dashboard.js's state and helpers (both are classic scripts of one page).
+// It uses dashboard.js's state and text.js's helpers (classic scripts of one page).
 "use strict";
 
 const PAGE_SIZE = 50;

@@ -2,7 +2,7 @@
 // that can stop an item, retry, guide or answer an Action, each under If-Match with
 // the ETag of the item as the page last read it. A stop says which limit stopped the
 // item and by how much, and the extend form is pre-filled with what it needs.
-// It uses dashboard.js's state and helpers (both are classic scripts of one page).
+// It uses dashboard.js's state and text.js's helpers (classic scripts of one page).
 "use strict";
 
 const LIMIT_INPUTS = () => document.querySelectorAll("#extend-form input[data-limit]");
