@@ -31,7 +31,6 @@ from workcenter.adapters.cli_common import (
     MAX_POLL,
     Count,
     Seconds,
-    actor_option,
     clip,
     command_hint,
     console,
@@ -297,7 +296,7 @@ def show(ctx: click.Context, item_id: str, as_json: bool, state: bool) -> None:
     else:
         console.print(cli_tables.item_table(detail, now))
         assert step is not None
-        _say_what_next(ctx, step)
+        cli_next.say(ctx, step)
 
 
 @cli.command()
@@ -352,50 +351,6 @@ def history(
     console.print(table)
     if state:
         _emit_json(state)
-
-
-@cli.command()
-@db_option
-@click.argument("item_id")
-@click.option("--expected-version", type=int, required=True, help="The WorkItem version you saw.")
-@click.option(
-    "--expected-ledger-version",
-    type=int,
-    required=True,
-    help="The ledger (or control) version you saw; refused if a stop, extend or resume came after.",
-)
-@actor_option
-@json_option
-@click.pass_context
-def resume(
-    ctx: click.Context,
-    item_id: str,
-    expected_version: int,
-    expected_ledger_version: int,
-    actor: str | None,
-    as_json: bool,
-) -> None:
-    """Resume a cancelled WorkItem, or one its budget stopped (extend the budget first)."""
-    with _open(ctx) as wc:
-        item = wc.resume(
-            work_item_id(wc, item_id),
-            expected_version=expected_version,
-            expected_ledger_version=expected_ledger_version,
-            actor=actor,
-        )
-        snapshot = presenters.budget_json(wc, item.id)
-        step = None if as_json else cli_next.read(wc, item)
-    if as_json:
-        _emit_json({"item": presenters.item_json(item), "budget": snapshot})
-    else:
-        console.print(f"resumed: WorkItem is {item.status} (version {item.version})")
-        assert step is not None
-        _say_what_next(ctx, step)
-
-
-def _say_what_next(ctx: click.Context, step: cli_next.NextStep) -> None:
-    for line in cli_next.lines(ctx, step):
-        console.print(line, soft_wrap=True, markup=False)
 
 
 @cli.command()
@@ -562,6 +517,7 @@ for _command in (
     cli_steer.create,
     cli_steer.start,
     cli_steer.cancel,
+    cli_steer.resume,
     cli_steer.retry,
     cli_steer.guide,
     cli_steer.add_input,

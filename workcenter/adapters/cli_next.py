@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import click
 
-from workcenter.adapters.cli_common import command_hint
+from workcenter.adapters.cli_common import command_hint, console
 from workcenter.adapters.cli_tables import EXTEND_FLAGS
 from workcenter.application import WorkCenter
 from workcenter.domain import action as act
@@ -39,6 +39,12 @@ def read(wc: WorkCenter, item: wi.WorkItemState) -> NextStep:
     )
     actions = tuple(sorted(wc.actions(item).values(), key=lambda a: a.sequence))
     return NextStep(item, actions, wc.ledger(item.id), waits)
+
+
+def say(ctx: click.Context, step: NextStep) -> None:
+    """Print ``lines``, as `show` and `resume` end."""
+    for line in lines(ctx, step):
+        console.print(line, soft_wrap=True, markup=False)
 
 
 def lines(ctx: click.Context, step: NextStep) -> list[str]:

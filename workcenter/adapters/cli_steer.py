@@ -13,7 +13,7 @@ from uuid import UUID
 
 import click
 
-from workcenter.adapters import presenters
+from workcenter.adapters import cli_next, presenters
 from workcenter.adapters.cli_common import (
     MIN_PREFIX,
     actor_option,
@@ -378,3 +378,42 @@ def add_input(
         else f"its generation {after.generation} is {after.status}"
     )
     console.print(f"input sent to Action {after.sequence}: {where}", markup=False)
+
+
+@click.command()
+@db_option
+@click.argument("item_id")
+@click.option("--expected-version", type=int, required=True, help="The WorkItem version you saw.")
+@click.option(
+    "--expected-ledger-version",
+    type=int,
+    required=True,
+    help="The ledger (or control) version you saw; refused if a stop, extend or resume came after.",
+)
+@actor_option
+@json_option
+@click.pass_context
+def resume(
+    ctx: click.Context,
+    item_id: str,
+    expected_version: int,
+    expected_ledger_version: int,
+    actor: str | None,
+    as_json: bool,
+) -> None:
+    """Resume a cancelled WorkItem, or one its budget stopped (extend the budget first)."""
+    with open_center(ctx) as wc:
+        item = wc.resume(
+            work_item_id(wc, item_id),
+            expected_version=expected_version,
+            expected_ledger_version=expected_ledger_version,
+            actor=actor,
+        )
+        snapshot = presenters.budget_json(wc, item.id)
+        step = None if as_json else cli_next.read(wc, item)
+    if as_json:
+        emit_json({"item": presenters.item_json(item), "budget": snapshot})
+    else:
+        console.print(f"resumed: WorkItem is {item.status} (version {item.version})")
+        assert step is not None
+        cli_next.say(ctx, step)
