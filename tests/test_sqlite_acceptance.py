@@ -398,3 +398,17 @@ def test_audit_takes_a_limit_within_the_bound_list_takes(db_path: Path) -> None:
     for verb in (["audit", str(item.id)], ["list"]):
         said = CliRunner().invoke(cli, ["--db", str(db_path), *verb, "--limit", str(2**53)])
         assert said.exit_code == 2 and "9007199254740991" in said.output, said.output
+
+
+def test_a_negative_lock_timeout_is_refused(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``SQLITE_LOCK_TIMEOUT=-5`` was taken, and SQLite waited for no lock (found by
+    acceptance testing, ADR-0145)."""
+    WorkCenter.open(db_path).close()
+    said = CliRunner().invoke(
+        cli, ["--db", str(db_path), "list"], env={"SQLITE_LOCK_TIMEOUT": "-5"}
+    )
+    assert said.exit_code == 2, said.output
+    assert said.output.startswith("InvalidInput: SQLITE_LOCK_TIMEOUT must be"), said.output
+    monkeypatch.setenv("SQLITE_LOCK_TIMEOUT", "-1")
+    with pytest.raises(InvalidInput, match="SQLITE_LOCK_TIMEOUT"):
+        WorkCenter.open(db_path)

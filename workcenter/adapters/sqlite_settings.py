@@ -153,6 +153,14 @@ class WorkcenterSQLiteFactory(SQLiteFactory):
         synchronous = configured_synchronous(self.env)
         wal_autocheckpoint = configured_wal_autocheckpoint(self.env)
         old = self.datastore.pool  # built by the library, no connection opened yet
+        if old.lock_timeout is not None and old.lock_timeout < 0:
+            # The library took it, and SQLite then waited for no lock at all (found by
+            # acceptance testing, ADR-0145).
+            old.close()
+            raise InvalidInput(
+                f"SQLITE_LOCK_TIMEOUT must be a whole number of seconds, 0 or more, not"
+                f" {old.lock_timeout}"
+            )
         self.datastore.pool = ConfiguredConnectionPool(
             synchronous=synchronous,
             wal_autocheckpoint=wal_autocheckpoint,
