@@ -15,13 +15,16 @@ from typing import Any
 import click
 import orjson
 
-from workcenter.adapters.cli_common import Count, db_option, open_center
+from workcenter.adapters.cli_common import Count, clip, db_option, open_center
 from workcenter.adapters.cli_stop import Interrupted, interrupted, stop_signals
 from workcenter.adapters.terminal import safe
+from workcenter.application import WorkCenter
 from workcenter.domain import bounds
+from workcenter.domain.errors import InvalidInput
 from workcenter.domain.model import DomainEvent
 from workcenter.projections.audit import ENVELOPE
 from workcenter.projections.sanitize import sanitize_event_payload
+from workcenter.service_layer.history.hash_chain import Anchor
 from workcenter.service_layer.queries.changes import MAX_BATCH, Change
 
 DEFAULT_LIMIT = 10_000
@@ -56,10 +59,12 @@ def event_line(position: int, change: Change | None, event: DomainEvent, raw: bo
 @db_option
 @click.option(
     "--after",
-    type=Count(min=0, max=bounds.INTEGER),
-    default=0,
+    "after_given",
+    default="0",
     show_default=True,
-    help="Start after this position: the one the last export said to go on from.",
+    metavar="ANCHOR|POSITION",
+    help="Start after this event: DIGEST@POSITION as the last export said to go on from"
+    " (refused if the store's event there is another), or a bare position.",
 )
 @click.option(
     "--limit",
@@ -70,14 +75,23 @@ def event_line(position: int, change: Change | None, event: DomainEvent, raw: bo
 )
 @click.option("--raw", is_flag=True, help="Payloads as stored, not masked.")
 @click.pass_context
-def events(ctx: click.Context, after: int, limit: int, raw: bool) -> None:
+def events(ctx: click.Context, after_given: str, limit: int, raw: bool) -> None:
     """Every event of the store after --after, oldest first, as JSON Lines on stdout
     (position, time, work_item_id, aggregate, aggregate_id, version, type, action_id,
     run_id, actor, actor_id, caused_by, masked, payload); stderr's last line names the
-    position to go on from with --after."""
+    event to go on from with --after, as DIGEST@POSITION."""
+    anchor = _anchor_or_position(after_given)
+    after = anchor.position if isinstance(anchor, Anchor) else anchor
     printed, position = 0, after
     out = sys.stdout.buffer
     with stop_signals() as stop, open_center(ctx, inline_projections=False) as wc:
+        if isinstance(anchor, Anchor) and wc.maintenance.anchor_at(after) != anchor:
+            raise InvalidInput(
+                f"the store's event at position {after} is not the one the export read"
+                " (another digest, or none): its history changed since, as when a backup"
+                " older than the export is restored; export again from the start (or from"
+                " an anchor `audit verify --anchor` still verifies)"
+            )
         try:
             while printed < limit:
                 stop.check()
@@ -91,12 +105,34 @@ def events(ctx: click.Context, after: int, limit: int, raw: bool) -> None:
             head = wc.changes.head()
         except Interrupted as stopped:
             out.flush()
-            interrupted(ctx, stopped, _said(printed, after, position, None))
-    click.echo(safe(_said(printed, after, position, head)), err=True)
+            interrupted(ctx, stopped, _said(printed, after, _resume(wc, position), None))
+        resume = _resume(wc, position)
+    click.echo(safe(_said(printed, after, resume, head)), err=True)
 
 
-def _said(printed: int, after: int, position: int, head: int | None) -> str:
+def _anchor_or_position(given: str) -> Anchor | int:
+    text = given.strip()
+    if text.isascii() and text.isdigit() and int(text) <= bounds.INTEGER:
+        return int(text)
+    if "@" not in text:
+        raise InvalidInput(
+            f"--after must be DIGEST@POSITION as an export said it, or a position, not"
+            f" {clip(given, 80)!r}"
+        )
+    return Anchor.parse(text)
+
+
+def _resume(wc: WorkCenter, position: int) -> str:
+    """What to give --after next: the anchor of the last event read, which a restore of
+    an older backup would not hold (positions alone are taken again by new events; found
+    by acceptance testing, ADR-0145); a bare position where the chain has no link."""
+    anchor = wc.maintenance.anchor_at(position) if position else None
+    return str(anchor) if anchor is not None else str(position)
+
+
+def _said(printed: int, after: int, resume: str, head: int | None) -> str:
+    position = int(resume.rpartition("@")[2])
     done = f"{printed} events after position {after}, up to position {position}"
     if head is not None and position >= head:
-        return f"{done} (the head): go on later with --after {position}"
-    return f"{done}: go on with --after {position}"
+        return f"{done} (the head): go on later with --after {resume}"
+    return f"{done}: go on with --after {resume}"

@@ -173,10 +173,11 @@ def create(
         "request_id": request_id,
     }
     with options_named(CREATE_OPTIONS):
-        # Checked before the store is opened: the first item may make the store, and a
-        # refused one makes none (ADR-0101).
+        # Checked before the store is opened, so that a refusal names the input first
+        # (ADR-0101). The store must exist: `init` makes it (a create that made one made
+        # a fresh store while a backup was being restored; ADR-0145).
         new_work_item(**arguments, at=datetime.now(UTC))
-        with open_center(ctx, create=True) as wc:
+        with open_center(ctx) as wc:
             item = wc.create_work_item(**arguments)
     if as_json:
         emit_json({"item": presenters.item_json(item)})

@@ -236,6 +236,15 @@ class PostgresChainTable:
             c.execute(f"SELECT MAX(notification_id) FROM {self.events}")
             return head, c.fetchone()[0] or 0
 
+    def link_at(self, position: int) -> Link | None:
+        with sql.transaction(self.datastore, commit=False) as c:
+            c.execute(
+                f"SELECT position, previous, digest FROM {self.name} WHERE position = ?",
+                [position],
+            )
+            row = c.fetchone()
+            return Link(row[0], row[1], bytes(row[2])) if row is not None else None
+
 
 def _stored(row: Any, at: int) -> StoredEvent:
     return StoredEvent(

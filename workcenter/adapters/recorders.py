@@ -329,6 +329,12 @@ class SQLiteChainTable:
             c.execute(f"SELECT MAX(rowid) FROM {self.events}")
             return head, c.fetchone()[0] or 0
 
+    def link_at(self, position: int) -> Link | None:
+        with self.datastore.transaction(commit=False) as c:
+            c.execute(f"SELECT {_link_columns('')} FROM {self.name} WHERE position = ?", [position])
+            row = c.fetchone()
+            return Link(*row) if row is not None else None
+
 
 def _event_columns(table: str) -> str:
     # Cast, so that a row whose types were tampered with still reads, and fails.

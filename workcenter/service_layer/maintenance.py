@@ -84,6 +84,12 @@ class Maintenance:
         """The chain's head digest and position, to keep outside the store."""
         return self._proof.anchor()
 
+    def anchor_at(self, position: int) -> Anchor | None:
+        """The anchor of the event at ``position`` (None where the chain has no link):
+        what an export keeps to learn, when it resumes, that the history it read is
+        still the store's (not an older backup's, restored and written on; ADR-0145)."""
+        return self._proof.anchor_at(inputs.version(position, "position"))
+
     def decisions(self, work_item_id: UUID) -> list[dict[str, Any]]:
         """Each Coordinator turn of the item, in order: its wake, the versions its request
         was built from, its attempts and their cost, the reply's decision, the verdict

@@ -81,6 +81,10 @@ class ChainReader(Protocol):
         """The chain's head and the store's last position."""
         ...
 
+    def link_at(self, position: int) -> Link | None:
+        """The chain's link at ``position``, if it has one."""
+        ...
+
     def linked_late(self) -> list[LateLinks]:
         """What opens of the store chained (``hash_chain.chain_unchained``), oldest first."""
         ...

@@ -33,7 +33,7 @@ from workcenter.adapters.persistence import StoreUnavailable
 from workcenter.application import WorkCenter
 from workcenter.domain import inputs
 from workcenter.domain.errors import InvalidInput
-from workcenter.service_layer.queries.changes import MAX_BATCH, Change
+from workcenter.service_layer.queries.changes import MAX_BATCH, PAST_THE_HEAD, Change
 
 router = APIRouter(prefix="/api", tags=["stream"])
 # One event of the stream (Schemathesis reads a text/event-stream schema so); the
@@ -171,9 +171,7 @@ def _start(last_event_id: str | None, after: int | None, head: Callable[[], int]
     if after is None:
         return now
     if after > now:
-        raise InvalidInput(
-            f"the position is past the head of the event sequence ({now}): read again"
-        )
+        raise InvalidInput(PAST_THE_HEAD.format(head=now))
     return after
 
 

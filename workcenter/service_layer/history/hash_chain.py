@@ -574,7 +574,8 @@ def _check_anchor(anchor: Anchor, anchored: Link | None, head: Link | None) -> B
             anchor.position,
             f"position {anchor.position} has digest "
             f"{anchored.digest.hex()}, not the anchor's {anchor.digest.hex()}: the "
-            "history up to it was changed and hashed again",
+            "history up to it was changed and hashed again (or the store was restored"
+            " from an older backup and written on since)",
         )
     end = head.position if head else 0
     if end < anchor.position:
@@ -583,7 +584,8 @@ def _check_anchor(anchor: Anchor, anchored: Link | None, head: Link | None) -> B
             anchor.position,
             f"the history ends at position {end}, "
             f"before the anchor's position {anchor.position}: events after position "
-            f"{end} were removed",
+            f"{end} were removed (or up to an earlier position, if the store was restored"
+            " from an older backup and written on since)",
             previous_position=end,
         )
     return Break(

@@ -161,3 +161,9 @@ class HistoryProof:
         """The chain's head as an anchor, or None while the store has no events."""
         head, _ = self.chain.extent()
         return hash_chain.anchor_of(head) if head else None
+
+    def anchor_at(self, position: int) -> Anchor | None:
+        """The chain's link at ``position`` as an anchor, or None where it has none (no
+        event there, or the chain off)."""
+        link = self.chain.link_at(position)
+        return hash_chain.anchor_of(link) if link else None

@@ -39,6 +39,13 @@ from workcenter.service_layer.ports import NotificationReader
 from workcenter.service_layer.repository import Repository
 
 MAX_BATCH = 1000
+# What a position past the head means, and what to do (found by acceptance testing,
+# ADR-0145: "read again" told a restored store's clients nothing).
+PAST_THE_HEAD = (
+    "the position is past the head of the event sequence ({head}): this store never"
+    " wrote it (it was replaced, or restored from an older backup); read everything"
+    " again from the start, or follow from the head"
+)
 PAGES_KEPT = 64
 # Owners are cheap to learn again; the map is dropped whole rather than grown forever.
 OWNER_CACHE_LIMIT = 200_000
@@ -121,9 +128,7 @@ class ChangeFeed:
         if not page and position > (head := self.head()):
             # Handed back as where to go on, it would skip every event up to it (the HTTP
             # stream refused it; found by acceptance testing, ADR-0145).
-            raise InvalidInput(
-                f"the position is past the head of the event sequence ({head}): read again"
-            )
+            raise InvalidInput(PAST_THE_HEAD.format(head=head))
         changes = [
             change
             for _, change in page
@@ -140,9 +145,7 @@ class ChangeFeed:
             raise InvalidInput(f"limit must be an integer from 1 to {MAX_BATCH}")
         read = self.read_events_after(position, limit)
         if not read and position > (head := self.head()):
-            raise InvalidInput(
-                f"the position is past the head of the event sequence ({head}): read again"
-            )
+            raise InvalidInput(PAST_THE_HEAD.format(head=head))
         events = [(at, self._change(at, event), event) for at, event in read]
         return EventPage(events, read[-1][0] if read else position)
 
