@@ -106,3 +106,25 @@ def test_a_path_in_right_to_left_text_is_laid_out_whole(wc: WorkCenter, browser:
             assert path in text and direction == "rtl", (where, found)
             assert isolated == [[path, "ltr"]], (where, found)
         assert page.inner_text("#item-title") == title
+
+
+def test_the_audit_names_the_person_a_named_token_records(wc: WorkCenter, browser: Any) -> None:
+    """The audit's column said "user" for alice's commands, the API's ``actorId`` unshown
+    (found by the re-test of ADR-0143)."""
+    item = wc.create_work_item(title="t", goal="g", actor="user:alice")
+    wc.cancel(item.id, expected_version=item.version, actor="operator:bob")
+    with served(create_app(wc)) as base:
+        page = browser.new_page()
+        page.goto(f"{base}/#{item.id}")
+        page.wait_for_selector("#audit tbody tr", timeout=TIMEOUT_MS)
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('#audit tbody tr')]"
+            ".some((tr) => tr.cells[2].textContent === 'WorkItemCancelled')",
+            timeout=TIMEOUT_MS,
+        )
+        actors = page.evaluate(
+            "() => Object.fromEntries([...document.querySelectorAll('#audit tbody tr')]"
+            ".map((tr) => [tr.cells[2].textContent, tr.cells[3].textContent]))"
+        )
+        assert actors["WorkItemCreated"] == "user alice", actors
+        assert actors["WorkItemCancelled"] == "operator bob", actors

@@ -164,7 +164,11 @@ def test_tokens_come_from_the_environment_and_a_file(tmp_path: Path) -> None:
         (f"user {WORKER} zoë\n", "line 1: the holder must be printable ASCII"),
         (f"user {WORKER} {'a' * 136}\n", "line 1: the holder must be 1 to 135 characters"),
         # Which of the two would its commands be recorded as?
-        (f"user {WORKER} alice\nuser {WORKER} bob\n", "given two holders"),
+        (f"user {WORKER} alice\nuser {WORKER} bob\n", "line 2: its token is given another"),
+        # Columns swapped: the holder where the token goes (named by its line).
+        (f"user alice {WORKER}\n", "line 1: its token must have at least 16 characters"),
+        # Two lines run together: a token as a holder would be written in the audit.
+        (f"user {USER} {WORKER}\nworker {WORKER} w-1\n", "a token's holder is a token"),
         # Pasted under two scopes, it held both (found by acceptance testing).
         (f"worker {WORKER}\nuser {WORKER}\n", "given both the worker and the user scope"),
     ],

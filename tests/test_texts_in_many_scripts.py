@@ -6,6 +6,7 @@ from its letter, and Turkish's dotted and dotless i."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from workcenter.domain import conversation as conv
 CLI = [sys.executable, "-c", "from workcenter.adapters.cli import main; main()"]
 
 
-def test_every_text_the_bounds_take_is_shown_whole(wc: WorkCenter) -> None:
+def test_every_text_the_bounds_take_is_shown_whole(location: str, wc: WorkCenter) -> None:
     goal = "目" * (bounds.GOAL - 2) + "終了"
     criterion = "基" * bounds.CRITERION
     item = create_dynamic(wc, criteria=[criterion])
@@ -43,6 +44,11 @@ def test_every_text_the_bounds_take_is_shown_whole(wc: WorkCenter) -> None:
     # Its last words are found, as the page shows the goal.
     found = wc.web_reads.summaries(search="終了").json()["items"]
     assert [row["id"] for row in found] == [str(item.id)]
+    # The CLI's own conversation too (it cut the message at 8,000 bytes; the re-test
+    # of ADR-0144 found it).
+    said = CliRunner().invoke(cli, ["--db", location, "conversation", str(item.id), "--json"])
+    assert said.exit_code == 0, said.output
+    assert message in [m["text"] for m in json.loads(said.stdout)["messages"]]
 
 
 def test_a_search_matches_across_composed_forms_and_turkish_cases(wc: WorkCenter) -> None:

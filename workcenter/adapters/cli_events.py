@@ -132,7 +132,8 @@ def _resume(wc: WorkCenter, position: int) -> str:
 
 def _said(printed: int, after: int, resume: str, head: int | None) -> str:
     position = int(resume.rpartition("@")[2])
-    done = f"{printed} events after position {after}, up to position {position}"
+    events = "1 event" if printed == 1 else f"{printed} events"
+    done = f"{events} after position {after}, up to position {position}"
     if head is not None and position >= head:
         return f"{done} (the head): go on later with --after {resume}"
     return f"{done}: go on with --after {resume}"

@@ -142,6 +142,15 @@ class Policy:
                 raise UnsafeServer(
                     f"one {scope} token is given two holders: give each holder its own token"
                 )
+        # A holder is recorded on every command its token sends, in the audit anyone
+        # who reads items may read and no one may edit: a token there (two lines run
+        # together) was written out in clear (found by the re-test of ADR-0143).
+        tokens = set(scopes_of)
+        if any(holder in tokens for _, _, holder in pairs):
+            raise UnsafeServer(
+                "a token's holder is a token (two lines run together?): holders are written"
+                " in the audit, so a holder may not be a token"
+            )
         if not is_loopback(host) and token is None and not pairs:
             raise UnsafeServer(
                 f"serving on {host} (not a loopback address) needs {TOKEN_ENV} (or scoped "
@@ -213,9 +222,22 @@ def scoped_tokens(environ: Mapping[str, str]) -> list[ScopedToken]:
                 f"{path} line {number}: unknown token scope (expected SCOPE TOKEN [HOLDER],"
                 " the scope worker, user or operator)"
             )
+        try:
+            _check_token(words[1], "its token")
+        except UnsafeServer as refused:
+            # Named by its line here (a holder in the token's column said only "a token
+            # must have 16 characters"; the re-test of ADR-0143 found it).
+            raise UnsafeServer(f"{path} line {number}: {refused}") from None
         if len(words) == 3 and (problem := holder_problem(words[2])) is not None:
             raise UnsafeServer(f"{path} line {number}: the holder {problem}")
-        pairs.append(ScopedToken(*words))
+        given = ScopedToken(*words)
+        earlier = next((p for p in pairs if p.token == given.token), None)
+        if earlier is not None and earlier.holder != given.holder:
+            raise UnsafeServer(
+                f"{path} line {number}: its token is given another holder on an earlier"
+                " line: give each holder its own token"
+            )
+        pairs.append(given)
     return pairs
 
 

@@ -352,6 +352,15 @@ function drawTimeline(timeline) {
 
 // The newest events (at most 100, within the answer's size): the note says whether
 // older ones were left out, and where to read them (ADR-0136).
+// Who caused an event, as the CLI's audit says it: a worker by its name, a person by
+// the id a named token records (`user alice`; the column said only "user", found by
+// the re-test of ADR-0143), the plain user and the coordinator by their kind.
+function actorOf(event) {
+  if (event.worker) return event.actor + " " + event.worker;
+  const named = event.actorId && event.actorId !== event.actor;
+  return named ? event.actor + " " + event.actorId : event.actor;
+}
+
 function renderAudit(audit) {
   const events = audit.events;
   $("audit-note").textContent = audit.more
@@ -364,7 +373,7 @@ function renderAudit(audit) {
     tr.append(el("td", event.position));
     tr.append(el("td", localTime(event.time)));
     tr.append(el("td", event.type));
-    tr.append(el("td", event.worker ? event.actor + " " + event.worker : event.actor));
+    tr.append(el("td", actorOf(event)));
     tr.append(el("td", short(event.actionId), "mono"));
     tr.append(el("td", short(event.runId), "mono"));
     const payload = JSON.stringify(event.payload);
