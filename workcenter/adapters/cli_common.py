@@ -215,7 +215,7 @@ def open_center(
     inline_projections: bool | None = None,
     in_memory: bool = False,
 ) -> WorkCenter:
-    """The store the user named; only a verb that writes new work may create one. Not a
+    """The store the user named; only `init` and `demo` make one (``create``). Not a
     store in memory, unless ``in_memory`` (a verb whose work ends with it, the demo): it
     ends with the verb's process, which said "created" and named a next command that
     found nothing (found by acceptance testing, ADR-0145)."""

@@ -2,9 +2,10 @@
 for an export to another system that resumes where it stopped (ADR-0145).
 
 `audit ID` is one item's trail and the change stream carries no payloads; an export
-needs the whole sequence with its data, and a position to go on from. Each line is
-written whole: a stop (Ctrl-C, SIGTERM, a closed pipe) comes between two lines, and
-the last line on stderr names the position to give ``--after`` next.
+needs the whole sequence with its data, and where to go on from. Each line is written
+whole: a stop (Ctrl-C, SIGTERM) comes between two pages, and the last line on stderr
+names the event to give ``--after`` next as ``DIGEST@POSITION``, which a store restored
+from an older backup does not hold.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from workcenter.domain import bounds
 from workcenter.domain.errors import InvalidInput
 from workcenter.domain.model import DomainEvent
 from workcenter.projections.audit import ENVELOPE
-from workcenter.projections.sanitize import sanitize_event_payload
+from workcenter.projections.sanitize import sanitize_event_payload, sanitize_record
 from workcenter.service_layer.history.hash_chain import Anchor
 from workcenter.service_layer.queries.changes import MAX_BATCH, Change
 
@@ -47,7 +48,7 @@ def event_line(position: int, change: Change | None, event: DomainEvent, raw: bo
         "action_id": str(change.action_id) if change and change.action_id else None,
         "run_id": str(change.run_id) if change and change.run_id else None,
         "actor": actor.kind,
-        "actor_id": actor.id,
+        "actor_id": actor.id if raw else sanitize_record(actor.id),
         "caused_by": str(actor.caused_by) if actor.caused_by else None,
         "masked": not raw,
         "payload": payload if raw else sanitize_event_payload(kind, payload),
