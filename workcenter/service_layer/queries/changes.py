@@ -117,9 +117,7 @@ class ChangeFeed:
         """The changes after ``position`` (of one WorkItem, if given) within the next
         ``limit`` events of the sequence. A position past the head is ``InvalidInput``:
         no store sent it (another store's, or one restored from an older backup)."""
-        position = _position(position)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_BATCH:
-            raise InvalidInput(f"limit must be an integer from 1 to {MAX_BATCH}")
+        position, limit = _position(position), _limit(limit)
         if work_item_id is not None:
             work_item_id = self.repo.work_item(
                 inputs.aggregate_id(work_item_id, "WorkItem")
@@ -140,9 +138,7 @@ class ChangeFeed:
         """The next ``limit`` events of the whole sequence after ``position``, decoded,
         for an export that resumes from the position it read up to (ADR-0145). Not
         kept: each is read once."""
-        position = _position(position)
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_BATCH:
-            raise InvalidInput(f"limit must be an integer from 1 to {MAX_BATCH}")
+        position, limit = _position(position), _limit(limit)
         read = self.read_events_after(position, limit)
         if not read and position > (head := self.head()):
             raise InvalidInput(PAST_THE_HEAD.format(head=head))
@@ -221,6 +217,12 @@ class ChangeFeed:
             run_id=run_id if isinstance(run_id, UUID) else None,
             actor=event.actor.kind,
         )
+
+
+def _limit(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_BATCH:
+        raise InvalidInput(f"limit must be an integer from 1 to {MAX_BATCH}")
+    return value
 
 
 def _position(value: object) -> int:

@@ -47,6 +47,8 @@ function el(tag, text, className) {
 // kept whole and left to right: in an Arabic title "/usr/local/bin/wc-123.py" was laid
 // out in pieces (found by acceptance testing, ADR-0144).
 const PATH_LIKE = /\S*[\/\\]\S*/g;
+// A run in a right-to-left script with a slash ("yes/no" in Arabic) is words, not a path.
+const RIGHT_TO_LEFT = /[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufeff]/;
 
 function setWords(node, text) {
   const shown = visible(text);
@@ -54,6 +56,7 @@ function setWords(node, text) {
   node.dir = "auto";
   let last = 0;
   for (const found of shown.matchAll(PATH_LIKE)) {
+    if (RIGHT_TO_LEFT.test(found[0])) continue;
     if (found.index > last) node.append(shown.slice(last, found.index));
     const path = document.createElement("bdi");
     path.dir = "ltr";
