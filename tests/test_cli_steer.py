@@ -298,6 +298,7 @@ def test_a_create_makes_no_store_and_names_the_options(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
     unmade = invoke(db, "create", "--title", "t", "--goal", "g")
     assert unmade.exit_code == 2 and "StoreUnavailable: no Workcenter store" in unmade.stderr
+    assert "(`workcenter init` makes one)" in unmade.stderr
     assert list(tmp_path.iterdir()) == []
     assert invoke(db, "init").exit_code == 0
     made = as_json(

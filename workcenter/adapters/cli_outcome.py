@@ -12,7 +12,7 @@ import sys
 import click
 from eventsourcing.persistence import PersistenceError
 
-from workcenter.adapters.persistence import ServerNotAnswering, StoreUnavailable
+from workcenter.adapters.persistence import NO_STORE, ServerNotAnswering, StoreUnavailable
 from workcenter.adapters.postgres_connection import PoolBusy, StoreDisconnected
 from workcenter.adapters.terminal import safe
 from workcenter.adapters.wording import plain
@@ -42,8 +42,17 @@ def status_of(error: WorkcenterError) -> int:
 
 def failed(error: WorkcenterError) -> int:
     """Say ``error`` on stderr; its exit status."""
-    click.echo(refusal_line(error) + _locale_hint(error), err=True)
+    click.echo(refusal_line(error) + _locale_hint(error) + _init_hint(error), err=True)
     return status_of(error)
+
+
+def _init_hint(error: WorkcenterError) -> str:
+    """What makes a store, where there is none: `create` no longer makes one (ADR-0145),
+    and a new user's first command may be it."""
+    said = str(error)
+    if not isinstance(error, StoreUnavailable) or not said.startswith(NO_STORE):
+        return ""
+    return "" if "init" in said else " (`workcenter init` makes one)"
 
 
 def _locale_hint(error: WorkcenterError) -> str:

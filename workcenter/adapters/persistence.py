@@ -388,6 +388,10 @@ APPLICATION_ID = 0x57434E54  # "WCNT"
 LEGACY_TABLES = frozenset({"stored_events", "tracking", "wq_items"})
 
 
+# How a store that is not there is said, on either database (the CLI adds what makes one).
+NO_STORE: Final = "no Workcenter store at"
+
+
 def is_in_memory(db_path: str) -> bool:
     """Whether the library keeps the store at ``db_path`` in memory (as it decides)."""
     return ":memory:" in db_path or "mode=memory" in db_path
@@ -462,7 +466,7 @@ def _prepare(path: Path, *, create: bool) -> None:
         raise StoreUnavailable(f"{path} is a directory, not a Workcenter store")
     if not path.exists() or path.stat().st_size == 0:
         if not create:
-            raise StoreUnavailable(f"no Workcenter store at {path}")
+            raise StoreUnavailable(f"{NO_STORE} {path}")
         if not path.parent.is_dir():
             raise StoreUnavailable(f"cannot create a store at {path}: no directory {path.parent}")
         if not os.access(path.parent, os.W_OK | os.X_OK):
@@ -480,9 +484,7 @@ def _prepare(path: Path, *, create: bool) -> None:
         # Marked, but its making did not finish (an init that failed, its disk full): no
         # older store to raise, nothing to read (found by acceptance testing, ADR-0138).
         if not create:
-            raise StoreUnavailable(
-                f"no Workcenter store at {path} (its making did not finish: run init again)"
-            )
+            raise StoreUnavailable(f"{NO_STORE} {path} (its making did not finish: run init again)")
         _stamp(path)
         return
     if application_id == APPLICATION_ID:
@@ -495,7 +497,7 @@ def _prepare(path: Path, *, create: bool) -> None:
     elif application_id != 0 or (tables and not tables >= LEGACY_TABLES):
         raise StoreUnavailable(f"{path} is not a Workcenter store (another application's file)")
     elif not tables and not create:
-        raise StoreUnavailable(f"no Workcenter store at {path} (an empty SQLite file)")
+        raise StoreUnavailable(f"{NO_STORE} {path} (an empty SQLite file)")
     if application_id != APPLICATION_ID:
         _stamp(path)  # an empty SQLite file, or a store from before the marker
         if tables:

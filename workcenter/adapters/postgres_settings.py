@@ -26,7 +26,12 @@ from eventsourcing.postgres import PostgresFactory
 from eventsourcing.utils import Environment, EnvType, get_topic
 
 from workcenter.adapters import postgres_layout, postgres_write
-from workcenter.adapters.persistence import ServerNotAnswering, StoreUnavailable, public_url
+from workcenter.adapters.persistence import (
+    NO_STORE,
+    ServerNotAnswering,
+    StoreUnavailable,
+    public_url,
+)
 from workcenter.adapters.postgres_columns import name_stream_columns
 from workcenter.adapters.postgres_connection import watch_connections
 from workcenter.adapters.postgres_recorder import OneCommitPostgresRecorder
@@ -155,7 +160,7 @@ class PostgresTarget:
         """``StoreUnavailable`` unless the server answers and the schema holds a store
         whose layout this Workcenter knows: reading never makes one."""
         if not self._has_store():
-            raise StoreUnavailable(f"no Workcenter store at {self.where}")
+            raise StoreUnavailable(f"{NO_STORE} {self.where}")
 
     def _has_store(self) -> bool:
         try:
