@@ -88,9 +88,12 @@ def test_a_path_in_right_to_left_text_is_laid_out_whole(wc: WorkCenter, browser:
     heading, the goal and a criterion (not Arabic words with a slash between them), and
     the text reads the same."""
     path = "/usr/local/bin/wc-123.py"
-    title = f"إصلاح الخطأ في {path} عند السطر 42"
+    # A path after a space, before an Arabic comma, after a Hebrew prefix letter; Arabic
+    # words with a slash between them (the second re-test found the comma and the prefix
+    # left the path in pieces).
+    title = f"إصلاح الخطأ في {path}، عند السطر 42"
     item = wc.create_work_item(
-        title=title, goal=f"شغّل {path}", acceptance_criteria=[f"يعمل {path} نعم/لا"]
+        title=title, goal=f"שלב ב{path} נבדק", acceptance_criteria=[f"يعمل {path} نعم/لا"]
     )
     with served(create_app(wc)) as base:
         page = browser.new_page()

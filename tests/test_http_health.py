@@ -43,6 +43,27 @@ def test_health_is_the_stores_503_when_the_store_cannot_be_read(
     assert answer.status_code == 503, answer.text
     assert answer.headers["content-type"] == "application/problem+json"
     assert answer.json()["title"] == "StoreUnavailable"
+    assert answer.headers["retry-after"] == "1"  # when to ask again (ADR-0145)
+
+
+def test_health_is_503_for_a_store_that_answers_but_cannot_be_read(
+    wc: WorkCenter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PostgreSQL schema renamed away made the probe a 500, then a reset connection
+    (found by acceptance testing, ADR-0145); any other route's 500 says it closes."""
+
+    def unreadable(self: ChangeFeed) -> int:
+        raise RuntimeError('relation "events" does not exist')
+
+    monkeypatch.setattr(ChangeFeed, "head", unreadable)
+    api = client(wc)
+    answer = api.get("/api/health")
+    assert answer.status_code == 503, answer.text
+    assert answer.json()["title"] == "StoreUnavailable"
+    assert "events" not in answer.json()["detail"]  # the database's words stay in the log
+    failed = api.get("/api/stream", params={"after": 0})
+    assert failed.status_code == 500, failed.text
+    assert failed.headers["connection"] == "close"
 
 
 def test_status_counts_live_and_lapsed_leases_and_each_views_lag(

@@ -159,16 +159,20 @@ def test_tokens_come_from_the_environment_and_a_file(tmp_path: Path) -> None:
         # Columns swapped: the token was printed as the scope (ADR-0137).
         (f"{WORKER} worker\n", "line 1: unknown token scope"),
         ("worker short\n", "at least 16 characters"),
-        (f"worker {WORKER} w-1 extra\n", r"line 1: expected SCOPE TOKEN \[HOLDER\]"),
+        (f"worker {WORKER} holder=w-1 x\n", r"line 1: expected SCOPE TOKEN \[holder=NAME\]"),
         # A holder is a worker name's over HTTP, whatever the scope (ADR-0143).
-        (f"user {WORKER} zoë\n", "line 1: the holder must be printable ASCII"),
-        (f"user {WORKER} {'a' * 136}\n", "line 1: the holder must be 1 to 135 characters"),
+        (f"user {WORKER} holder=zoë\n", "line 1: the holder must be printable ASCII"),
+        (f"user {WORKER} holder={'a' * 136}\n", "line 1: the holder must be 1 to 135"),
         # Which of the two would its commands be recorded as?
-        (f"user {WORKER} alice\nuser {WORKER} bob\n", "line 2: its token is given another"),
-        # Columns swapped: the holder where the token goes (named by its line).
+        (f"user {WORKER} holder=a\nuser {WORKER} holder=b\n", "line 2: its token is given"),
+        # Columns swapped: a name of 16 characters or more was taken as the token, and the
+        # token recorded as the holder (found by the re-test of ADR-0143).
+        (f"user holder=alice@example.com {WORKER}\n", "line 1: the holder is where the token"),
+        (f"user alice@example.com {WORKER}\n", "line 1: the third column is holder=NAME"),
         (f"user alice {WORKER}\n", "line 1: its token must have at least 16 characters"),
         # Two lines run together: a token as a holder would be written in the audit.
-        (f"user {USER} {WORKER}\nworker {WORKER} w-1\n", "a token's holder is a token"),
+        (f"user {USER} holder={WORKER}\nworker {WORKER} holder=w\n", "line 2: a token's holder"),
+        (f"worker {WORKER}\nuser {USER} holder={WORKER}\n", "line 2: a token's holder is"),
         # Pasted under two scopes, it held both (found by acceptance testing).
         (f"worker {WORKER}\nuser {WORKER}\n", "given both the worker and the user scope"),
     ],

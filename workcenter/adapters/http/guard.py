@@ -14,7 +14,7 @@ Scoped tokens (ADR-0064) narrow what a token may do: a worker's only runs Action
 (``/api/worker/``), a user's steers and reads items, an operator's does what a
 user's does and reads raw audit. They come from ``WORKCENTER_WORKER_TOKEN``,
 ``WORKCENTER_USER_TOKEN``, ``WORKCENTER_OPERATOR_TOKEN`` and the file named by
-``WORKCENTER_TOKEN_FILE`` (one ``SCOPE TOKEN [HOLDER]`` per line); ``WORKCENTER_API_TOKEN``
+``WORKCENTER_TOKEN_FILE`` (one ``SCOPE TOKEN [holder=NAME]`` per line); ``WORKCENTER_API_TOKEN``
 keeps every scope. A file's token may name its holder (ADR-0143): the person a user's or
 operator's commands are recorded as, the only worker name a worker's may claim under. A
 token is never logged nor shown in a policy's repr.
@@ -147,10 +147,7 @@ class Policy:
         # together) was written out in clear (found by the re-test of ADR-0143).
         tokens = set(scopes_of)
         if any(holder in tokens for _, _, holder in pairs):
-            raise UnsafeServer(
-                "a token's holder is a token (two lines run together?): holders are written"
-                " in the audit, so a holder may not be a token"
-            )
+            raise UnsafeServer(_HOLDER_IS_A_TOKEN)
         if not is_loopback(host) and token is None and not pairs:
             raise UnsafeServer(
                 f"serving on {host} (not a loopback address) needs {TOKEN_ENV} (or scoped "
@@ -187,7 +184,7 @@ def holder_problem(holder: str) -> str | None:
 
 def scoped_tokens(environ: Mapping[str, str]) -> list[ScopedToken]:
     """The scoped tokens the operator configured: one per scope from the environment,
-    any number from the token file (``SCOPE TOKEN [HOLDER]`` lines; blank and ``#``
+    any number from the token file (``SCOPE TOKEN [holder=NAME]`` lines; blank and ``#``
     lines are skipped). A file that cannot be read or parsed is ``UnsafeServer``,
     naming the line but never its token."""
     pairs = [
@@ -215,30 +212,53 @@ def scoped_tokens(environ: Mapping[str, str]) -> list[ScopedToken]:
         words = line.split()
         if not words or words[0].startswith("#"):
             continue
-        if len(words) not in (2, 3):
-            raise UnsafeServer(f"{path} line {number}: expected SCOPE TOKEN [HOLDER]")
-        if words[0] not in SCOPE_ENVS:
-            raise UnsafeServer(
-                f"{path} line {number}: unknown token scope (expected SCOPE TOKEN [HOLDER],"
-                " the scope worker, user or operator)"
-            )
         try:
-            _check_token(words[1], "its token")
+            pairs.append(_line_token(words, pairs))
         except UnsafeServer as refused:
-            # Named by its line here (a holder in the token's column said only "a token
-            # must have 16 characters"; the re-test of ADR-0143 found it).
+            # Named by its line, never by its token.
             raise UnsafeServer(f"{path} line {number}: {refused}") from None
-        if len(words) == 3 and (problem := holder_problem(words[2])) is not None:
-            raise UnsafeServer(f"{path} line {number}: the holder {problem}")
-        given = ScopedToken(*words)
-        earlier = next((p for p in pairs if p.token == given.token), None)
-        if earlier is not None and earlier.holder != given.holder:
-            raise UnsafeServer(
-                f"{path} line {number}: its token is given another holder on an earlier"
-                " line: give each holder its own token"
-            )
-        pairs.append(given)
     return pairs
+
+
+HOLDER_PREFIX = "holder="
+
+
+def _line_token(words: list[str], earlier: list[ScopedToken]) -> ScopedToken:
+    """One line's token: ``SCOPE TOKEN [holder=NAME]``. The holder is marked, so that
+    columns swapped (``user alice@example.com TOKEN``) cannot pass: unmarked, a name of
+    16 characters was taken as the token and the token recorded in the audit as the
+    holder (found by the re-test of ADR-0143)."""
+    if len(words) not in (2, 3):
+        raise UnsafeServer("expected SCOPE TOKEN [holder=NAME]")
+    if words[0] not in SCOPE_ENVS:
+        raise UnsafeServer(
+            "unknown token scope (expected SCOPE TOKEN [holder=NAME], the scope worker,"
+            " user or operator)"
+        )
+    if words[1].startswith(HOLDER_PREFIX):
+        raise UnsafeServer("the holder is where the token goes: SCOPE TOKEN [holder=NAME]")
+    _check_token(words[1], "its token")
+    holder = None
+    if len(words) == 3:
+        if not words[2].startswith(HOLDER_PREFIX):
+            raise UnsafeServer("the third column is holder=NAME (SCOPE TOKEN [holder=NAME])")
+        holder = words[2].removeprefix(HOLDER_PREFIX)
+        if (problem := holder_problem(holder)) is not None:
+            raise UnsafeServer(f"the holder {problem}")
+    given = ScopedToken(words[0], words[1], holder)
+    if any(p.token == given.token and p.holder != holder for p in earlier):
+        raise UnsafeServer(
+            "its token is given another holder on an earlier line: give each holder its own token"
+        )
+    if any(holder == p.token for p in earlier) or any(given.token == p.holder for p in earlier):
+        raise UnsafeServer(_HOLDER_IS_A_TOKEN)
+    return given
+
+
+_HOLDER_IS_A_TOKEN = (
+    "a token's holder is a token (two lines run together?): holders are written in the"
+    " audit, so a holder may not be a token"
+)
 
 
 def _digest(value: str | bytes) -> bytes:

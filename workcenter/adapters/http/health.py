@@ -12,6 +12,7 @@ answered 200 while the database was down.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from fastapi import APIRouter
@@ -20,9 +21,12 @@ from workcenter.adapters.http import contract
 from workcenter.adapters.http.deps import Center
 from workcenter.adapters.http.responses import JSONBytes
 from workcenter.adapters.http.schemas import Health, StoreStatus
+from workcenter.adapters.persistence import StoreUnavailable
+from workcenter.domain.errors import WorkcenterError
 
 router = APIRouter(prefix="/api", tags=["health"], default_response_class=JSONBytes)
 
+log = logging.getLogger("workcenter.http")
 UNCACHED = {"Cache-Control": "no-store"}
 
 
@@ -30,7 +34,18 @@ UNCACHED = {"Cache-Control": "no-store"}
 def health(wc: Center) -> JSONBytes:
     """200 when the store answers a read now, else the store's 503 problem; no token
     needed. For a load balancer's or an orchestrator's readiness probe."""
-    wc.changes.head()
+    try:
+        wc.changes.head()
+    except WorkcenterError:
+        raise
+    except Exception as error:
+        # A store that answers and cannot be read (its schema renamed away, its file
+        # damaged) is not ready either: a 503, where it was a 500 (found by acceptance
+        # testing, ADR-0145).
+        log.warning("the store could not be read for /api/health: %s", type(error).__name__)
+        raise StoreUnavailable(
+            f"the store could not be read ({type(error).__name__}): see the server's log"
+        ) from error
     return JSONBytes({"status": "ok"}, headers=UNCACHED)
 
 

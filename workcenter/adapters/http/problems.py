@@ -139,6 +139,9 @@ def api_words(message: str) -> str:
     return _PYTHON_NAME.sub(lambda m: API_NAMES[m.group(0)], plain(message))
 
 
+RETRY_AFTER_SECONDS = "1"
+
+
 def problem(status: int, title: str, detail: str, code: str, **extra: Any) -> JSONResponse:
     body = {
         "type": TYPE_PREFIX + code,
@@ -168,6 +171,10 @@ def from_error(error: WorkcenterError) -> JSONResponse:
     response = problem(status_of(error), kind.__name__, api_words(detail), kind.code, **extra)
     if isinstance(error, PreconditionFailed) and error.current_etag is not None:
         response.headers["ETag"] = error.current_etag
+    if response.status_code == 503:
+        # A store held up or away passes: when to ask again (found by acceptance testing,
+        # ADR-0145; the problem said nothing of it).
+        response.headers["Retry-After"] = RETRY_AFTER_SECONDS
     return response
 
 
@@ -304,7 +311,12 @@ async def _http_error(request: Request, error: Exception) -> JSONResponse:
 
 async def _unexpected(request: Request, error: Exception) -> JSONResponse:
     log.exception("unexpected error serving %s %s", request.method, request.url.path)
-    return problem(500, "InternalError", "the server failed; its log has why", "internal_error")
+    answer = problem(500, "InternalError", "the server failed; its log has why", "internal_error")
+    # The framework raises the error again once this is sent, and the server then drops
+    # the connection: said, so that a client does not send its next request on it and
+    # meet a reset (found by acceptance testing, ADR-0145).
+    answer.headers["Connection"] = "close"
+    return answer
 
 
 def install(app: FastAPI) -> None:

@@ -45,10 +45,13 @@ function el(tag, text, className) {
 
 // A person's words in their own direction (dir="auto"), each path or address among them
 // kept whole and left to right: in an Arabic title "/usr/local/bin/wc-123.py" was laid
-// out in pieces (found by acceptance testing, ADR-0144).
-const PATH_LIKE = /\S*[\/\\]\S*/g;
-// A run in a right-to-left script with a slash ("yes/no" in Arabic) is words, not a path.
-const RIGHT_TO_LEFT = /[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufeff]/;
+// out in pieces (found by acceptance testing, ADR-0144). A path starts a word (after a
+// space, or after right-to-left letters: a Hebrew prefix) as "/", "~/", "C:\", "\\"
+// or a URL's scheme, and ends at a space or at right-to-left text after it (an Arabic
+// comma); "docs/api.md" in a sentence lays out whole as it is, and Arabic words with a
+// slash between them are words.
+const PATH_LIKE = /(?<![A-Za-z0-9._~])(?:[A-Za-z][A-Za-z0-9+.-]*:\/\/|[A-Za-z]:\\|~?\/|\\\\)\S*/g;
+const RIGHT_TO_LEFT_END = /[\u0590-\u08ff\ufb1d-\ufdff\ufe70-\ufeff]+$/;
 
 function setWords(node, text) {
   const shown = visible(text);
@@ -56,13 +59,14 @@ function setWords(node, text) {
   node.dir = "auto";
   let last = 0;
   for (const found of shown.matchAll(PATH_LIKE)) {
-    if (RIGHT_TO_LEFT.test(found[0])) continue;
+    const path = found[0].replace(RIGHT_TO_LEFT_END, "");
+    if (!/[A-Za-z0-9]/.test(path)) continue;
     if (found.index > last) node.append(shown.slice(last, found.index));
-    const path = document.createElement("bdi");
-    path.dir = "ltr";
-    path.textContent = found[0];
-    node.append(path);
-    last = found.index + found[0].length;
+    const isolated = document.createElement("bdi");
+    isolated.dir = "ltr";
+    isolated.textContent = path;
+    node.append(isolated);
+    last = found.index + path.length;
   }
   if (last < shown.length) node.append(shown.slice(last));
   return node;
