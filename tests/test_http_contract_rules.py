@@ -164,3 +164,10 @@ def test_every_412_declares_the_etag_it_carries(api: TestClient, wc: WorkCenter)
     item = wc.create_work_item(title="t", goal="g")
     stale = api.post(f"/api/work-items/{item.id}/cancel", json={}, headers={"If-Match": '"9.9"'})
     assert stale.status_code == 412 and stale.headers["ETag"] == f'"{item.version}.1"'
+    # A malformed one too (found by acceptance testing, ADR-0145), a message's included.
+    for url, body in (
+        (f"/api/work-items/{item.id}/cancel", {}),
+        (f"/api/work-items/{item.id}/messages", {"text": "hello"}),
+    ):
+        garbage = api.post(url, json=body, headers={"If-Match": "garbage"})
+        assert garbage.status_code == 412 and garbage.headers["ETag"] == f'"{item.version}.1"'

@@ -101,9 +101,9 @@ def post_message(
     (writing nothing) when the item is done or cancelled, stopped by its budget, a turn
     is still thinking, or the text is empty."""
     work_item_id = inputs.aggregate_id(item_id, "WorkItem")
-    item_version, _ = expected.versions()
     if not _posted_before(wc, work_item_id, body.client_message_id):
         expected.check(wc, work_item_id)
+    item_version, _ = expected.versions()
     posted = wc.post_user_message(
         work_item_id,
         body.text,
