@@ -189,8 +189,9 @@ def demo(ctx: click.Context, as_json: bool, max_tokens: int | None) -> None:
 def init(ctx: click.Context, as_json: bool) -> None:
     """Make the store at --db (default: $WORKCENTER_DB or ./workcenter.db) if there is none.
 
-    Every other verb but demo refuses a store that does not exist, so a deployment runs
-    this once before its workers and runner. On a store that exists it changes nothing.
+    Every other verb but demo (and serve --create) refuses a store that does not exist,
+    so a deployment runs this once before its workers and runner. On a store that exists
+    it changes nothing.
     """
     try:
         with _open(ctx) as wc:
