@@ -32,7 +32,8 @@ from workcenter.adapters.providers.scripted_coordinator import scripted_coordina
 from workcenter.adapters.terminal import safe, text
 from workcenter.domain import conversation as conv
 from workcenter.domain.errors import InvalidInput
-from workcenter.projections.sanitize import UTF8_MAX, sanitize_personal
+from workcenter.projections.conversation_dto import TEXT_BYTES
+from workcenter.projections.sanitize import sanitize_personal
 from workcenter.service_layer.handlers.coordinator_step import StepResult
 from workcenter.service_layer.ports import CoordinatorProvider
 
@@ -236,11 +237,10 @@ def _message_json(m: conv.Message) -> dict[str, Any]:
         "turn_id": str(m.turn_id),
         "role": m.role,
         "status": m.status,
-        # In bytes, as sanitisers cut: every text the Conversation takes, whole (ADR-0144).
-        "text": sanitize_personal(m.text, UTF8_MAX * conv.TEXT_LIMIT),
+        "text": sanitize_personal(m.text, TEXT_BYTES),
         "automatic": m.automatic,
         "decision": m.decision.kind if m.decision else None,
-        "question": sanitize_personal(m.decision.question, UTF8_MAX * conv.TEXT_LIMIT)
+        "question": sanitize_personal(m.decision.question, TEXT_BYTES)
         if m.decision and m.decision.question
         else None,
         "error": sanitize_personal(m.error, conv.ERROR_LIMIT) if m.error else None,

@@ -106,9 +106,9 @@ def events(ctx: click.Context, after_given: str, limit: int, raw: bool) -> None:
             head = wc.changes.head()
         except Interrupted as stopped:
             out.flush()
-            interrupted(ctx, stopped, _said(printed, after, _resume(wc, position), None))
+            interrupted(ctx, stopped, _said(printed, after, position, _resume(wc, position)))
         resume = _resume(wc, position)
-    click.echo(safe(_said(printed, after, resume, head)), err=True)
+    click.echo(safe(_said(printed, after, position, resume, head)), err=True)
 
 
 def _anchor_or_position(given: str) -> Anchor | int:
@@ -131,8 +131,7 @@ def _resume(wc: WorkCenter, position: int) -> str:
     return str(anchor) if anchor is not None else str(position)
 
 
-def _said(printed: int, after: int, resume: str, head: int | None) -> str:
-    position = int(resume.rpartition("@")[2])
+def _said(printed: int, after: int, position: int, resume: str, head: int | None = None) -> str:
     events = "1 event" if printed == 1 else f"{printed} events"
     done = f"{events} after position {after}, up to position {position}"
     if head is not None and position >= head:

@@ -33,6 +33,9 @@ MAX_MESSAGES = 100
 TEXT_BUDGET = 384 * 1024
 KIND_LIMIT = 64
 REASON_LIMIT = 2_000
+# A message's text and a decision's question, in bytes as sanitisers cut: every text the
+# Conversation takes whole (ADR-0144), in this DTO and the CLI's conversation alike.
+TEXT_BYTES = UTF8_MAX * conv.TEXT_LIMIT
 
 
 def conversation_dto(state: conv.ConversationState | None) -> dtos.Conversation:
@@ -80,8 +83,7 @@ def _message(message: conv.Message) -> dtos.ConversationMessage:
         "turnId": str(message.turn_id),
         "role": message.role,
         "status": message.status,
-        # Bytes, as sanitisers cut: every text the Conversation takes whole (ADR-0144).
-        "text": sanitize_personal(message.text, UTF8_MAX * conv.TEXT_LIMIT),
+        "text": sanitize_personal(message.text, TEXT_BYTES),
         "automatic": message.automatic,
         "createdAt": epoch_ms(message.created_at),
     }
@@ -103,7 +105,7 @@ def _decision(decision: conv.DecisionSummary) -> dtos.ConversationDecision:
         "affectedActionIds": ids(decision.affected_action_ids),
     }
     if decision.question:
-        summary["question"] = sanitize_personal(decision.question, UTF8_MAX * conv.TEXT_LIMIT)
+        summary["question"] = sanitize_personal(decision.question, TEXT_BYTES)
     return summary
 
 

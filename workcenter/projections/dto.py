@@ -62,7 +62,6 @@ from workcenter.projections.sanitize import (
 )
 from workcenter.projections.views import (
     ACTION_STATUS_ORDER,
-    CONTRACT_CRITERION_LIMIT,
     CRITERION_LIMIT,
     GOAL_LIMIT,
     LABEL_LIMIT,
@@ -416,7 +415,7 @@ def _final_result(final: FinalResult, runs: Mapping[UUID, Run]) -> dtos.FinalRes
 
 
 def _criteria(criteria: Sequence[str]) -> list[str]:
-    return [sanitize_personal(c, CONTRACT_CRITERION_LIMIT) for c in criteria[:MAX_CRITERIA]]
+    return [sanitize_personal(c, CRITERION_LIMIT) for c in criteria[:MAX_CRITERIA]]
 
 
 def _mainline(item: WorkItemState, acts: ItemActions, criteria: list[str]) -> dtos.Mainline:

@@ -52,10 +52,10 @@ FAILED_REPLY = "The Action failed."
 
 MAX_CRITERIA = 100
 # In UTF-8 bytes, as the read models cut; a character takes at most 4, so these hold
-# every goal and criterion the bounds take whole (read-models.md's criterion of 1,024
-# bytes cut a criterion of 342 CJK characters; found by acceptance testing, ADR-0144).
+# every goal and criterion the bounds take whole, in goal progress and in the contract's
+# list (read-models.md's criterion of 1,024 bytes cut a criterion of 342 CJK characters;
+# found by acceptance testing, ADR-0144).
 CRITERION_LIMIT = UTF8_MAX * bounds.CRITERION
-CONTRACT_CRITERION_LIMIT = UTF8_MAX * bounds.CRITERION
 MAX_BLOCKERS = 64
 MAX_OUTPUTS = 50
 MAX_RESPONSES = 24

@@ -55,11 +55,15 @@ ETAG_HEADER = {
 }
 
 
-# A 412's ETag: the item's current versions, to send again in If-Match (none when the
-# If-Match sent was not an item ETag at all).
+# A 412's ETag: the item's current versions, to send again in If-Match.
 CURRENT_ETAG = {
     "description": 'The item\'s current versions, "<item version>.<control version>": send'
-    " them in If-Match once you have read what changed (absent when If-Match was malformed)",
+    " them in If-Match once you have read what changed",
+    "schema": {"type": "string"},
+}
+# A 503's: when to ask again (ADR-0145).
+RETRY_AFTER = {
+    "description": "Seconds to wait before sending the request again",
     "schema": {"type": "string"},
 }
 
@@ -75,6 +79,7 @@ def problems(*statuses: int) -> Responses:
             "content": {PROBLEM_JSON: {"schema": schema}},
         }
         | ({"headers": {"ETag": CURRENT_ETAG}} if status == 412 else {})
+        | ({"headers": {"Retry-After": RETRY_AFTER}} if status == 503 else {})
         # A route that takes a body may be timed out reading it, as it may be refused for
         # its size (the guard's, ADR-0140).
         for status in sorted({*GUARDED, *statuses, *((408,) if 413 in statuses else ())})

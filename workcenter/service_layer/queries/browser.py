@@ -142,7 +142,8 @@ class WebReads:
         read from the detail view, a batch in one read (each item was loaded from its
         events, 12 s a search of 10,000 items; found by acceptance testing, ADR-0138); an
         item the view holds no DTO of (not yet, or a marker) is loaded."""
-        unmatched = [row["id"] for row in rows if needle not in folded(row["title"])]
+        titles = {row["id"]: folded(row["title"]) for row in rows}  # each folded once
+        unmatched = [item_id for item_id, title in titles.items() if needle not in title]
         details: DetailView = self.read_models.view(Detail.name)
         goals = details.goals(unmatched)
 
@@ -153,9 +154,7 @@ class WebReads:
             return shown
 
         return [
-            row
-            for row in rows
-            if needle in folded(row["title"]) or needle in folded(goal(row["id"]))
+            row for row in rows if needle in titles[row["id"]] or needle in folded(goal(row["id"]))
         ]
 
     def _summary(self, work_item_id: UUID) -> dict[str, Any]:
